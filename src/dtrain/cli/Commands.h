@@ -1,0 +1,17 @@
+// The subcommands of the `dtrain` tool. Each registers its options on the CLI11 app and returns
+// the callback that runs it; the callback returns the process exit code.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+namespace dtrain::cli {
+
+using Run = std::function<int()>;
+
+Run add_info_command(CLI::App& app);
+Run add_launch_command(CLI::App& app);
+Run add_bench_command(CLI::App& app);
+
+}  // namespace dtrain::cli

@@ -1,0 +1,28 @@
+// dtrain: one tool for every strategy. `dtrain --help` lists the subcommands.
+#include <exception>
+#include <iostream>
+#include <map>
+#include <string>
+
+#include "dtrain/cli/Commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"dtrain: distributed neural-network training on LibTorch"};
+  app.require_subcommand(1);
+  std::map<std::string, dtrain::cli::Run> runs;
+  runs["info"] = dtrain::cli::add_info_command(app);
+  runs["launch"] = dtrain::cli::add_launch_command(app);
+  runs["bench"] = dtrain::cli::add_bench_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    for (auto* sub : app.get_subcommands()) return runs.at(sub->get_name())();
+  } catch (const std::exception& e) {
+    std::cerr << "dtrain: error: " << e.what() << "\n";
+    return 1;
+  }
+  return 1;
+}

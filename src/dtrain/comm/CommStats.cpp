@@ -1,0 +1,47 @@
+#include "dtrain/comm/CommStats.h"
+
+namespace dtrain::comm {
+
+OpStats& OpStats::operator+=(const OpStats& other) {
+  calls += other.calls;
+  bytes += other.bytes;
+  wire_bytes += other.wire_bytes;
+  wait_seconds += other.wait_seconds;
+  return *this;
+}
+
+OpStats CommStats::total() const {
+  OpStats sum;
+  for (const auto& [name, op] : ops) sum += op;
+  return sum;
+}
+
+CommStats& CommStats::operator+=(const CommStats& other) {
+  for (const auto& [name, op] : other.ops) ops[name] += op;
+  return *this;
+}
+
+void CommStatsRecorder::add_call(const std::string& op, std::uint64_t bytes, std::uint64_t wire_bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto& s = stats_.ops[op];
+  s.calls += 1;
+  s.bytes += bytes;
+  s.wire_bytes += wire_bytes;
+}
+
+void CommStatsRecorder::add_wait(const std::string& op, double seconds) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.ops[op].wait_seconds += seconds;
+}
+
+CommStats CommStatsRecorder::snapshot() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stats_;
+}
+
+void CommStatsRecorder::reset() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_ = CommStats{};
+}
+
+}  // namespace dtrain::comm

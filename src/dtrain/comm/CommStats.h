@@ -1,0 +1,41 @@
+// CommStats: what communication cost, per operation: calls, payload bytes, bytes this rank put on
+// the wire under the backend's algorithm, and seconds spent waiting for completion.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+
+namespace dtrain::comm {
+
+struct OpStats {
+  std::uint64_t calls = 0;
+  std::uint64_t bytes = 0;       // payload: the size of the buffer handed to the operation
+  std::uint64_t wire_bytes = 0;  // sent by this rank (ring all-reduce: 2(n-1)/n of the payload)
+  double wait_seconds = 0.0;     // time callers spent blocked in Work::wait or a blocking call
+
+  OpStats& operator+=(const OpStats& other);
+};
+
+struct CommStats {
+  std::map<std::string, OpStats> ops;  // keyed by operation name: "allreduce", "broadcast", ...
+
+  OpStats total() const;
+  CommStats& operator+=(const CommStats& other);
+};
+
+// Thread-safe accumulator behind Communicator::stats(); operations may complete on backend threads.
+class CommStatsRecorder {
+ public:
+  void add_call(const std::string& op, std::uint64_t bytes, std::uint64_t wire_bytes);
+  void add_wait(const std::string& op, double seconds);
+  CommStats snapshot() const;
+  void reset();
+
+ private:
+  mutable std::mutex mutex_;
+  CommStats stats_;
+};
+
+}  // namespace dtrain::comm

@@ -1,0 +1,257 @@
+#include "dtrain/comm/Communicator.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace dtrain::comm {
+
+CommError::CommError(int rank, int size, std::string op, const std::string& detail)
+    : std::runtime_error(fmt::format("[rank {}/{}] {}: {}", rank, size, op, detail)),
+      rank_(rank),
+      op_(std::move(op)) {}
+
+std::string to_string(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return "sum";
+    case ReduceOp::Avg: return "avg";
+    case ReduceOp::Max: return "max";
+    case ReduceOp::Min: return "min";
+  }
+  return "unknown";
+}
+
+ReduceOp parse_reduce_op(const std::string& name) {
+  if (name == "sum") return ReduceOp::Sum;
+  if (name == "avg") return ReduceOp::Avg;
+  if (name == "max") return ReduceOp::Max;
+  if (name == "min") return ReduceOp::Min;
+  throw std::invalid_argument("unknown reduce op '" + name + "'; expected one of sum, avg, max, min");
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+std::uint64_t nbytes(const at::Tensor& t) { return static_cast<std::uint64_t>(t.numel()) * t.element_size(); }
+
+// Times the wait, and turns whatever the backend throws into a CommError naming rank and op.
+class TrackedWork final : public Work {
+ public:
+  TrackedWork(WorkPtr inner, std::function<void(double)> on_wait,
+              std::function<void [[noreturn]] (const std::string&)> on_error)
+      : inner_(std::move(inner)), on_wait_(std::move(on_wait)), on_error_(std::move(on_error)) {}
+
+  bool completed() override {
+    try {
+      return inner_->completed();
+    } catch (const CommError&) {
+      throw;
+    } catch (const std::exception& e) {
+      on_error_(e.what());
+    }
+  }
+
+  void wait() override {
+    const auto start = Clock::now();
+    try {
+      inner_->wait();
+    } catch (const CommError&) {
+      on_wait_(seconds_since(start));
+      throw;
+    } catch (const std::exception& e) {
+      on_wait_(seconds_since(start));
+      on_error_(e.what());
+    }
+    on_wait_(seconds_since(start));
+  }
+
+ private:
+  WorkPtr inner_;
+  std::function<void(double)> on_wait_;
+  std::function<void [[noreturn]] (const std::string&)> on_error_;
+};
+
+}  // namespace
+
+Communicator::Communicator(int rank, int size, std::chrono::milliseconds timeout)
+    : rank_(rank), size_(size), timeout_(timeout) {
+  if (size < 1 || rank < 0 || rank >= size) {
+    throw std::invalid_argument(fmt::format("invalid rank {} for world size {}", rank, size));
+  }
+}
+
+Communicator::~Communicator() = default;
+
+void Communicator::fail(const std::string& op, const std::string& detail) const {
+  throw CommError(rank_, size_, op, detail);
+}
+
+WorkPtr Communicator::track(const std::string& op, std::uint64_t bytes, std::uint64_t wire_bytes, bool async_op,
+                            const std::function<WorkPtr()>& start) {
+  stats_.add_call(op, bytes, wire_bytes);
+  const std::string label = fmt::format("{} ({} bytes, {})", op, bytes, backend());
+  auto on_wait = [this, op](double s) { stats_.add_wait(op, s); };
+  auto on_error = [this, label](const std::string& what) { fail(label, what); };
+  const auto t0 = Clock::now();
+  WorkPtr inner;
+  try {
+    inner = start();
+  } catch (const CommError&) {
+    stats_.add_wait(op, seconds_since(t0));
+    throw;
+  } catch (const std::exception& e) {
+    stats_.add_wait(op, seconds_since(t0));
+    fail(label, e.what());
+  }
+  TORCH_INTERNAL_ASSERT(inner, "backend returned no Work for ", op);
+  if (async_op) return std::make_shared<TrackedWork>(std::move(inner), on_wait, on_error);
+  // A synchronous call counts its whole duration as waiting: the caller could do nothing else.
+  TrackedWork(std::move(inner), [](double) {}, on_error).wait();
+  stats_.add_wait(op, seconds_since(t0));
+  return std::make_shared<CompletedWork>();
+}
+
+namespace {
+
+void check_tensor(const Communicator& c, const at::Tensor& t, const char* op, const char* what) {
+  if (!t.defined()) {
+    throw CommError(c.rank(), c.size(), op, std::string(what) + " is an undefined tensor");
+  }
+  if (t.layout() != at::kStrided || !t.is_contiguous()) {
+    throw CommError(c.rank(), c.size(), op,
+                    std::string(what) + " must be a dense contiguous tensor; call .contiguous() first");
+  }
+}
+
+void check_same(const Communicator& c, const at::Tensor& a, const at::Tensor& b, const char* op) {
+  if (a.scalar_type() != b.scalar_type() || a.device() != b.device()) {
+    throw CommError(c.rank(), c.size(), op,
+                    fmt::format("input and output differ: {} on {} against {} on {}", c10::toString(a.scalar_type()),
+                                a.device().str(), c10::toString(b.scalar_type()), b.device().str()));
+  }
+}
+
+void check_peer(const Communicator& c, int peer, const char* op, const char* what) {
+  if (peer < 0 || peer >= c.size()) {
+    throw CommError(c.rank(), c.size(), op, fmt::format("{} {} is outside [0, {})", what, peer, c.size()));
+  }
+}
+
+// Bytes this rank sends under ring algorithms: the bus-bandwidth factors of nccl-tests.
+std::uint64_t ring_share(std::uint64_t bytes, int n, double per_rank_factor) {
+  return static_cast<std::uint64_t>(static_cast<double>(bytes) * per_rank_factor * (n - 1) / n);
+}
+
+}  // namespace
+
+WorkPtr Communicator::allreduce(at::Tensor tensor, ReduceOp op, bool async_op) {
+  check_tensor(*this, tensor, "allreduce", "tensor");
+  if (size_ == 1) return std::make_shared<CompletedWork>();
+  const auto b = nbytes(tensor);
+  return track("allreduce", b, ring_share(b, size_, 2.0), async_op,
+               [&] { return do_allreduce(tensor, op, async_op); });
+}
+
+WorkPtr Communicator::allgather(at::Tensor input, at::Tensor output, bool async_op) {
+  check_tensor(*this, input, "allgather", "input");
+  check_tensor(*this, output, "allgather", "output");
+  check_same(*this, input, output, "allgather");
+  if (output.numel() != input.numel() * size_) {
+    fail("allgather", fmt::format("output has {} elements; expected world size {} x input's {}", output.numel(),
+                                  size_, input.numel()));
+  }
+  if (size_ == 1) {
+    output.view({-1}).copy_(input.view({-1}));
+    return std::make_shared<CompletedWork>();
+  }
+  const auto b = nbytes(output);
+  return track("allgather", b, ring_share(b, size_, 1.0), async_op,
+               [&] { return do_allgather(input, output, async_op); });
+}
+
+WorkPtr Communicator::broadcast(at::Tensor tensor, int root, bool async_op) {
+  check_tensor(*this, tensor, "broadcast", "tensor");
+  check_peer(*this, root, "broadcast", "root");
+  if (size_ == 1) return std::make_shared<CompletedWork>();
+  const auto b = nbytes(tensor);
+  return track("broadcast", b, rank_ == root ? b : 0, async_op,
+               [&] { return do_broadcast(tensor, root, async_op); });
+}
+
+WorkPtr Communicator::reduce_scatter(at::Tensor input, at::Tensor output, ReduceOp op, bool async_op) {
+  check_tensor(*this, input, "reduce_scatter", "input");
+  check_tensor(*this, output, "reduce_scatter", "output");
+  check_same(*this, input, output, "reduce_scatter");
+  if (input.numel() != output.numel() * size_) {
+    fail("reduce_scatter", fmt::format("input has {} elements; expected world size {} x output's {}", input.numel(),
+                                       size_, output.numel()));
+  }
+  if (size_ == 1) {
+    output.view({-1}).copy_(input.view({-1}));
+    return std::make_shared<CompletedWork>();
+  }
+  const auto b = nbytes(input);
+  return track("reduce_scatter", b, ring_share(b, size_, 1.0), async_op,
+               [&] { return do_reduce_scatter(input, output, op, async_op); });
+}
+
+WorkPtr Communicator::alltoall(at::Tensor input, at::Tensor output, bool async_op) {
+  check_tensor(*this, input, "alltoall", "input");
+  check_tensor(*this, output, "alltoall", "output");
+  check_same(*this, input, output, "alltoall");
+  if (input.numel() != output.numel() || input.numel() % size_ != 0) {
+    fail("alltoall", fmt::format("input ({}) and output ({}) must have the same number of elements, divisible by "
+                                 "world size {}",
+                                 input.numel(), output.numel(), size_));
+  }
+  if (size_ == 1) {
+    output.view({-1}).copy_(input.view({-1}));
+    return std::make_shared<CompletedWork>();
+  }
+  const auto b = nbytes(input);
+  return track("alltoall", b, ring_share(b, size_, 1.0), async_op,
+               [&] { return do_alltoall(input, output, async_op); });
+}
+
+WorkPtr Communicator::send(at::Tensor tensor, int dst, int tag, bool async_op) {
+  check_tensor(*this, tensor, "send", "tensor");
+  check_peer(*this, dst, "send", "destination");
+  if (dst == rank_) fail("send", "destination is this rank itself");
+  const auto b = nbytes(tensor);
+  return track("send", b, b, async_op, [&] { return do_send(tensor, dst, tag, async_op); });
+}
+
+WorkPtr Communicator::recv(at::Tensor tensor, int src, int tag, bool async_op) {
+  check_tensor(*this, tensor, "recv", "tensor");
+  check_peer(*this, src, "recv", "source");
+  if (src == rank_) fail("recv", "source is this rank itself");
+  return track("recv", nbytes(tensor), 0, async_op, [&] { return do_recv(tensor, src, tag, async_op); });
+}
+
+WorkPtr Communicator::barrier(bool async_op) {
+  if (size_ == 1) return std::make_shared<CompletedWork>();
+  return track("barrier", 0, 0, async_op, [&] { return do_barrier(async_op); });
+}
+
+std::unique_ptr<Communicator> Communicator::split(const std::vector<int>& ranks) {
+  if (ranks.empty()) fail("split", "the rank list is empty");
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    check_peer(*this, ranks[i], "split", "rank");
+    if (i > 0 && ranks[i] <= ranks[i - 1]) fail("split", "ranks must be sorted and distinct");
+  }
+  try {
+    return do_split(ranks);
+  } catch (const CommError&) {
+    throw;
+  } catch (const std::exception& e) {
+    fail("split", e.what());
+  }
+}
+
+}  // namespace dtrain::comm

@@ -1,0 +1,94 @@
+// Communicator: how one rank talks to the others. Collectives and point-to-point transfers over
+// a swappable backend (gloo, mpi, nccl), each returning a Work; every call is validated, counted
+// in CommStats and, when it fails, reported with the rank and the operation.
+//
+// Semantics follow torch.distributed: operations are in place on dense contiguous tensors, every
+// rank calls the same collectives in the same order, and with async_op = false the call returns
+// only when the operation has finished on this rank (the returned Work is then complete).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dtrain/comm/CommStats.h"
+#include "dtrain/comm/ReduceOp.h"
+#include "dtrain/comm/Work.h"
+
+namespace dtrain::comm {
+
+class Communicator {
+ public:
+  virtual ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  // "gloo", "mpi" or "nccl".
+  virtual std::string backend() const = 0;
+
+  // In place: every rank ends with the reduction of all ranks' tensors.
+  WorkPtr allreduce(at::Tensor tensor, ReduceOp op = ReduceOp::Sum, bool async_op = false);
+  // output (flat, size() * input.numel() elements) receives rank r's input at [r*n, (r+1)*n).
+  WorkPtr allgather(at::Tensor input, at::Tensor output, bool async_op = false);
+  // In place: every rank ends with root's tensor.
+  WorkPtr broadcast(at::Tensor tensor, int root, bool async_op = false);
+  // input holds size() equal chunks; output (one chunk) receives the reduction of chunk rank().
+  WorkPtr reduce_scatter(at::Tensor input, at::Tensor output, ReduceOp op = ReduceOp::Sum,
+                         bool async_op = false);
+  // input and output hold size() equal chunks; chunk j of input goes to rank j, and chunk i of
+  // output comes from rank i.
+  WorkPtr alltoall(at::Tensor input, at::Tensor output, bool async_op = false);
+  WorkPtr send(at::Tensor tensor, int dst, int tag = 0, bool async_op = false);
+  WorkPtr recv(at::Tensor tensor, int src, int tag = 0, bool async_op = false);
+  WorkPtr barrier(bool async_op = false);
+
+  // A communicator over a subset of this one's ranks (sorted, distinct, each in [0, size())),
+  // numbered by their position in `ranks`. Collective: every rank of this communicator calls it
+  // with the same list, in the same order as its other collectives; ranks outside the list get
+  // nullptr. Used for graph neighbourhoods, pipeline stages and shard groups.
+  std::unique_ptr<Communicator> split(const std::vector<int>& ranks);
+
+  CommStats stats() const { return stats_.snapshot(); }
+  void reset_stats() { stats_.reset(); }
+
+ protected:
+  Communicator(int rank, int size, std::chrono::milliseconds timeout);
+
+  // Backends implement these. Arguments are already validated (dense, contiguous, matching
+  // dtypes and sizes, ranks in range) and size() > 1. With async_op = false a backend may run the
+  // operation inline; either way the returned Work must be completable by wait().
+  virtual WorkPtr do_allreduce(at::Tensor& tensor, ReduceOp op, bool async_op) = 0;
+  virtual WorkPtr do_allgather(at::Tensor& input, at::Tensor& output, bool async_op) = 0;
+  virtual WorkPtr do_broadcast(at::Tensor& tensor, int root, bool async_op) = 0;
+  virtual WorkPtr do_reduce_scatter(at::Tensor& input, at::Tensor& output, ReduceOp op, bool async_op) = 0;
+  virtual WorkPtr do_alltoall(at::Tensor& input, at::Tensor& output, bool async_op) = 0;
+  virtual WorkPtr do_send(at::Tensor& tensor, int dst, int tag, bool async_op) = 0;
+  virtual WorkPtr do_recv(at::Tensor& tensor, int src, int tag, bool async_op) = 0;
+  virtual WorkPtr do_barrier(bool async_op) = 0;
+  // Called on every rank; `ranks` is validated. Returns nullptr where rank() is not in ranks.
+  virtual std::unique_ptr<Communicator> do_split(const std::vector<int>& ranks) = 0;
+
+  // Throws CommError for this rank and op.
+  [[noreturn]] void fail(const std::string& op, const std::string& detail) const;
+
+ private:
+  WorkPtr track(const std::string& op, std::uint64_t bytes, std::uint64_t wire_bytes, bool async_op,
+                const std::function<WorkPtr()>& start);
+
+  int rank_;
+  int size_;
+  std::chrono::milliseconds timeout_;
+  mutable CommStatsRecorder stats_;
+};
+
+using CommunicatorPtr = std::shared_ptr<Communicator>;
+
+}  // namespace dtrain::comm

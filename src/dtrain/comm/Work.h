@@ -1,0 +1,43 @@
+// Work: the handle of an asynchronous communication operation, and CommError, the error every
+// failed or timed-out operation raises, naming the rank and the operation.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+namespace dtrain::comm {
+
+// A failed communication: a peer that died, a timeout, a size mismatch. what() reads
+// "[rank 1/4] allreduce (4096 bytes, gloo): <cause>".
+class CommError : public std::runtime_error {
+ public:
+  CommError(int rank, int size, std::string op, const std::string& detail);
+  int rank() const { return rank_; }
+  const std::string& op() const { return op_; }
+
+ private:
+  int rank_;
+  std::string op_;
+};
+
+class Work {
+ public:
+  virtual ~Work() = default;
+  // True once the operation has finished; throws CommError if it failed.
+  virtual bool completed() = 0;
+  // Blocks until the operation finished; throws CommError if it failed or took longer than the
+  // communicator's timeout.
+  virtual void wait() = 0;
+};
+using WorkPtr = std::shared_ptr<Work>;
+
+// A Work that is already finished (operations run inline, world size 1).
+class CompletedWork final : public Work {
+ public:
+  bool completed() override { return true; }
+  void wait() override {}
+};
+
+}  // namespace dtrain::comm

@@ -1,0 +1,116 @@
+// The typed configuration of one training run. config/ fills it from YAML (with line numbers in
+// every error) and dotted command-line overrides; every layer above reads its own part. Defaults
+// here are the defaults a user gets when a key is left out.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dtrain::config {
+
+struct DataConfig {
+  // fashion-mnist | mnist | cifar10 | cifar100 | image-folder | synthetic | text
+  std::string dataset = "fashion-mnist";
+  // "" = the dataset's default root (Debian's /usr/share/datasets/fashion-mnist for fashion-mnist).
+  std::string root;
+  // Partition of the training set over ranks: random | hetero | dirichlet | kfold | subset.
+  std::string partition = "random";
+  int classes_per_rank = 2;       // hetero
+  double dirichlet_alpha = 0.5;   // dirichlet
+  int num_folds = 5;              // kfold: K
+  int fold = 0;                   // kfold: k, the held-out fold, in [0, K)
+  std::int64_t subset_size = 0;   // subset: N samples of the training set (0 = all); applies before partitioning
+  std::int64_t test_subset_size = 0;  // evaluate on the first N test samples (0 = all)
+  int batch_size = 64;            // per worker
+  int eval_batch_size = 1000;     // per worker
+  bool drop_last = true;
+  bool normalize = true;          // per-channel mean/std of the data set
+  int random_crop_padding = 0;    // 0 = no random crop
+  bool horizontal_flip = false;
+  int image_size = 64;            // image-folder: images are resized to image_size x image_size
+  // synthetic
+  std::vector<std::int64_t> synthetic_shape{1, 28, 28};
+  int synthetic_classes = 10;
+  std::int64_t synthetic_size = 1024;
+  // text (character-level language model)
+  std::string text_path;
+  int seq_len = 64;
+  // loader
+  int loader_threads = 0;         // 0 = batches made on the training thread
+  int prefetch = 2;               // batches prepared ahead per loader
+};
+
+struct ModelConfig {
+  // mlp | mnistnet | lenet5 | resnet18 | resnet50 | vit | transformer
+  std::string name = "lenet5";
+  std::vector<int> hidden{256, 128};  // mlp
+  std::string activation = "relu";    // mlp: relu | tanh | gelu | sigmoid
+  std::string stem = "cifar";         // resnet: cifar | imagenet
+  int patch = 4;                      // vit
+  int dim = 64;                       // vit, transformer
+  int depth = 2;                      // vit, transformer
+  int heads = 4;                      // vit, transformer
+  double mlp_ratio = 2.0;             // vit, transformer
+  double dropout = 0.0;
+  std::string task = "classifier";    // transformer: classifier | lm
+};
+
+struct SchedulerConfig {
+  // constant | step | cosine | linear | log
+  std::string name = "constant";
+  int step_size = 30;        // step: epochs between decays (seed 004: x0.1 every 30 epochs)
+  double gamma = 0.1;        // step
+  int warmup_steps = 0;      // linear warm-up from 0 to lr, before any schedule
+  double final_lr = 0.0;     // cosine, linear, log: the rate at the end of training
+};
+
+struct OptimConfig {
+  std::string name = "sgd";  // sgd | adam | adamw | lbfgs
+  double lr = 0.01;
+  double momentum = 0.0;
+  bool nesterov = false;
+  double weight_decay = 0.0;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  int lbfgs_history = 10;
+  int lbfgs_max_iter = 20;
+  std::string loss = "cross_entropy";  // cross_entropy | nll | mse
+  SchedulerConfig scheduler;
+};
+
+struct ParallelConfig {
+  std::string strategy = "data_parallel";  // local | data_parallel
+  std::string backend = "gloo";            // gloo | mpi | nccl
+  double bucket_mb = 25.0;                 // gradient bucket size
+  int accumulation_steps = 1;              // micro-batches per optimizer step; all-reduce on the last only
+  double timeout_s = 300.0;                // rendezvous and every collective
+};
+
+struct TrainConfig {
+  int epochs = 1;
+  std::int64_t max_steps = 0;          // 0 = run all epochs
+  std::int64_t eval_every_steps = 0;   // 0 = evaluate at each epoch end only
+  int eval_every_epochs = 1;
+  std::int64_t log_every_steps = 50;
+  double target_accuracy = 0.0;        // stop when test top-1 reaches it (0 = never)
+  std::int64_t checkpoint_every_steps = 0;
+  int checkpoint_every_epochs = 1;     // 0 = only at the end
+  std::uint64_t seed = 0;
+  int threads = 0;                     // intra-op threads per worker; 0 = cores / local workers
+  std::string device = "cpu";          // cpu | cuda
+};
+
+struct RunConfig {
+  std::string name = "run";
+  std::string out_dir = "runs";  // runs/<YYYYmmdd-HHMMSS>_<name>/
+  int nproc = 1;                 // workers started by `dtrain train --nproc` (the config's default)
+  DataConfig data;
+  ModelConfig model;
+  OptimConfig optim;
+  ParallelConfig parallel;
+  TrainConfig train;
+};
+
+}  // namespace dtrain::config
