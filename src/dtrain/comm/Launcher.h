@@ -1,0 +1,43 @@
+// The launcher behind `dtrain launch` (and `dtrain train --nproc`, `dtrain bench --nproc`): starts
+// one process per local rank with torchrun's environment, hosts the rendezvous store on node 0
+// like torchrun's agent, forwards signals, stops every rank when one fails, and restarts the job
+// up to max_restarts times.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dtrain/comm/Rendezvous.h"
+
+namespace dtrain::comm {
+
+struct LaunchOptions {
+  int nproc_per_node = 1;
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;       // 0 on a single node: a free port, so two jobs can share a host
+  int max_restarts = 0;
+  std::string backend = "gloo";  // "mpi" delegates to mpirun
+  int threads = 0;           // intra-op threads per worker; 0 = cores / nproc_per_node
+  std::string log_dir;       // per-rank logs; "" = a fresh directory under $TMPDIR
+  std::chrono::milliseconds rendezvous_timeout{std::chrono::minutes(5)};
+  std::chrono::milliseconds stop_grace{std::chrono::seconds(5)};  // SIGTERM, then SIGKILL
+  std::vector<std::string> command;  // program and its arguments, run as is
+  Environment environment;           // the environment workers inherit, before torchrun's variables
+};
+
+struct LaunchResult {
+  int exit_code = 0;                // 0 when every rank of the last attempt succeeded
+  int restarts = 0;                 // attempts after the first
+  std::optional<int> failed_rank;   // the first rank that failed in the last attempt
+  std::string failure;              // "rank 1 (pid 123) exited with code 3" and the tail of its log
+  std::string log_dir;
+};
+
+// Runs the job to completion. Throws std::invalid_argument for inconsistent options.
+LaunchResult launch(const LaunchOptions& options);
+
+}  // namespace dtrain::comm
