@@ -1,0 +1,224 @@
+// Loading, validating, overriding and round-tripping RunConfig YAML, including the exact place
+// (file:line or override) and key that every kind of error names.
+#include "dtrain/config/RunConfigYaml.h"
+
+#include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <string>
+
+#include "dtrain/config/ConfigError.h"
+#include "dtrain/config/YamlFile.h"
+
+namespace dtrain::config {
+namespace {
+
+const std::string kExample = std::string(DTRAIN_CONFIG_TEST_DIR) + "/example.yaml";
+
+// Runs `parse` and returns the ConfigError it throws; fails the test when it does not throw.
+ConfigError error_of(const std::function<void()>& parse) {
+  try {
+    parse();
+  } catch (const ConfigError& e) {
+    return e;
+  }
+  ADD_FAILURE() << "expected a ConfigError";
+  return ConfigError("", "", "");
+}
+
+ConfigError error_of_text(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+  return error_of([&] { parse_run_config(yaml, "x.yaml", overrides); });
+}
+
+TEST(RunConfigYaml, LoadsTheExampleFile) {
+  const RunConfig c = load_run_config(kExample);
+  EXPECT_EQ(c.name, "lenet-fashion");
+  EXPECT_EQ(c.nproc, 2);
+  EXPECT_EQ(c.data.partition, "dirichlet");
+  EXPECT_DOUBLE_EQ(c.data.dirichlet_alpha, 0.3);
+  EXPECT_EQ(c.data.batch_size, 128);
+  EXPECT_EQ(c.model.name, "lenet5");
+  EXPECT_TRUE(c.optim.nesterov);
+  EXPECT_DOUBLE_EQ(c.optim.weight_decay, 5e-4);
+  EXPECT_EQ(c.optim.scheduler.name, "step");
+  EXPECT_EQ(c.optim.scheduler.step_size, 10);
+  EXPECT_DOUBLE_EQ(c.parallel.bucket_mb, 4.0);
+  EXPECT_EQ(c.train.seed, 42u);
+  // Keys left out keep RunConfig.h's defaults.
+  EXPECT_EQ(c.data.eval_batch_size, RunConfig{}.data.eval_batch_size);
+  EXPECT_EQ(c.model.hidden, RunConfig{}.model.hidden);
+}
+
+TEST(RunConfigYaml, EmptyDocumentGivesDefaults) {
+  EXPECT_TRUE(parse_run_config("") == RunConfig{});
+  EXPECT_TRUE(parse_run_config("data:\n") == RunConfig{});
+}
+
+TEST(RunConfigYaml, RoundTripIsIdentical) {
+  RunConfig c = load_run_config(kExample);
+  // Values that stress the writer: doubles without a short decimal form, empty strings and lists,
+  // large integers, strings that look like other types.
+  c.optim.lr = 0.1 + 0.2;
+  c.optim.eps = 1e-12;
+  c.model.mlp_ratio = 3.0;
+  c.data.root = "";
+  c.data.text_path = "a path/with: colon";
+  c.model.hidden = {};
+  c.data.synthetic_shape = {3, 32, 32};
+  c.train.seed = 1234567890123ull;
+  c.name = "true";
+  const std::string yaml = to_yaml(c);
+  const RunConfig back = parse_run_config(yaml, "roundtrip.yaml");
+  EXPECT_TRUE(back == c) << yaml;
+  EXPECT_EQ(to_yaml(back), yaml);
+  EXPECT_DOUBLE_EQ(back.optim.lr, 0.1 + 0.2);
+  EXPECT_EQ(back.name, "true");
+  // Changing any field is seen by the comparison.
+  RunConfig other = back;
+  other.train.threads = 3;
+  EXPECT_FALSE(other == back);
+}
+
+TEST(RunConfigYaml, JsonHasEverySection) {
+  const auto json = to_json(load_run_config(kExample));
+  EXPECT_EQ(json.at("optim").at("scheduler").at("name"), "step");
+  EXPECT_EQ(json.at("data").at("synthetic_shape"), nlohmann::json({1, 28, 28}));
+  EXPECT_DOUBLE_EQ(json.at("optim").at("lr").get<double>(), 0.05);
+}
+
+TEST(RunConfigYaml, OverridesApplyAndValidate) {
+  const RunConfig c = load_run_config(
+      kExample, {"optim.lr=0.01", "parallel.strategy=local", "data.synthetic_shape=[3,32,32]",
+                 "optim.scheduler.name=cosine", "train.epochs=7", "name=other", "model.hidden=[64]"});
+  EXPECT_DOUBLE_EQ(c.optim.lr, 0.01);
+  EXPECT_EQ(c.parallel.strategy, "local");
+  EXPECT_EQ(c.data.synthetic_shape, (std::vector<std::int64_t>{3, 32, 32}));
+  EXPECT_EQ(c.optim.scheduler.name, "cosine");
+  EXPECT_EQ(c.optim.scheduler.step_size, 10);  // the rest of the file's section is kept
+  EXPECT_EQ(c.train.epochs, 7);
+  EXPECT_EQ(c.name, "other");
+  EXPECT_EQ(c.model.hidden, std::vector<int>{64});
+  // The later of two overrides wins; a section absent from the file is created.
+  const RunConfig d = parse_run_config("name: a\n", "x.yaml", {"train.epochs=2", "train.epochs=5"});
+  EXPECT_EQ(d.train.epochs, 5);
+}
+
+TEST(RunConfigYaml, ApplyOverridesOnANode) {
+  YAML::Node root = YAML::Load("optim:\n  lr: 0.1\n");
+  apply_overrides(root, parse_overrides({"optim.scheduler.gamma=0.5", "data.dataset=mnist"}));
+  EXPECT_DOUBLE_EQ(root["optim"]["scheduler"]["gamma"].as<double>(), 0.5);
+  EXPECT_DOUBLE_EQ(root["optim"]["lr"].as<double>(), 0.1);
+  EXPECT_EQ(root["data"]["dataset"].as<std::string>(), "mnist");
+}
+
+TEST(RunConfigErrors, WrongTypeNamesFileLineAndKey) {
+  const std::string yaml =
+      "name: run\n"
+      "optim:\n"
+      "  name: sgd\n"
+      "  lr: fast\n";
+  const auto e = error_of_text(yaml);
+  EXPECT_EQ(e.where(), "x.yaml:4");
+  EXPECT_EQ(e.key(), "optim.lr");
+  EXPECT_STREQ(e.what(), "x.yaml:4: optim.lr: expected a positive number, found \"fast\"");
+}
+
+TEST(RunConfigErrors, UnknownKeySuggestsTheNearestKey) {
+  const auto e = error_of_text("data:\n  dataset: mnist\n  batchsize: 3\n");
+  EXPECT_STREQ(e.what(), "x.yaml:3: unknown key data.batchsize; did you mean data.batch_size?");
+  EXPECT_EQ(e.key(), "data.batchsize");
+  // The right key in the wrong section.
+  const auto wrong_section = error_of_text("data:\n  lr: 0.1\n");
+  EXPECT_STREQ(wrong_section.what(), "x.yaml:2: unknown key data.lr; did you mean optim.lr?");
+  // Nothing close: the allowed keys are listed.
+  const auto far = error_of_text("parallel:\n  zzzzzz: 1\n");
+  EXPECT_NE(std::string(far.what()).find("allowed keys in parallel: "), std::string::npos) << far.what();
+  EXPECT_NE(std::string(far.what()).find("bucket_mb"), std::string::npos);
+  const auto top = error_of_text("name: a\nepochs: 3\n");
+  EXPECT_STREQ(top.what(), "x.yaml:2: unknown key epochs; did you mean train.epochs?");
+}
+
+TEST(RunConfigErrors, OutOfRangeValues) {
+  EXPECT_STREQ(error_of_text("data:\n  batch_size: 0\n").what(),
+               "x.yaml:2: data.batch_size: expected a positive integer, found \"0\"");
+  EXPECT_STREQ(error_of_text("model:\n  dropout: 1.0\n").what(),
+               "x.yaml:2: model.dropout: expected a number in [0, 1), found \"1.0\"");
+  EXPECT_STREQ(error_of_text("nproc: 3000000000\n").what(),
+               "x.yaml:1: nproc: expected an integer in [1, 2147483647], found \"3000000000\"");
+  EXPECT_STREQ(error_of_text("data:\n  num_folds: 4\n  fold: 4\n").what(),
+               "x.yaml:3: data.fold: expected an integer in [0, 3], found \"4\"");
+  EXPECT_STREQ(error_of_text("data:\n  synthetic_shape: [3, 0]\n").what(),
+               "x.yaml:2: data.synthetic_shape: expected a sequence of one or more integers >= 1, e.g. [3, "
+               "32, 32]; found \"0\" in the sequence");
+  EXPECT_STREQ(error_of_text("train:\n  seed: -1\n").what(),
+               "x.yaml:2: train.seed: expected an integer >= 0, found \"-1\"");
+}
+
+TEST(RunConfigErrors, BadEnumListsTheAllowedValues) {
+  EXPECT_STREQ(
+      error_of_text("optim:\n  name: sgdd\n").what(),
+      "x.yaml:2: optim.name: expected one of sgd, adam, adamw, lbfgs; found \"sgdd\"; did you mean sgd?");
+  EXPECT_STREQ(error_of_text("parallel:\n  backend: tcp\n").what(),
+               "x.yaml:2: parallel.backend: expected one of gloo, mpi, nccl; found \"tcp\"");
+  const auto e = error_of_text("optim:\n  scheduler:\n    name: exp\n");
+  EXPECT_EQ(e.key(), "optim.scheduler.name");
+  EXPECT_NE(std::string(e.what()).find("constant, step, cosine, linear, log"), std::string::npos);
+}
+
+TEST(RunConfigErrors, StructuralErrors) {
+  EXPECT_STREQ(error_of_text("data: 3\n").what(),
+               "x.yaml:1: data: expected a section of indented key: value lines, found \"3\"");
+  EXPECT_STREQ(error_of_text("optim:\n  lr: [1, 2]\n").what(),
+               "x.yaml:2: optim.lr: expected a positive number, found a sequence");
+  EXPECT_STREQ(error_of_text("data:\n  drop_last: maybe\n").what(),
+               "x.yaml:2: data.drop_last: expected true or false, found \"maybe\"");
+  EXPECT_STREQ(error_of_text("name: a\nname: b\n").what(),
+               "x.yaml:2: duplicate key name; keep one of the two entries");
+  const auto syntax = error_of_text("optim:\n  lr: [1, 2\n");
+  EXPECT_EQ(syntax.where().rfind("x.yaml:", 0), 0u) << syntax.what();
+  EXPECT_NE(std::string(syntax.what()).find("invalid YAML"), std::string::npos);
+  const auto missing = error_of([] { load_run_config("/nonexistent/x.yaml"); });
+  EXPECT_EQ(missing.where(), "/nonexistent/x.yaml");
+}
+
+TEST(RunConfigErrors, BadOverrideIsNamed) {
+  const std::string yaml = "optim:\n  lr: 0.1\n";
+  EXPECT_STREQ(error_of_text(yaml, {"optim.lr=fast"}).what(),
+               "override \"optim.lr=fast\": optim.lr: expected a positive number, found \"fast\"");
+  EXPECT_STREQ(error_of_text(yaml, {"optim.lrr=0.1"}).what(),
+               "override \"optim.lrr=0.1\": unknown key optim.lrr; did you mean optim.lr?");
+  const auto no_equals = error_of_text(yaml, {"optim.lr"});
+  EXPECT_EQ(no_equals.where(), "override \"optim.lr\"");
+  const auto bad_yaml = error_of_text(yaml, {"data.synthetic_shape=[3,32"});
+  EXPECT_EQ(bad_yaml.where(), "override \"data.synthetic_shape=[3,32\"");
+  EXPECT_EQ(bad_yaml.key(), "data.synthetic_shape");
+  const auto through_value = error_of_text(yaml, {"optim.lr.x=1"});
+  EXPECT_STREQ(through_value.what(),
+               "override \"optim.lr.x=1\": optim.lr.x: optim.lr is a value, not a section with keys; "
+               "override optim.lr itself instead");
+  const auto bad_key = error_of_text(yaml, {"optim..lr=1"});
+  EXPECT_EQ(bad_key.where(), "override \"optim..lr=1\"");
+  // Errors elsewhere in the file still name the file, not an unrelated override.
+  EXPECT_STREQ(error_of_text("data:\n  batch_size: x\n", {"optim.lr=0.5"}).what(),
+               "x.yaml:2: data.batch_size: expected a positive integer, found \"x\"");
+}
+
+TEST(RunConfigErrors, FileLineFromARealFile) {
+  const std::string path = ::testing::TempDir() + "dtrain_config_bad.yaml";
+  {
+    std::ofstream out(path);
+    out << "# comment\nname: r\n\ntrain:\n  epochs: 2\n  device: tpu\n";
+  }
+  const auto e = error_of([&] { load_run_config(path); });
+  EXPECT_EQ(e.where(), path + ":6");
+  EXPECT_EQ(e.key(), "train.device");
+  std::remove(path.c_str());
+}
+
+}  // namespace
+}  // namespace dtrain::config
