@@ -1,0 +1,76 @@
+// Small helpers shared by the reference benchmarks in bench/: flags, the torchrun-style
+// environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), sizes and medians.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace bench {
+
+// "--key value" pairs; a flag given twice keeps the last value.
+class Flags {
+ public:
+  Flags(int argc, char** argv) {
+    for (int i = 1; i < argc; ++i) {
+      const std::string key = argv[i];
+      if (key.rfind("--", 0) != 0 || i + 1 >= argc) {
+        throw std::invalid_argument("expected '--name value' pairs; got '" + key + "'");
+      }
+      values_[key.substr(2)] = argv[++i];
+    }
+  }
+  std::string get(const std::string& key, const std::string& fallback) const {
+    const auto it = values_.find(key);
+    return it == values_.end() ? fallback : it->second;
+  }
+  int get_int(const std::string& key, int fallback) const {
+    return std::stoi(get(key, std::to_string(fallback)));
+  }
+
+ private:
+  std::map<std::string, std::string> values_;
+};
+
+inline std::string env_or(const char* name, const std::string& fallback) {
+  const char* value = std::getenv(name);
+  return value && *value ? std::string(value) : fallback;
+}
+
+// "4K,1M,16M" -> bytes, powers of 1024.
+inline std::vector<std::int64_t> parse_sizes(const std::string& list) {
+  std::vector<std::int64_t> sizes;
+  std::stringstream stream(list);
+  std::string item;
+  while (std::getline(stream, item, ',')) {
+    std::int64_t scale = 1;
+    const char suffix = item.empty() ? '\0' : item.back();
+    if (suffix == 'K' || suffix == 'k') scale = 1024;
+    if (suffix == 'M' || suffix == 'm') scale = 1024 * 1024;
+    if (suffix == 'G' || suffix == 'g') scale = 1024LL * 1024 * 1024;
+    if (scale != 1) item.pop_back();
+    sizes.push_back(std::stoll(item) * scale);
+  }
+  return sizes;
+}
+
+inline double median(std::vector<double> values) {
+  if (values.empty()) return 0.0;
+  std::sort(values.begin(), values.end());
+  const auto n = values.size();
+  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+inline std::string human_bytes(std::int64_t bytes) {
+  if (bytes >= (1LL << 30) && bytes % (1LL << 30) == 0) return std::to_string(bytes >> 30) + "G";
+  if (bytes >= (1LL << 20) && bytes % (1LL << 20) == 0) return std::to_string(bytes >> 20) + "M";
+  if (bytes >= (1LL << 10) && bytes % (1LL << 10) == 0) return std::to_string(bytes >> 10) + "K";
+  return std::to_string(bytes);
+}
+
+}  // namespace bench
