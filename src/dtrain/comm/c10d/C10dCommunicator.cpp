@@ -1,0 +1,311 @@
+// dtrain's operations on a c10d process group. See Note [Emulated collectives] for what c10d's
+// Gloo lacks and what the emulation costs.
+#include "dtrain/comm/c10d/C10dCommunicator.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <atomic>
+#include <mutex>
+#include <thread>
+
+namespace dtrain::comm {
+
+// Note [Emulated collectives]
+// LibTorch 1.13's ProcessGroupGloo throws on ReduceOp::AVG, _allgather_base, reduce_scatter and
+// _reduce_scatter_base. Here:
+// - Avg is a Sum followed by an in-place division on completion: one extra pass over the tensor,
+//   no extra bytes. Integer tensors are refused (the mean of integers is not an integer).
+// - allgather passes the flat output's chunk views as c10d's output list; Gloo gathers into one
+//   buffer and copies it into the views: one extra copy of the output, no extra bytes.
+// - reduce_scatter is an alltoall (chunk j of every rank lands on rank j) followed by a local
+//   reduction of the n received chunks. Each rank sends (n-1)/n of its input, the same bytes as a
+//   ring reduce-scatter and half of what an allreduce-then-slice would send; it costs one
+//   temporary of the input's size and the local reduction that the ring would do anyway.
+// Data-movement operations (allgather, broadcast, alltoall, send, recv) move bytes, so they view
+// tensors as uint8: every dtype works, including those Gloo cannot reduce (BFloat16, Bool, complex).
+
+namespace {
+
+std::string error_text(const std::exception& e) {
+  // c10::Error::what() appends a C++ backtrace that tells a user nothing.
+  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e)) return c10_error->what_without_backtrace();
+  return e.what();
+}
+
+// Runs a c10d call, turning c10::Error into an error without the backtrace; the Communicator
+// base turns it into a CommError naming rank and operation.
+template <typename F>
+auto call_c10d(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const c10::Error& e) {
+    throw std::runtime_error(e.what_without_backtrace());
+  }
+}
+
+::c10d::ReduceOp to_c10d(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum:
+    case ReduceOp::Avg:
+      return ::c10d::ReduceOp::SUM;  // See Note [Emulated collectives]
+    case ReduceOp::Max:
+      return ::c10d::ReduceOp::MAX;
+    case ReduceOp::Min:
+      return ::c10d::ReduceOp::MIN;
+  }
+  TORCH_INTERNAL_ASSERT(false, "unhandled ReduceOp ", static_cast<int>(op));
+}
+
+at::Tensor as_bytes(const at::Tensor& t) {
+  return t.view({-1}).view(at::kByte);
+}
+
+// Wraps a c10d Work: waits with the communicator's timeout and runs a completion step (the
+// division of an emulated Avg, the local reduction of an emulated reduce_scatter) exactly once.
+class C10dWork final : public Work {
+ public:
+  C10dWork(compat::WorkHandle work, std::chrono::milliseconds timeout, std::function<void()> finish,
+           bool wait_on_thread)
+      : work_(std::move(work)), timeout_(timeout), finish_(std::move(finish)), on_thread_(wait_on_thread) {
+    // Gloo's send/recv Work completes only inside wait(); a thread waiting for it is what lets
+    // completed() answer without blocking. One thread per operation, so that no transfer waits
+    // behind another one that the peer has not yet matched.
+    if (wait_on_thread) {
+      waiter_ = std::thread([this] {
+        try {
+          work_->wait(timeout_);
+        } catch (const std::exception& e) {
+          waiter_error_ = std::make_exception_ptr(std::runtime_error(error_text(e)));
+        }
+        waited_.store(true, std::memory_order_release);
+      });
+    }
+  }
+
+  ~C10dWork() override {
+    if (waiter_.joinable()) waiter_.join();
+  }
+
+  bool completed() override {
+    if (on_thread_) {
+      if (!waited_.load(std::memory_order_acquire)) return false;
+      join_waiter();
+    } else {
+      if (!call_c10d([&] { return work_->isCompleted(); })) return false;
+      if (!work_->isSuccess()) rethrow(work_->exception());
+    }
+    finish_once();
+    return true;
+  }
+
+  void wait() override {
+    if (on_thread_) {
+      join_waiter();
+    } else {
+      call_c10d([&] { return work_->wait(timeout_); });
+    }
+    finish_once();
+  }
+
+ private:
+  void join_waiter() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (waiter_.joinable()) waiter_.join();
+    }
+    if (waiter_error_) std::rethrow_exception(waiter_error_);
+  }
+
+  [[noreturn]] static void rethrow(const std::exception_ptr& error) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      throw std::runtime_error(error_text(e));
+    }
+  }
+
+  void finish_once() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (finish_) {
+      finish_();
+      finish_ = nullptr;
+    }
+  }
+
+  compat::WorkHandle work_;
+  std::chrono::milliseconds timeout_;
+  std::function<void()> finish_;
+  const bool on_thread_;
+  std::mutex mutex_;
+  std::thread waiter_;
+  std::atomic<bool> waited_{false};
+  std::exception_ptr waiter_error_;
+};
+
+}  // namespace
+
+C10dCommunicator::C10dCommunicator(std::string backend, int rank, int size, std::chrono::milliseconds timeout,
+                                   compat::StorePtr store, compat::GroupPtr group, GroupFactory factory,
+                                   C10dCapabilities capabilities)
+    : Communicator(rank, size, timeout),
+      backend_(std::move(backend)),
+      store_(std::move(store)),
+      group_(std::move(group)),
+      factory_(std::move(factory)),
+      capabilities_(capabilities) {
+  TORCH_INTERNAL_ASSERT(size == 1 || (store_ && group_), "a c10d communicator of ", size,
+                        " ranks needs a group");
+  TORCH_INTERNAL_ASSERT(factory_, "a c10d communicator needs a group factory for split()");
+}
+
+C10dCommunicator::~C10dCommunicator() = default;
+
+WorkPtr C10dCommunicator::wrap(compat::WorkHandle work, std::function<void()> finish, bool p2p) {
+  TORCH_INTERNAL_ASSERT(work, backend_, " returned no Work");
+  return std::make_shared<C10dWork>(std::move(work), timeout(), std::move(finish),
+                                    p2p && !capabilities_.p2p_completes_without_wait);
+}
+
+void C10dCommunicator::check_reducible(const at::Tensor& tensor, ReduceOp op, const char* what) const {
+  if (op == ReduceOp::Avg && !at::isFloatingType(tensor.scalar_type()) &&
+      !at::isComplexType(tensor.scalar_type())) {
+    fail(what,
+         fmt::format("ReduceOp avg needs a floating-point tensor; found {}. Reduce with sum and divide, or "
+                     "convert the tensor to a floating-point type first",
+                     c10::toString(tensor.scalar_type())));
+  }
+}
+
+WorkPtr C10dCommunicator::do_allreduce(at::Tensor& tensor, ReduceOp op, bool async_op) {
+  check_reducible(tensor, op, "allreduce");
+  if (tensor.numel() == 0) return std::make_shared<CompletedWork>();
+  std::vector<at::Tensor> tensors{tensor};
+  ::c10d::AllreduceOptions options;
+  options.reduceOp = to_c10d(op);
+  options.timeout = timeout();
+  auto work = call_c10d([&] { return group_->allreduce(tensors, options); });
+  std::function<void()> finish;
+  if (op == ReduceOp::Avg) finish = [tensor, n = size()] { tensor.div_(n); };
+  return wrap(std::move(work), std::move(finish));
+}
+
+WorkPtr C10dCommunicator::do_allgather(at::Tensor& input, at::Tensor& output, bool async_op) {
+  if (input.numel() == 0) return std::make_shared<CompletedWork>();
+  at::Tensor in = as_bytes(input);
+  at::Tensor out = as_bytes(output);
+  ::c10d::AllgatherOptions options;
+  options.timeout = timeout();
+  if (capabilities_.flat_collectives) {
+    return wrap(call_c10d([&] { return group_->_allgather_base(out, in, options); }));
+  }
+  std::vector<at::Tensor> inputs{in};
+  std::vector<std::vector<at::Tensor>> outputs{out.split(in.numel())};  // See Note [Emulated collectives]
+  return wrap(call_c10d([&] { return group_->allgather(outputs, inputs, options); }));
+}
+
+WorkPtr C10dCommunicator::do_broadcast(at::Tensor& tensor, int root, bool async_op) {
+  if (tensor.numel() == 0) return std::make_shared<CompletedWork>();
+  std::vector<at::Tensor> tensors{as_bytes(tensor)};
+  ::c10d::BroadcastOptions options;
+  options.rootRank = root;
+  options.timeout = timeout();
+  return wrap(call_c10d([&] { return group_->broadcast(tensors, options); }));
+}
+
+WorkPtr C10dCommunicator::do_reduce_scatter(at::Tensor& input, at::Tensor& output, ReduceOp op,
+                                            bool async_op) {
+  check_reducible(input, op, "reduce_scatter");
+  if (output.numel() == 0) return std::make_shared<CompletedWork>();
+  const int n = size();
+  if (capabilities_.flat_collectives) {
+    at::Tensor in = input.view({-1});
+    at::Tensor out = output.view({-1});
+    ::c10d::ReduceScatterOptions options;
+    options.reduceOp = to_c10d(op);
+    options.timeout = timeout();
+    std::function<void()> finish;
+    if (op == ReduceOp::Avg) finish = [output, n] { output.div_(n); };
+    return wrap(call_c10d([&] { return group_->_reduce_scatter_base(out, in, options); }), std::move(finish));
+  }
+  // See Note [Emulated collectives]: an alltoall, then a local reduction over the n chunks.
+  at::Tensor received = at::empty({input.numel()}, input.options());
+  at::Tensor received_bytes = as_bytes(received);
+  at::Tensor input_bytes = as_bytes(input);
+  std::vector<int64_t> equal_splits;
+  ::c10d::AllToAllOptions options;
+  options.timeout = timeout();
+  auto work = call_c10d([&] {
+    return group_->alltoall_base(received_bytes, input_bytes, equal_splits, equal_splits, options);
+  });
+  auto finish = [received, output, op, n] {
+    at::Tensor chunks = received.view({n, -1});  // (ranks, chunk)
+    at::Tensor out = output.view({-1});
+    switch (op) {
+      case ReduceOp::Sum:
+        at::sum_out(out, chunks, {0}, false, out.scalar_type());
+        break;
+      case ReduceOp::Avg:
+        at::sum_out(out, chunks, {0}, false, out.scalar_type());
+        out.div_(n);
+        break;
+      case ReduceOp::Max:
+        at::amax_out(out, chunks, {0});
+        break;
+      case ReduceOp::Min:
+        at::amin_out(out, chunks, {0});
+        break;
+    }
+  };
+  return wrap(std::move(work), std::move(finish));
+}
+
+WorkPtr C10dCommunicator::do_alltoall(at::Tensor& input, at::Tensor& output, bool async_op) {
+  if (input.numel() == 0) return std::make_shared<CompletedWork>();
+  at::Tensor in = as_bytes(input);
+  at::Tensor out = as_bytes(output);
+  std::vector<int64_t> equal_splits;
+  ::c10d::AllToAllOptions options;
+  options.timeout = timeout();
+  return wrap(call_c10d([&] { return group_->alltoall_base(out, in, equal_splits, equal_splits, options); }));
+}
+
+WorkPtr C10dCommunicator::do_send(at::Tensor& tensor, int dst, int tag, bool async_op) {
+  if (tensor.numel() == 0) return std::make_shared<CompletedWork>();
+  std::vector<at::Tensor> tensors{as_bytes(tensor)};
+  return wrap(call_c10d([&] { return group_->send(tensors, dst, tag); }), {}, async_op);
+}
+
+WorkPtr C10dCommunicator::do_recv(at::Tensor& tensor, int src, int tag, bool async_op) {
+  if (tensor.numel() == 0) return std::make_shared<CompletedWork>();
+  std::vector<at::Tensor> tensors{as_bytes(tensor)};
+  return wrap(call_c10d([&] { return group_->recv(tensors, src, tag); }), {}, async_op);
+}
+
+WorkPtr C10dCommunicator::do_barrier(bool async_op) {
+  ::c10d::BarrierOptions options;
+  options.timeout = timeout();
+  return wrap(call_c10d([&] { return group_->barrier(options); }));
+}
+
+std::unique_ptr<Communicator> C10dCommunicator::do_split(const std::vector<int>& ranks) {
+  const auto split_id = splits_++;
+  const auto position = std::find(ranks.begin(), ranks.end(), rank());
+  if (position == ranks.end()) return nullptr;
+  const int sub_rank = static_cast<int>(position - ranks.begin());
+  const int sub_size = static_cast<int>(ranks.size());
+  if (sub_size == 1) {
+    return std::make_unique<C10dCommunicator>(backend_, 0, 1, timeout(), compat::StorePtr(),
+                                              compat::GroupPtr(), factory_, capabilities_);
+  }
+  // The rank list is part of the key so that ranks that disagree on it fail to meet instead of
+  // forming a wrong group.
+  auto sub_store = c10::make_intrusive<::c10d::PrefixStore>(
+      fmt::format("split/{}/{}", split_id, fmt::join(ranks, ",")), store_);
+  compat::GroupPtr group = call_c10d([&] { return factory_(sub_store, sub_rank, sub_size); });
+  return std::make_unique<C10dCommunicator>(backend_, sub_rank, sub_size, timeout(), std::move(sub_store),
+                                            std::move(group), factory_, capabilities_);
+}
+
+}  // namespace dtrain::comm

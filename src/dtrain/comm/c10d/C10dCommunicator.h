@@ -1,0 +1,62 @@
+// A Communicator over any c10d process group (ProcessGroupGloo, ProcessGroupNCCL): maps dtrain's
+// operations onto c10d's, emulates what a backend lacks (Avg, flat allgather, reduce_scatter), and
+// builds subgroups through the store the group was made from.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dtrain/comm/C10dCompat.h"
+#include "dtrain/comm/Communicator.h"
+
+namespace dtrain::comm {
+
+// What a c10d backend does natively; everything else is emulated.
+struct C10dCapabilities {
+  // _allgather_base and _reduce_scatter_base on flat tensors (NCCL; not Gloo in 1.13).
+  bool flat_collectives = false;
+  // Work::isCompleted() becomes true for send/recv without anyone waiting (not Gloo's).
+  bool p2p_completes_without_wait = true;
+};
+
+// Builds the process group of `size` ranks meeting through `store`; used for the world and for
+// every split.
+using GroupFactory = std::function<compat::GroupPtr(const compat::StorePtr& store, int rank, int size)>;
+
+class C10dCommunicator final : public Communicator {
+ public:
+  // size == 1 needs neither store nor group (every operation is local); otherwise both are set.
+  C10dCommunicator(std::string backend, int rank, int size, std::chrono::milliseconds timeout,
+                   compat::StorePtr store, compat::GroupPtr group, GroupFactory factory,
+                   C10dCapabilities capabilities);
+  ~C10dCommunicator() override;
+
+  std::string backend() const override { return backend_; }
+
+ protected:
+  WorkPtr do_allreduce(at::Tensor& tensor, ReduceOp op, bool async_op) override;
+  WorkPtr do_allgather(at::Tensor& input, at::Tensor& output, bool async_op) override;
+  WorkPtr do_broadcast(at::Tensor& tensor, int root, bool async_op) override;
+  WorkPtr do_reduce_scatter(at::Tensor& input, at::Tensor& output, ReduceOp op, bool async_op) override;
+  WorkPtr do_alltoall(at::Tensor& input, at::Tensor& output, bool async_op) override;
+  WorkPtr do_send(at::Tensor& tensor, int dst, int tag, bool async_op) override;
+  WorkPtr do_recv(at::Tensor& tensor, int src, int tag, bool async_op) override;
+  WorkPtr do_barrier(bool async_op) override;
+  std::unique_ptr<Communicator> do_split(const std::vector<int>& ranks) override;
+
+ private:
+  WorkPtr wrap(compat::WorkHandle work, std::function<void()> finish = {}, bool p2p = false);
+  void check_reducible(const at::Tensor& tensor, ReduceOp op, const char* what) const;
+
+  std::string backend_;
+  compat::StorePtr store_;
+  compat::GroupPtr group_;
+  GroupFactory factory_;
+  C10dCapabilities capabilities_;
+  // Every rank counts its splits, members or not, so the n-th split has the same store keys everywhere.
+  std::uint64_t splits_ = 0;
+};
+
+}  // namespace dtrain::comm
