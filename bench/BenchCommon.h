@@ -74,3 +74,55 @@ inline std::string human_bytes(std::int64_t bytes) {
 }
 
 }  // namespace bench
+
+#include <chrono>
+#include <cstdio>
+#include <functional>
+
+namespace bench {
+
+struct Comparison {
+  double plain_us = 0.0;  // median over every timed call of every round
+  double dtrain_us = 0.0;
+  std::vector<double> round_ratios;  // dtrain / plain, per round
+};
+
+// A B A B: each round times `iters` calls of plain, then `iters` of dtrain, so drift in the
+// machine's load hits both alike. slowest(x) returns the maximum of x over ranks.
+inline Comparison compare_ab(int rounds, int iters, const std::function<void()>& plain,
+                             const std::function<void()>& dtrain,
+                             const std::function<double(double)>& slowest) {
+  using Clock = std::chrono::steady_clock;
+  auto time_calls = [&](const std::function<void()>& call, std::vector<double>& all) {
+    std::vector<double> us;
+    for (int i = 0; i < iters; ++i) {
+      const auto t0 = Clock::now();
+      call();
+      us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    }
+    all.insert(all.end(), us.begin(), us.end());
+    return slowest(median(us));
+  };
+  Comparison c;
+  std::vector<double> plain_all, dtrain_all;
+  for (int r = 0; r < rounds; ++r) {
+    const double p = time_calls(plain, plain_all);
+    const double d = time_calls(dtrain, dtrain_all);
+    c.round_ratios.push_back(d / p);
+  }
+  c.plain_us = slowest(median(plain_all));
+  c.dtrain_us = slowest(median(dtrain_all));
+  return c;
+}
+
+inline void print_comparison(const char* name, std::int64_t bytes, const Comparison& c) {
+  std::printf("%-12s %6s plain_us=%9.1f dtrain_us=%9.1f ratio=%.3f rounds=", name, human_bytes(bytes).c_str(),
+              c.plain_us, c.dtrain_us, c.dtrain_us / c.plain_us);
+  for (std::size_t i = 0; i < c.round_ratios.size(); ++i) {
+    std::printf("%s%.2f", i ? "," : "", c.round_ratios[i]);
+  }
+  std::printf("\n");
+  std::fflush(stdout);
+}
+
+}  // namespace bench

@@ -1,0 +1,120 @@
+// `dtrain bench comm`: size parsing, bus-bandwidth factors, option checks, the JSON line's exact
+// fields, and real measurements on one rank (through the command line) and on two (threads).
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "dtrain/cli/BenchCommand.h"
+#include "dtrain/cli/Commands.h"
+#include "dtrain/comm/Backend.h"
+#include "support/ThreadWorld.h"
+
+namespace dtrain::cli {
+namespace {
+
+TEST(BenchCommand, SizesTakePowersOf1024) {
+  EXPECT_EQ(parse_sizes("4K,1M,16M,64M"), (std::vector<std::int64_t>{4096, 1 << 20, 16 << 20, 64 << 20}));
+  EXPECT_EQ(parse_sizes("100,2g,8kB"), (std::vector<std::int64_t>{100, 2LL << 30, 8192}));
+}
+
+TEST(BenchCommand, BadSizesNameTheItem) {
+  for (const std::string bad : {"4Q", "", "1M,,4K", "-1", "0", "K", "1.5M", "4K "}) {
+    try {
+      parse_sizes(bad);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("--sizes"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("e.g. --sizes 4K,1M,16M"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(BenchCommand, BusFactorsAreNcclTests) {
+  EXPECT_DOUBLE_EQ(bus_factor("allreduce", 4), 1.5);
+  EXPECT_DOUBLE_EQ(bus_factor("allgather", 4), 0.75);
+  EXPECT_DOUBLE_EQ(bus_factor("reduce_scatter", 2), 0.5);
+  EXPECT_DOUBLE_EQ(bus_factor("broadcast", 8), 1.0);
+  EXPECT_THROW(bus_factor("alltoall", 2), std::invalid_argument);
+}
+
+TEST(BenchCommand, ValidateRejectsWhatWouldFailLater) {
+  BenchCommOptions ok;
+  EXPECT_NO_THROW(validate(ok));
+  auto rejects = [](BenchCommOptions o) { EXPECT_THROW(validate(o), std::invalid_argument); };
+  BenchCommOptions o = ok;
+  o.backend = "carrier-pigeon";
+  rejects(o);
+  o = ok;
+  o.op = "gather";
+  rejects(o);
+  o = ok;
+  o.dtype = "float8";
+  rejects(o);
+  o = ok;
+  o.iters = 0;
+  rejects(o);
+  o = ok;
+  o.sizes = "1X";
+  rejects(o);
+}
+
+TEST(BenchCommand, JsonLineHasExactlyTheFields) {
+  BenchCommResult r{"allgather", "gloo", 2, 4096, 123.4567, 0.0331, 0.0166};
+  const auto j = nlohmann::json::parse(to_json_line(r));
+  std::set<std::string> keys;
+  for (const auto& item : j.items()) keys.insert(item.key());
+  EXPECT_EQ(keys, (std::set<std::string>{"op", "backend", "world", "bytes", "median_us", "algbw_GBps",
+                                         "busbw_GBps"}));
+  EXPECT_EQ(j["op"], "allgather");
+  EXPECT_EQ(j["world"], 2);
+  EXPECT_EQ(j["bytes"], 4096);
+  EXPECT_NEAR(j["median_us"].get<double>(), 123.457, 1e-9);
+}
+
+// The whole command on one rank: parsing, connecting from the environment, one line per size.
+TEST(BenchCommand, OneRankCommandPrintsOneJsonLinePerSize) {
+  CLI::App app;
+  Run run = add_bench_command(app);
+  std::vector<std::string> args{"bench", "comm", "--op", "allgather", "--sizes", "4K,1026", "--iters", "3"};
+  std::reverse(args.begin(), args.end());
+  app.parse(args);
+  ::testing::internal::CaptureStdout();
+  ::testing::internal::CaptureStderr();
+  const int code = run();
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  const std::string table = ::testing::internal::GetCapturedStderr();
+  ASSERT_EQ(code, 0);
+  std::istringstream lines(out);
+  std::string line;
+  std::vector<nlohmann::json> rows;
+  while (std::getline(lines, line)) rows.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0]["bytes"], 4096);
+  EXPECT_EQ(rows[1]["bytes"], 1024);  // rounded down to whole float32 elements
+  EXPECT_EQ(rows[0]["world"], 1);
+  EXPECT_EQ(rows[0]["busbw_GBps"], 0.0);  // (n-1)/n of nothing: one rank moves no bytes
+  EXPECT_NE(table.find("median_us"), std::string::npos);
+}
+
+TEST(BenchCommand, TwoRanksMeasureTheSlowestRank) {
+  BenchCommOptions o;
+  o.op = "reduce_scatter";
+  o.iters = 5;
+  o.warmup = 1;
+  std::vector<BenchCommResult> results(2);
+  dtrain::testing::run_world(
+      2, [&](std::shared_ptr<comm::Communicator> c) { results[c->rank()] = measure(*c, o, 4098); });
+  for (const auto& r : results) {
+    EXPECT_EQ(r.world, 2);
+    EXPECT_EQ(r.bytes, 4096);
+    EXPECT_GT(r.median_us, 0.0);
+    EXPECT_NEAR(r.busbw_GBps, r.algbw_GBps * 0.5, 1e-12);
+  }
+  // Every rank reports the same per-iteration maxima, hence the same median.
+  EXPECT_DOUBLE_EQ(results[0].median_us, results[1].median_us);
+}
+
+}  // namespace
+}  // namespace dtrain::cli
