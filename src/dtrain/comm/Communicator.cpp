@@ -43,9 +43,8 @@ std::uint64_t nbytes(const at::Tensor& t) { return static_cast<std::uint64_t>(t.
 // Times the wait, and turns whatever the backend throws into a CommError naming rank and op.
 class TrackedWork final : public Work {
  public:
-  TrackedWork(WorkPtr inner, std::function<void(double)> on_wait,
-              std::function<void [[noreturn]] (const std::string&)> on_error)
-      : inner_(std::move(inner)), on_wait_(std::move(on_wait)), on_error_(std::move(on_error)) {}
+  TrackedWork(WorkPtr inner, std::function<void(double)> on_wait, std::function<CommError(const std::string&)> error)
+      : inner_(std::move(inner)), on_wait_(std::move(on_wait)), error_(std::move(error)) {}
 
   bool completed() override {
     try {
@@ -53,7 +52,7 @@ class TrackedWork final : public Work {
     } catch (const CommError&) {
       throw;
     } catch (const std::exception& e) {
-      on_error_(e.what());
+      throw error_(e.what());
     }
   }
 
@@ -66,7 +65,7 @@ class TrackedWork final : public Work {
       throw;
     } catch (const std::exception& e) {
       on_wait_(seconds_since(start));
-      on_error_(e.what());
+      throw error_(e.what());
     }
     on_wait_(seconds_since(start));
   }
@@ -74,7 +73,7 @@ class TrackedWork final : public Work {
  private:
   WorkPtr inner_;
   std::function<void(double)> on_wait_;
-  std::function<void [[noreturn]] (const std::string&)> on_error_;
+  std::function<CommError(const std::string&)> error_;
 };
 
 }  // namespace
@@ -97,7 +96,7 @@ WorkPtr Communicator::track(const std::string& op, std::uint64_t bytes, std::uin
   stats_.add_call(op, bytes, wire_bytes);
   const std::string label = fmt::format("{} ({} bytes, {})", op, bytes, backend());
   auto on_wait = [this, op](double s) { stats_.add_wait(op, s); };
-  auto on_error = [this, label](const std::string& what) { fail(label, what); };
+  auto on_error = [this, label](const std::string& what) { return CommError(rank_, size_, label, what); };
   const auto t0 = Clock::now();
   WorkPtr inner;
   try {
