@@ -1,0 +1,59 @@
+// Network: the one interface every dtrain model has, so the trainer and the parallel strategies
+// treat an MLP, a ResNet or a transformer alike. A model is a sequence of stages in forward order
+// (a torch::nn::Sequential), which is what pipeline parallelism splits across ranks.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/sequential.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace dtrain::models {
+
+// What the data looks like to the model: the shape of one sample and what the model predicts.
+struct InputSpec {
+  // (C, H, W) for images; (T) for token sequences.
+  std::vector<std::int64_t> sample_shape{1, 28, 28};
+  // Classifiers: the number of classes.
+  std::int64_t num_classes = 10;
+  // Token inputs (transformer): ids in [0, vocab_size); 0 = the inputs are images.
+  std::int64_t vocab_size = 0;
+  // Token inputs: the longest sequence the model accepts (positional embeddings are learned).
+  std::int64_t seq_len = 0;
+
+  static InputSpec image(std::int64_t channels, std::int64_t height, std::int64_t width,
+                         std::int64_t num_classes);
+  // A character- or token-level sequence; num_classes is used by the encoder classifier only.
+  static InputSpec tokens(std::int64_t vocab_size, std::int64_t seq_len, std::int64_t num_classes = 0);
+
+  bool is_tokens() const { return vocab_size > 0; }
+  // "1x28x28" or "tokens T=64 V=65".
+  std::string describe() const;
+};
+
+class Network : public torch::nn::Module {
+ public:
+  // `layers` run in order on forward; `kind` is the registry name ("resnet18").
+  Network(std::string kind, torch::nn::Sequential layers);
+
+  // Classifiers: (N, ...) -> logits (N, classes); language model: (N, T) -> (N, T, vocab).
+  virtual torch::Tensor forward(torch::Tensor input);
+
+  const std::string& kind() const { return kind_; }
+  // The sequence the forward pass runs, shared with this network (not a copy).
+  torch::nn::Sequential layers() const { return layers_; }
+  // The stages in forward order, each callable as stage.forward(tensor); they share this
+  // network's parameters.
+  std::vector<torch::nn::AnyModule> stages() const;
+
+ private:
+  std::string kind_;
+  torch::nn::Sequential layers_;
+};
+
+using NetworkPtr = std::shared_ptr<Network>;
+
+}  // namespace dtrain::models

@@ -1,0 +1,111 @@
+// vit (Dosovitskiy et al. 2021: patches, class token, pre-norm encoder) and transformer: an
+// encoder classifier over image rows or tokens, or a causal language model (GPT-2 style).
+#include <fmt/format.h>
+
+#include <cmath>
+#include <stdexcept>
+
+#include "dtrain/models/Architectures.h"
+#include "dtrain/models/TransformerBlocks.h"
+
+namespace dtrain::models::detail {
+
+namespace {
+
+AttentionOptions attention_options(const std::string& model, const config::ModelConfig& config, bool causal) {
+  if (config.dim <= 0 || config.heads <= 0 || config.depth <= 0) {
+    throw std::invalid_argument(fmt::format(
+        "{}: expected positive model.dim, model.heads and model.depth, found dim {}, heads {}, depth {}",
+        model, config.dim, config.heads, config.depth));
+  }
+  if (config.dim % config.heads != 0) {
+    throw std::invalid_argument(fmt::format(
+        "{}: expected model.heads to divide model.dim, found dim {} and heads {}; choose heads among the "
+        "divisors of dim",
+        model, config.dim, config.heads));
+  }
+  const auto hidden = static_cast<std::int64_t>(std::llround(config.mlp_ratio * config.dim));
+  if (!(config.mlp_ratio > 0.0) || hidden < 1) {
+    throw std::invalid_argument(
+        fmt::format("{}: expected model.mlp_ratio > 0 (the MLP is mlp_ratio * dim wide), found {}", model,
+                    config.mlp_ratio));
+  }
+  if (!(config.dropout >= 0.0 && config.dropout < 1.0)) {
+    throw std::invalid_argument(
+        fmt::format("{}: expected model.dropout in [0, 1), found {}", model, config.dropout));
+  }
+  AttentionOptions options;
+  options.dim = config.dim;
+  options.heads = config.heads;
+  options.mlp_hidden = hidden;
+  options.dropout = config.dropout;
+  options.causal = causal;
+  return options;
+}
+
+void push_blocks(torch::nn::Sequential& layers, const AttentionOptions& options, int depth) {
+  for (int i = 0; i < depth; ++i) layers->push_back(EncoderBlock(options));
+}
+
+}  // namespace
+
+NetworkPtr build_vit(const config::ModelConfig& config, const InputSpec& input) {
+  require_image_input("vit", input);
+  require_classes("vit", input);
+  const auto options = attention_options("vit", config, /*causal=*/false);
+  const auto channels = input.sample_shape[0];
+  const auto height = input.sample_shape[1];
+  const auto width = input.sample_shape[2];
+  if (config.patch <= 0 || height % config.patch != 0 || width % config.patch != 0) {
+    throw std::invalid_argument(fmt::format(
+        "vit: expected model.patch to divide the image size {}x{}, found patch {}; choose a common divisor "
+        "of height and width (or set data.image_size to a multiple of the patch)",
+        height, width, config.patch));
+  }
+  torch::nn::Sequential layers;
+  layers->push_back(PatchEmbedding(channels, height, width, config.patch, config.dim, config.dropout));
+  push_blocks(layers, options, config.depth);
+  layers->push_back(ClassifierHead(config.dim, input.num_classes, Pooling::ClassToken));
+  return std::make_shared<Network>("vit", layers);
+}
+
+NetworkPtr build_transformer(const config::ModelConfig& config, const InputSpec& input) {
+  if (config.task == "lm") {
+    if (!input.is_tokens() || input.seq_len <= 0) {
+      throw std::invalid_argument(
+          fmt::format("transformer (task lm): expected token inputs with a vocabulary and a sequence length, "
+                      "found {}; use "
+                      "data.dataset: text, or model.task: classifier for images",
+                      input.describe()));
+    }
+    const auto options = attention_options("transformer", config, /*causal=*/true);
+    torch::nn::Sequential layers;
+    layers->push_back(TokenEmbedding(input.vocab_size, input.seq_len, config.dim, config.dropout));
+    push_blocks(layers, options, config.depth);
+    layers->push_back(LanguageModelHead(config.dim, input.vocab_size));
+    return std::make_shared<Network>("transformer-lm", layers);
+  }
+  if (config.task != "classifier") {
+    throw std::invalid_argument(
+        fmt::format("model.task: expected classifier or lm, found '{}'; set model.task", config.task));
+  }
+  require_classes("transformer", input);
+  const auto options = attention_options("transformer", config, /*causal=*/false);
+  torch::nn::Sequential layers;
+  if (input.is_tokens()) {
+    if (input.seq_len <= 0) {
+      throw std::invalid_argument(fmt::format(
+          "transformer: expected a positive sequence length for token inputs, found {}", input.seq_len));
+    }
+    layers->push_back(TokenEmbedding(input.vocab_size, input.seq_len, config.dim, config.dropout));
+  } else {
+    require_image_input("transformer", input);
+    layers->push_back(RowEmbedding(input.sample_shape[0], input.sample_shape[1], input.sample_shape[2],
+                                   config.dim, config.dropout));
+  }
+  push_blocks(layers, options, config.depth);
+  layers->push_back(ClassifierHead(config.dim, input.num_classes, Pooling::Mean));
+  return std::make_shared<Network>("transformer", layers);
+}
+
+}  // namespace dtrain::models::detail

@@ -1,0 +1,131 @@
+// create_optimizer() and the learning-rate and state helpers around torch::optim.
+#include "dtrain/optim/Optimizers.h"
+
+#include <fmt/format.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
+#include <torch/optim/lbfgs.h>
+#include <torch/optim/sgd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <stdexcept>
+
+namespace dtrain::optim {
+
+namespace {
+
+std::string lowercase(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return s;
+}
+
+void require(bool ok, const std::string& message) {
+  if (!ok) throw std::invalid_argument(message);
+}
+
+void validate_common(const config::OptimConfig& config, const std::string& name) {
+  require(
+      config.lr > 0.0,
+      fmt::format("optim.lr: expected a positive learning rate, found {}; e.g. optim.lr: 0.01", config.lr));
+  require(config.weight_decay >= 0.0,
+          fmt::format("optim.weight_decay: expected >= 0, found {}", config.weight_decay));
+  if (name != "sgd") {
+    require(config.momentum == 0.0 && !config.nesterov,
+            fmt::format("optim.momentum/optim.nesterov apply to sgd only, found momentum {} and nesterov {} "
+                        "with {}; remove them or set optim.name: sgd (adam's momentum is optim.beta1)",
+                        config.momentum, config.nesterov, name));
+  }
+  if (name == "adam" || name == "adamw") {
+    require(config.beta1 >= 0.0 && config.beta1 < 1.0 && config.beta2 >= 0.0 && config.beta2 < 1.0,
+            fmt::format("optim.beta1/optim.beta2: expected both in [0, 1), found {} and {}", config.beta1,
+                        config.beta2));
+    require(config.eps > 0.0, fmt::format("optim.eps: expected > 0, found {}", config.eps));
+  }
+}
+
+}  // namespace
+
+const std::vector<std::string>& known_optimizers() {
+  static const std::vector<std::string> names{"sgd", "adam", "adamw", "lbfgs"};
+  return names;
+}
+
+std::unique_ptr<torch::optim::Optimizer> create_optimizer(std::vector<torch::Tensor> parameters,
+                                                          const config::OptimConfig& config) {
+  const std::string name = lowercase(config.name);
+  if (std::find(known_optimizers().begin(), known_optimizers().end(), name) == known_optimizers().end()) {
+    throw std::invalid_argument(fmt::format("optim.name: expected one of {}, found '{}'; set optim.name",
+                                            fmt::join(known_optimizers(), ", "), config.name));
+  }
+  validate_common(config, name);
+  if (name == "sgd") {
+    require(config.momentum >= 0.0, fmt::format("optim.momentum: expected >= 0, found {}", config.momentum));
+    require(!config.nesterov || config.momentum > 0.0,
+            "optim.nesterov: expected optim.momentum > 0 with nesterov, found momentum 0; set optim.momentum "
+            "(e.g. 0.9) or optim.nesterov: false");
+    auto options = torch::optim::SGDOptions(config.lr)
+                       .momentum(config.momentum)
+                       .nesterov(config.nesterov)
+                       .weight_decay(config.weight_decay);
+    return std::make_unique<torch::optim::SGD>(std::move(parameters), options);
+  }
+  if (name == "adam") {
+    auto options = torch::optim::AdamOptions(config.lr)
+                       .betas({config.beta1, config.beta2})
+                       .eps(config.eps)
+                       .weight_decay(config.weight_decay);
+    return std::make_unique<torch::optim::Adam>(std::move(parameters), options);
+  }
+  if (name == "adamw") {
+    auto options = torch::optim::AdamWOptions(config.lr)
+                       .betas({config.beta1, config.beta2})
+                       .eps(config.eps)
+                       .weight_decay(config.weight_decay);
+    return std::make_unique<torch::optim::AdamW>(std::move(parameters), options);
+  }
+  TORCH_INTERNAL_ASSERT(name == "lbfgs");
+  require(
+      config.weight_decay == 0.0,
+      fmt::format("optim.weight_decay: lbfgs has no weight decay, found {}; set optim.weight_decay: 0 or add "
+                  "an L2 term to the loss",
+                  config.weight_decay));
+  require(config.lbfgs_history > 0 && config.lbfgs_max_iter > 0,
+          fmt::format("optim.lbfgs_history/optim.lbfgs_max_iter: expected both > 0, found {} and {}",
+                      config.lbfgs_history, config.lbfgs_max_iter));
+  auto options = torch::optim::LBFGSOptions(config.lr)
+                     .history_size(config.lbfgs_history)
+                     .max_iter(config.lbfgs_max_iter);
+  return std::make_unique<torch::optim::LBFGS>(std::move(parameters), options);
+}
+
+double learning_rate(const torch::optim::Optimizer& optimizer) {
+  TORCH_INTERNAL_ASSERT(!optimizer.param_groups().empty());
+  return optimizer.param_groups().front().options().get_lr();
+}
+
+void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {
+  for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);
+}
+
+void save_optimizer_state(const torch::optim::Optimizer& optimizer, torch::serialize::OutputArchive& archive,
+                          const std::string& key) {
+  torch::serialize::OutputArchive state;
+  optimizer.save(state);
+  archive.write(key, state);
+}
+
+void load_optimizer_state(torch::optim::Optimizer& optimizer, torch::serialize::InputArchive& archive,
+                          const std::string& key) {
+  torch::serialize::InputArchive state;
+  if (!archive.try_read(key, state)) {
+    throw std::invalid_argument(fmt::format(
+        "checkpoint: expected optimizer state under '{}', found none; the checkpoint was saved without an "
+        "optimizer or under another key",
+        key));
+  }
+  optimizer.load(state);
+}
+
+}  // namespace dtrain::optim

@@ -1,0 +1,92 @@
+// The schedules as closed forms of the training position; see Note [Schedule positions].
+#include "dtrain/optim/Scheduler.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <stdexcept>
+
+#include "dtrain/optim/Optimizers.h"
+
+namespace dtrain::optim {
+
+const std::vector<std::string>& known_schedules() {
+  static const std::vector<std::string> names{"constant", "step", "cosine", "linear", "log"};
+  return names;
+}
+
+namespace {
+
+void require(bool ok, const std::string& message) {
+  if (!ok) throw std::invalid_argument(message);
+}
+
+}  // namespace
+
+Scheduler::Scheduler(const config::SchedulerConfig& config, double base_lr)
+    : config_(config), name_(config.name), base_lr_(base_lr) {
+  std::transform(name_.begin(), name_.end(), name_.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  require(std::find(known_schedules().begin(), known_schedules().end(), name_) != known_schedules().end(),
+          fmt::format("optim.scheduler.name: expected one of {}, found '{}'; set optim.scheduler.name",
+                      fmt::join(known_schedules(), ", "), config.name));
+  require(base_lr > 0.0, fmt::format("optim.lr: expected a positive learning rate, found {}", base_lr));
+  require(config.warmup_steps >= 0,
+          fmt::format("optim.scheduler.warmup_steps: expected >= 0, found {}", config.warmup_steps));
+  if (name_ == "step") {
+    require(config.step_size > 0,
+            fmt::format("optim.scheduler.step_size: expected a positive number of epochs, found {}",
+                        config.step_size));
+    require(config.gamma > 0.0, fmt::format("optim.scheduler.gamma: expected > 0, found {}", config.gamma));
+  }
+  if (name_ == "cosine" || name_ == "linear") {
+    require(config.final_lr >= 0.0,
+            fmt::format("optim.scheduler.final_lr: expected >= 0, found {}", config.final_lr));
+  }
+  if (name_ == "log") {
+    require(config.final_lr > 0.0,
+            fmt::format("optim.scheduler.final_lr: log decay interpolates log(lr), so it needs final_lr > 0, "
+                        "found {}; set a positive final_lr or use the linear schedule",
+                        config.final_lr));
+  }
+}
+
+double Scheduler::lr(std::int64_t step, std::int64_t epoch, std::int64_t total_steps) const {
+  require(step >= 0 && epoch >= 0,
+          fmt::format("scheduler: expected step and epoch >= 0, found step {} and epoch {}", step, epoch));
+  const std::int64_t warmup = config_.warmup_steps;
+  const double warmup_factor =
+      step < warmup ? static_cast<double>(step + 1) / static_cast<double>(warmup) : 1.0;
+
+  double value = base_lr_;
+  if (name_ == "step") {
+    value = base_lr_ * std::pow(config_.gamma, static_cast<double>(epoch / config_.step_size));
+  } else if (name_ != "constant") {
+    require(total_steps > 0, fmt::format("scheduler {}: expected the run's total number of steps, found {}",
+                                         name_, total_steps));
+    // Progress through the decay: 0 at the first step after warm-up, 1 at the last step.
+    const double span = static_cast<double>(std::max<std::int64_t>(1, total_steps - warmup - 1));
+    const double t = std::clamp(static_cast<double>(step - warmup) / span, 0.0, 1.0);
+    const double final_lr = config_.final_lr;
+    if (name_ == "cosine") {
+      value = final_lr + (base_lr_ - final_lr) * 0.5 * (1.0 + std::cos(M_PI * t));
+    } else if (name_ == "linear") {
+      value = base_lr_ + (final_lr - base_lr_) * t;
+    } else {
+      TORCH_INTERNAL_ASSERT(name_ == "log");
+      value = std::exp(std::log(base_lr_) + (std::log(final_lr) - std::log(base_lr_)) * t);
+    }
+  }
+  return value * warmup_factor;
+}
+
+double Scheduler::apply(torch::optim::Optimizer& optimizer, std::int64_t step, std::int64_t epoch,
+                        std::int64_t total_steps) const {
+  const double value = lr(step, epoch, total_steps);
+  set_learning_rate(optimizer, value);
+  return value;
+}
+
+}  // namespace dtrain::optim
