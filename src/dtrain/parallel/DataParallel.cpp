@@ -1,0 +1,436 @@
+// The bucketed gradient all-reduce behind DataParallel. See Note [Bucket launch order] and
+// Note [Gradients as bucket views].
+#include "dtrain/parallel/DataParallel.h"
+
+#include <c10/util/strides.h>
+#include <fmt/format.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <functional>
+#include <mutex>
+#include <stdexcept>
+#include <utility>
+
+#include "dtrain/parallel/ModuleSync.h"
+
+namespace dtrain::parallel {
+
+// Note [Bucket launch order]
+// Collectives are matched by their position in each rank's sequence of calls, so every rank must
+// launch the same buckets in the same order. Autograd may finish the buckets in a different order
+// on different ranks (and a parameter unused on one rank never finishes there), so a complete
+// bucket is launched only once every bucket before it has been; finish() launches the rest.
+//
+// Note [Gradients as bucket views]
+// Each parameter's grad() is made an alias of its slot in the bucket's flat buffer. AccumulateGrad
+// then adds into the bucket in place (backward runs with grad mode off), the all-reduce works on
+// the gradients themselves, and finish() has nothing to copy back. When grad() is not the view
+// (the first backward, or after zero_grad(set_to_none)), the hook copies it in once and re-points
+// grad() at the slot, as DDP's gradient_as_bucket_view does.
+
+std::string to_string(GradCompression compression) {
+  switch (compression) {
+    case GradCompression::None:
+      return "none";
+    case GradCompression::Fp16:
+      return "fp16";
+    case GradCompression::Bf16:
+      return "bf16";
+  }
+  return "none";
+}
+
+GradCompression parse_grad_compression(const std::string& name) {
+  if (name == "none") return GradCompression::None;
+  if (name == "fp16") return GradCompression::Fp16;
+  if (name == "bf16") return GradCompression::Bf16;
+  throw std::invalid_argument("unknown gradient compression '" + name +
+                              "'; expected one of none, fp16, bf16");
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct ParamSlot {
+  std::string name;
+  torch::Tensor param;
+  int bucket = 0;
+  std::int64_t offset = 0;  // elements into the bucket's buffer
+  torch::Tensor view;       // the slot, shaped like the parameter
+  bool ready = false;       // got its gradient in the current synchronised backward
+  std::shared_ptr<torch::autograd::Node> accumulator;
+  std::uintptr_t hook_key = 0;
+};
+
+struct Bucket {
+  torch::Tensor buffer;  // flat, the parameters' dtype and device
+  torch::Tensor wire;    // the compressed copy that is all-reduced, or undefined
+  std::vector<int> params;
+  int pending = 0;  // parameters still without a gradient in this backward
+  comm::WorkPtr work;
+};
+
+}  // namespace
+
+struct DataParallel::Impl {
+  std::shared_ptr<torch::nn::Module> module;
+  comm::CommunicatorPtr comm;
+  DataParallelOptions options;
+  std::vector<ParamSlot> params;
+  std::vector<Bucket> buckets;
+
+  // Hooks run on the autograd engine's threads; finish() and set_sync() on the caller's.
+  mutable std::mutex mutex;
+  bool sync = true;
+  std::size_t next_launch = 0;
+  SyncTiming timing;
+  int launched_in_backward = 0;
+
+  void build_buckets();
+  void install_hooks();
+  void remove_hooks();
+  void on_gradient_ready(int index);
+  void adopt_gradient(ParamSlot& slot);
+  void launch_ready_buckets();
+  void launch(Bucket& bucket);
+  void reset_round();
+  void wait_outstanding_quietly();
+};
+
+namespace {
+
+// Runs after AccumulateGrad has added a parameter's gradient into grad().
+struct GradientReadyHook final : torch::autograd::FunctionPostHook {
+  explicit GradientReadyHook(std::function<void()> on_ready) : on_ready(std::move(on_ready)) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list& /*inputs*/) override {
+    on_ready();
+    return outputs;
+  }
+  std::function<void()> on_ready;
+};
+
+torch::ScalarType wire_dtype(GradCompression compression) {
+  switch (compression) {
+    case GradCompression::Fp16:
+      return torch::kHalf;
+    case GradCompression::Bf16:
+      return torch::kBFloat16;
+    case GradCompression::None:
+      break;
+  }
+  return torch::kFloat;
+}
+
+// A tensor over `numel(sizes)` elements of `buffer` from `offset`, sharing its storage without
+// being an autograd view: LibTorch's Optimizer::zero_grad() calls grad.detach_(), which autograd
+// refuses on views.
+torch::Tensor storage_alias(const torch::Tensor& buffer, std::int64_t offset, torch::IntArrayRef sizes) {
+  auto alias = torch::empty({0}, buffer.options());
+  alias.set_(buffer.storage(), buffer.storage_offset() + offset, sizes, c10::contiguous_strides(sizes));
+  return alias;
+}
+
+bool is_view_of(const torch::Tensor& grad, const torch::Tensor& view) {
+  return grad.defined() && grad.data_ptr() == view.data_ptr() && grad.sizes() == view.sizes() &&
+         grad.strides() == view.strides();
+}
+
+}  // namespace
+
+void DataParallel::Impl::build_buckets() {
+  const double capacity = options.bucket_mb * 1024.0 * 1024.0;
+  auto named = module->named_parameters(/*recurse=*/true);
+  // Reverse registration order approximates the order backward produces gradients in, so the
+  // first bucket completes first.
+  std::vector<std::pair<std::string, torch::Tensor>> trainable;
+  for (auto it = named.end(); it != named.begin();) {
+    --it;
+    if (it->value().requires_grad()) trainable.emplace_back(it->key(), it->value());
+  }
+
+  std::vector<std::vector<int>> members;
+  double bytes = 0;
+  for (const auto& [name, param] : trainable) {
+    const int index = static_cast<int>(params.size());
+    ParamSlot slot;
+    slot.name = name;
+    slot.param = param;
+    params.push_back(std::move(slot));
+    const double b = static_cast<double>(param.numel()) * param.element_size();
+    bool open_new = members.empty() || bytes + b > capacity;
+    if (!open_new) {
+      const auto& first = params[members.back().front()].param;
+      open_new = first.scalar_type() != param.scalar_type() || first.device() != param.device();
+    }
+    if (open_new) {
+      members.emplace_back();
+      bytes = 0;
+    }
+    members.back().push_back(index);
+    bytes += b;
+  }
+
+  torch::NoGradGuard no_grad;
+  for (std::size_t b = 0; b < members.size(); ++b) {
+    Bucket bucket;
+    std::int64_t numel = 0;
+    for (int i : members[b]) numel += params[i].param.numel();
+    const auto& first = params[members[b].front()].param;
+    bucket.buffer = torch::zeros({numel}, first.options().requires_grad(false));
+    if (options.compression != GradCompression::None) {
+      bucket.wire = torch::zeros({numel}, bucket.buffer.options().dtype(wire_dtype(options.compression)));
+    }
+    std::int64_t offset = 0;
+    for (int i : members[b]) {
+      auto& slot = params[i];
+      slot.bucket = static_cast<int>(b);
+      slot.offset = offset;
+      slot.view = storage_alias(bucket.buffer, offset, slot.param.sizes());
+      // A gradient already present (a step before wrapping) is kept, now inside the bucket.
+      if (slot.param.grad().defined()) slot.view.copy_(slot.param.grad());
+      slot.param.mutable_grad() = slot.view;
+      offset += slot.param.numel();
+    }
+    bucket.params = members[b];
+    bucket.pending = static_cast<int>(bucket.params.size());
+    buckets.push_back(std::move(bucket));
+  }
+}
+
+void DataParallel::Impl::install_hooks() {
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    auto& slot = params[i];
+    // The variable keeps only a weak reference to its accumulator: holding it here keeps the hook
+    // alive for as long as this DataParallel.
+    slot.accumulator = torch::autograd::impl::grad_accumulator(slot.param);
+    TORCH_INTERNAL_ASSERT(slot.accumulator, "parameter '", slot.name, "' has no gradient accumulator");
+    const int index = static_cast<int>(i);
+    slot.hook_key = slot.accumulator->add_post_hook(
+        std::make_unique<GradientReadyHook>([this, index] { on_gradient_ready(index); }));
+  }
+}
+
+void DataParallel::Impl::remove_hooks() {
+  for (auto& slot : params) {
+    if (slot.accumulator) slot.accumulator->del_post_hook(slot.hook_key);
+    slot.accumulator.reset();
+  }
+}
+
+void DataParallel::Impl::adopt_gradient(ParamSlot& slot) {
+  auto& grad = slot.param.mutable_grad();
+  if (is_view_of(grad, slot.view)) return;
+  torch::NoGradGuard no_grad;
+  if (grad.defined()) {
+    slot.view.copy_(grad);
+  } else {
+    slot.view.zero_();
+  }
+  grad = slot.view;
+}
+
+void DataParallel::Impl::on_gradient_ready(int index) {
+  std::lock_guard<std::mutex> lock(mutex);
+  auto& slot = params[index];
+  adopt_gradient(slot);
+  if (!sync) return;
+  if (slot.ready) {
+    throw std::logic_error(
+        fmt::format("[rank {}/{}] DataParallel: parameter '{}' received a second gradient before finish(); "
+                    "call finish() after "
+                    "every synchronised backward, and run the backwards of earlier micro-batches with sync "
+                    "off (no_sync())",
+                    comm->rank(), comm->size(), slot.name));
+  }
+  slot.ready = true;
+  auto& bucket = buckets[slot.bucket];
+  TORCH_INTERNAL_ASSERT(bucket.pending > 0, "bucket ", slot.bucket, " completed twice");
+  if (--bucket.pending == 0) {
+    const auto before = next_launch;
+    launch_ready_buckets();
+    launched_in_backward += static_cast<int>(next_launch - before);
+  }
+}
+
+void DataParallel::Impl::launch_ready_buckets() {
+  // See Note [Bucket launch order].
+  while (next_launch < buckets.size() && buckets[next_launch].pending == 0) {
+    launch(buckets[next_launch]);
+    ++next_launch;
+  }
+}
+
+void DataParallel::Impl::launch(Bucket& bucket) {
+  torch::NoGradGuard no_grad;
+  const int n = comm->size();
+  // Dividing before the sum keeps 16-bit wire values in range, as DDP's compression hooks do.
+  if (n > 1) bucket.buffer.div_(n);
+  if (bucket.wire.defined()) {
+    bucket.wire.copy_(bucket.buffer);
+    bucket.work = comm->allreduce(bucket.wire, comm::ReduceOp::Sum, /*async_op=*/true);
+  } else {
+    bucket.work = comm->allreduce(bucket.buffer, comm::ReduceOp::Sum, /*async_op=*/true);
+  }
+}
+
+void DataParallel::Impl::reset_round() {
+  for (auto& slot : params) slot.ready = false;
+  for (auto& bucket : buckets) {
+    bucket.pending = static_cast<int>(bucket.params.size());
+    bucket.work.reset();
+  }
+  next_launch = 0;
+  launched_in_backward = 0;
+}
+
+void DataParallel::Impl::wait_outstanding_quietly() {
+  for (auto& bucket : buckets) {
+    if (!bucket.work) continue;
+    try {
+      bucket.work->wait();
+    } catch (const std::exception&) {
+      // Already failed; the buffers only need to outlive the backend's use of them.
+    }
+  }
+}
+
+DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> module, comm::CommunicatorPtr comm,
+                           DataParallelOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  if (!module) throw std::invalid_argument("DataParallel: the module is null; pass the model to train");
+  if (!comm)
+    throw std::invalid_argument("DataParallel: the communicator is null; pass comm::connect(...)'s result");
+  if (!(options.bucket_mb > 0)) {
+    throw std::invalid_argument(fmt::format(
+        "DataParallel: bucket_mb must be positive, got {}; 25 is PyTorch DDP's default", options.bucket_mb));
+  }
+  impl_->module = std::move(module);
+  impl_->comm = std::move(comm);
+  impl_->options = options;
+  auto& c = *impl_->comm;
+  if (options.check_same_module) verify_same_module(c, *impl_->module);
+  const auto cap = static_cast<std::int64_t>(options.bucket_mb * 1024 * 1024);
+  if (options.broadcast_initial_state) broadcast_coalesced(c, module_state(*impl_->module), /*root=*/0, cap);
+  impl_->build_buckets();
+  impl_->install_hooks();
+}
+
+DataParallel::~DataParallel() {
+  if (!impl_) return;
+  impl_->remove_hooks();
+  impl_->wait_outstanding_quietly();
+}
+
+DataParallel::DataParallel(DataParallel&&) noexcept = default;
+DataParallel& DataParallel::operator=(DataParallel&& other) noexcept {
+  if (this != &other) {
+    if (impl_) {
+      impl_->remove_hooks();
+      impl_->wait_outstanding_quietly();
+    }
+    impl_ = std::move(other.impl_);
+  }
+  return *this;
+}
+
+void DataParallel::finish() {
+  auto& s = *impl_;
+  std::unique_lock<std::mutex> lock(s.mutex);
+  if (!s.sync) return;
+  const int in_backward = s.launched_in_backward;
+  // Parameters that got no gradient still take part, so every rank launches every bucket.
+  for (auto& slot : s.params) {
+    if (slot.ready) continue;
+    s.adopt_gradient(slot);
+    slot.ready = true;
+    --s.buckets[slot.bucket].pending;
+  }
+  s.launch_ready_buckets();
+  TORCH_INTERNAL_ASSERT(s.next_launch == s.buckets.size(), "not every bucket was launched");
+
+  const auto start = Clock::now();
+  try {
+    for (auto& bucket : s.buckets) {
+      bucket.work->wait();
+      if (bucket.wire.defined()) {
+        torch::NoGradGuard no_grad;
+        bucket.buffer.copy_(bucket.wire);
+      }
+    }
+  } catch (...) {
+    s.wait_outstanding_quietly();
+    s.reset_round();
+    throw;
+  }
+  s.timing.finish_wait_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  s.timing.buckets_launched_in_backward = in_backward;
+  s.reset_round();
+}
+
+void DataParallel::set_sync(bool enabled) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  // Turning sync off halfway through a synchronised round would strand launched buckets.
+  if (!enabled && impl_->sync) {
+    for (const auto& slot : impl_->params) {
+      if (slot.ready) {
+        throw std::logic_error(
+            "DataParallel: set_sync(false) after a synchronised backward; call finish() before turning sync "
+            "off");
+      }
+    }
+  }
+  impl_->sync = enabled;
+}
+
+bool DataParallel::sync() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->sync;
+}
+
+DataParallel::NoSync::NoSync(DataParallel& dp) : dp_(dp), previous_(dp.sync()) {
+  dp_.set_sync(false);
+}
+DataParallel::NoSync::~NoSync() {
+  dp_.set_sync(previous_);
+}
+
+void DataParallel::sync_buffers() {
+  std::vector<torch::Tensor> buffers = impl_->module->buffers(/*recurse=*/true);
+  const auto cap = static_cast<std::int64_t>(impl_->options.bucket_mb * 1024 * 1024);
+  broadcast_coalesced(*impl_->comm, buffers, /*root=*/0, cap);
+}
+
+torch::nn::Module& DataParallel::module() {
+  return *impl_->module;
+}
+const std::shared_ptr<torch::nn::Module>& DataParallel::module_ptr() const {
+  return impl_->module;
+}
+comm::Communicator& DataParallel::communicator() {
+  return *impl_->comm;
+}
+const DataParallelOptions& DataParallel::options() const {
+  return impl_->options;
+}
+
+std::vector<std::vector<std::string>> DataParallel::bucket_parameter_names() const {
+  std::vector<std::vector<std::string>> names;
+  for (const auto& bucket : impl_->buckets) {
+    names.emplace_back();
+    for (int i : bucket.params) names.back().push_back(impl_->params[i].name);
+  }
+  return names;
+}
+
+SyncTiming DataParallel::last_sync_timing() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->timing;
+}
+
+}  // namespace dtrain::parallel

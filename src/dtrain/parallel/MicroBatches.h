@@ -1,0 +1,33 @@
+// Gradient accumulation shared by the strategies: a batch split into micro-batches whose losses
+// are weighted so that the accumulated gradient equals the gradient of the whole batch's mean loss.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <utility>
+#include <vector>
+
+#include "dtrain/parallel/Strategy.h"
+
+namespace dtrain::parallel {
+
+// The [begin, end) rows of each of `micro_batches` near-equal slices of a batch of `batch_size`
+// (the first batch_size % micro_batches slices one row longer). Throws std::invalid_argument when
+// micro_batches < 1 or the batch has fewer samples than micro-batches.
+std::vector<std::pair<std::int64_t, std::int64_t>> micro_batch_ranges(std::int64_t batch_size,
+                                                                      int micro_batches);
+
+struct AccumulatedBatch {
+  torch::Tensor loss;     // 0-dim, detached: the whole batch's mean loss
+  torch::Tensor outputs;  // detached, batch first
+};
+
+// Forward and backward over `micro_batches` slices of the batch. Each micro-batch's mean loss is
+// scaled by its share of the samples (1/k for equal slices) before backward, so gradients sum to
+// the whole batch's. `before_backward(i, last)` runs before micro-batch i's backward (a
+// data-parallel strategy turns all-reduce on for the last one only).
+AccumulatedBatch forward_backward(const ForwardFn& forward, const LossFn& loss, const torch::Tensor& inputs,
+                                  const torch::Tensor& targets, int micro_batches,
+                                  const std::function<void(int, bool)>& before_backward = nullptr);
+
+}  // namespace dtrain::parallel
