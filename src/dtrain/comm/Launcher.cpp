@@ -1,0 +1,974 @@
+// The launcher behind `dtrain launch`: fork+exec of one worker per local rank (or one mpirun),
+// torchrun's environment and agent-hosted TCPStore, a single poll loop that copies every rank's
+// output to its log and to the launcher's streams, failure detection, restarts and signal forwarding.
+#include "dtrain/comm/Launcher.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <stdexcept>
+#include <string_view>
+#include <thread>
+#include <variant>
+
+namespace dtrain::comm {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+namespace fs = std::filesystem;
+
+// Keys of the launchers themselves, apart from the workers' "/worker/attempt_<n>" prefix: a node
+// whose worker failed tells the other nodes through the store, so they stop theirs at once
+// instead of waiting for a collective to time out.
+std::string failure_key(int attempt) {
+  return fmt::format("/dtrain_launch/attempt_{}/failure", attempt);
+}
+
+void write_all(int fd, std::string_view data) {
+  while (!data.empty()) {
+    const ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0 && errno == EINTR) continue;
+    // A closed terminal or pipe (EPIPE, SIGPIPE is ignored while launching) must not stop the job.
+    if (n <= 0) return;
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+}
+
+std::string signal_name(int signo) {
+  const char* abbrev = sigabbrev_np(signo);
+  return abbrev ? fmt::format("SIG{}", abbrev) : fmt::format("signal {}", signo);
+}
+
+int available_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Signals: the handler only writes the signal number to a pipe that the poll loop watches.
+
+std::atomic<int> g_signal_write_fd{-1};
+std::atomic<bool> g_launch_running{false};
+constexpr int kForwardedSignals[] = {SIGINT, SIGTERM, SIGHUP};
+
+extern "C" void on_launcher_signal(int signo) {
+  const int saved_errno = errno;
+  const int fd = g_signal_write_fd.load();
+  if (fd >= 0) {
+    const unsigned char byte = static_cast<unsigned char>(signo);
+    (void)!::write(fd, &byte, 1);
+  }
+  errno = saved_errno;
+}
+
+class SignalForwarding {
+ public:
+  SignalForwarding() {
+    if (g_launch_running.exchange(true)) {
+      throw std::invalid_argument(
+          "dtrain launch: launch() is already running in this process; it owns the process's "
+          "SIGINT/SIGTERM handlers, so run one job at a time per process");
+    }
+    if (::pipe2(pipe_, O_CLOEXEC | O_NONBLOCK) != 0) {
+      g_launch_running = false;
+      throw std::runtime_error(fmt::format("dtrain launch: pipe: {}", std::strerror(errno)));
+    }
+    g_signal_write_fd = pipe_[1];
+    struct sigaction action {};
+    action.sa_handler = on_launcher_signal;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESTART;
+    for (size_t i = 0; i < std::size(kForwardedSignals); ++i) {
+      sigaction(kForwardedSignals[i], &action, &previous_[i]);
+    }
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    sigemptyset(&ignore.sa_mask);
+    sigaction(SIGPIPE, &ignore, &previous_pipe_);
+    // Workers are reaped with waitpid: an inherited SIGCHLD = SIG_IGN would reap them unseen.
+    struct sigaction child_default {};
+    child_default.sa_handler = SIG_DFL;
+    sigemptyset(&child_default.sa_mask);
+    sigaction(SIGCHLD, &child_default, &previous_child_);
+  }
+
+  ~SignalForwarding() {
+    for (size_t i = 0; i < std::size(kForwardedSignals); ++i)
+      sigaction(kForwardedSignals[i], &previous_[i], nullptr);
+    sigaction(SIGPIPE, &previous_pipe_, nullptr);
+    sigaction(SIGCHLD, &previous_child_, nullptr);
+    g_signal_write_fd = -1;
+    ::close(pipe_[0]);
+    ::close(pipe_[1]);
+    g_launch_running = false;
+  }
+
+  SignalForwarding(const SignalForwarding&) = delete;
+  SignalForwarding& operator=(const SignalForwarding&) = delete;
+
+  int fd() const { return pipe_[0]; }
+
+  // The last signal received since the previous call, or 0.
+  int take() {
+    unsigned char buffer[16];
+    int signo = 0;
+    ssize_t n;
+    while ((n = ::read(pipe_[0], buffer, sizeof(buffer))) > 0) signo = buffer[n - 1];
+    return signo;
+  }
+
+ private:
+  int pipe_[2] = {-1, -1};
+  struct sigaction previous_[std::size(kForwardedSignals)]{};
+  struct sigaction previous_pipe_ {};
+  struct sigaction previous_child_ {};
+};
+
+// ---------------------------------------------------------------------------------------------
+// One rank's output: its log file, the tail quoted when it fails, and its stderr copied to the
+// launcher's stderr line by line with a "[rank r] " prefix.
+
+class RankLog {
+ public:
+  RankLog(int rank, std::string path, int output_fd, int diagnostics_fd, size_t tail_lines)
+      : rank_(rank),
+        path_(std::move(path)),
+        output_fd_(output_fd),
+        diagnostics_fd_(diagnostics_fd),
+        tail_lines_(std::max<size_t>(1, tail_lines)) {
+    log_fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (log_fd_ < 0) {
+      throw std::invalid_argument(
+          fmt::format("dtrain launch: cannot write the log {}: {}; choose a writable --log-dir", path_,
+                      std::strerror(errno)));
+    }
+  }
+  ~RankLog() {
+    if (log_fd_ >= 0) ::close(log_fd_);
+  }
+  RankLog(const RankLog&) = delete;
+  RankLog& operator=(const RankLog&) = delete;
+
+  const std::string& path() const { return path_; }
+
+  void begin_attempt(int attempt) {
+    tail_.clear();
+    partial_[0].clear();
+    partial_[1].clear();
+    if (attempt > 0) write_all(log_fd_, fmt::format("--- dtrain launch: restart {} ---\n", attempt));
+  }
+
+  // Rank 0's stdout reaches the launcher's stdout byte for byte (progress bars, the final JSON line).
+  void write_stdout(std::string_view data) {
+    write_all(log_fd_, data);
+    if (output_fd_ >= 0) write_all(output_fd_, data);
+    split_lines(0, data);
+  }
+
+  void write_stderr(std::string_view data) {
+    write_all(log_fd_, data);
+    split_lines(1, data);
+  }
+
+  // The end of a stream: a last line without a newline still counts.
+  void finish(bool is_stderr) {
+    std::string& partial = partial_[is_stderr ? 1 : 0];
+    if (!partial.empty()) complete_line(is_stderr, std::move(partial));
+    partial.clear();
+  }
+
+  std::vector<std::string> tail() const { return {tail_.begin(), tail_.end()}; }
+
+ private:
+  void split_lines(int stream, std::string_view data) {
+    std::string& partial = partial_[stream];
+    size_t start = 0;
+    for (size_t newline; (newline = data.find('\n', start)) != std::string_view::npos; start = newline + 1) {
+      partial.append(data.substr(start, newline - start));
+      complete_line(stream == 1, std::move(partial));
+      partial.clear();
+    }
+    partial.append(data.substr(start));
+  }
+
+  void complete_line(bool is_stderr, std::string line) {
+    if (is_stderr && diagnostics_fd_ >= 0) {
+      // Workers that already say who they are (the "[rank r/N]" convention) are not prefixed twice.
+      const bool tagged = line.rfind("[rank ", 0) == 0;
+      write_all(diagnostics_fd_, tagged ? line + "\n" : fmt::format("[rank {}] {}\n", rank_, line));
+    }
+    tail_.push_back(std::move(line));
+    if (tail_.size() > tail_lines_) tail_.pop_front();
+  }
+
+  int rank_;
+  std::string path_;
+  int output_fd_;
+  int diagnostics_fd_;
+  size_t tail_lines_;
+  int log_fd_ = -1;
+  std::deque<std::string> tail_;
+  std::string partial_[2];
+};
+
+// mpirun --tag-output writes "[<job>,<rank>]<stdout>:text"; this routes each line to its rank's
+// log and passes mpirun's own lines (untagged) to the launcher's stderr, noting which rank mpirun
+// names as the first to fail.
+class MpiOutputDemux {
+ public:
+  MpiOutputDemux(std::vector<std::unique_ptr<RankLog>>& logs, int diagnostics_fd)
+      : logs_(logs), diagnostics_fd_(diagnostics_fd) {}
+
+  void write(bool is_stderr, std::string_view data) {
+    std::string& partial = partial_[is_stderr ? 1 : 0];
+    size_t start = 0;
+    for (size_t newline; (newline = data.find('\n', start)) != std::string_view::npos; start = newline + 1) {
+      partial.append(data.substr(start, newline - start));
+      route(is_stderr, partial);
+      partial.clear();
+    }
+    partial.append(data.substr(start));
+  }
+
+  void finish(bool is_stderr) {
+    std::string& partial = partial_[is_stderr ? 1 : 0];
+    if (!partial.empty()) route(is_stderr, partial);
+    partial.clear();
+  }
+
+  std::optional<int> reported_failed_rank() const { return failed_rank_; }
+
+ private:
+  void route(bool from_stderr, const std::string& line) {
+    int job = 0, rank = 0, consumed = 0;
+    char stream[8] = {0};
+    if (std::sscanf(line.c_str(), "[%d,%d]<%7[a-z]>:%n", &job, &rank, stream, &consumed) == 3 &&
+        consumed > 0 && rank >= 0 && rank < static_cast<int>(logs_.size())) {
+      const std::string text = line.substr(static_cast<size_t>(consumed)) + "\n";
+      if (std::strcmp(stream, "stdout") == 0) {
+        logs_[rank]->write_stdout(text);
+      } else {
+        logs_[rank]->write_stderr(text);
+      }
+      return;
+    }
+    // "  Process name: [[18891,1],1]" in mpirun's report of the first process that failed.
+    const auto at = line.find("Process name: [[");
+    if (at != std::string::npos) {
+      int vpid = 0, failed = 0;
+      if (std::sscanf(line.c_str() + at, "Process name: [[%d,%d],%d]", &job, &vpid, &failed) == 3 &&
+          !failed_rank_) {
+        failed_rank_ = failed;
+      }
+    }
+    if (diagnostics_fd_ >= 0) write_all(diagnostics_fd_, line + "\n");
+    (void)from_stderr;
+  }
+
+  std::vector<std::unique_ptr<RankLog>>& logs_;
+  int diagnostics_fd_;
+  std::string partial_[2];
+  std::optional<int> failed_rank_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Starting a worker.
+
+// PATH lookup in the parent, with the workers' PATH: the child then only calls execve, which is
+// safe after fork in a process with threads (the store's), where execvp's allocations are not.
+std::optional<std::string> find_program(const std::string& name, const Environment& env) {
+  auto executable = [](const std::string& path) {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+  };
+  if (name.find('/') != std::string::npos) return name;
+  const auto it = env.find("PATH");
+  const std::string path = it != env.end() ? it->second : "/usr/local/bin:/usr/bin:/bin";
+  std::stringstream dirs(path);
+  for (std::string dir; std::getline(dirs, dir, ':');) {
+    const std::string candidate = (dir.empty() ? std::string(".") : dir) + "/" + name;
+    if (executable(candidate)) return candidate;
+  }
+  return std::nullopt;
+}
+
+struct Worker {
+  pid_t pid = -1;
+  int rank = 0;  // the global rank whose output this process carries; for mpirun, unused
+  int out_fd = -1;
+  int err_fd = -1;
+  bool exited = false;  // a zombie until the attempt is over, see exit_status()
+  int status = 0;
+};
+
+struct SpawnError {
+  int error = 0;  // errno of the failed exec
+};
+
+// Forks and execs; returns the worker, or the exec's errno when the program could not be run.
+std::variant<Worker, SpawnError> spawn(const std::string& program, const std::vector<std::string>& args,
+                                       const Environment& env, pid_t launcher_pid) {
+  std::vector<std::string> env_strings;
+  env_strings.reserve(env.size());
+  for (const auto& [key, value] : env) env_strings.push_back(key + "=" + value);
+  std::vector<char*> argv, envp;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  for (auto& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+
+  int out[2], err[2], exec_status[2];
+  if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0 || ::pipe2(exec_status, O_CLOEXEC) != 0) {
+    throw std::runtime_error(fmt::format("dtrain launch: pipe: {}", std::strerror(errno)));
+  }
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error(fmt::format("dtrain launch: fork: {}", std::strerror(errno)));
+  if (pid == 0) {
+    // Async-signal-safe calls only from here to execve.
+    ::setpgid(0, 0);  // its own process group: a stop reaches the worker's own children too
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != launcher_pid) ::_exit(127);  // the launcher died before prctl took effect
+    struct sigaction action {};
+    action.sa_handler = SIG_DFL;
+    sigemptyset(&action.sa_mask);
+    for (int s : kForwardedSignals) ::sigaction(s, &action, nullptr);
+    ::sigaction(SIGPIPE, &action, nullptr);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::dup2(out[1], STDOUT_FILENO);
+    ::dup2(err[1], STDERR_FILENO);
+    // Descriptors the launcher holds without O_CLOEXEC (the store's sockets) stay out of workers.
+    ::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
+    ::execve(program.c_str(), argv.data(), envp.data());
+    const int error = errno;
+    (void)!::write(exec_status[1], &error, sizeof(error));
+    ::_exit(127);
+  }
+  ::setpgid(pid, pid);  // also here, so a stop right after fork already finds the group
+  ::close(out[1]);
+  ::close(err[1]);
+  ::close(exec_status[1]);
+  int error = 0;
+  ssize_t n;
+  do {
+    n = ::read(exec_status[0], &error, sizeof(error));
+  } while (n < 0 && errno == EINTR);
+  ::close(exec_status[0]);
+  if (n == static_cast<ssize_t>(sizeof(error))) {
+    ::close(out[0]);
+    ::close(err[0]);
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    return SpawnError{error};
+  }
+  ::fcntl(out[0], F_SETFL, O_NONBLOCK);
+  ::fcntl(err[0], F_SETFL, O_NONBLOCK);
+  Worker worker;
+  worker.pid = pid;
+  worker.out_fd = out[0];
+  worker.err_fd = err[0];
+  return worker;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+struct AttemptOutcome {
+  bool succeeded = false;
+  int exit_code = 0;
+  std::optional<int> failed_rank;
+  std::string failure;
+  std::optional<int> signal;  // the launcher was asked to stop
+  bool retryable = true;      // false when the command cannot be run at all
+};
+
+int exit_code_of(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+// A worker's exit as a wait status, once it has exited; the worker stays a zombie (WNOWAIT) so
+// its pid cannot be reused while the launcher may still signal its process group.
+std::optional<int> exit_status(pid_t pid) {
+  siginfo_t info{};
+  if (::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) != 0) {
+    if (errno == ECHILD) return W_EXITCODE(1, 0);  // reaped behind our back: its fate is unknown
+    return std::nullopt;
+  }
+  if (info.si_pid == 0) return std::nullopt;  // still running
+  if (info.si_code == CLD_EXITED) return W_EXITCODE(info.si_status, 0);
+  return info.si_status;  // CLD_KILLED or CLD_DUMPED: the terminating signal
+}
+
+std::string describe_status(int status) {
+  if (WIFSIGNALED(status)) {
+    return fmt::format("was killed by {} ({})", signal_name(WTERMSIG(status)), WTERMSIG(status));
+  }
+  return fmt::format("failed with exit code {}", exit_code_of(status));
+}
+
+// torchrun's error file: {"message": {"message": "<Type>: <msg>", "extraInfo": {"py_callstack": ...}}}
+// or {"message": "<msg>"}. Anything else is quoted as it is.
+std::string read_error_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return {};
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  const std::string text = buffer.str();
+  if (text.empty()) return {};
+  const auto json = nlohmann::json::parse(text, nullptr, false);
+  if (json.is_discarded() || !json.is_object() || !json.contains("message")) return text.substr(0, 4000);
+  const auto& message = json["message"];
+  if (message.is_string()) return message.get<std::string>();
+  if (!message.is_object()) return message.dump();
+  std::string out = message.contains("message") && message["message"].is_string()
+                        ? message["message"].get<std::string>()
+                        : message.dump();
+  if (message.contains("extraInfo") && message["extraInfo"].is_object()) {
+    const auto& extra = message["extraInfo"];
+    if (extra.contains("py_callstack") && extra["py_callstack"].is_string()) {
+      out += "\n" + extra["py_callstack"].get<std::string>();
+    }
+  }
+  return out;
+}
+
+class Launcher {
+ public:
+  Launcher(const LaunchOptions& options, SignalForwarding& signals)
+      : options_(options), signals_(signals), launcher_pid_(::getpid()) {}
+
+  LaunchResult run() {
+    LaunchResult result;
+    result.log_dir = prepare_log_dir();
+    say(fmt::format("dtrain launch: logs in {}\n", result.log_dir));
+    const bool mpi = options_.backend == "mpi";
+    const int world_size = options_.nnodes * options_.nproc_per_node;
+    // With mpirun this node runs every rank; otherwise its own ranks.
+    const int first_rank = mpi ? 0 : options_.node_rank * options_.nproc_per_node;
+    const int local_ranks = mpi ? world_size : options_.nproc_per_node;
+    for (int r = first_rank; r < first_rank + local_ranks; ++r) {
+      logs_.push_back(std::make_unique<RankLog>(r, fmt::format("{}/rank_{}.log", log_dir_, r),
+                                                r == 0 ? options_.output_fd : -1, options_.diagnostics_fd,
+                                                static_cast<size_t>(options_.tail_lines)));
+    }
+    if (!mpi) host_or_join_store();
+
+    for (int attempt = 0;; ++attempt) {
+      const AttemptOutcome outcome = run_attempt(attempt);
+      result.restarts = attempt;
+      result.exit_code = outcome.exit_code;
+      result.failed_rank = outcome.failed_rank;
+      result.failure = outcome.failure;
+      result.signal = outcome.signal;
+      if (outcome.succeeded) return result;
+      if (!outcome.signal) say(outcome.failure);
+      if (outcome.signal || !outcome.retryable || attempt >= options_.max_restarts) return result;
+      say(fmt::format("dtrain launch: restarting all workers (restart {} of {})\n", attempt + 1,
+                      options_.max_restarts));
+    }
+  }
+
+ private:
+  void say(const std::string& text) const {
+    if (options_.diagnostics_fd >= 0) write_all(options_.diagnostics_fd, text);
+  }
+
+  std::string prepare_log_dir() {
+    std::error_code ec;
+    if (!options_.log_dir.empty()) {
+      fs::create_directories(options_.log_dir, ec);
+      if (ec) {
+        throw std::invalid_argument(
+            fmt::format("dtrain launch: cannot create the log directory {}: {}; choose "
+                        "a writable --log-dir",
+                        options_.log_dir, ec.message()));
+      }
+      log_dir_ = fs::absolute(options_.log_dir).lexically_normal().string();
+      return log_dir_;
+    }
+    const auto tmp = options_.environment.find("TMPDIR");
+    std::string base = tmp != options_.environment.end() && !tmp->second.empty() ? tmp->second : "/tmp";
+    std::string pattern = base + "/dtrain-launch-XXXXXX";
+    if (::mkdtemp(pattern.data()) == nullptr) {
+      throw std::invalid_argument(
+          fmt::format("dtrain launch: cannot create a log directory under {}: {}; set TMPDIR or --log-dir",
+                      base, std::strerror(errno)));
+    }
+    log_dir_ = pattern;
+    return log_dir_;
+  }
+
+  // Node 0 hosts the store like torchrun's agent; the workers join it as clients under the
+  // prefix of their attempt. Other nodes join it too, to hear of a failure on another node.
+  void host_or_join_store() {
+    c10d::TCPStoreOptions store_options;
+    store_options.port = static_cast<std::uint16_t>(options_.master_port);
+    store_options.isServer = options_.node_rank == 0;
+    store_options.numWorkers =
+        static_cast<size_t>(options_.nnodes * options_.nproc_per_node + options_.nnodes);
+    store_options.waitWorkers = false;
+    store_options.timeout = options_.rendezvous_timeout;
+    try {
+      store_ = std::make_shared<c10d::TCPStore>(options_.master_addr, store_options);
+    } catch (const std::exception& e) {
+      throw std::runtime_error(fmt::format(
+          "dtrain launch: cannot {} the rendezvous store at {}:{}: {}; {}",
+          store_options.isServer ? "host" : "reach", options_.master_addr, options_.master_port, e.what(),
+          store_options.isServer ? "choose a free --master-port"
+                                 : "start node 0 first and check --master-addr"));
+    }
+    master_port_ = store_->getPort();
+    if (options_.node_rank == 0) {
+      say(fmt::format("dtrain launch: rendezvous store at {}:{}\n", options_.master_addr, master_port_));
+    }
+  }
+
+  Environment worker_environment(int attempt, int local_rank) const {
+    Environment env = options_.environment;
+    const int world_size = options_.nnodes * options_.nproc_per_node;
+    const int rank = options_.node_rank * options_.nproc_per_node + local_rank;
+    env["RANK"] = std::to_string(rank);
+    env["LOCAL_RANK"] = std::to_string(local_rank);
+    env["WORLD_SIZE"] = std::to_string(world_size);
+    env["LOCAL_WORLD_SIZE"] = std::to_string(options_.nproc_per_node);
+    env["GROUP_RANK"] = std::to_string(options_.node_rank);
+    env["GROUP_WORLD_SIZE"] = std::to_string(options_.nnodes);
+    env["ROLE_RANK"] = std::to_string(rank);
+    env["ROLE_WORLD_SIZE"] = std::to_string(world_size);
+    env["ROLE_NAME"] = "default";
+    env["MASTER_ADDR"] = options_.master_addr;
+    env["MASTER_PORT"] = std::to_string(master_port_);
+    env["TORCHELASTIC_RESTART_COUNT"] = std::to_string(attempt);
+    env["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(options_.max_restarts);
+    env["TORCHELASTIC_RUN_ID"] = options_.run_id;
+    env["TORCHELASTIC_USE_AGENT_STORE"] = "True";
+    env["TORCHELASTIC_ERROR_FILE"] = error_file(rank);
+    env["OMP_NUM_THREADS"] = std::to_string(threads_per_worker());
+    return env;
+  }
+
+  int threads_per_worker() const {
+    if (options_.threads > 0) return options_.threads;
+    const auto user = options_.environment.find("OMP_NUM_THREADS");
+    if (user != options_.environment.end()) {
+      try {
+        const int value = std::stoi(user->second);
+        if (value > 0) return value;
+      } catch (const std::exception&) {
+      }
+    }
+    const int local =
+        options_.backend == "mpi" ? options_.nnodes * options_.nproc_per_node : options_.nproc_per_node;
+    return std::max(1, available_cores() / local);
+  }
+
+  std::string error_file(int rank) const { return fmt::format("{}/rank_{}.error.json", log_dir_, rank); }
+
+  AttemptOutcome cannot_run(int error) const {
+    AttemptOutcome outcome;
+    outcome.exit_code = error == ENOENT ? 127 : 126;
+    outcome.failed_rank = first_rank();
+    outcome.failure = fmt::format("dtrain launch: cannot run '{}': {}\n",
+                                  options_.backend == "mpi" ? options_.mpirun : options_.command.front(),
+                                  std::strerror(error));
+    outcome.retryable = false;
+    return outcome;
+  }
+
+  int first_rank() const {
+    return options_.backend == "mpi" ? 0 : options_.node_rank * options_.nproc_per_node;
+  }
+
+  AttemptOutcome run_attempt(int attempt) {
+    for (auto& log : logs_) log->begin_attempt(attempt);
+    workers_.clear();
+    demux_.reset();
+    const bool mpi = options_.backend == "mpi";
+    std::vector<std::string> args;
+    Environment env;
+    const std::string program_name = mpi ? options_.mpirun : options_.command.front();
+    const auto program = find_program(program_name, options_.environment);
+    if (!program) return cannot_run(ENOENT);
+
+    AttemptOutcome outcome;
+    auto start = [&](const std::vector<std::string>& argv, const Environment& environment, int rank) {
+      auto spawned = spawn(*program, argv, environment, launcher_pid_);
+      if (auto* error = std::get_if<SpawnError>(&spawned)) {
+        outcome = cannot_run(error->error);
+        return false;
+      }
+      Worker worker = std::get<Worker>(spawned);
+      worker.rank = rank;
+      workers_.push_back(worker);
+      return true;
+    };
+
+    bool started = true;
+    if (mpi) {
+      demux_ = std::make_unique<MpiOutputDemux>(logs_, options_.diagnostics_fd);
+      started = start(mpirun_arguments(attempt), mpirun_environment(), 0);
+    } else {
+      for (int local = 0; local < options_.nproc_per_node && started; ++local) {
+        const int rank = first_rank() + local;
+        std::error_code ignored;
+        fs::remove(error_file(rank), ignored);
+        started = start(options_.command, worker_environment(attempt, local), rank);
+      }
+    }
+    if (!started) {
+      // Ranks already started cannot meet the missing one: stop them now.
+      stop_all(SIGTERM);
+      monitor(attempt, outcome, /*already_stopping=*/true);
+      return outcome;
+    }
+    monitor(attempt, outcome, false);
+    return outcome;
+  }
+
+  std::vector<std::string> mpirun_arguments(int attempt) const {
+    const int nproc = options_.nproc_per_node;
+    std::vector<std::string> args{options_.mpirun, "-n", std::to_string(nproc)};
+    if (nproc > available_cores()) args.push_back("--oversubscribe");
+    args.push_back("--tag-output");
+    for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
+             {"OMP_NUM_THREADS", std::to_string(threads_per_worker())},
+             {"TORCHELASTIC_RESTART_COUNT", std::to_string(attempt)},
+             {"TORCHELASTIC_MAX_RESTARTS", std::to_string(options_.max_restarts)},
+             {"TORCHELASTIC_RUN_ID", options_.run_id}}) {
+      args.push_back("-x");
+      args.push_back(key + "=" + value);
+    }
+    args.insert(args.end(), options_.command.begin(), options_.command.end());
+    return args;
+  }
+
+  Environment mpirun_environment() const {
+    Environment env = options_.environment;
+    // A launcher started from inside another torchrun job must not hand its rendezvous to MPI
+    // ranks, which take their ranks from OpenMPI's variables.
+    for (const char* key : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
+                            "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE",
+                            "TORCHELASTIC_ERROR_FILE"}) {
+      env.erase(key);
+    }
+    env["OMP_NUM_THREADS"] = std::to_string(threads_per_worker());
+    if (::geteuid() == 0) {
+      env["OMPI_ALLOW_RUN_AS_ROOT"] = "1";
+      env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1";
+    }
+    return env;
+  }
+
+  void stop_all(int signo) {
+    // Reaped workers too: their groups may still hold children that keep the pipes open.
+    for (const auto& worker : workers_) ::kill(-worker.pid, signo);
+  }
+
+  void on_output(Worker& worker, bool is_stderr, std::string_view data) {
+    if (demux_) {
+      demux_->write(is_stderr, data);
+      return;
+    }
+    RankLog& log = *logs_[static_cast<size_t>(worker.rank - first_rank())];
+    if (is_stderr) {
+      log.write_stderr(data);
+    } else {
+      log.write_stdout(data);
+    }
+  }
+
+  void on_eof(Worker& worker, bool is_stderr) {
+    if (demux_) {
+      demux_->finish(is_stderr);
+    } else {
+      logs_[static_cast<size_t>(worker.rank - first_rank())]->finish(is_stderr);
+    }
+  }
+
+  // Reads whatever is ready; returns false once the pipe is closed.
+  bool pump(Worker& worker, int& fd, bool is_stderr) {
+    char buffer[65536];
+    while (true) {
+      const ssize_t n = ::read(fd, buffer, sizeof(buffer));
+      if (n > 0) {
+        on_output(worker, is_stderr, std::string_view(buffer, static_cast<size_t>(n)));
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+      on_eof(worker, is_stderr);
+      ::close(fd);
+      fd = -1;
+      return false;
+    }
+  }
+
+  std::string failure_report(const Worker& worker, int status) const {
+    std::string report;
+    if (demux_) {
+      const std::optional<int> rank = demux_->reported_failed_rank();
+      report =
+          fmt::format("dtrain launch: {} (mpirun pid {}) {}\n",
+                      rank ? fmt::format("rank {}", *rank) : "a rank", worker.pid, describe_status(status));
+      if (rank && *rank >= 0 && *rank < static_cast<int>(logs_.size())) report += tail_of(*logs_[*rank]);
+      return report;
+    }
+    const RankLog& log = *logs_[static_cast<size_t>(worker.rank - first_rank())];
+    report =
+        fmt::format("dtrain launch: rank {} (pid {}) {}\n", worker.rank, worker.pid, describe_status(status));
+    report += tail_of(log);
+    const std::string error = read_error_file(error_file(worker.rank));
+    if (!error.empty())
+      report += fmt::format("error file of rank {} ({}):\n{}\n", worker.rank, error_file(worker.rank), error);
+    return report;
+  }
+
+  std::string tail_of(const RankLog& log) const {
+    const auto lines = log.tail();
+    if (lines.empty()) return fmt::format("(nothing in {})\n", log.path());
+    std::string out = fmt::format("last {} lines of {}:\n", lines.size(), log.path());
+    for (const auto& line : lines) out += "  " + line + "\n";
+    return out;
+  }
+
+  // The poll loop of one attempt: output, exits, signals, and other nodes' failures, until every
+  // worker is reaped and its pipes are drained.
+  void monitor(int attempt, AttemptOutcome& outcome, bool already_stopping) {
+    bool stopping = already_stopping;
+    bool killed = false;
+    bool failed = !outcome.failure.empty();
+    Clock::time_point kill_at = Clock::now() + options_.stop_grace;
+    std::optional<Clock::time_point> drain_until;
+    Clock::time_point next_store_check = Clock::now();
+    const bool multi_node = options_.nnodes > 1 && store_;
+
+    auto begin_stop = [&](int signo) {
+      if (!stopping) {
+        stopping = true;
+        kill_at = Clock::now() + options_.stop_grace;
+      }
+      stop_all(signo);
+    };
+
+    while (true) {
+      std::vector<pollfd> fds;
+      std::vector<std::pair<size_t, bool>> owners;  // (worker, is_stderr)
+      for (size_t i = 0; i < workers_.size(); ++i) {
+        if (workers_[i].out_fd >= 0) {
+          fds.push_back({workers_[i].out_fd, POLLIN, 0});
+          owners.emplace_back(i, false);
+        }
+        if (workers_[i].err_fd >= 0) {
+          fds.push_back({workers_[i].err_fd, POLLIN, 0});
+          owners.emplace_back(i, true);
+        }
+      }
+      const bool all_exited =
+          std::all_of(workers_.begin(), workers_.end(), [](const Worker& w) { return w.exited; });
+      if (all_exited && fds.empty()) break;
+      fds.push_back({signals_.fd(), POLLIN, 0});
+      // Exits are noticed by polling waitpid, so the wait is short.
+      const int ready = ::poll(fds.data(), fds.size(), 50);
+      if (ready > 0) {
+        for (size_t i = 0; i + 1 < fds.size(); ++i) {
+          if (fds[i].revents == 0) continue;
+          auto& worker = workers_[owners[i].first];
+          pump(worker, owners[i].second ? worker.err_fd : worker.out_fd, owners[i].second);
+        }
+      }
+
+      if (const int signo = signals_.take()) {
+        if (!outcome.signal) {
+          outcome.signal = signo;
+          outcome.exit_code = 128 + signo;
+          outcome.failure =
+              fmt::format("dtrain launch: received {}, stopping all workers\n", signal_name(signo));
+          say(outcome.failure);  // now, not after the grace period
+          begin_stop(signo);
+        } else {
+          // A second signal: the user does not want to wait for the grace period.
+          stop_all(SIGKILL);
+          killed = true;
+        }
+      }
+
+      for (auto& worker : workers_) {
+        if (worker.exited) continue;
+        const std::optional<int> status = exit_status(worker.pid);
+        if (!status) continue;
+        worker.exited = true;
+        worker.status = *status;
+        const bool ok = WIFEXITED(*status) && WEXITSTATUS(*status) == 0;
+        if (!ok && !failed && !stopping) {
+          failed = true;
+          // Read what the worker wrote before dying, so the tail quoted is complete.
+          if (worker.out_fd >= 0) pump(worker, worker.out_fd, false);
+          if (worker.err_fd >= 0) pump(worker, worker.err_fd, true);
+          outcome.exit_code = exit_code_of(*status);
+          outcome.failed_rank = demux_ ? demux_->reported_failed_rank() : std::optional<int>(worker.rank);
+          outcome.failure = failure_report(worker, *status);
+          if (multi_node) announce_failure(attempt, worker.rank, outcome.exit_code);
+          begin_stop(SIGTERM);
+        }
+      }
+
+      if (multi_node && !stopping && Clock::now() >= next_store_check) {
+        next_store_check = Clock::now() + std::chrono::milliseconds(200);
+        if (auto peer = peer_failure(attempt)) {
+          failed = true;
+          outcome.exit_code = peer->second;
+          outcome.failed_rank = peer->first;
+          outcome.failure = fmt::format(
+              "dtrain launch: rank {} on another node failed with exit code {}; stopping "
+              "this node's workers\n",
+              peer->first, peer->second);
+          begin_stop(SIGTERM);
+        }
+      }
+
+      if (stopping && !killed && Clock::now() >= kill_at) {
+        stop_all(SIGKILL);
+        killed = true;
+      }
+      const bool now_all_exited =
+          std::all_of(workers_.begin(), workers_.end(), [](const Worker& w) { return w.exited; });
+      if (now_all_exited) {
+        // A worker's own children may still hold its pipes: they get a moment, then the group is killed.
+        if (!drain_until) drain_until = Clock::now() + std::chrono::seconds(1);
+        if (Clock::now() >= *drain_until) {
+          stop_all(SIGKILL);
+          for (auto& worker : workers_) {
+            for (bool is_stderr : {false, true}) {
+              int& fd = is_stderr ? worker.err_fd : worker.out_fd;
+              if (fd >= 0) pump(worker, fd, is_stderr);
+              if (fd >= 0) {
+                on_eof(worker, is_stderr);
+                ::close(fd);
+                fd = -1;
+              }
+            }
+          }
+        }
+      }
+    }
+    // No orphans: whatever a worker left behind in its group goes with it. Only then are the
+    // zombies reaped, which frees their pids (and so their process group ids) for reuse.
+    stop_all(SIGKILL);
+    for (const auto& worker : workers_) {
+      while (::waitpid(worker.pid, nullptr, 0) < 0 && errno == EINTR) {
+      }
+    }
+    if (!failed && !outcome.signal) {
+      outcome.succeeded = true;
+      outcome.exit_code = 0;
+    }
+  }
+
+  void announce_failure(int attempt, int rank, int exit_code) {
+    try {
+      const std::string value = fmt::format("{} {}", rank, exit_code);
+      store_->compareSet(failure_key(attempt), {}, std::vector<uint8_t>(value.begin(), value.end()));
+    } catch (const std::exception& e) {
+      say(fmt::format("dtrain launch: could not tell the other nodes about the failure: {}\n", e.what()));
+    }
+  }
+
+  std::optional<std::pair<int, int>> peer_failure(int attempt) {
+    try {
+      if (!store_->check({failure_key(attempt)})) return std::nullopt;
+      const auto bytes = store_->get(failure_key(attempt));
+      int rank = -1, code = 1;
+      std::sscanf(std::string(bytes.begin(), bytes.end()).c_str(), "%d %d", &rank, &code);
+      return std::make_pair(rank, code);
+    } catch (const std::exception&) {
+      // Node 0's launcher is gone: its workers, and so this job, are gone with it.
+      return std::make_pair(-1, 1);
+    }
+  }
+
+  const LaunchOptions& options_;
+  SignalForwarding& signals_;
+  pid_t launcher_pid_;
+  std::string log_dir_;
+  std::shared_ptr<c10d::TCPStore> store_;
+  int master_port_ = 0;
+  std::vector<std::unique_ptr<RankLog>> logs_;
+  std::vector<Worker> workers_;
+  std::unique_ptr<MpiOutputDemux> demux_;
+};
+
+void validate(const LaunchOptions& o) {
+  auto fail = [](const std::string& message) { throw std::invalid_argument("dtrain launch: " + message); };
+  if (o.command.empty() || o.command.front().empty()) {
+    fail(
+        "expected a command to run after '--', found none; e.g. dtrain launch --nproc-per-node 2 -- ./train");
+  }
+  if (o.nproc_per_node < 1) {
+    fail(fmt::format("--nproc-per-node must be at least 1, found {}", o.nproc_per_node));
+  }
+  if (o.nnodes < 1) fail(fmt::format("--nnodes must be at least 1, found {}", o.nnodes));
+  if (o.node_rank < 0 || o.node_rank >= o.nnodes) {
+    fail(fmt::format("--node-rank must be in [0, {}) for --nnodes {}, found {}", o.nnodes, o.nnodes,
+                     o.node_rank));
+  }
+  if (o.master_port < 0 || o.master_port > 65535) {
+    fail(fmt::format("--master-port must be in [0, 65535], found {}", o.master_port));
+  }
+  if (o.max_restarts < 0) fail(fmt::format("--max-restarts must be at least 0, found {}", o.max_restarts));
+  if (o.threads < 0)
+    fail(fmt::format("--threads must be at least 0 (0 = cores / ranks), found {}", o.threads));
+  if (o.backend != "gloo" && o.backend != "mpi" && o.backend != "nccl") {
+    fail(fmt::format("--backend must be gloo, nccl or mpi, found '{}'", o.backend));
+  }
+  if (o.backend == "mpi" && o.nnodes > 1) {
+    fail(
+        fmt::format("--backend mpi runs mpirun on this node only, found --nnodes {}; for several hosts run "
+                    "mpirun with a hostfile directly",
+                    o.nnodes));
+  }
+  if (o.nnodes > 1 && o.backend != "mpi") {
+    if (o.master_port == 0) {
+      fail(fmt::format("a job over {} nodes needs an agreed --master-port on every node, found none",
+                       o.nnodes));
+    }
+  }
+  if (o.master_addr.empty()) fail("--master-addr must not be empty");
+  if (o.stop_grace.count() < 0 || o.rendezvous_timeout.count() <= 0) {
+    fail("the stop grace period must be at least 0 and the rendezvous timeout positive");
+  }
+}
+
+}  // namespace
+
+LaunchResult launch(const LaunchOptions& options) {
+  validate(options);
+  SignalForwarding signals;
+  Launcher launcher(options, signals);
+  return launcher.run();
+}
+
+}  // namespace dtrain::comm

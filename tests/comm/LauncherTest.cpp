@@ -1,0 +1,395 @@
+// comm::launch() with real processes: torchrun's environment per rank, failure propagation with
+// the failed rank's log tail, restarts, signal forwarding, exec failures, output routing, the
+// mpirun delegation, and (with the gloo backend) workers that really talk through the agent store.
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "dtrain/comm/Launcher.h"
+
+extern char** environ;
+
+namespace dtrain::comm {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+Environment current_environment() {
+  Environment env;
+  for (char** entry = environ; entry && *entry; ++entry) {
+    const std::string kv(*entry);
+    const auto eq = kv.find('=');
+    if (eq != std::string::npos) env.emplace(kv.substr(0, eq), kv.substr(eq + 1));
+  }
+  return env;
+}
+
+std::map<std::string, std::string> parse_env_dump(const std::string& text) {
+  std::map<std::string, std::string> vars;
+  std::stringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    const auto eq = line.find('=');
+    if (eq != std::string::npos) vars[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  return vars;
+}
+
+// A scratch directory, with files standing in for the launcher's stdout and stderr.
+class LauncherTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = (fs::temp_directory_path() / "dtrain-launcher-test-XXXXXX").string();
+    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
+    dir_ = pattern;
+    out_fd_ = ::open((dir_ / "stdout").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    err_fd_ = ::open((dir_ / "stderr").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    ASSERT_GE(out_fd_, 0);
+    ASSERT_GE(err_fd_, 0);
+  }
+  void TearDown() override {
+    ::close(out_fd_);
+    ::close(err_fd_);
+    std::error_code ignored;
+    fs::remove_all(dir_, ignored);
+  }
+
+  LaunchOptions options(int nproc, const std::string& script) const {
+    LaunchOptions o;
+    o.nproc_per_node = nproc;
+    o.command = {"/bin/sh", "-c", script};
+    o.environment = current_environment();
+    o.environment["TEST_DIR"] = dir_.string();
+    o.log_dir = (dir_ / "logs").string();
+    o.stop_grace = std::chrono::milliseconds(2000);
+    o.output_fd = out_fd_;
+    o.diagnostics_fd = err_fd_;
+    return o;
+  }
+
+  std::string launcher_stdout() const { return read_file(dir_ / "stdout"); }
+  std::string launcher_stderr() const { return read_file(dir_ / "stderr"); }
+
+  fs::path dir_;
+  int out_fd_ = -1;
+  int err_fd_ = -1;
+};
+
+std::string fmt_command(const std::string& program, const std::string& args) {
+  return "OMP_NUM_THREADS=1 " + program + " " + args;
+}
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+TEST_F(LauncherTest, EveryRankGetsTorchrunsEnvironment) {
+  auto o = options(3, "env > \"$TEST_DIR/env_$RANK\"");
+  o.threads = 2;
+  o.max_restarts = 4;
+  o.run_id = "job42";
+  const LaunchResult result = launch(o);
+  ASSERT_EQ(result.exit_code, 0) << result.failure;
+  EXPECT_EQ(result.restarts, 0);
+  EXPECT_EQ(result.log_dir, fs::absolute(dir_ / "logs").lexically_normal().string());
+
+  std::string port;
+  for (int r = 0; r < 3; ++r) {
+    auto vars = parse_env_dump(read_file(dir_ / ("env_" + std::to_string(r))));
+    EXPECT_EQ(vars["RANK"], std::to_string(r));
+    EXPECT_EQ(vars["LOCAL_RANK"], std::to_string(r));
+    EXPECT_EQ(vars["ROLE_RANK"], std::to_string(r));
+    EXPECT_EQ(vars["WORLD_SIZE"], "3");
+    EXPECT_EQ(vars["LOCAL_WORLD_SIZE"], "3");
+    EXPECT_EQ(vars["ROLE_WORLD_SIZE"], "3");
+    EXPECT_EQ(vars["GROUP_RANK"], "0");
+    EXPECT_EQ(vars["MASTER_ADDR"], "127.0.0.1");
+    EXPECT_EQ(vars["TORCHELASTIC_RESTART_COUNT"], "0");
+    EXPECT_EQ(vars["TORCHELASTIC_MAX_RESTARTS"], "4");
+    EXPECT_EQ(vars["TORCHELASTIC_RUN_ID"], "job42");
+    EXPECT_EQ(vars["TORCHELASTIC_USE_AGENT_STORE"], "True");
+    EXPECT_EQ(vars["TORCHELASTIC_ERROR_FILE"], result.log_dir + "/rank_" + std::to_string(r) + ".error.json");
+    EXPECT_EQ(vars["OMP_NUM_THREADS"], "2");
+    // The store bound a free port, and every rank was told the same one.
+    ASSERT_FALSE(vars["MASTER_PORT"].empty());
+    EXPECT_NE(vars["MASTER_PORT"], "0");
+    if (r == 0) port = vars["MASTER_PORT"];
+    EXPECT_EQ(vars["MASTER_PORT"], port);
+    EXPECT_TRUE(fs::exists(dir_ / "logs" / ("rank_" + std::to_string(r) + ".log")));
+  }
+  EXPECT_NE(launcher_stderr().find("logs in " + result.log_dir), std::string::npos);
+}
+
+TEST_F(LauncherTest, ThreadsDefaultToCoresPerRankUnlessTheUserSetThem) {
+  auto o = options(2, "echo $OMP_NUM_THREADS > \"$TEST_DIR/threads_$RANK\"");
+  o.environment.erase("OMP_NUM_THREADS");
+  ASSERT_EQ(launch(o).exit_code, 0);
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
+  const int cores = CPU_COUNT(&set);
+  const int expected = std::max(1, cores / 2);
+  EXPECT_EQ(read_file(dir_ / "threads_1"), std::to_string(expected) + "\n");
+
+  o.environment["OMP_NUM_THREADS"] = "7";
+  ASSERT_EQ(launch(o).exit_code, 0);
+  EXPECT_EQ(read_file(dir_ / "threads_1"), "7\n");
+
+  o.threads = 3;  // an explicit --threads wins over the environment
+  ASSERT_EQ(launch(o).exit_code, 0);
+  EXPECT_EQ(read_file(dir_ / "threads_0"), "3\n");
+}
+
+TEST_F(LauncherTest, FailingRankStopsItsPeersAndIsNamedWithTheTailOfItsLog) {
+  auto o = options(3,
+                   "if [ \"$RANK\" = 1 ]; then for i in $(seq 1 30); do echo \"out $i\"; done; "
+                   "echo boom >&2; exit 3; fi; exec sleep 60");
+  const auto start = Clock::now();
+  const LaunchResult result = launch(o);
+  const double elapsed = seconds_since(start);
+  EXPECT_LT(elapsed, 15.0) << "the sleeping ranks were not stopped";
+  EXPECT_EQ(result.exit_code, 3);
+  ASSERT_TRUE(result.failed_rank.has_value());
+  EXPECT_EQ(*result.failed_rank, 1);
+  EXPECT_NE(result.failure.find("dtrain launch: rank 1 (pid "), std::string::npos) << result.failure;
+  EXPECT_NE(result.failure.find("failed with exit code 3"), std::string::npos) << result.failure;
+  // The last 20 lines: "out 12" .. "out 30" and "boom"; the earlier ones are only in the log.
+  EXPECT_NE(result.failure.find("  boom\n"), std::string::npos) << result.failure;
+  EXPECT_NE(result.failure.find("  out 30\n"), std::string::npos) << result.failure;
+  EXPECT_NE(result.failure.find("  out 12\n"), std::string::npos) << result.failure;
+  EXPECT_EQ(result.failure.find("  out 11\n"), std::string::npos) << result.failure;
+  EXPECT_NE(read_file(dir_ / "logs" / "rank_1.log").find("out 1\n"), std::string::npos);
+  EXPECT_NE(launcher_stderr().find("failed with exit code 3"), std::string::npos);
+  EXPECT_NE(launcher_stderr().find("[rank 1] boom"), std::string::npos);
+}
+
+TEST_F(LauncherTest, PeerIgnoringSigtermIsKilledAfterTheGracePeriod) {
+  // Rank 0 fails only once rank 1 ignores SIGTERM (its sleeps inherit the ignored disposition).
+  auto o = options(
+      2,
+      "if [ \"$RANK\" = 0 ]; then while [ ! -e \"$TEST_DIR/ignoring\" ]; do sleep 0.05; done; exit 4; "
+      "fi; trap '' TERM; touch \"$TEST_DIR/ignoring\"; while :; do sleep 0.2; done");
+  o.stop_grace = std::chrono::milliseconds(800);
+  const auto start = Clock::now();
+  const LaunchResult result = launch(o);
+  const double elapsed = seconds_since(start);
+  EXPECT_GE(elapsed, 0.8) << "rank 1 ignores SIGTERM, so only SIGKILL after the grace period can stop it";
+  EXPECT_LT(elapsed, 10.0);
+  EXPECT_EQ(result.exit_code, 4);
+  EXPECT_EQ(result.failed_rank, 0);
+}
+
+TEST_F(LauncherTest, RankKilledBySignalIsReportedWithItsName) {
+  const LaunchResult result =
+      launch(options(2, "if [ \"$RANK\" = 1 ]; then kill -KILL $$; fi; exec sleep 60"));
+  EXPECT_EQ(result.exit_code, 128 + SIGKILL);
+  EXPECT_EQ(result.failed_rank, 1);
+  EXPECT_NE(result.failure.find("killed by SIGKILL"), std::string::npos) << result.failure;
+}
+
+TEST_F(LauncherTest, ErrorFileMessageIsQuotedAsTheRootCause) {
+  const LaunchResult result = launch(options(2,
+                                             "if [ \"$RANK\" = 1 ]; then printf '{\"message\": {\"message\": "
+                                             "\"ValueError: bad batch\", \"extraInfo\": "
+                                             "{\"py_callstack\": \"Traceback: here\", \"timestamp\": "
+                                             "\"1\"}}}' > \"$TORCHELASTIC_ERROR_FILE\"; exit 1; fi"));
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_NE(result.failure.find("ValueError: bad batch"), std::string::npos) << result.failure;
+  EXPECT_NE(result.failure.find("Traceback: here"), std::string::npos) << result.failure;
+}
+
+TEST_F(LauncherTest, RestartsTheJobWithTheNextRestartCount) {
+  const std::string script =
+      "echo $TORCHELASTIC_RESTART_COUNT >> \"$TEST_DIR/attempts_$RANK\"; "
+      "if [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ] && [ \"$RANK\" = 1 ]; then exit 5; fi; echo done";
+  auto o = options(2, script);
+  o.max_restarts = 3;
+  const LaunchResult result = launch(o);
+  EXPECT_EQ(result.exit_code, 0) << result.failure;
+  EXPECT_EQ(result.restarts, 1);
+  EXPECT_FALSE(result.failed_rank.has_value());
+  EXPECT_EQ(read_file(dir_ / "attempts_0"), "0\n1\n");
+  EXPECT_EQ(read_file(dir_ / "attempts_1"), "0\n1\n");
+  EXPECT_NE(launcher_stderr().find("restarting all workers (restart 1 of 3)"), std::string::npos);
+}
+
+TEST_F(LauncherTest, GivesUpWhenRestartsRunOut) {
+  auto o = options(2, "if [ \"$RANK\" = 0 ]; then exit 6; fi");
+  o.max_restarts = 2;
+  const LaunchResult result = launch(o);
+  EXPECT_EQ(result.exit_code, 6);
+  EXPECT_EQ(result.restarts, 2);
+  EXPECT_EQ(result.failed_rank, 0);
+}
+
+TEST_F(LauncherTest, ForwardsSigtermToEveryWorker) {
+  auto o =
+      options(2,
+              "trap 'echo term > \"$TEST_DIR/term_$RANK\"; exit 0' TERM; touch \"$TEST_DIR/ready_$RANK\"; "
+              "while :; do sleep 0.1; done");
+  LaunchResult result;
+  std::thread launcher([&] { result = launch(o); });
+  // The handlers are installed before the first worker starts, so once both workers are up a
+  // SIGTERM to this process reaches the launcher's handler.
+  const auto deadline = Clock::now() + std::chrono::seconds(20);
+  while (!(fs::exists(dir_ / "ready_0") && fs::exists(dir_ / "ready_1")) && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(fs::exists(dir_ / "ready_1"));
+  const auto start = Clock::now();
+  ::kill(::getpid(), SIGTERM);
+  launcher.join();
+  EXPECT_LT(seconds_since(start), 10.0);
+  EXPECT_EQ(result.exit_code, 128 + SIGTERM);
+  EXPECT_EQ(result.signal, SIGTERM);
+  EXPECT_EQ(read_file(dir_ / "term_0"), "term\n");
+  EXPECT_EQ(read_file(dir_ / "term_1"), "term\n");
+  EXPECT_NE(launcher_stderr().find("received SIGTERM"), std::string::npos);
+}
+
+TEST_F(LauncherTest, CommandThatCannotBeRunFailsAtOnce) {
+  auto o = options(2, "");
+  o.command = {"/nonexistent/dtrain-worker", "--flag"};
+  LaunchResult result = launch(o);
+  EXPECT_EQ(result.exit_code, 127);
+  EXPECT_NE(result.failure.find("cannot run '/nonexistent/dtrain-worker': No such file or directory"),
+            std::string::npos)
+      << result.failure;
+
+  o.command = {"dtrain-no-such-program-in-path"};
+  result = launch(o);
+  EXPECT_EQ(result.exit_code, 127);
+  EXPECT_NE(result.failure.find("cannot run 'dtrain-no-such-program-in-path'"), std::string::npos);
+
+  // Found but not executable: execve itself fails, and the child reports why.
+  const fs::path data = dir_ / "not-a-program";
+  std::ofstream(data) << "plain text\n";
+  o.command = {data.string()};
+  result = launch(o);
+  EXPECT_EQ(result.exit_code, 126);
+  EXPECT_NE(result.failure.find("Permission denied"), std::string::npos) << result.failure;
+  EXPECT_EQ(result.restarts, 0);
+}
+
+TEST_F(LauncherTest, RankZerosStdoutPassesThroughAndStderrIsPrefixed) {
+  const LaunchResult result =
+      launch(options(2,
+                     "if [ \"$RANK\" = 0 ]; then echo '{\"accuracy\": 0.9}'; "
+                     "printf 'no newline'; fi; echo \"rank $RANK out only in the log\" >&2; "
+                     "echo '[rank 1/2] tagged' >&2; echo \"stdout of $RANK\" > /dev/null"));
+  ASSERT_EQ(result.exit_code, 0) << result.failure;
+  EXPECT_EQ(launcher_stdout(), "{\"accuracy\": 0.9}\nno newline");
+  const std::string err = launcher_stderr();
+  EXPECT_NE(err.find("[rank 0] rank 0 out only in the log\n"), std::string::npos) << err;
+  EXPECT_NE(err.find("[rank 1] rank 1 out only in the log\n"), std::string::npos) << err;
+  EXPECT_NE(err.find("\n[rank 1/2] tagged\n"), std::string::npos) << err;
+  EXPECT_EQ(err.find("[rank 0] [rank"), std::string::npos) << err;
+  EXPECT_NE(read_file(dir_ / "logs" / "rank_0.log").find("{\"accuracy\": 0.9}\n"), std::string::npos);
+  EXPECT_NE(read_file(dir_ / "logs" / "rank_1.log").find("rank 1 out only in the log"), std::string::npos);
+}
+
+TEST_F(LauncherTest, RejectsInconsistentOptions) {
+  auto o = options(2, "true");
+  o.command.clear();
+  EXPECT_THROW(launch(o), std::invalid_argument);
+  o = options(0, "true");
+  EXPECT_THROW(launch(o), std::invalid_argument);
+  o = options(1, "true");
+  o.nnodes = 2;
+  o.node_rank = 2;
+  o.master_port = 29999;
+  EXPECT_THROW(launch(o), std::invalid_argument);
+  o.node_rank = 1;
+  o.master_port = 0;  // the other nodes cannot guess a free port
+  EXPECT_THROW(launch(o), std::invalid_argument);
+  o = options(1, "true");
+  o.backend = "carrier-pigeon";
+  EXPECT_THROW(launch(o), std::invalid_argument);
+}
+
+TEST_F(LauncherTest, MpiBackendDelegatesToMpirun) {
+  if (::access("/usr/bin/mpirun", X_OK) != 0) GTEST_SKIP() << "openmpi-bin is not installed";
+  auto o = options(2,
+                   "echo \"out $OMPI_COMM_WORLD_RANK threads $OMP_NUM_THREADS\"; echo \"err "
+                   "$OMPI_COMM_WORLD_RANK\" >&2");
+  o.backend = "mpi";
+  o.threads = 1;
+  LaunchResult result = launch(o);
+  ASSERT_EQ(result.exit_code, 0) << result.failure << launcher_stderr();
+  EXPECT_EQ(launcher_stdout(), "out 0 threads 1\n");
+  EXPECT_NE(launcher_stderr().find("[rank 1] err 1\n"), std::string::npos) << launcher_stderr();
+  EXPECT_NE(read_file(dir_ / "logs" / "rank_1.log").find("out 1 threads 1\n"), std::string::npos);
+
+  o.command = {"/bin/sh", "-c", "if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then echo dying >&2; exit 3; fi"};
+  result = launch(o);
+  EXPECT_EQ(result.exit_code, 3);
+  EXPECT_EQ(result.failed_rank, 1) << result.failure;
+  EXPECT_NE(result.failure.find("dying"), std::string::npos) << result.failure;
+}
+
+// Real workers over gloo: they find the store the launcher hosts, under the prefix of their attempt.
+TEST_F(LauncherTest, GlooWorkersMeetThroughTheAgentStoreAcrossRestarts) {
+  auto o = options(2, "");
+  o.command = {DTRAIN_LAUNCH_WORKER, "--fail-first-attempt"};
+  o.max_restarts = 1;
+  o.threads = 1;
+  const LaunchResult result = launch(o);
+  ASSERT_EQ(result.exit_code, 0) << result.failure << launcher_stderr();
+  EXPECT_EQ(result.restarts, 1);
+  // Attempt 0 met under its prefix, rank 1 failed, and attempt 1 met again under a fresh one.
+  const std::string log0 = read_file(dir_ / "logs" / "rank_0.log");
+  EXPECT_NE(log0.find("rank 0 size 2 sum 3 source torchrun prefix /worker/attempt_0"), std::string::npos)
+      << log0;
+  EXPECT_NE(log0.find("rank 0 size 2 sum 3 source torchrun prefix /worker/attempt_1"), std::string::npos)
+      << log0;
+  EXPECT_NE(read_file(dir_ / "logs" / "rank_1.log")
+                .find("rank 1 size 2 sum 3 source torchrun prefix /worker/attempt_1"),
+            std::string::npos);
+  // Rank 0's stdout of both attempts reached the launcher's stdout.
+  EXPECT_NE(launcher_stdout().find("prefix /worker/attempt_1"), std::string::npos);
+}
+
+// The same worker under PyTorch's own launcher: dtrain workers are torchrun-compatible.
+TEST_F(LauncherTest, TorchrunStartsTheSameWorker) {
+  const char* python = "/usr/bin/python3";
+  if (std::system(fmt_command(python, "-c 'import torch.distributed.run' 2>/dev/null").c_str()) != 0) {
+    GTEST_SKIP() << "python3-torch is not installed";
+  }
+  const fs::path out = dir_ / "torchrun.out";
+  // Debian's torch 1.13 on Python 3.11 cannot parse redirect/tee "0" (Std is a Flag there, whose
+  // iteration skips 0): naming stdout explicitly sidesteps that, and its tee keeps it on the console.
+  const std::string command = fmt_command(python,
+                                          "-m torch.distributed.run --no_python --standalone "
+                                          "--nproc_per_node 2 --redirects 1 --tee 1 --log_dir " +
+                                              (dir_ / "torchrun-logs").string() + " ") +
+                              DTRAIN_LAUNCH_WORKER + " > " + out.string() + " 2>&1";
+  const int status = std::system(command.c_str());
+  const std::string text = read_file(out);
+  ASSERT_EQ(status, 0) << text;
+  // --standalone uses torchrun's c10d rendezvous, not an agent store: rank 0 hosts the store.
+  EXPECT_NE(text.find("rank 0 size 2 sum 3 source torchrun prefix \n"), std::string::npos) << text;
+  EXPECT_NE(text.find("rank 1 size 2 sum 3 source torchrun prefix \n"), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace dtrain::comm
