@@ -94,7 +94,7 @@ class C10dWork final : public Work {
       join_waiter();
     } else {
       if (!call_c10d([&] { return work_->isCompleted(); })) return false;
-      if (!work_->isSuccess()) rethrow(work_->exception());
+      if (auto error = work_->exception()) rethrow(error);
     }
     finish_once();
     return true;
