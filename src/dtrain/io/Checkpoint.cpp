@@ -1,0 +1,280 @@
+// Checkpoint files, the atomic CheckpointStore and the Python-readable state_dict export.
+//
+// Note [Checkpoint file layout]: a torch::serialize archive holding "header", a uint8 tensor of
+// JSON {"format": "dtrain.checkpoint", "version": 1, "names": [...], "metadata": {...}}, and tensors
+// "t0", "t1", ... in the order of "names". Tensor names stay out of archive keys because archive
+// keys may not contain the dots of module paths.
+#include "dtrain/io/Checkpoint.h"
+
+#include <torch/torch.h>
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <iterator>
+#include <sstream>
+
+#include "dtrain/io/AtomicFile.h"
+#include "dtrain/io/Crc32c.h"
+
+namespace dtrain::io {
+namespace {
+
+constexpr const char* kFormat = "dtrain.checkpoint";
+constexpr int kVersion = 1;
+constexpr const char* kMarker = "latest";
+
+std::string join_names(const std::map<std::string, at::Tensor>& tensors) {
+  std::string out;
+  for (const auto& [name, tensor] : tensors) out += (out.empty() ? "" : ", ") + name;
+  return out.empty() ? "none" : out;
+}
+
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw CheckpointError("cannot open " + path.string());
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+at::Tensor bytes_tensor(const std::string& text) {
+  auto tensor = torch::empty({static_cast<std::int64_t>(text.size())}, torch::kUInt8);
+  std::memcpy(tensor.data_ptr(), text.data(), text.size());
+  return tensor;
+}
+
+// checkpoint-<12 digits>.ckpt -> step; nullopt for any other name.
+std::optional<std::int64_t> step_of(const std::string& name) {
+  const std::string prefix = "checkpoint-", suffix = ".ckpt";
+  if (name.size() != prefix.size() + 12 + suffix.size() || name.rfind(prefix, 0) != 0 ||
+      name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
+    return std::nullopt;
+  }
+  const std::string digits = name.substr(prefix.size(), 12);
+  if (digits.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+  return std::stoll(digits);
+}
+
+}  // namespace
+
+void Checkpoint::set_tensor(const std::string& name, const at::Tensor& tensor) {
+  TORCH_CHECK(tensor.defined(), "checkpoint tensor \"", name, "\" is undefined; store only defined tensors");
+  tensors_[name] = tensor.detach().to(torch::kCPU).contiguous().clone();
+}
+
+const at::Tensor& Checkpoint::tensor(const std::string& name) const {
+  const auto it = tensors_.find(name);
+  if (it == tensors_.end()) {
+    throw CheckpointError("checkpoint has no tensor \"" + name + "\"; it has: " + join_names(tensors_));
+  }
+  return it->second;
+}
+
+void Checkpoint::set_metadata(const nlohmann::json& metadata) {
+  metadata_json_ = metadata.dump();
+}
+
+nlohmann::json Checkpoint::metadata() const {
+  return nlohmann::json::parse(metadata_json_);
+}
+
+void Checkpoint::set_module_state(const std::string& prefix, const torch::nn::Module& module) {
+  for (const auto& item : module.named_parameters(/*recurse=*/true))
+    set_tensor(prefix + "." + item.key(), item.value());
+  for (const auto& item : module.named_buffers(/*recurse=*/true))
+    set_tensor(prefix + "." + item.key(), item.value());
+}
+
+void Checkpoint::load_module_state(const std::string& prefix, torch::nn::Module& module) const {
+  torch::NoGradGuard no_grad;
+  auto load = [&](const std::string& name, at::Tensor& target) {
+    const auto key = prefix + "." + name;
+    const auto it = tensors_.find(key);
+    if (it == tensors_.end()) {
+      throw CheckpointError(
+          "checkpoint has no tensor \"" + key +
+          "\" for the module; was it saved from a different model? It has: " + join_names(tensors_));
+    }
+    if (it->second.sizes() != target.sizes()) {
+      std::ostringstream message;
+      message << "checkpoint tensor \"" << key << "\" has shape " << it->second.sizes()
+              << " but the module expects " << target.sizes()
+              << "; the checkpoint was saved from a different model configuration";
+      throw CheckpointError(message.str());
+    }
+    target.copy_(it->second);
+  };
+  for (auto& item : module.named_parameters(/*recurse=*/true)) load(item.key(), item.value());
+  for (auto& item : module.named_buffers(/*recurse=*/true)) load(item.key(), item.value());
+}
+
+void Checkpoint::save(const std::filesystem::path& path) const {
+  nlohmann::json header = {{"format", kFormat}, {"version", kVersion}, {"names", nlohmann::json::array()}};
+  header["metadata"] = nlohmann::json::parse(metadata_json_);
+  torch::serialize::OutputArchive archive;
+  std::size_t index = 0;
+  for (const auto& [name, tensor] : tensors_) {
+    header["names"].push_back(name);
+    archive.write("t" + std::to_string(index++), tensor);
+  }
+  archive.write("header", bytes_tensor(header.dump()));
+  archive.save_to(path.string());
+}
+
+Checkpoint Checkpoint::load(const std::filesystem::path& path) {
+  if (!std::filesystem::is_regular_file(path)) {
+    throw CheckpointError("checkpoint " + path.string() + " does not exist");
+  }
+  torch::serialize::InputArchive archive;
+  nlohmann::json header;
+  try {
+    archive.load_from(path.string());
+    at::Tensor header_bytes;
+    archive.read("header", header_bytes);
+    header = nlohmann::json::parse(std::string(static_cast<const char*>(header_bytes.data_ptr()),
+                                               static_cast<std::size_t>(header_bytes.numel())));
+  } catch (const std::exception& e) {
+    throw CheckpointError("checkpoint " + path.string() + " cannot be read (" +
+                          std::string(e.what()).substr(0, 300) +
+                          "); it is truncated, corrupt or not a dtrain checkpoint");
+  }
+  if (header.value("format", "") != kFormat || header.value("version", 0) != kVersion) {
+    throw CheckpointError("checkpoint " + path.string() + " has format " + header.value("format", "?") +
+                          " version " + std::to_string(header.value("version", 0)) + "; this dtrain reads " +
+                          kFormat + " version " + std::to_string(kVersion));
+  }
+  Checkpoint checkpoint;
+  const auto& names = header.at("names");
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    at::Tensor tensor;
+    try {
+      archive.read("t" + std::to_string(i), tensor);
+    } catch (const std::exception& e) {
+      throw CheckpointError("checkpoint " + path.string() + " lacks tensor \"" + names[i].get<std::string>() +
+                            "\"; the file is corrupt");
+    }
+    checkpoint.tensors_[names[i].get<std::string>()] = tensor;
+  }
+  checkpoint.metadata_json_ = header.at("metadata").dump();
+  return checkpoint;
+}
+
+CheckpointStore::CheckpointStore(std::filesystem::path dir, CheckpointStoreOptions options)
+    : dir_(std::move(dir)), options_(options) {
+  std::error_code error;
+  std::filesystem::create_directories(dir_, error);
+  if (error) {
+    throw CheckpointError("cannot create the checkpoint folder " + dir_.string() + ": " + error.message());
+  }
+}
+
+std::string CheckpointStore::file_name(std::int64_t step) {
+  TORCH_CHECK(step >= 0 && step < 1000000000000LL, "checkpoint step must be in [0, 10^12), got ", step);
+  char name[64];
+  std::snprintf(name, sizeof(name), "checkpoint-%012lld.ckpt", static_cast<long long>(step));
+  return name;
+}
+
+std::filesystem::path CheckpointStore::save(const Checkpoint& checkpoint, std::int64_t step) {
+  const auto path = dir_ / file_name(step);
+  replace_file_atomic(path, [&](const std::filesystem::path& temporary) { checkpoint.save(temporary); });
+  // The marker names the file with its size and checksum, so a loader can tell it is intact.
+  const std::string bytes = read_file(path);
+  char marker[160];
+  std::snprintf(marker, sizeof(marker), "%s %zu %08x\n", path.filename().c_str(), bytes.size(),
+                crc32c(bytes.data(), bytes.size()));
+  write_file_atomic(dir_ / kMarker, marker);
+  if (options_.keep_last > 0) {
+    std::vector<std::pair<std::int64_t, std::filesystem::path>> existing;
+    for (const auto& entry : std::filesystem::directory_iterator(dir_)) {
+      if (const auto s = step_of(entry.path().filename().string())) existing.emplace_back(*s, entry.path());
+    }
+    std::sort(existing.begin(), existing.end(),
+              [](const auto& a, const auto& b) { return a.first > b.first; });
+    for (std::size_t i = static_cast<std::size_t>(options_.keep_last); i < existing.size(); ++i) {
+      if (existing[i].second != path) std::filesystem::remove(existing[i].second);
+    }
+  }
+  return path;
+}
+
+std::optional<std::filesystem::path> CheckpointStore::latest_path() const {
+  const auto marker_path = dir_ / kMarker;
+  if (std::filesystem::exists(marker_path)) {
+    std::istringstream marker(read_file(marker_path));
+    std::string name;
+    std::size_t size = 0;
+    std::string crc_text;
+    if (!(marker >> name >> size >> crc_text) || name.find('/') != std::string::npos) {
+      throw CheckpointError(
+          "checkpoint marker " + marker_path.string() +
+          " is malformed (expected \"<file> <bytes> <crc32c>\"); delete it to fall back to the "
+          "newest checkpoint file");
+    }
+    const auto path = dir_ / name;
+    if (!std::filesystem::is_regular_file(path)) {
+      throw CheckpointError(
+          "checkpoint marker " + marker_path.string() + " names " + name +
+          ", which does not exist; restore the file or delete the marker to fall back to the "
+          "newest checkpoint file");
+    }
+    const std::string bytes = read_file(path);
+    char crc[16];
+    std::snprintf(crc, sizeof(crc), "%08x", crc32c(bytes.data(), bytes.size()));
+    if (bytes.size() != size || crc_text != crc) {
+      throw CheckpointError("checkpoint " + path.string() + " is corrupt: the marker records " +
+                            std::to_string(size) + " bytes with CRC32C " + crc_text + ", the file has " +
+                            std::to_string(bytes.size()) + " bytes with CRC32C " + crc +
+                            "; delete it and the marker to resume from an older one");
+    }
+    return path;
+  }
+  // No marker: a crash before the first marker, or a folder filled by hand. Renamed files are
+  // complete; temporary ones never match the checkpoint name pattern.
+  std::optional<std::pair<std::int64_t, std::filesystem::path>> newest;
+  if (!std::filesystem::is_directory(dir_)) return std::nullopt;
+  for (const auto& entry : std::filesystem::directory_iterator(dir_)) {
+    if (is_temporary_file(entry.path())) continue;
+    const auto s = step_of(entry.path().filename().string());
+    if (s && (!newest || *s > newest->first)) newest.emplace(*s, entry.path());
+  }
+  if (!newest) return std::nullopt;
+  return newest->second;
+}
+
+std::optional<Checkpoint> CheckpointStore::load_latest() const {
+  const auto path = latest_path();
+  if (!path) return std::nullopt;
+  return Checkpoint::load(*path);
+}
+
+void export_state_dict(const std::filesystem::path& path, const std::map<std::string, at::Tensor>& tensors) {
+  c10::Dict<std::string, at::Tensor> dict;
+  for (const auto& [name, tensor] : tensors) dict.insert(name, tensor.detach().to(torch::kCPU).contiguous());
+  const std::vector<char> bytes = torch::pickle_save(c10::IValue(dict));
+  write_file_atomic(path, std::string_view(bytes.data(), bytes.size()));
+}
+
+std::map<std::string, at::Tensor> import_state_dict(const std::filesystem::path& path) {
+  const std::string bytes = read_file(path);
+  c10::IValue value;
+  try {
+    value = torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
+  } catch (const std::exception& e) {
+    throw CheckpointError(path.string() + " is not a torch.save file (" +
+                          std::string(e.what()).substr(0, 300) + ")");
+  }
+  if (!value.isGenericDict()) {
+    throw CheckpointError(path.string() + " holds a " + value.tagKind() +
+                          ", expected a dict of name -> tensor (a state_dict)");
+  }
+  std::map<std::string, at::Tensor> result;
+  for (const auto& entry : value.toGenericDict()) {
+    if (!entry.key().isString() || !entry.value().isTensor()) {
+      throw CheckpointError(path.string() + " holds a dict whose entries are not name -> tensor");
+    }
+    result[entry.key().toStringRef()] = entry.value().toTensor();
+  }
+  return result;
+}
+
+}  // namespace dtrain::io
