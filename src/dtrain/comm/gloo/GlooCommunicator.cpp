@@ -1,5 +1,5 @@
-// connect_gloo(): the store rendezvous, then c10d's ProcessGroupGloo with dtrain's defaults.
-// See Note [Gloo settings] for why the defaults are what they are.
+// connect_gloo(): the store rendezvous, then c10d's ProcessGroupGloo with the options of
+// BackendOptions (timeout, worker threads, network interface).
 #include "dtrain/comm/gloo/GlooCommunicator.h"
 
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
