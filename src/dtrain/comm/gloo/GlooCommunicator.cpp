@@ -37,8 +37,8 @@ std::unique_ptr<Communicator> connect_gloo(const BackendOptions& options, const 
   const int rank = rendezvous.rank;
   const int size = rendezvous.world_size;
   if (options.gloo_threads < 1) {
-    throw std::invalid_argument(fmt::format(
-        "gloo_threads must be at least 1; found {}. 1 is the fastest on a CPU host", options.gloo_threads));
+    throw std::invalid_argument(
+        fmt::format("gloo_threads must be at least 1; found {}; 2 is c10d's default", options.gloo_threads));
   }
   C10dCapabilities capabilities;
   capabilities.flat_collectives = false;            // See Note [Emulated collectives]
