@@ -15,9 +15,10 @@ struct BackendOptions {
   std::string name = "gloo";  // gloo | mpi | nccl
   // Per-operation timeout: a peer that does not answer within it fails the operation.
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
-  // Gloo: worker threads of the process group (c10d's default is 2) and network interface
-  // ("" = resolve the host name, falling back to loopback).
-  int gloo_threads = 1;
+  // Gloo: worker threads of the process group (c10d's default, 2, measured 5-20x faster than 1 at
+  // 4 KB on a loaded 2-core host; see bench/RESULTS.md) and network interface ("" = loopback for a
+  // loopback master address, else this host's name).
+  int gloo_threads = 2;
   std::string gloo_interface;
 };
 
