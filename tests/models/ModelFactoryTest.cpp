@@ -164,6 +164,7 @@ TEST(ModelFactoryTest, TransformerClassifierOnImagesAndTokens) {
   auto on_images = create_model(config, fashion);
   EXPECT_EQ(on_images->forward(images(fashion, 2)).sizes(), torch::IntArrayRef({2, 10}));
   expect_gradients_for_every_parameter(*on_images, images(fashion, 2));
+  EXPECT_THROW(on_images->forward(torch::randn({2, 1, 32, 32})), std::invalid_argument);
 
   auto text = InputSpec::tokens(/*vocab_size=*/20, /*seq_len=*/12, /*num_classes=*/3);
   auto on_tokens = create_model(config, text);

@@ -100,6 +100,13 @@ RowEmbeddingImpl::RowEmbeddingImpl(std::int64_t channels, std::int64_t height, s
 
 torch::Tensor RowEmbeddingImpl::forward(torch::Tensor images) {
   const auto n = images.size(0);
+  if (images.dim() != 4 || images.size(2) != position_.size(1) ||
+      images.size(1) * images.size(3) != projection_->options.in_features()) {
+    throw std::invalid_argument(fmt::format(
+        "transformer: expected images of the shape the model was built for ({} rows of {} values), found "
+        "shape ({}); build the model for this image size",
+        position_.size(1), projection_->options.in_features(), fmt::join(images.sizes(), ", ")));
+  }
   // (N, C, H, W) -> (N, H, C*W)
   auto rows = images.permute({0, 2, 1, 3}).reshape({n, images.size(2), images.size(1) * images.size(3)});
   return dropout_->forward(projection_->forward(rows) + position_);
