@@ -1,0 +1,135 @@
+// The data-set factory and loader helpers; see Factory.h.
+#include "dtrain/data/Factory.h"
+
+#include "dtrain/data/Cifar.h"
+#include "dtrain/data/Idx.h"
+#include "dtrain/data/ImageFolder.h"
+#include "dtrain/data/Synthetic.h"
+#include "dtrain/data/TextDataset.h"
+
+#include <sstream>
+
+namespace dtrain::data {
+
+namespace {
+
+std::string known_names() {
+  std::ostringstream out;
+  const auto& names = dataset_names();
+  for (std::size_t i = 0; i < names.size(); ++i) out << (i ? ", " : "") << names[i];
+  return out.str();
+}
+
+DataSets finish_images(ImageDataset train, ImageDataset test, const config::DataConfig& data) {
+  TORCH_CHECK(data.subset_size >= 0, "data.subset_size: expected >= 0, found ", data.subset_size);
+  TORCH_CHECK(data.test_subset_size >= 0, "data.test_subset_size: expected >= 0, found ",
+              data.test_subset_size);
+  if (data.subset_size > 0) train = train.head(data.subset_size);
+  if (data.test_subset_size > 0) test = test.head(data.test_subset_size);
+  test.set_stats(train.stats());
+  ImageTransformOptions plain;
+  plain.normalize = data.normalize;
+  ImageTransformOptions augmented = plain;
+  augmented.random_crop_padding = data.random_crop_padding;
+  augmented.horizontal_flip = data.horizontal_flip;
+  test.set_transform(plain);
+  ImageDataset train_plain = train;
+  train_plain.set_transform(plain);
+  train.set_transform(augmented);
+  DataSets out;
+  out.train = std::make_shared<ImageDataset>(std::move(train));
+  out.train_plain = std::make_shared<ImageDataset>(std::move(train_plain));
+  out.test = std::make_shared<ImageDataset>(std::move(test));
+  return out;
+}
+
+}  // namespace
+
+const std::vector<std::string>& dataset_names() {
+  static const std::vector<std::string> names{"fashion-mnist", "mnist",     "cifar10", "cifar100",
+                                              "image-folder",  "synthetic", "text"};
+  return names;
+}
+
+std::string default_root(const std::string& dataset) {
+  if (dataset == "fashion-mnist") return kFashionMnistRoot;
+  if (dataset == "mnist") return "/usr/share/datasets/mnist";
+  return "";
+}
+
+DataSets load_datasets(const config::DataConfig& data) {
+  const std::string& name = data.dataset;
+  const std::string root = data.root.empty() ? default_root(name) : data.root;
+  if (name == "fashion-mnist" || name == "mnist") {
+    // Train before test (argument order is unspecified), so a missing root names the train file.
+    auto train = load_mnist(root, true, name);
+    return finish_images(std::move(train), load_mnist(root, false, name), data);
+  }
+  if (name == "cifar10" || name == "cifar100") {
+    const int classes = name == "cifar10" ? 10 : 100;
+    auto train = load_cifar(root, classes, true);
+    return finish_images(std::move(train), load_cifar(root, classes, false), data);
+  }
+  if (name == "image-folder") {
+    auto train = load_image_folder(root, data.image_size, true);
+    return finish_images(std::move(train), load_image_folder(root, data.image_size, false), data);
+  }
+  if (name == "synthetic") {
+    SyntheticOptions o;
+    o.shape = data.synthetic_shape;
+    o.classes = data.synthetic_classes;
+    o.size = data.synthetic_size;
+    auto train = make_synthetic(o, "synthetic/train");
+    o.stream = 1;
+    o.size = std::max<std::int64_t>(1, data.synthetic_size / 5);
+    auto test = make_synthetic(o, "synthetic/test");
+    return finish_images(std::move(train), std::move(test), data);
+  }
+  if (name == "text") {
+    auto split = load_text(data.text_path, data.seq_len);
+    TORCH_CHECK(data.subset_size >= 0 && data.test_subset_size >= 0,
+                "data.subset_size / data.test_subset_size: expected >= 0");
+    std::shared_ptr<const Dataset> train = data.subset_size > 0 ? split.train->head(data.subset_size)
+                                                                : std::shared_ptr<const Dataset>(split.train);
+    std::shared_ptr<const Dataset> test = data.test_subset_size > 0
+                                              ? split.test->head(data.test_subset_size)
+                                              : std::shared_ptr<const Dataset>(split.test);
+    return DataSets{train, train, test};
+  }
+  TORCH_CHECK(false, "data.dataset: unknown data set '", name, "'; expected one of: ", known_names());
+}
+
+std::unique_ptr<Loader> make_train_loader(std::shared_ptr<const Dataset> train, const Shard& shard,
+                                          const config::DataConfig& data, std::uint64_t seed) {
+  SamplerOptions o;
+  o.batch_size = data.batch_size;
+  o.shuffle = true;
+  o.drop_last = data.drop_last;
+  o.equalize = Equalize::pad;
+  return std::make_unique<Loader>(std::move(train), DistributedSampler(shard, o, seed),
+                                  LoaderOptions{data.loader_threads, data.prefetch});
+}
+
+std::unique_ptr<Loader> make_eval_loader(std::shared_ptr<const Dataset> dataset,
+                                         const config::DataConfig& data, int rank, int world,
+                                         const torch::Tensor& indices) {
+  TORCH_CHECK(world >= 1 && rank >= 0 && rank < world, "make_eval_loader: rank ", rank, " outside 0..",
+              world - 1);
+  auto all = indices.defined() && indices.numel() > 0 ? indices.to(torch::kLong)
+                                                      : torch::arange(dataset->size(), torch::kLong);
+  Shard shard;
+  shard.rank = rank;
+  shard.world = world;
+  shard.indices = all.index_select(0, torch::arange(rank, all.size(0), world, torch::kLong));
+  shard.held_out = torch::empty({0}, torch::kLong);
+  for (int r = 0; r < world; ++r) shard.rank_sizes.push_back((all.size(0) - r + world - 1) / world);
+  SamplerOptions o;
+  o.batch_size = data.eval_batch_size;
+  o.shuffle = false;
+  o.drop_last = false;
+  o.equalize = Equalize::none;
+  return std::make_unique<Loader>(std::move(dataset), DistributedSampler(std::move(shard), o, 0),
+                                  LoaderOptions{data.loader_threads, data.prefetch});
+}
+
+}  // namespace dtrain::data

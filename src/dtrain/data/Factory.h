@@ -1,0 +1,42 @@
+// From config::DataConfig to data: the train and test sets of the named data set (subsets,
+// normalisation and augmentation applied), and the loaders a training run uses.
+#pragma once
+
+#include "dtrain/config/RunConfig.h"
+#include "dtrain/data/Dataset.h"
+#include "dtrain/data/Loader.h"
+#include "dtrain/data/Partition.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace dtrain::data {
+
+struct DataSets {
+  std::shared_ptr<const Dataset> train;  // augmented as configured
+  std::shared_ptr<const Dataset>
+      train_plain;  // the same samples without augmentation: kfold validation, train accuracy
+  std::shared_ptr<const Dataset> test;  // normalised with the training set's statistics
+};
+
+// The names data.dataset accepts.
+const std::vector<std::string>& dataset_names();
+
+// Where a data set is looked for when data.root is empty ("" when it has no default).
+std::string default_root(const std::string& dataset);
+
+DataSets load_datasets(const config::DataConfig& data);
+
+// This rank's training batches: its shard, reshuffled every epoch from `seed`, the same number of
+// batches on every rank.
+std::unique_ptr<Loader> make_train_loader(std::shared_ptr<const Dataset> train, const Shard& shard,
+                                          const config::DataConfig& data, std::uint64_t seed);
+
+// Evaluation batches of `indices` (empty = the whole set) in order, every world-th sample from
+// `rank`, so the ranks' parts are disjoint and together cover `indices`.
+std::unique_ptr<Loader> make_eval_loader(std::shared_ptr<const Dataset> dataset,
+                                         const config::DataConfig& data, int rank, int world,
+                                         const torch::Tensor& indices = {});
+
+}  // namespace dtrain::data

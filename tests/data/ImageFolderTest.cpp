@@ -1,0 +1,84 @@
+// The image-folder reader: PNG and JPEG decoding, class folders, resizing, splits.
+#include "DataTestUtil.h"
+#include "dtrain/data/ImageFolder.h"
+
+using namespace dtrain::data;
+using namespace dtrain::data::testing;
+using ::testing::HasSubstr;
+
+namespace {
+torch::Tensor gradient_image(int h, int w, int shift) {
+  auto rows = torch::arange(h).view({h, 1}).expand({h, w});
+  auto cols = torch::arange(w).view({1, w}).expand({h, w});
+  return torch::stack(
+             {(rows * 4 + shift) % 256, (cols * 4 + shift) % 256, torch::full({h, w}, shift, torch::kLong)})
+      .to(torch::kUInt8);
+}
+}  // namespace
+
+TEST(ImageFolder, PngDecodesExactly) {
+  TempDir dir;
+  auto img = gradient_image(10, 12, 30);
+  write_png(dir / "a.png", img);
+  EXPECT_TRUE(torch::equal(decode_image(dir / "a.png"), img));
+}
+
+TEST(ImageFolder, JpegDecodesClosely) {
+  TempDir dir;
+  auto img = gradient_image(16, 24, 60);
+  write_jpeg(dir / "a.JPG", img);
+  auto back = decode_image(dir / "a.JPG");
+  ASSERT_EQ(back.sizes(), img.sizes());
+  EXPECT_LT((back.to(torch::kFloat) - img.to(torch::kFloat)).abs().mean().item<float>(), 4.0f);
+}
+
+TEST(ImageFolder, CorruptFilesAreNamed) {
+  TempDir dir;
+  write_bytes(dir / "bad.png", {1, 2, 3, 4}, false);
+  write_bytes(dir / "bad.jpg", {0xff, 0xd8, 0xff, 0x00, 9, 9}, false);
+  EXPECT_THAT(error_of([&] { decode_image(dir / "bad.png"); }), HasSubstr(dir / "bad.png"));
+  EXPECT_THAT(error_of([&] { decode_image(dir / "bad.jpg"); }), HasSubstr(dir / "bad.jpg"));
+}
+
+TEST(ImageFolder, TrainTestLayoutResizedWithSortedClasses) {
+  TempDir dir;
+  for (const std::string split : {"train", "test"}) {
+    for (const std::string cls : {"dog", "cat"}) {
+      std::filesystem::create_directories(dir / (split + "/" + cls));
+      const int n = split == "train" ? 3 : 1;
+      for (int i = 0; i < n; ++i) {
+        const int shift = cls == "cat" ? 0 : 200;
+        const std::string stem = dir / (split + "/" + cls + "/" + std::to_string(i));
+        if (i % 2 == 0) {
+          write_png(stem + ".png", gradient_image(20 + i, 30, shift));
+        } else {
+          write_jpeg(stem + ".jpeg", gradient_image(40, 20, shift));
+        }
+      }
+    }
+  }
+  write_bytes(dir / "train/cat/notes.txt", {1}, false);  // ignored: not an image
+  auto train = load_image_folder(dir.str(), 8, true);
+  auto test = load_image_folder(dir.str(), 8, false);
+  ASSERT_EQ(train.size(), 6);
+  ASSERT_EQ(test.size(), 2);
+  EXPECT_EQ(train.input_shape(), (std::vector<std::int64_t>{3, 8, 8}));
+  EXPECT_EQ(train.num_classes(), 2);
+  // "cat" sorts first: class 0, blue channel 0; "dog" class 1, blue channel 200.
+  auto labels = train.labels();
+  auto blue = train.images().select(1, 2).to(torch::kFloat).mean({1, 2});
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_NEAR(blue[i].item<float>(), labels[i].item<std::int64_t>() == 0 ? 0.0f : 200.0f, 3.0f);
+  }
+}
+
+TEST(ImageFolder, FlatLayoutHoldsOutEveryTenth) {
+  TempDir dir;
+  for (const std::string cls : {"a", "b"}) {
+    std::filesystem::create_directories(dir / cls);
+    for (int i = 0; i < 10; ++i)
+      write_png(dir / (cls + "/" + std::to_string(i) + ".png"), gradient_image(4, 4, i));
+  }
+  EXPECT_EQ(load_image_folder(dir.str(), 4, true).size(), 18);
+  EXPECT_EQ(load_image_folder(dir.str(), 4, false).size(), 2);
+}
