@@ -734,7 +734,11 @@ class Launcher {
       report =
           fmt::format("dtrain launch: {} (mpirun pid {}) {}\n",
                       rank ? fmt::format("rank {}", *rank) : "a rank", worker.pid, describe_status(status));
-      if (rank && *rank >= 0 && *rank < static_cast<int>(logs_.size())) report += tail_of(*logs_[*rank]);
+      if (rank && *rank >= 0 && *rank < static_cast<int>(logs_.size())) {
+        report += tail_of(*logs_[*rank]);
+      } else {
+        report += fmt::format("mpirun did not say which rank; every rank's log is in {}\n", log_dir_);
+      }
       return report;
     }
     const RankLog& log = *logs_[static_cast<size_t>(worker.rank - first_rank())];
@@ -765,6 +769,7 @@ class Launcher {
     std::optional<Clock::time_point> drain_until;
     Clock::time_point next_store_check = Clock::now();
     const bool multi_node = options_.nnodes > 1 && store_;
+    const Worker* mpirun_failure = nullptr;
 
     auto begin_stop = [&](int signo) {
       if (!stopping) {
@@ -829,8 +834,14 @@ class Launcher {
           if (worker.out_fd >= 0) pump(worker, worker.out_fd, false);
           if (worker.err_fd >= 0) pump(worker, worker.err_fd, true);
           outcome.exit_code = exit_code_of(*status);
-          outcome.failed_rank = demux_ ? demux_->reported_failed_rank() : std::optional<int>(worker.rank);
-          outcome.failure = failure_report(worker, *status);
+          if (demux_) {
+            // mpirun's own account of which rank failed may still be in its pipes: reported below,
+            // once they are drained.
+            mpirun_failure = &worker;
+          } else {
+            outcome.failed_rank = worker.rank;
+            outcome.failure = failure_report(worker, *status);
+          }
           if (multi_node) announce_failure(attempt, worker.rank, outcome.exit_code);
           begin_stop(SIGTERM);
         }
@@ -874,6 +885,10 @@ class Launcher {
           }
         }
       }
+    }
+    if (mpirun_failure) {
+      outcome.failed_rank = demux_->reported_failed_rank();
+      outcome.failure = failure_report(*mpirun_failure, mpirun_failure->status);
     }
     // No orphans: whatever a worker left behind in its group goes with it. Only then are the
     // zombies reaped, which frees their pids (and so their process group ids) for reuse.
