@@ -1,0 +1,124 @@
+// Shared pieces of the parallel layer's tests: small mlp and lenet5-shaped models, ranks as
+// threads, and parameter comparisons.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <exception>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dtrain/comm/Communicator.h"
+#include "dtrain/parallel/Strategy.h"
+#include "parallel/InProcessGroup.h"
+
+namespace dtrain::parallel::testing {
+
+// (batch, 1, 28, 28) -> (batch, 10)
+struct MlpImpl : torch::nn::Module {
+  explicit MlpImpl(int hidden = 32)
+      : fc1(register_module("fc1", torch::nn::Linear(784, hidden))),
+        fc2(register_module("fc2", torch::nn::Linear(hidden, 10))) {}
+  torch::Tensor forward(const torch::Tensor& x) { return fc2(torch::relu(fc1(x.flatten(1)))); }
+  torch::nn::Linear fc1, fc2;
+};
+TORCH_MODULE(Mlp);
+
+// LeNet-5 on 28x28 inputs: (batch, 1, 28, 28) -> (batch, 10)
+struct LeNet5Impl : torch::nn::Module {
+  LeNet5Impl()
+      : conv1(register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 6, 5).padding(2)))),
+        conv2(register_module("conv2", torch::nn::Conv2d(6, 16, 5))),
+        fc1(register_module("fc1", torch::nn::Linear(16 * 5 * 5, 120))),
+        fc2(register_module("fc2", torch::nn::Linear(120, 84))),
+        fc3(register_module("fc3", torch::nn::Linear(84, 10))) {}
+  torch::Tensor forward(const torch::Tensor& x) {
+    auto h = torch::max_pool2d(torch::relu(conv1(x)), 2);
+    h = torch::max_pool2d(torch::relu(conv2(h)), 2);
+    return fc3(torch::relu(fc2(torch::relu(fc1(h.flatten(1))))));
+  }
+  torch::nn::Conv2d conv1, conv2;
+  torch::nn::Linear fc1, fc2, fc3;
+};
+TORCH_MODULE(LeNet5);
+
+struct TestModel {
+  std::shared_ptr<torch::nn::Module> module;
+  ForwardFn forward;
+};
+
+// Built on the calling thread from `seed`: torch's default generator is shared between threads.
+inline TestModel make_model(const std::string& name, std::uint64_t seed, int mlp_hidden = 32) {
+  torch::manual_seed(seed);
+  if (name == "mlp") {
+    Mlp m(mlp_hidden);
+    return {m.ptr(), [m](const torch::Tensor& x) mutable { return m->forward(x); }};
+  }
+  LeNet5 m;
+  return {m.ptr(), [m](const torch::Tensor& x) mutable { return m->forward(x); }};
+}
+
+inline torch::Tensor cross_entropy(const torch::Tensor& out, const torch::Tensor& target) {
+  return torch::nn::functional::cross_entropy(out, target);
+}
+
+// Runs fn(rank) on `n` threads and rethrows the first failure on the calling thread.
+inline void run_ranks(int n, const std::function<void(int)>& fn) {
+  std::vector<std::exception_ptr> errors(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        fn(r);
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
+// Runs fn(comm) on n threads, one communicator per rank (rank = comm->rank()).
+using WorldRunner = std::function<void(int n, const std::function<void(comm::CommunicatorPtr)>& fn)>;
+
+inline std::vector<comm::CommunicatorPtr> in_process_group(int n) {
+  auto hub = std::make_shared<Hub>(n);
+  std::vector<comm::CommunicatorPtr> comms;
+  for (int r = 0; r < n; ++r) comms.push_back(std::make_shared<InProcessCommunicator>(hub, r));
+  return comms;
+}
+
+inline void run_in_process_world(int n, const std::function<void(comm::CommunicatorPtr)>& fn) {
+  auto comms = in_process_group(n);
+  run_ranks(n, [&](int r) {
+    torch::set_num_threads(1);
+    fn(comms[r]);
+  });
+}
+
+// max |a - b| / max |b| over each pair of tensors: relative to the tensor's scale, so entries near
+// zero do not blow the ratio up.
+inline double max_relative_difference(const std::vector<torch::Tensor>& a,
+                                      const std::vector<torch::Tensor>& b) {
+  TORCH_INTERNAL_ASSERT(a.size() == b.size());
+  double worst = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const double scale = std::max(b[i].abs().max().item<double>(), 1e-12);
+    worst = std::max(worst, (a[i] - b[i]).abs().max().item<double>() / scale);
+  }
+  return worst;
+}
+
+inline std::vector<torch::Tensor> snapshot(const torch::nn::Module& m) {
+  std::vector<torch::Tensor> out;
+  for (const auto& p : m.parameters()) out.push_back(p.detach().clone());
+  return out;
+}
+
+}  // namespace dtrain::parallel::testing
