@@ -183,15 +183,23 @@ TEST(StateDictExport, RoundTripInCpp) {
   for (const auto& [name, tensor] : tensors) EXPECT_TRUE(torch::equal(back.at(name), tensor)) << name;
 }
 
-TEST(StateDictExport, PythonTorchLoadReadsADict) {
-  if (std::system("python3 -c 'import torch' > /dev/null 2>&1") != 0) {
-    GTEST_SKIP() << "python3 with torch (Debian python3-torch) is not installed";
+// The first interpreter that imports torch: a pyenv or venv python3 on PATH may lack Debian's
+// python3-torch, which lives with /usr/bin/python3.
+std::string python_with_torch() {
+  for (const std::string python : {"python3", "/usr/bin/python3"}) {
+    if (std::system((python + " -c 'import torch' > /dev/null 2>&1").c_str()) == 0) return python;
   }
+  return "";
+}
+
+TEST(StateDictExport, PythonTorchLoadReadsADict) {
+  const std::string python = python_with_torch();
+  if (python.empty()) GTEST_SKIP() << "no python3 with torch (Debian python3-torch) is installed";
   testing::TestDir dir;
   const auto path = dir.path() / "w.pt";
   export_state_dict(path, sample_state_dict());
   const auto out = dir.path() / "out.txt";
-  const std::string command = "python3 -c \"import torch; d = torch.load('" + path.string() +
+  const std::string command = python + " -c \"import torch; d = torch.load('" + path.string() +
                               "'); print(type(d).__name__, sorted(d.keys()), round(float(d['fc.bias'][1]), "
                               "3), int(d['bn.num_batches_tracked']))\" > " +
                               out.string() + " 2>&1";
