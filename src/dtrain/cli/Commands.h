@@ -13,5 +13,6 @@ using Run = std::function<int()>;
 Run add_info_command(CLI::App& app);
 Run add_launch_command(CLI::App& app);
 Run add_bench_command(CLI::App& app);
+Run add_train_command(CLI::App& app);
 
 }  // namespace dtrain::cli

@@ -84,7 +84,8 @@ Run add_info_command(CLI::App& app) {
               << fmt::format("LibTorch          {}\n", info["libtorch"].get<std::string>())
               << fmt::format("backends          {}\n",
                              fmt::join(info["backends"].get<std::vector<std::string>>(), ", "))
-              << fmt::format("CUDA              {}\n", info["cuda"].get<bool>() ? "available" : "not available")
+              << fmt::format("CUDA              {}\n",
+                             info["cuda"].get<bool>() ? "available" : "not available")
               << fmt::format("cores             {}\n", info["cores"].get<int>())
               << fmt::format("intra-op threads  {}\n", info["intra_op_threads"].get<int>())
               << fmt::format("inter-op threads  {}\n", info["inter_op_threads"].get<int>())

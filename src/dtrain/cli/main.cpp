@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   runs["info"] = dtrain::cli::add_info_command(app);
   runs["launch"] = dtrain::cli::add_launch_command(app);
   runs["bench"] = dtrain::cli::add_bench_command(app);
+  runs["train"] = dtrain::cli::add_train_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

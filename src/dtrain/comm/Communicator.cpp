@@ -14,10 +14,14 @@ CommError::CommError(int rank, int size, std::string op, const std::string& deta
 
 std::string to_string(ReduceOp op) {
   switch (op) {
-    case ReduceOp::Sum: return "sum";
-    case ReduceOp::Avg: return "avg";
-    case ReduceOp::Max: return "max";
-    case ReduceOp::Min: return "min";
+    case ReduceOp::Sum:
+      return "sum";
+    case ReduceOp::Avg:
+      return "avg";
+    case ReduceOp::Max:
+      return "max";
+    case ReduceOp::Min:
+      return "min";
   }
   return "unknown";
 }
@@ -38,12 +42,15 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-std::uint64_t nbytes(const at::Tensor& t) { return static_cast<std::uint64_t>(t.numel()) * t.element_size(); }
+std::uint64_t nbytes(const at::Tensor& t) {
+  return static_cast<std::uint64_t>(t.numel()) * t.element_size();
+}
 
 // Times the wait, and turns whatever the backend throws into a CommError naming rank and op.
 class TrackedWork final : public Work {
  public:
-  TrackedWork(WorkPtr inner, std::function<void(double)> on_wait, std::function<CommError(const std::string&)> error)
+  TrackedWork(WorkPtr inner, std::function<void(double)> on_wait,
+              std::function<CommError(const std::string&)> error)
       : inner_(std::move(inner)), on_wait_(std::move(on_wait)), error_(std::move(error)) {}
 
   bool completed() override {
@@ -91,8 +98,8 @@ void Communicator::fail(const std::string& op, const std::string& detail) const 
   throw CommError(rank_, size_, op, detail);
 }
 
-WorkPtr Communicator::track(const std::string& op, std::uint64_t bytes, std::uint64_t wire_bytes, bool async_op,
-                            const std::function<WorkPtr()>& start) {
+WorkPtr Communicator::track(const std::string& op, std::uint64_t bytes, std::uint64_t wire_bytes,
+                            bool async_op, const std::function<WorkPtr()>& start) {
   stats_.add_call(op, bytes, wire_bytes);
   const std::string label = fmt::format("{} ({} bytes, {})", op, bytes, backend());
   auto on_wait = [this, op](double s) { stats_.add_wait(op, s); };
@@ -111,7 +118,9 @@ WorkPtr Communicator::track(const std::string& op, std::uint64_t bytes, std::uin
   TORCH_INTERNAL_ASSERT(inner, "backend returned no Work for ", op);
   if (async_op) return std::make_shared<TrackedWork>(std::move(inner), on_wait, on_error);
   // A synchronous call counts its whole duration as waiting: the caller could do nothing else.
-  TrackedWork(std::move(inner), [](double) {}, on_error).wait();
+  TrackedWork(
+      std::move(inner), [](double) {}, on_error)
+      .wait();
   stats_.add_wait(op, seconds_since(t0));
   return std::make_shared<CompletedWork>();
 }
@@ -130,9 +139,10 @@ void check_tensor(const Communicator& c, const at::Tensor& t, const char* op, co
 
 void check_same(const Communicator& c, const at::Tensor& a, const at::Tensor& b, const char* op) {
   if (a.scalar_type() != b.scalar_type() || a.device() != b.device()) {
-    throw CommError(c.rank(), c.size(), op,
-                    fmt::format("input and output differ: {} on {} against {} on {}", c10::toString(a.scalar_type()),
-                                a.device().str(), c10::toString(b.scalar_type()), b.device().str()));
+    throw CommError(
+        c.rank(), c.size(), op,
+        fmt::format("input and output differ: {} on {} against {} on {}", c10::toString(a.scalar_type()),
+                    a.device().str(), c10::toString(b.scalar_type()), b.device().str()));
   }
 }
 
@@ -162,8 +172,8 @@ WorkPtr Communicator::allgather(at::Tensor input, at::Tensor output, bool async_
   check_tensor(*this, output, "allgather", "output");
   check_same(*this, input, output, "allgather");
   if (output.numel() != input.numel() * size_) {
-    fail("allgather", fmt::format("output has {} elements; expected world size {} x input's {}", output.numel(),
-                                  size_, input.numel()));
+    fail("allgather", fmt::format("output has {} elements; expected world size {} x input's {}",
+                                  output.numel(), size_, input.numel()));
   }
   if (size_ == 1) {
     output.view({-1}).copy_(input.view({-1}));
@@ -188,8 +198,8 @@ WorkPtr Communicator::reduce_scatter(at::Tensor input, at::Tensor output, Reduce
   check_tensor(*this, output, "reduce_scatter", "output");
   check_same(*this, input, output, "reduce_scatter");
   if (input.numel() != output.numel() * size_) {
-    fail("reduce_scatter", fmt::format("input has {} elements; expected world size {} x output's {}", input.numel(),
-                                       size_, output.numel()));
+    fail("reduce_scatter", fmt::format("input has {} elements; expected world size {} x output's {}",
+                                       input.numel(), size_, output.numel()));
   }
   if (size_ == 1) {
     output.view({-1}).copy_(input.view({-1}));
@@ -205,9 +215,10 @@ WorkPtr Communicator::alltoall(at::Tensor input, at::Tensor output, bool async_o
   check_tensor(*this, output, "alltoall", "output");
   check_same(*this, input, output, "alltoall");
   if (input.numel() != output.numel() || input.numel() % size_ != 0) {
-    fail("alltoall", fmt::format("input ({}) and output ({}) must have the same number of elements, divisible by "
-                                 "world size {}",
-                                 input.numel(), output.numel(), size_));
+    fail("alltoall",
+         fmt::format("input ({}) and output ({}) must have the same number of elements, divisible by "
+                     "world size {}",
+                     input.numel(), output.numel(), size_));
   }
   if (size_ == 1) {
     output.view({-1}).copy_(input.view({-1}));

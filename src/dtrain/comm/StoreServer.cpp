@@ -20,6 +20,8 @@ StoreServer::StoreServer(const std::string& host, int port, std::chrono::millise
 
 StoreServer::~StoreServer() = default;
 
-int StoreServer::port() const { return impl_->store->getPort(); }
+int StoreServer::port() const {
+  return impl_->store->getPort();
+}
 
 }  // namespace dtrain::comm

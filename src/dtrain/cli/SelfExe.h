@@ -1,0 +1,11 @@
+// The path of the running dtrain binary, for commands that start their own workers.
+#pragma once
+
+#include <string>
+
+namespace dtrain::cli {
+
+// /proc/self/exe resolved; throws std::runtime_error when it cannot be read.
+std::string self_executable();
+
+}  // namespace dtrain::cli

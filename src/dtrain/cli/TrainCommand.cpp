@@ -1,0 +1,237 @@
+// `dtrain train CONFIG [key=value ...] [--nproc N]`: one training run from a YAML file. With
+// --nproc (or the config's nproc) and no launcher around it, it starts the workers itself;
+// started by dtrain launch, torchrun, mpirun or srun, it is one worker of the job.
+#include <fmt/format.h>
+#include <torch/torch.h>
+#include <torch/version.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "dtrain/cli/Commands.h"
+#include "dtrain/cli/SelfExe.h"
+#include "dtrain/comm/Backend.h"
+#include "dtrain/comm/Launcher.h"
+#include "dtrain/config/Environment.h"
+#include "dtrain/config/RunConfigYaml.h"
+#include "dtrain/io/JsonFile.h"
+#include "dtrain/io/RunDir.h"
+#include "dtrain/io/TensorBoardWriter.h"
+#include "dtrain/train/EarlyStop.h"
+#include "dtrain/train/RunCallbacks.h"
+#include "dtrain/train/Trainer.h"
+
+namespace dtrain::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct TrainArgs {
+  std::string config;
+  std::vector<std::string> overrides;
+  int nproc = 0;
+  std::string resume;
+  std::string run_dir;
+  std::string dist_url;
+  int rank = -1;
+  int world_size = -1;
+  std::string master_addr;
+  int master_port = -1;
+};
+
+bool started_by_a_launcher(const comm::Environment& env, const TrainArgs& a) {
+  if (a.rank >= 0 || !a.dist_url.empty()) return true;
+  if (env.count("RANK") || env.count("OMPI_COMM_WORLD_RANK")) return true;
+  const auto tasks = env.find("SLURM_NTASKS");
+  return env.count("SLURM_PROCID") && tasks != env.end() && tasks->second != "1";
+}
+
+// A run folder or its checkpoints/ folder -> the latest checkpoint; a file -> itself.
+io::Checkpoint load_resume_point(const fs::path& where) {
+  if (fs::is_regular_file(where)) return io::Checkpoint::load(where);
+  if (!fs::is_directory(where)) {
+    throw std::invalid_argument(fmt::format("--resume {}: no such file or folder", where.string()));
+  }
+  const auto dir = fs::is_directory(where / "checkpoints") ? where / "checkpoints" : where;
+  auto checkpoint = io::CheckpointStore(dir).load_latest();
+  if (!checkpoint) {
+    throw std::invalid_argument(
+        fmt::format("--resume {}: no checkpoint in {}", where.string(), dir.string()));
+  }
+  return std::move(*checkpoint);
+}
+
+nlohmann::json comm_json(const comm::CommStats& stats) {
+  nlohmann::json out = nlohmann::json::object();
+  auto entry = [](const comm::OpStats& s) {
+    return nlohmann::json{{"calls", s.calls},
+                          {"bytes", s.bytes},
+                          {"wire_bytes", s.wire_bytes},
+                          {"wait_seconds", s.wait_seconds}};
+  };
+  for (const auto& [name, s] : stats.ops) out[name] = entry(s);
+  out["total"] = entry(stats.total());
+  return out;
+}
+
+nlohmann::json metrics_json(const train::EvalMetrics& m) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [k, v] : m.named("")) out[k] = v;
+  out["samples"] = m.samples;
+  return out;
+}
+
+nlohmann::json results_json(const config::RunConfig& cfg, const train::Trainer& trainer,
+                            const train::TrainResult& r, const io::RunDir& run, const std::string& backend) {
+  nlohmann::json j;
+  j["name"] = cfg.name;
+  j["run_dir"] = run.root().string();
+  j["model"] = cfg.model.name;
+  j["parameters"] = trainer.parameter_count();
+  j["initial_parameter_hash"] = trainer.initial_parameter_hash();
+  j["strategy"] = cfg.parallel.strategy;
+  j["backend"] = backend;
+  j["world_size"] = trainer.world_size();
+  j["steps"] = r.steps;
+  j["epochs"] = r.epochs_completed;
+  j["final"] = metrics_json(r.final_eval);
+  j["train_last_epoch"] = metrics_json(r.last_train);
+  j["samples_per_second"] = r.samples_per_second;
+  j["train_seconds"] = r.train_seconds;
+  j["compute_seconds"] = r.compute_seconds;
+  j["comm_wait_seconds"] = r.comm_wait_seconds;
+  j["comm"] = comm_json(r.comm);
+  j["stopped_early"] = r.stopped_early;
+  j["stop_reason"] = r.stop_reason;
+  j["versions"] = {{"dtrain", DTRAIN_VERSION}, {"libtorch", TORCH_VERSION}};
+  j["config"] = config::to_json(cfg);
+  return j;
+}
+
+// Starts `nproc` local workers running this same command, each told the run folder.
+int launch_workers(const TrainArgs& a, const config::RunConfig& cfg, int nproc,
+                   const comm::Environment& env) {
+  fs::path root;
+  if (!a.run_dir.empty()) {
+    root = a.run_dir;
+  } else if (!a.resume.empty()) {
+    root = fs::is_directory(fs::path(a.resume) / "checkpoints") ? fs::path(a.resume)
+                                                                : fs::path(a.resume).parent_path();
+  } else {
+    root = io::RunDir::create(cfg.out_dir, cfg.name, nproc).root();
+  }
+  comm::LaunchOptions options;
+  options.nproc_per_node = nproc;
+  options.backend = cfg.parallel.backend == "mpi" ? "mpi" : "gloo";
+  options.threads = cfg.train.threads;
+  options.log_dir = (root / "launch").string();
+  options.rendezvous_timeout =
+      std::chrono::milliseconds(static_cast<std::int64_t>(cfg.parallel.timeout_s * 1000));
+  options.environment = env;
+  options.command = {self_executable(), "train", a.config};
+  for (const auto& o : a.overrides) options.command.push_back(o);
+  options.command.insert(options.command.end(), {"--run-dir", root.string()});
+  if (!a.resume.empty()) options.command.insert(options.command.end(), {"--resume", a.resume});
+  const auto result = comm::launch(options);
+  if (result.exit_code != 0 && !result.failure.empty())
+    std::cerr << "dtrain train: " << result.failure << "\n";
+  return result.exit_code;
+}
+
+int run_worker(const TrainArgs& a, const config::RunConfig& cfg, const comm::Environment& env) {
+  comm::RendezvousOptions rv;
+  if (a.rank >= 0) rv.rank = a.rank;
+  if (a.world_size > 0) rv.world_size = a.world_size;
+  if (!a.master_addr.empty()) rv.master_addr = a.master_addr;
+  if (a.master_port >= 0) rv.master_port = a.master_port;
+  rv.dist_url = a.dist_url;
+  rv.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(cfg.parallel.timeout_s * 1000));
+  const auto rendezvous = comm::resolve_rendezvous(rv, env);
+
+  comm::CommunicatorPtr communicator;
+  if (rendezvous.world_size > 1 || cfg.parallel.strategy != "local") {
+    comm::BackendOptions backend;
+    backend.name = cfg.parallel.backend;
+    backend.timeout = rv.timeout;
+    communicator = comm::connect(backend, rendezvous);
+  }
+  const int rank = rendezvous.rank;
+  const int world = rendezvous.world_size;
+
+  std::optional<io::RunDir> run;
+  if (!a.run_dir.empty()) {
+    if (rank == 0) fs::create_directories(fs::path(a.run_dir) / "checkpoints");
+    if (communicator) communicator->barrier();
+    run = io::RunDir::open(a.run_dir, rank, world);
+  } else if (communicator && world > 1) {
+    run = io::RunDir::create_shared(*communicator, cfg.out_dir, cfg.name);
+  } else {
+    run = io::RunDir::create(cfg.out_dir, cfg.name, world);
+    run = io::RunDir::open(run->root(), rank, world);
+  }
+  auto logger = io::Logger::for_rank(run->log_path(), rank, world);
+  io::MetricsSinkPtr sink;
+  if (rank == 0) {
+    run->write_config(cfg);
+    sink = std::make_shared<io::MultiMetricsSink>(
+        std::vector<io::MetricsSinkPtr>{std::make_shared<io::JsonlMetricsSink>(run->metrics_jsonl_path()),
+                                        std::make_shared<io::CsvMetricsSink>(run->metrics_csv_path()),
+                                        std::make_shared<io::TensorBoardWriter>(run->tensorboard_dir())});
+    logger->info(fmt::format("run folder {}", run->root().string()));
+  }
+
+  train::Trainer trainer(cfg, communicator);
+  trainer.add_callback(std::make_shared<train::MetricsLog>(sink, logger, cfg.train.log_every_steps));
+  if (rank == 0) trainer.add_callback(std::make_shared<train::Progress>(logger->console()));
+  train::CheckpointOptions ckpt;
+  ckpt.every_steps = cfg.train.checkpoint_every_steps;
+  ckpt.every_epochs = cfg.train.checkpoint_every_epochs;
+  trainer.add_callback(
+      std::make_shared<train::Checkpointing>(run->checkpoints_dir(), run->root() / "model.pt", ckpt, logger));
+  if (cfg.train.target_accuracy > 0) {
+    trainer.add_callback(std::make_shared<train::EarlyStop>(cfg.train.target_accuracy));
+  }
+  if (!a.resume.empty()) {
+    trainer.load_state(load_resume_point(a.resume));
+    logger->info(fmt::format("resumed from {} at step {}", a.resume, trainer.step()));
+  }
+
+  const auto result = trainer.fit();
+  if (rank == 0) {
+    const auto j = results_json(cfg, trainer, result, *run, communicator ? communicator->backend() : "none");
+    io::write_json_file(run->results_path(), j);
+    std::cout << j.dump() << std::endl;
+  }
+  return 0;
+}
+
+}  // namespace
+
+Run add_train_command(CLI::App& app) {
+  auto* cmd =
+      app.add_subcommand("train", "Train a model from a YAML config (dotted key=value overrides after it)");
+  auto a = std::make_shared<TrainArgs>();
+  cmd->add_option("config", a->config, "YAML configuration file")->required()->check(CLI::ExistingFile);
+  cmd->add_option("overrides", a->overrides, "Overrides such as optim.lr=0.01 parallel.strategy=local");
+  cmd->add_option("--nproc", a->nproc, "Start this many local workers (default: the config's nproc)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--resume", a->resume,
+                  "Continue from a run folder's latest checkpoint or a checkpoint file");
+  cmd->add_option("--run-dir", a->run_dir, "Write into this run folder instead of a new one");
+  cmd->add_option("--dist-url", a->dist_url, "Rendezvous as tcp://HOST:PORT (with --rank and --world-size)");
+  cmd->add_option("--rank", a->rank, "This worker's rank")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--world-size,--num-nodes", a->world_size, "Number of workers")->check(CLI::PositiveNumber);
+  cmd->add_option("--master-addr", a->master_addr, "Rendezvous host");
+  cmd->add_option("--master-port", a->master_port, "Rendezvous port")->check(CLI::Range(0, 65535));
+  return [a] {
+    const auto cfg = config::load_run_config(a->config, a->overrides);
+    const auto env = config::process_environment();
+    const int nproc = a->nproc > 0 ? a->nproc : cfg.nproc;
+    if (!started_by_a_launcher(env, *a) && nproc > 1) return launch_workers(*a, cfg, nproc, env);
+    return run_worker(*a, cfg, env);
+  };
+}
+
+}  // namespace dtrain::cli

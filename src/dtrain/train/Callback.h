@@ -1,0 +1,66 @@
+// Callbacks: what happens around the training loop — metrics, progress, checkpoints, early stop,
+// a user's own code — is a Callback the Trainer calls at step, evaluation and epoch ends (the
+// design of seed 000's Catalyst runner). Every rank calls the same callbacks in the same order.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "dtrain/comm/CommStats.h"
+#include "dtrain/train/Metrics.h"
+
+namespace dtrain::train {
+
+class Trainer;
+
+struct StepEvent {
+  std::int64_t step = 0;   // optimizer steps done, counting this one
+  std::int64_t epoch = 0;  // the epoch this step belongs to, from 0
+  std::int64_t batch = 0;  // the batch's index in its epoch
+  double loss = 0.0;       // the step's loss as the strategy reports it (data_parallel: mean over ranks)
+  double lr = 0.0;
+  std::int64_t samples = 0;        // this step's samples over all ranks
+  double step_seconds = 0.0;       // wall time of the step, data loading included
+  double compute_seconds = 0.0;    // of which computing
+  double comm_wait_seconds = 0.0;  // of which blocked on communication
+};
+
+struct EvalEvent {
+  std::int64_t step = 0;
+  std::int64_t epoch = 0;  // epochs completed when it ran (fractional positions show in step)
+  EvalMetrics metrics;     // on the evaluation set, reduced over ranks
+};
+
+struct EpochEvent {
+  std::int64_t epoch = 0;  // the epoch that ended, from 0
+  std::int64_t step = 0;
+  double seconds = 0.0;  // wall time of the epoch's training steps
+  EvalMetrics train;     // metrics of the epoch's training batches (outputs as trained), reduced over ranks
+};
+
+struct TrainResult {
+  std::int64_t steps = 0;
+  std::int64_t epochs_completed = 0;
+  EvalMetrics final_eval;
+  EvalMetrics last_train;         // the last completed epoch's training metrics
+  double samples_per_second = 0;  // whole job, training steps only, after the warm-up steps
+  double train_seconds = 0;       // wall time of all training steps
+  double compute_seconds = 0;     // summed over steps, this rank
+  double comm_wait_seconds = 0;   // summed over steps, this rank
+  comm::CommStats comm;           // this rank's communication, every operation
+  bool stopped_early = false;
+  std::string stop_reason;
+};
+
+class Callback {
+ public:
+  virtual ~Callback() = default;
+  virtual void on_train_begin(Trainer&) {}
+  virtual void on_step_end(Trainer&, const StepEvent&) {}
+  virtual void on_evaluation(Trainer&, const EvalEvent&) {}
+  virtual void on_epoch_end(Trainer&, const EpochEvent&) {}
+  virtual void on_train_end(Trainer&, const TrainResult&) {}
+};
+
+}  // namespace dtrain::train

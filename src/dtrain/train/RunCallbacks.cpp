@@ -1,0 +1,153 @@
+#include "dtrain/train/RunCallbacks.h"
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include "dtrain/train/Trainer.h"
+
+namespace dtrain::train {
+namespace {
+
+std::string describe(const EvalMetrics& m) {
+  return fmt::format(
+      "loss {:.4f} top1 {:.4f} top3 {:.4f} top5 {:.4f} precision {:.4f} recall {:.4f} f1 {:.4f}", m.loss,
+      m.top1, m.top3, m.top5, m.precision, m.recall, m.f1);
+}
+
+void write_scalars(const io::MetricsSinkPtr& sink, std::int64_t step, std::int64_t epoch,
+                   const std::map<std::string, double>& scalars) {
+  if (!sink) return;
+  io::MetricsRecord record;
+  record.step = step;
+  record.epoch = epoch;
+  record.wall_time = io::wall_time_now();
+  record.scalars.assign(scalars.begin(), scalars.end());
+  sink->write(record);
+}
+
+}  // namespace
+
+MetricsLog::MetricsLog(io::MetricsSinkPtr sink, std::shared_ptr<io::Logger> logger, std::int64_t every_steps)
+    : sink_(std::move(sink)), logger_(std::move(logger)), every_(every_steps) {}
+
+void MetricsLog::on_train_begin(Trainer& trainer) {
+  if (!logger_ || trainer.rank() != 0) return;
+  logger_->info(
+      fmt::format("model {}: {} parameters", trainer.config().model.name, trainer.parameter_count()));
+  logger_->info(trainer.model_summary());
+  logger_->info(fmt::format("strategy {} on {} rank(s), {} steps ({} per epoch), starting at step {}",
+                            trainer.strategy().name(), trainer.world_size(), trainer.total_steps(),
+                            trainer.steps_per_epoch(), trainer.step()));
+}
+
+void MetricsLog::on_step_end(Trainer& trainer, const StepEvent& e) {
+  loss_sum_ += e.loss;
+  seconds_ += e.step_seconds;
+  compute_ += e.compute_seconds;
+  wait_ += e.comm_wait_seconds;
+  samples_ += e.samples;
+  steps_ += 1;
+  if (every_ <= 0 || e.step % every_ != 0) return;
+  const double n = static_cast<double>(steps_);
+  const std::map<std::string, double> scalars{
+      {"train/loss", loss_sum_ / n},
+      {"train/lr", e.lr},
+      {"train/samples_per_s", seconds_ > 0 ? samples_ / seconds_ : 0.0},
+      {"time/step_s", seconds_ / n},
+      {"time/compute_s", compute_ / n},
+      {"time/comm_wait_s", wait_ / n},
+  };
+  if (trainer.rank() == 0) {
+    write_scalars(sink_, e.step, e.epoch, scalars);
+    if (logger_) {
+      logger_->info(
+          fmt::format("step {}/{} epoch {} loss {:.4f} lr {:.5g} {:.0f} samples/s compute {:.2f} ms wait "
+                      "{:.2f} ms",
+                      e.step, trainer.total_steps(), e.epoch, loss_sum_ / n, e.lr,
+                      scalars.at("train/samples_per_s"), 1e3 * compute_ / n, 1e3 * wait_ / n));
+    }
+  }
+  loss_sum_ = seconds_ = compute_ = wait_ = 0;
+  samples_ = steps_ = 0;
+}
+
+void MetricsLog::on_evaluation(Trainer& trainer, const EvalEvent& e) {
+  if (logger_) logger_->info(fmt::format("eval at step {}: {}", e.step, describe(e.metrics)));
+  if (trainer.rank() == 0) write_scalars(sink_, e.step, e.epoch, e.metrics.named("val/"));
+}
+
+void MetricsLog::on_epoch_end(Trainer& trainer, const EpochEvent& e) {
+  if (trainer.rank() != 0) return;
+  auto scalars = e.train.named("train_epoch/");
+  scalars["time/epoch_s"] = e.seconds;
+  write_scalars(sink_, e.step, e.epoch + 1, scalars);
+  if (logger_)
+    logger_->info(fmt::format("epoch {} done in {:.1f} s: train {}", e.epoch, e.seconds, describe(e.train)));
+  if (sink_) sink_->flush();
+}
+
+void MetricsLog::on_train_end(Trainer& trainer, const TrainResult& r) {
+  if (sink_) sink_->flush();
+  if (!logger_ || trainer.rank() != 0) return;
+  if (r.stopped_early) logger_->info("stopped early: " + r.stop_reason);
+  logger_->info(fmt::format("done: {} steps, {:.0f} samples/s, final {}", r.steps, r.samples_per_second,
+                            describe(r.final_eval)));
+}
+
+Progress::Progress(std::shared_ptr<io::Console> console) : console_(std::move(console)) {}
+
+void Progress::on_train_begin(Trainer& trainer) {
+  if (trainer.rank() != 0 || !console_) return;
+  io::ProgressBarOptions options;
+  options.total_steps = trainer.total_steps() - trainer.step();
+  options.label = trainer.config().name;
+  first_step_ = trainer.step();
+  bar_ = std::make_unique<io::ProgressBar>(console_, options);
+}
+
+void Progress::on_step_end(Trainer&, const StepEvent& e) {
+  if (bar_) bar_->update(e.step - first_step_, e.loss);
+}
+
+void Progress::on_train_end(Trainer&, const TrainResult&) {
+  if (bar_) bar_->finish();
+  bar_.reset();
+}
+
+Checkpointing::Checkpointing(std::filesystem::path dir, std::filesystem::path export_path,
+                             CheckpointOptions options, std::shared_ptr<io::Logger> logger)
+    : store_(std::move(dir)),
+      export_path_(std::move(export_path)),
+      options_(options),
+      logger_(std::move(logger)) {}
+
+void Checkpointing::save(Trainer& trainer) {
+  if (trainer.step() == last_saved_step_) return;
+  io::Checkpoint checkpoint;
+  trainer.save_state(checkpoint);  // collective
+  last_saved_step_ = trainer.step();
+  if (trainer.rank() != 0) return;
+  const auto path = store_.save(checkpoint, trainer.step());
+  if (logger_) logger_->info("checkpoint " + path.string());
+}
+
+void Checkpointing::on_step_end(Trainer& trainer, const StepEvent& e) {
+  if (options_.every_steps > 0 && e.step % options_.every_steps == 0) save(trainer);
+}
+
+void Checkpointing::on_epoch_end(Trainer& trainer, const EpochEvent& e) {
+  if (options_.every_epochs > 0 && (e.epoch + 1) % options_.every_epochs == 0) save(trainer);
+}
+
+void Checkpointing::on_train_end(Trainer& trainer, const TrainResult&) {
+  if (options_.at_end) save(trainer);
+  if (trainer.rank() != 0 || export_path_.empty()) return;
+  std::map<std::string, at::Tensor> weights;
+  for (const auto& p : trainer.model().named_parameters(/*recurse=*/true))
+    weights[p.key()] = p.value().detach();
+  for (const auto& b : trainer.model().named_buffers(/*recurse=*/true)) weights[b.key()] = b.value().detach();
+  io::export_state_dict(export_path_, weights);
+  if (logger_) logger_->info("weights exported for torch.load: " + export_path_.string());
+}
+
+}  // namespace dtrain::train

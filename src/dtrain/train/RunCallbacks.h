@@ -1,0 +1,79 @@
+// The callbacks a `dtrain train` run installs: metrics to the run folder's sinks and the log,
+// the progress bar, and checkpoints. Each is usable on its own from a user's program.
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+
+#include "dtrain/io/Checkpoint.h"
+#include "dtrain/io/Logger.h"
+#include "dtrain/io/MetricsSink.h"
+#include "dtrain/io/ProgressBar.h"
+#include "dtrain/train/Callback.h"
+
+namespace dtrain::train {
+
+// Scalars every `every_steps` steps (train/loss, train/lr, train/samples_per_s, time/compute_s,
+// time/comm_wait_s, averaged over the interval), every evaluation (val/*) and every epoch
+// (train/top1 ... of the epoch). Rank 0 writes to `sink` and the log; other ranks log their own
+// line only for evaluations (so per-site logs show the reduced figures too).
+class MetricsLog final : public Callback {
+ public:
+  MetricsLog(io::MetricsSinkPtr sink, std::shared_ptr<io::Logger> logger, std::int64_t every_steps);
+  void on_train_begin(Trainer& trainer) override;
+  void on_step_end(Trainer& trainer, const StepEvent& event) override;
+  void on_evaluation(Trainer& trainer, const EvalEvent& event) override;
+  void on_epoch_end(Trainer& trainer, const EpochEvent& event) override;
+  void on_train_end(Trainer& trainer, const TrainResult& result) override;
+
+ private:
+  io::MetricsSinkPtr sink_;  // null on ranks other than 0
+  std::shared_ptr<io::Logger> logger_;
+  std::int64_t every_;
+  // The interval since the last logged step.
+  double loss_sum_ = 0, seconds_ = 0, compute_ = 0, wait_ = 0;
+  std::int64_t samples_ = 0, steps_ = 0;
+};
+
+// The progress bar on rank 0's console.
+class Progress final : public Callback {
+ public:
+  explicit Progress(std::shared_ptr<io::Console> console);
+  void on_train_begin(Trainer& trainer) override;
+  void on_step_end(Trainer& trainer, const StepEvent& event) override;
+  void on_train_end(Trainer& trainer, const TrainResult& result) override;
+
+ private:
+  std::shared_ptr<io::Console> console_;
+  std::unique_ptr<io::ProgressBar> bar_;
+  std::int64_t first_step_ = 0;
+};
+
+struct CheckpointOptions {
+  std::int64_t every_steps = 0;  // 0 = not by steps
+  int every_epochs = 1;          // 0 = not by epochs
+  bool at_end = true;
+};
+
+// Saves the Trainer's state (collective: every rank takes part; rank 0 writes) into a
+// CheckpointStore, and at the end exports the weights as model.pt for Python's torch.load.
+class Checkpointing final : public Callback {
+ public:
+  Checkpointing(std::filesystem::path dir, std::filesystem::path export_path, CheckpointOptions options,
+                std::shared_ptr<io::Logger> logger);
+  void on_step_end(Trainer& trainer, const StepEvent& event) override;
+  void on_epoch_end(Trainer& trainer, const EpochEvent& event) override;
+  void on_train_end(Trainer& trainer, const TrainResult& result) override;
+
+  void save(Trainer& trainer);
+
+ private:
+  io::CheckpointStore store_;
+  std::filesystem::path export_path_;
+  CheckpointOptions options_;
+  std::shared_ptr<io::Logger> logger_;
+  std::int64_t last_saved_step_ = -1;
+};
+
+}  // namespace dtrain::train

@@ -1,0 +1,148 @@
+// `dtrain train` end to end, through the real binary: two workers started by --nproc, the run
+// folder they leave, an exact-position resume, a Fashion-MNIST subset, and config errors.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Output {
+  int exit_code = -1;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+Output run(const std::string& args, const fs::path& dir) {
+  const auto err_path = dir / "stderr.txt";
+  const std::string cmd = std::string(DTRAIN_BINARY) + " " + args + " 2>" + err_path.string();
+  Output o;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) return o;
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) o.out.append(buf.data(), n);
+  const int status = pclose(pipe);
+  o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  std::ifstream err(err_path);
+  o.err.assign(std::istreambuf_iterator<char>(err), std::istreambuf_iterator<char>());
+  return o;
+}
+
+nlohmann::json last_json_line(const std::string& out) {
+  std::istringstream lines(out);
+  std::string line, last;
+  while (std::getline(lines, line)) {
+    if (!line.empty() && line.front() == '{') last = line;
+  }
+  return nlohmann::json::parse(last);
+}
+
+class TrainCommand : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("dtrain-train-test-" + std::to_string(::getpid()) + "-" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  fs::path write_config(const std::string& name, const std::string& text) {
+    const auto path = dir_ / name;
+    std::ofstream(path) << text;
+    return path;
+  }
+
+  std::string synthetic_config() const {
+    return "name: e2e\n"
+           "out_dir: " +
+           (dir_ / "runs").string() +
+           "\n"
+           "nproc: 2\n"
+           "data: {dataset: synthetic, synthetic_shape: [1, 8, 8], synthetic_classes: 4, synthetic_size: "
+           "512,\n"
+           "       batch_size: 16, test_subset_size: 64}\n"
+           "model: {name: mlp, hidden: [16]}\n"
+           "optim: {name: sgd, lr: 0.1, momentum: 0.9}\n"
+           "parallel: {strategy: data_parallel, backend: gloo, timeout_s: 60}\n"
+           "train: {epochs: 2, log_every_steps: 4, checkpoint_every_epochs: 1, seed: 3}\n";
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(TrainCommand, TwoWorkersLeaveACompleteRunFolderAndResumeContinues) {
+  const auto cfg = write_config("e2e.yaml", synthetic_config());
+  const auto first = run("train " + cfg.string(), dir_);
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  const auto results = last_json_line(first.out);
+  EXPECT_EQ(results["world_size"], 2);
+  EXPECT_EQ(results["strategy"], "data_parallel");
+  EXPECT_EQ(results["steps"], 2 * 512 / (16 * 2));
+  EXPECT_EQ(results["final"]["samples"], 64);
+  EXPECT_GT(results["comm"]["allreduce"]["calls"].get<int>(), 0);
+  EXPECT_GT(results["samples_per_second"].get<double>(), 0.0);
+
+  const fs::path run_dir = results["run_dir"].get<std::string>();
+  for (const auto* f : {"config.yaml", "results.json", "metrics.jsonl", "metrics.csv", "model.pt",
+                        "site_0/log.txt", "site_1/log.txt", "checkpoints/latest"}) {
+    EXPECT_TRUE(fs::exists(run_dir / f)) << f;
+  }
+  bool has_events = false;
+  for (const auto& e : fs::directory_iterator(run_dir)) {
+    has_events |= e.path().filename().string().rfind("events.out.tfevents.", 0) == 0;
+  }
+  EXPECT_TRUE(has_events);
+  std::ifstream log1(run_dir / "site_1" / "log.txt");
+  std::string line;
+  std::getline(log1, line);
+  EXPECT_EQ(line.rfind("[rank 1/2]", 0), 0u) << line;
+
+  // One more epoch from the checkpoint: the step count continues, it does not restart.
+  const auto second = run("train " + cfg.string() + " train.epochs=3 --resume " + run_dir.string(), dir_);
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  EXPECT_EQ(last_json_line(second.out)["steps"], 3 * 512 / (16 * 2));
+}
+
+TEST_F(TrainCommand, FashionMnistSubsetTrainsLeNet) {
+  if (!fs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")) {
+    GTEST_SKIP() << "dataset-fashion-mnist is not installed";
+  }
+  const auto cfg = write_config("fm.yaml", "name: fm\nout_dir: " + (dir_ / "runs").string() +
+                                               "\nnproc: 1\n"
+                                               "data: {subset_size: 2048, test_subset_size: 1000}\n"
+                                               "model: {name: lenet5}\n"
+                                               "optim: {name: sgd, lr: 0.05, momentum: 0.9}\n"
+                                               "parallel: {strategy: local}\n"
+                                               "train: {epochs: 1, log_every_steps: 10}\n");
+  const auto out = run("train " + cfg.string(), dir_);
+  ASSERT_EQ(out.exit_code, 0) << out.err;
+  const auto results = last_json_line(out.out);
+  EXPECT_EQ(results["model"], "lenet5");
+  EXPECT_EQ(results["final"]["samples"], 1000);
+  EXPECT_GT(results["final"]["top1"].get<double>(), 0.4);  // chance is 0.1
+}
+
+TEST_F(TrainCommand, ConfigErrorsNameFileLineAndKey) {
+  const auto cfg = write_config("bad.yaml", "name: bad\noptim:\n  lr: fast\n");
+  const auto out = run("train " + cfg.string(), dir_);
+  EXPECT_NE(out.exit_code, 0);
+  EXPECT_NE(out.err.find("bad.yaml:3"), std::string::npos) << out.err;
+  EXPECT_NE(out.err.find("optim.lr"), std::string::npos) << out.err;
+
+  const auto good = write_config("good.yaml", synthetic_config());
+  const auto override_error = run("train " + good.string() + " parallel.strategy=warp", dir_);
+  EXPECT_NE(override_error.exit_code, 0);
+  EXPECT_NE(override_error.err.find("parallel.strategy"), std::string::npos) << override_error.err;
+}
+
+}  // namespace
