@@ -76,13 +76,13 @@ TEST(BenchCommand, JsonLineHasExactlyTheFields) {
 // The whole command on one rank: parsing, connecting from the environment, one line per size.
 TEST(BenchCommand, OneRankCommandPrintsOneJsonLinePerSize) {
   CLI::App app;
-  Run run = add_bench_command(app);
+  auto bench = add_bench_command(app);
   std::vector<std::string> args{"bench", "comm", "--op", "allgather", "--sizes", "4K,1026", "--iters", "3"};
   std::reverse(args.begin(), args.end());
   app.parse(args);
   ::testing::internal::CaptureStdout();
   ::testing::internal::CaptureStderr();
-  const int code = run();
+  const int code = bench();
   const std::string out = ::testing::internal::GetCapturedStdout();
   const std::string table = ::testing::internal::GetCapturedStderr();
   ASSERT_EQ(code, 0);

@@ -76,11 +76,7 @@ void run_world(int size, const std::function<void(Communicator&)>& fn,
   }
 }
 
-// The value rank r contributes at element i; small enough that float16 sums stay exact.
-double contribution(int r, int64_t i) {
-  return r + 1 + static_cast<double>(i % 64);
-}
-
+// What rank r contributes: element i holds r + 1 + i % 64, small enough that float16 sums stay exact.
 at::Tensor contributions(int r, int64_t numel, at::ScalarType dtype) {
   return (torch::arange(numel, torch::kFloat64).remainder(64) + (r + 1)).to(dtype);
 }
@@ -313,7 +309,9 @@ TEST_P(GlooWorld, SplitFormsIndependentSubgroups) {
     EXPECT_TRUE(torch::equal(all, torch::full({3}, static_cast<float>(n))));
     auto first_only = mine->split({0});
     EXPECT_EQ(first_only != nullptr, mine->rank() == 0);
-    if (first_only) EXPECT_EQ(first_only->size(), 1);
+    if (first_only) {
+      EXPECT_EQ(first_only->size(), 1);
+    }
   });
 }
 

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Training throughput and accuracy: dtrain against PyTorch DDP over Gloo (Debian's python3-torch),
+# Fashion-MNIST, batch 64 per worker, SGD with momentum, one thread per worker, the same epochs.
+# Runs alternate A B A B in rounds; the table gives medians, ratios and scaling efficiencies.
+#   bench/train_compare.sh [BUILD_DIR=build] [ROUNDS=2] [EPOCHS=1] [MODELS="mlp lenet5"]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${1:-build}
+ROUNDS=${2:-2}
+EPOCHS=${3:-1}
+MODELS=${4:-"mlp lenet5"}
+DTRAIN=$BUILD/bin/dtrain
+PY=/usr/bin/python3  # Debian's, which has torch
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+results=$work/results.jsonl
+
+dtrain_run() {  # label model nproc overrides...
+  local label=$1 model=$2 nproc=$3
+  shift 3
+  "$DTRAIN" train "configs/bench/fmnist_$model.yaml" --nproc "$nproc" "out_dir=$work/runs" "train.epochs=$EPOCHS" \
+    "$@" 2>"$work/last.err" | tail -n 1 |
+    $PY -c "import json,sys; r=json.load(sys.stdin); print(json.dumps({'impl':'$label','model':'$model',
+'workers':r['world_size'],'samples_per_second':r['samples_per_second'],'test_top1':r['final']['top1']}))" >>"$results" ||
+    { echo "dtrain run $label $model failed:"; tail -n 20 "$work/last.err"; exit 1; }
+}
+peer_run() {  # model workers
+  $PY bench/peer/ddp_peer.py --model "$1" --workers "$2" --threads 1 --epochs "$EPOCHS" 2>"$work/last.err" |
+    tail -n 1 >>"$results" || { echo "peer run failed:"; tail -n 20 "$work/last.err"; exit 1; }
+}
+
+for round in $(seq "$ROUNDS"); do
+  for model in $MODELS; do
+    echo "round $round/$ROUNDS: $model" >&2
+    peer_run "$model" 1
+    dtrain_run dtrain "$model" 1 parallel.strategy=local
+    peer_run "$model" 2
+    dtrain_run dtrain-gloo "$model" 2 parallel.backend=gloo
+    dtrain_run dtrain-mpi "$model" 2 parallel.backend=mpi
+  done
+done
+
+$PY - "$results" <<'PYEOF'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+def med(impl, model, workers, key="samples_per_second"):
+    v = [r[key] for r in rows if r["impl"] == impl and r["model"] == model and r["workers"] == workers]
+    return statistics.median(v) if v else float("nan")
+print("| model | run | workers | samples/s (median) | test top-1 | vs peer | scaling eff. |")
+print("|---|---|---|---|---|---|---|")
+for model in sorted({r["model"] for r in rows}):
+    p1, d1 = med("pytorch", model, 1), med("dtrain", model, 1)
+    p2 = med("pytorch-ddp", model, 2)
+    print(f"| {model} | pytorch | 1 | {p1:.0f} | {med('pytorch', model, 1, 'test_top1'):.4f} | 1.00 | |")
+    print(f"| {model} | dtrain local | 1 | {d1:.0f} | {med('dtrain', model, 1, 'test_top1'):.4f} | {d1/p1:.2f} | |")
+    print(f"| {model} | pytorch-ddp | 2 | {p2:.0f} | {med('pytorch-ddp', model, 2, 'test_top1'):.4f} | 1.00 | {p2/(2*p1):.2f} |")
+    for impl in ("dtrain-gloo", "dtrain-mpi"):
+        d2 = med(impl, model, 2)
+        print(f"| {model} | {impl} | 2 | {d2:.0f} | {med(impl, model, 2, 'test_top1'):.4f} | {d2/p2:.2f} | {d2/(2*d1):.2f} |")
+PYEOF
