@@ -20,7 +20,7 @@ out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 
 echo "+ mpirun -np 2 $bin/mpi_compare --sizes $sizes $*" >&2
-mpirun -np 2 --oversubscribe "$bin/mpi_compare" --sizes "$sizes" "$@" | tee -a "$out"
+mpirun -np 2 --oversubscribe --bind-to none "$bin/mpi_compare" --sizes "$sizes" "$@" | tee -a "$out"
 
 # A free port pair for the two stores (dtrain at P, plain c10d at P+1).
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')

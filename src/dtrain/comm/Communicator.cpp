@@ -83,6 +83,12 @@ class TrackedWork final : public Work {
   std::function<CommError(const std::string&)> error_;
 };
 
+// Finished operations all share one handle instead of allocating one per call.
+WorkPtr completed_work() {
+  static const WorkPtr done = std::make_shared<CompletedWork>();
+  return done;
+}
+
 }  // namespace
 
 Communicator::Communicator(int rank, int size, std::chrono::milliseconds timeout)
@@ -98,12 +104,13 @@ void Communicator::fail(const std::string& op, const std::string& detail) const 
   throw CommError(rank_, size_, op, detail);
 }
 
-WorkPtr Communicator::track(const std::string& op, std::uint64_t bytes, std::uint64_t wire_bytes,
-                            bool async_op, const std::function<WorkPtr()>& start) {
+WorkPtr Communicator::track(const char* op, std::uint64_t bytes, std::uint64_t wire_bytes, bool async_op,
+                            const std::function<WorkPtr()>& start) {
   stats_.add_call(op, bytes, wire_bytes);
-  const std::string label = fmt::format("{} ({} bytes, {})", op, bytes, backend());
-  auto on_wait = [this, op](double s) { stats_.add_wait(op, s); };
-  auto on_error = [this, label](const std::string& what) { return CommError(rank_, size_, label, what); };
+  // The label is formatted only when something failed: at 4 KB a string per call shows in latency.
+  auto on_error = [this, op, bytes](const std::string& what) {
+    return CommError(rank_, size_, fmt::format("{} ({} bytes, {})", op, bytes, backend()), what);
+  };
   const auto t0 = Clock::now();
   WorkPtr inner;
   try {
@@ -113,16 +120,17 @@ WorkPtr Communicator::track(const std::string& op, std::uint64_t bytes, std::uin
     throw;
   } catch (const std::exception& e) {
     stats_.add_wait(op, seconds_since(t0));
-    fail(label, e.what());
+    throw on_error(e.what());
   }
   TORCH_INTERNAL_ASSERT(inner, "backend returned no Work for ", op);
-  if (async_op) return std::make_shared<TrackedWork>(std::move(inner), on_wait, on_error);
+  if (async_op) {
+    auto on_wait = [this, op](double s) { stats_.add_wait(op, s); };
+    return std::make_shared<TrackedWork>(std::move(inner), on_wait, on_error);
+  }
   // A synchronous call counts its whole duration as waiting: the caller could do nothing else.
-  TrackedWork(
-      std::move(inner), [](double) {}, on_error)
-      .wait();
+  TrackedWork(std::move(inner), [](double) {}, on_error).wait();
   stats_.add_wait(op, seconds_since(t0));
-  return std::make_shared<CompletedWork>();
+  return completed_work();
 }
 
 namespace {
@@ -161,7 +169,7 @@ std::uint64_t ring_share(std::uint64_t bytes, int n, double per_rank_factor) {
 
 WorkPtr Communicator::allreduce(at::Tensor tensor, ReduceOp op, bool async_op) {
   check_tensor(*this, tensor, "allreduce", "tensor");
-  if (size_ == 1) return std::make_shared<CompletedWork>();
+  if (size_ == 1) return completed_work();
   const auto b = nbytes(tensor);
   return track("allreduce", b, ring_share(b, size_, 2.0), async_op,
                [&] { return do_allreduce(tensor, op, async_op); });
@@ -177,7 +185,7 @@ WorkPtr Communicator::allgather(at::Tensor input, at::Tensor output, bool async_
   }
   if (size_ == 1) {
     output.view({-1}).copy_(input.view({-1}));
-    return std::make_shared<CompletedWork>();
+    return completed_work();
   }
   const auto b = nbytes(output);
   return track("allgather", b, ring_share(b, size_, 1.0), async_op,
@@ -187,7 +195,7 @@ WorkPtr Communicator::allgather(at::Tensor input, at::Tensor output, bool async_
 WorkPtr Communicator::broadcast(at::Tensor tensor, int root, bool async_op) {
   check_tensor(*this, tensor, "broadcast", "tensor");
   check_peer(*this, root, "broadcast", "root");
-  if (size_ == 1) return std::make_shared<CompletedWork>();
+  if (size_ == 1) return completed_work();
   const auto b = nbytes(tensor);
   return track("broadcast", b, rank_ == root ? b : 0, async_op,
                [&] { return do_broadcast(tensor, root, async_op); });
@@ -203,7 +211,7 @@ WorkPtr Communicator::reduce_scatter(at::Tensor input, at::Tensor output, Reduce
   }
   if (size_ == 1) {
     output.view({-1}).copy_(input.view({-1}));
-    return std::make_shared<CompletedWork>();
+    return completed_work();
   }
   const auto b = nbytes(input);
   return track("reduce_scatter", b, ring_share(b, size_, 1.0), async_op,
@@ -222,7 +230,7 @@ WorkPtr Communicator::alltoall(at::Tensor input, at::Tensor output, bool async_o
   }
   if (size_ == 1) {
     output.view({-1}).copy_(input.view({-1}));
-    return std::make_shared<CompletedWork>();
+    return completed_work();
   }
   const auto b = nbytes(input);
   return track("alltoall", b, ring_share(b, size_, 1.0), async_op,
@@ -245,7 +253,7 @@ WorkPtr Communicator::recv(at::Tensor tensor, int src, int tag, bool async_op) {
 }
 
 WorkPtr Communicator::barrier(bool async_op) {
-  if (size_ == 1) return std::make_shared<CompletedWork>();
+  if (size_ == 1) return completed_work();
   return track("barrier", 0, 0, async_op, [&] { return do_barrier(async_op); });
 }
 

@@ -80,7 +80,7 @@ class Communicator {
   [[noreturn]] void fail(const std::string& op, const std::string& detail) const;
 
  private:
-  WorkPtr track(const std::string& op, std::uint64_t bytes, std::uint64_t wire_bytes, bool async_op,
+  WorkPtr track(const char* op, std::uint64_t bytes, std::uint64_t wire_bytes, bool async_op,
                 const std::function<WorkPtr()>& start);
 
   int rank_;
