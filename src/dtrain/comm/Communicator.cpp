@@ -128,7 +128,9 @@ WorkPtr Communicator::track(const char* op, std::uint64_t bytes, std::uint64_t w
     return std::make_shared<TrackedWork>(std::move(inner), on_wait, on_error);
   }
   // A synchronous call counts its whole duration as waiting: the caller could do nothing else.
-  TrackedWork(std::move(inner), [](double) {}, on_error).wait();
+  TrackedWork(
+      std::move(inner), [](double) {}, on_error)
+      .wait();
   stats_.add_wait(op, seconds_since(t0));
   return completed_work();
 }
