@@ -20,6 +20,7 @@
 #include <stdexcept>
 
 #include "dtrain/cli/Commands.h"
+#include "dtrain/cli/SelfExe.h"
 #include "dtrain/comm/Backend.h"
 #include "dtrain/comm/Launcher.h"
 #include "dtrain/comm/Rendezvous.h"
@@ -47,20 +48,9 @@ std::invalid_argument bad_size(const std::string& item) {
                   item));
 }
 
-// The path of this very binary: workers (and mpirun's daemons) must run it, not /proc/self/exe,
-// which names whatever program reads it.
-std::string own_executable() {
-  std::string path(PATH_MAX, '\0');
-  const ssize_t n = ::readlink("/proc/self/exe", path.data(), path.size());
-  if (n <= 0)
-    throw std::runtime_error("bench comm --nproc: cannot resolve /proc/self/exe to start the workers");
-  path.resize(static_cast<std::size_t>(n));
-  return path;
-}
-
 // The worker's command line: the launcher's own arguments without --nproc.
 std::vector<std::string> worker_command(const BenchCommOptions& o) {
-  return {own_executable(),
+  return {self_executable(),
           "bench",
           "comm",
           "--backend",

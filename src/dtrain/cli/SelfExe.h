@@ -5,7 +5,8 @@
 
 namespace dtrain::cli {
 
-// /proc/self/exe resolved; throws std::runtime_error when it cannot be read.
+// /proc/self/exe resolved to the binary's real path (the link itself would name whatever program
+// reads it, e.g. mpirun's daemon); throws std::runtime_error when it cannot be read.
 std::string self_executable();
 
 }  // namespace dtrain::cli
