@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   runs["launch"] = dtrain::cli::add_launch_command(app);
   runs["bench"] = dtrain::cli::add_bench_command(app);
   runs["train"] = dtrain::cli::add_train_command(app);
+  runs["experiment"] = dtrain::cli::add_experiment_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,129 @@
+// Experiments: sweep expansion, file errors, and a tiny experiment through the real binary —
+// identical initial weights across runs, and a rerun that skips finished runs.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "dtrain/config/ConfigError.h"
+#include "dtrain/experiment/Experiment.h"
+
+namespace dtrain::experiment {
+namespace {
+
+namespace fs = std::filesystem;
+
+class ExperimentTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("dtrain-experiment-test-" + std::to_string(::getpid()) + "-" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    std::ofstream(dir_ / "base.yaml")
+        << "name: tiny\nnproc: 1\n"
+           "data: {dataset: synthetic, synthetic_shape: [1, 6, 6], synthetic_classes: 3,\n"
+           "       synthetic_size: 96, batch_size: 16, test_subset_size: 16}\n"
+           "model: {name: mlp, hidden: [8]}\n"
+           "optim: {name: sgd, lr: 0.1}\n"
+           "parallel: {strategy: local}\n"
+           "train: {epochs: 1, log_every_steps: 100, seed: 5}\n";
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  fs::path write(const std::string& name, const std::string& text) {
+    std::ofstream(dir_ / name) << text;
+    return dir_ / name;
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(ExperimentTest, SweepIsTheCartesianProductForEveryRun) {
+  const auto spec =
+      load_experiment(write("e.yaml",
+                            "name: s\nbase: base.yaml\noverrides: [train.epochs=1]\n"
+                            "runs:\n  - {name: a, overrides: [optim.lr=0.1]}\n  - {name: b}\n"
+                            "sweep:\n  model.name: [mlp, lenet5]\n  data.batch_size: [8, 16, 32]\n"));
+  const auto runs = expand_runs(spec);
+  ASSERT_EQ(runs.size(), 2u * 2 * 3);
+  EXPECT_EQ(runs[0].name, "a__model.name=mlp,data.batch_size=8");
+  EXPECT_EQ(runs[0].overrides, (std::vector<std::string>{"train.epochs=1", "optim.lr=0.1", "model.name=mlp",
+                                                         "data.batch_size=8"}));
+  EXPECT_EQ(runs[5].name, "a__model.name=lenet5,data.batch_size=32");
+  EXPECT_EQ(runs[6].name, "b__model.name=mlp,data.batch_size=8");
+  EXPECT_EQ(runs[6].overrides,
+            (std::vector<std::string>{"train.epochs=1", "model.name=mlp", "data.batch_size=8"}));
+  EXPECT_EQ(spec.base, dir_ / "base.yaml");
+}
+
+TEST_F(ExperimentTest, NoRunsMeansOneBaseRun) {
+  const auto runs = expand_runs(load_experiment(write("e.yaml", "base: base.yaml\n")));
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].name, "base");
+}
+
+TEST_F(ExperimentTest, FileErrorsNameLineAndKey) {
+  try {
+    load_experiment(write("e.yaml", "base: base.yaml\nrunz: []\n"));
+    FAIL() << "accepted an unknown key";
+  } catch (const config::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("e.yaml:2"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("runz"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(load_experiment(write("f.yaml", "name: x\n")), config::ConfigError);  // no base
+  EXPECT_THROW(load_experiment(write("g.yaml", "base: base.yaml\nruns:\n  - {name: a}\n  - {name: a}\n")),
+               config::ConfigError);
+}
+
+TEST_F(ExperimentTest, BadOverrideFailsBeforeAnyRunStarts) {
+  const auto spec = load_experiment(write("e.yaml", "base: base.yaml\nout_dir: " + (dir_ / "out").string() +
+                                                        "\nruns:\n  - {name: ok}\n"
+                                                        "  - {name: bad, overrides: [optim.name=warp]}\n"));
+  ExperimentOptions options;
+  options.dtrain_executable = DTRAIN_BINARY;
+  try {
+    run_experiment(spec, options);
+    FAIL() << "accepted optim.name=warp";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("run 'bad'"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "out"));
+}
+
+TEST_F(ExperimentTest, RunsShareInitialWeightsAndARerunSkipsFinishedRuns) {
+  const auto spec =
+      load_experiment(write("e.yaml", "name: tiny-exp\nbase: base.yaml\nout_dir: " + (dir_ / "out").string() +
+                                          "\nruns:\n  - {name: sgd}\n"
+                                          "  - {name: adam, overrides: [optim.name=adam, optim.lr=0.01]}\n"
+                                          "sweep:\n  data.batch_size: [8, 16]\n"));
+  ExperimentOptions options;
+  options.dtrain_executable = DTRAIN_BINARY;
+  const auto first = run_experiment(spec, options);
+  ASSERT_EQ(first["runs"].size(), 4u);
+  const fs::path dir = first["directory"].get<std::string>();
+  EXPECT_TRUE(fs::exists(dir / "experiment.yaml"));
+  EXPECT_TRUE(fs::exists(dir / "results.json"));
+  std::set<std::string> hashes;
+  for (const auto& run : first["runs"]) {
+    EXPECT_FALSE(run["skipped"].get<bool>());
+    hashes.insert(run["results"]["initial_parameter_hash"].get<std::string>());
+    EXPECT_TRUE(fs::exists(dir / run["name"].get<std::string>() / "config.yaml"));
+  }
+  EXPECT_EQ(hashes.size(), 1u);
+  EXPECT_EQ(first["runs"][2]["results"]["config"]["optim"]["name"], "adam");
+
+  // Interrupt one run (its results are gone): the same command finishes only that one.
+  fs::remove(dir / first["runs"][1]["name"].get<std::string>() / "results.json");
+  fs::remove(dir / "results.json");
+  const auto second = run_experiment(spec, options);
+  EXPECT_EQ(second["directory"], first["directory"]);
+  int skipped = 0;
+  for (const auto& run : second["runs"]) skipped += run["skipped"].get<bool>();
+  EXPECT_EQ(skipped, 3);
+  EXPECT_FALSE(second["runs"][1]["skipped"].get<bool>());
+}
+
+}  // namespace
+}  // namespace dtrain::experiment
