@@ -8,6 +8,7 @@
 
 #include "dtrain/config/ConfigError.h"
 #include "dtrain/experiment/Experiment.h"
+#include "dtrain/experiment/Report.h"
 
 namespace dtrain::experiment {
 namespace {
@@ -123,6 +124,26 @@ TEST_F(ExperimentTest, RunsShareInitialWeightsAndARerunSkipsFinishedRuns) {
   for (const auto& run : second["runs"]) skipped += run["skipped"].get<bool>();
   EXPECT_EQ(skipped, 3);
   EXPECT_FALSE(second["runs"][1]["skipped"].get<bool>());
+
+  // The report: the run table, valid PNG figures, and an HTML page that needs no network.
+  const auto report = write_report(dir);
+  std::ifstream md_file(report);
+  const std::string md((std::istreambuf_iterator<char>(md_file)), std::istreambuf_iterator<char>());
+  EXPECT_NE(md.find("| run | strategy | backend | workers |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| adam__data.batch_size=8 |"), std::string::npos) << md;
+  for (const auto* png : {"loss.png", "top1.png", "top5.png", "top1_time.png"}) {
+    std::ifstream f(dir / "plots" / png, std::ios::binary);
+    std::string magic(8, '\0');
+    f.read(magic.data(), 8);
+    EXPECT_EQ(magic, std::string("\x89PNG\r\n\x1a\n", 8)) << png;
+    EXPECT_NE(md.find(std::string("plots/") + png), std::string::npos) << png;
+  }
+  std::ifstream html_file(dir / "report.html");
+  const std::string html((std::istreambuf_iterator<char>(html_file)), std::istreambuf_iterator<char>());
+  EXPECT_NE(html.find("data:image/png;base64,iVBORw0KGgo"), std::string::npos);
+  EXPECT_EQ(html.find("http://"), std::string::npos);
+  EXPECT_EQ(html.find("https://"), std::string::npos);
+  EXPECT_EQ(html.find("src=\"plots/"), std::string::npos);
 }
 
 }  // namespace

@@ -15,5 +15,6 @@ Run add_launch_command(CLI::App& app);
 Run add_bench_command(CLI::App& app);
 Run add_train_command(CLI::App& app);
 Run add_experiment_command(CLI::App& app);
+Run add_report_command(CLI::App& app);
 
 }  // namespace dtrain::cli

@@ -5,6 +5,7 @@
 #include "dtrain/cli/Commands.h"
 #include "dtrain/cli/SelfExe.h"
 #include "dtrain/experiment/Experiment.h"
+#include "dtrain/experiment/Report.h"
 
 namespace dtrain::cli {
 
@@ -29,9 +30,25 @@ Run add_experiment_command(CLI::App& app) {
     options.directory = a->dir;
     options.fresh = a->fresh;
     const auto results = experiment::run_experiment(spec, options);
+    const auto report = experiment::write_report(results["directory"].get<std::string>());
+    std::cerr << "dtrain experiment: report " << report.string() << "\n";
     std::cerr << "dtrain experiment: " << results["runs"].size() << " runs in "
               << results["directory"].get<std::string>() << "\n";
     std::cout << results.dump() << std::endl;
+    return 0;
+  };
+}
+
+Run add_report_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("report",
+                                 "Write report.md and report.html (plots embedded) for a run or experiment");
+  auto dir = std::make_shared<std::string>();
+  cmd->add_option("dir", *dir, "A run folder or an experiment folder")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  return [dir] {
+    const auto report = experiment::write_report(*dir);
+    std::cout << report.string() << "\n";
     return 0;
   };
 }

@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   runs["bench"] = dtrain::cli::add_bench_command(app);
   runs["train"] = dtrain::cli::add_train_command(app);
   runs["experiment"] = dtrain::cli::add_experiment_command(app);
+  runs["report"] = dtrain::cli::add_report_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
