@@ -7,7 +7,6 @@
 #include <sys/socket.h>
 #include <torch/torch.h>
 #include <unistd.h>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <chrono>
 #include <functional>
@@ -16,6 +15,7 @@
 #include <vector>
 
 #include "dtrain/comm/Backend.h"
+#include "dtrain/comm/StoreServer.h"
 
 namespace dtrain::comm {
 namespace {
@@ -45,13 +45,8 @@ RendezvousInfo rank_info(int rank, int size, int port, bool agent_store,
 }
 
 // A store hosted by the test, like torchrun's agent store, on a free port.
-c10::intrusive_ptr<::c10d::TCPStore> host_store() {
-  ::c10d::TCPStoreOptions options;
-  options.port = 0;
-  options.isServer = true;
-  options.waitWorkers = false;
-  options.timeout = 10s;
-  return c10::make_intrusive<::c10d::TCPStore>("127.0.0.1", options);
+std::unique_ptr<StoreServer> host_store() {
+  return std::make_unique<StoreServer>("127.0.0.1", 0, std::chrono::seconds(10));
 }
 
 // Runs fn(communicator) on `size` ranks, one thread each; rethrows the first rank's failure.
@@ -63,7 +58,7 @@ void run_world(int size, const std::function<void(Communicator&)>& fn,
   for (int r = 0; r < size; ++r) {
     threads.emplace_back([&, r] {
       try {
-        auto comm = connect(options, rank_info(r, size, store->getPort(), /*agent_store=*/true));
+        auto comm = connect(options, rank_info(r, size, store->port(), /*agent_store=*/true));
         fn(*comm);
       } catch (...) {
         errors[r] = std::current_exception();
@@ -79,6 +74,21 @@ void run_world(int size, const std::function<void(Communicator&)>& fn,
 // What rank r contributes: element i holds r + 1 + i % 64, small enough that float16 sums stay exact.
 at::Tensor contributions(int r, int64_t numel, at::ScalarType dtype) {
   return (torch::arange(numel, torch::kFloat64).remainder(64) + (r + 1)).to(dtype);
+}
+
+// The closed form of `op` over ranks 0..n-1 contributing base + r + 1 (see contributions()).
+at::Tensor reduced(const at::Tensor& base, ReduceOp op, int n) {
+  switch (op) {
+    case ReduceOp::Sum:
+      return base * n + n * (n + 1) / 2.0;
+    case ReduceOp::Max:
+      return base + n;
+    case ReduceOp::Min:
+      return base + 1;
+    case ReduceOp::Avg:
+      return base + (n + 1) / 2.0;
+  }
+  TORCH_INTERNAL_ASSERT(false, "unknown reduce op");
 }
 
 const std::vector<at::ScalarType> kDtypes{torch::kFloat32, torch::kFloat64, torch::kInt32, torch::kInt64,
@@ -97,21 +107,7 @@ TEST_P(GlooWorld, AllreduceSumMaxMinAvgMatchClosedForm) {
           at::Tensor t = contributions(comm.rank(), numel, dtype);
           comm.allreduce(t, op);
           at::Tensor base = torch::arange(numel, torch::kFloat64).remainder(64);
-          at::Tensor expected;
-          switch (op) {
-            case ReduceOp::Sum:
-              expected = base * n + n * (n + 1) / 2.0;
-              break;
-            case ReduceOp::Max:
-              expected = base + n;
-              break;
-            case ReduceOp::Min:
-              expected = base + 1;
-              break;
-            case ReduceOp::Avg:
-              expected = base + (n + 1) / 2.0;
-              break;
-          }
+          const at::Tensor expected = reduced(base, op, n);
           EXPECT_TRUE(torch::equal(t.to(torch::kFloat64), expected))
               << "rank " << comm.rank() << " " << to_string(op) << " " << c10::toString(dtype)
               << " n=" << numel;
@@ -184,21 +180,7 @@ TEST_P(GlooWorld, ReduceScatterReducesChunkOfThisRank) {
           // Element k of the input holds r+1+k%64; this rank's chunk starts at k = rank*chunk.
           at::Tensor base =
               torch::arange(comm.rank() * chunk, (comm.rank() + 1) * chunk, torch::kFloat64).remainder(64);
-          at::Tensor expected;
-          switch (op) {
-            case ReduceOp::Sum:
-              expected = base * n + n * (n + 1) / 2.0;
-              break;
-            case ReduceOp::Max:
-              expected = base + n;
-              break;
-            case ReduceOp::Min:
-              expected = base + 1;
-              break;
-            case ReduceOp::Avg:
-              expected = base + (n + 1) / 2.0;
-              break;
-          }
+          const at::Tensor expected = reduced(base, op, n);
           EXPECT_TRUE(torch::equal(output.to(torch::kFloat64), expected))
               << "rank " << comm.rank() << " " << to_string(op) << " " << c10::toString(dtype)
               << " chunk=" << chunk;
@@ -403,7 +385,7 @@ TEST(GlooCommunicator, ConnectingTwiceToOneStoreGivesFreshGroups) {
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
       for (int run = 0; run < 2; ++run) {
-        auto comm = connect(gloo_options(), rank_info(r, n, store->getPort(), true));
+        auto comm = connect(gloo_options(), rank_info(r, n, store->port(), true));
         at::Tensor t = torch::full({3}, static_cast<float>(run + r));
         comm->allreduce(t);
         EXPECT_TRUE(torch::equal(t, torch::full({3}, 2.0f * run + 1)));
@@ -418,7 +400,7 @@ TEST(GlooCommunicator, MissingRankFailsTheRendezvousWithinTheTimeout) {
   const auto start = Clock::now();
   try {
     // Ranks 1 and 2 of 3 never start.
-    connect(gloo_options(), rank_info(0, 3, store->getPort(), true, 1500ms));
+    connect(gloo_options(), rank_info(0, 3, store->port(), true, 1500ms));
     FAIL() << "the rendezvous succeeded without ranks 1 and 2";
   } catch (const CommError& e) {
     const std::string what = e.what();
@@ -445,11 +427,11 @@ TEST(GlooCommunicator, PeerThatLeavesFailsTheCollectiveWithoutHanging) {
   auto store = host_store();
   std::promise<void> left;
   std::thread leaver([&] {
-    auto comm = connect(gloo_options(3s), rank_info(1, 2, store->getPort(), true));
+    auto comm = connect(gloo_options(3s), rank_info(1, 2, store->port(), true));
     comm.reset();  // closes its connections, as a crashed process would
     left.set_value();
   });
-  auto comm = connect(gloo_options(3s), rank_info(0, 2, store->getPort(), true));
+  auto comm = connect(gloo_options(3s), rank_info(0, 2, store->port(), true));
   left.get_future().wait();
   const auto start = Clock::now();
   try {
