@@ -111,6 +111,17 @@ TEST_F(TrainCommand, TwoWorkersLeaveACompleteRunFolderAndResumeContinues) {
   const auto second = run("train " + cfg.string() + " train.epochs=3 --resume " + run_dir.string(), dir_);
   ASSERT_EQ(second.exit_code, 0) << second.err;
   EXPECT_EQ(last_json_line(second.out)["steps"], 3 * 512 / (16 * 2));
+
+  // A checkpoint file works too, and the run continues in the same folder.
+  std::string file;
+  for (const auto& e : fs::directory_iterator(run_dir / "checkpoints")) {
+    if (e.path().extension() == ".ckpt") file = std::max(file, e.path().string());
+  }
+  const auto third = run("train " + cfg.string() + " train.epochs=4 --resume " + file, dir_);
+  ASSERT_EQ(third.exit_code, 0) << third.err;
+  const auto resumed = last_json_line(third.out);
+  EXPECT_EQ(resumed["steps"], 4 * 512 / (16 * 2));
+  EXPECT_EQ(resumed["run_dir"], run_dir.string());
 }
 
 TEST_F(TrainCommand, FashionMnistSubsetTrainsLeNet) {

@@ -63,6 +63,14 @@ io::Checkpoint load_resume_point(const fs::path& where) {
   return std::move(*checkpoint);
 }
 
+// The run folder that --resume points into: the folder itself, its checkpoints/ folder, or one
+// checkpoint file inside checkpoints/.
+fs::path run_folder_of(const fs::path& resume) {
+  if (fs::is_directory(resume / "checkpoints")) return resume;
+  const auto checkpoints = fs::is_regular_file(resume) ? resume.parent_path() : resume;
+  return checkpoints.parent_path();
+}
+
 nlohmann::json comm_json(const comm::CommStats& stats) {
   nlohmann::json out = nlohmann::json::object();
   auto entry = [](const comm::OpStats& s) {
@@ -117,8 +125,7 @@ int launch_workers(const TrainArgs& a, const config::RunConfig& cfg, int nproc,
   if (!a.run_dir.empty()) {
     root = a.run_dir;
   } else if (!a.resume.empty()) {
-    root = fs::is_directory(fs::path(a.resume) / "checkpoints") ? fs::path(a.resume)
-                                                                : fs::path(a.resume).parent_path();
+    root = run_folder_of(a.resume);
   } else {
     root = io::RunDir::create(cfg.out_dir, cfg.name, nproc).root();
   }
