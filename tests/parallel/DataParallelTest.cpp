@@ -314,6 +314,59 @@ TEST(DataParallel, CompressedAllReduceStaysCloseToFullPrecision) {
   EXPECT_THROW(parse_grad_compression("int8"), std::invalid_argument);
 }
 
+TEST(DataParallel, CarriedValuesComeBackAsTheMeanOverRanksWithoutChangingGradients) {
+  constexpr int n = 3;
+  torch::manual_seed(17);
+  const auto x = torch::randn({n * 4, 1, 28, 28});
+  const auto y = torch::randint(0, 10, {n * 4});
+  for (auto compression : {GradCompression::None, GradCompression::Fp16}) {
+    for (double bucket_mb : {25.0, 0.01}) {
+      auto grads_of = [&](bool carry) {
+        std::vector<TestModel> models{make_model("mlp", 21), make_model("mlp", 21), make_model("mlp", 21)};
+        std::vector<torch::Tensor> carried(n);
+        auto comms = in_process_group(n);
+        run_ranks(n, [&](int r) {
+          DataParallelOptions options;
+          options.compression = compression;
+          options.bucket_mb = bucket_mb;
+          DataParallel dp(models[r].module, comms[r], options);
+          for (int step = 0; step < 2; ++step) {
+            // Rank r carries (r + 1, 10 (r + 1), step); the mean is (2, 20, step).
+            if (carry) dp.carry_values(torch::tensor({r + 1.0, 10.0 * (r + 1), 1.0 * step}));
+            cross_entropy(models[r].forward(x.chunk(n)[r]), y.chunk(n)[r]).backward();
+            dp.finish();
+            carried[r] = dp.carried_values();
+          }
+          EXPECT_THROW(dp.carry_values(torch::zeros({DataParallel::kMaxCarriedValues + 1})),
+                       std::invalid_argument);
+        });
+        for (int r = 0; carry && r < n; ++r) {
+          EXPECT_TRUE(carried[r].defined() && torch::allclose(carried[r], torch::tensor({2.0f, 20.0f, 1.0f})))
+              << "rank " << r << " bucket_mb " << bucket_mb << ": " << carried[r];
+        }
+        if (!carry) {
+          EXPECT_FALSE(carried[0].defined());
+        }
+        std::vector<torch::Tensor> grads;
+        for (const auto& p : models[0].module->parameters()) grads.push_back(p.grad().clone());
+        return grads;
+      };
+      EXPECT_EQ(max_relative_difference(grads_of(true), grads_of(false)), 0.0) << to_string(compression);
+    }
+  }
+}
+
+TEST(DataParallel, CarryingAfterTheLastBucketLaunchedIsRejected) {
+  auto m = make_model("mlp", 1);
+  DataParallel dp(m.module, in_process_group(1)[0]);
+  const auto x = torch::randn({4, 1, 28, 28});
+  cross_entropy(m.forward(x), torch::randint(0, 10, {4})).backward();
+  EXPECT_THROW(dp.carry_values(torch::ones({1})), std::logic_error);
+  dp.finish();
+  dp.set_sync(false);
+  EXPECT_THROW(dp.carry_values(torch::ones({1})), std::logic_error);
+}
+
 TEST(DataParallel, RejectsNonPositiveBucketSize) {
   auto m = make_model("mlp", 1);
   DataParallelOptions options;

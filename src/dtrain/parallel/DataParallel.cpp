@@ -68,7 +68,8 @@ struct ParamSlot {
 };
 
 struct Bucket {
-  torch::Tensor buffer;  // flat, the parameters' dtype and device
+  torch::Tensor buffer;  // flat, the parameters' dtype and device (the last bucket: + carry slots)
+  torch::Tensor grads;   // the gradients' part of buffer
   torch::Tensor wire;    // the compressed copy that is all-reduced, or undefined
   std::vector<int> params;
   int pending = 0;  // parameters still without a gradient in this backward
@@ -88,6 +89,11 @@ struct DataParallel::Impl {
   mutable std::mutex mutex;
   bool sync = true;
   std::size_t next_launch = 0;
+  // Values carried in the last bucket's all-reduce: kMaxCarriedValues float slots after the last
+  // bucket's gradients (or a buffer of their own with compression or no buckets).
+  torch::Tensor carry_slots;
+  std::int64_t carried = 0;  // values set for the current round
+  torch::Tensor carried_result;
   SyncTiming timing;
   int launched_in_backward = 0;
 
@@ -100,6 +106,7 @@ struct DataParallel::Impl {
   void launch(Bucket& bucket);
   void reset_round();
   void wait_outstanding_quietly();
+  bool carry_inline = false;  // carry_slots lie in the last bucket's buffer
 };
 
 namespace {
@@ -182,7 +189,16 @@ void DataParallel::Impl::build_buckets() {
     std::int64_t numel = 0;
     for (int i : members[b]) numel += params[i].param.numel();
     const auto& first = params[members[b].front()].param;
-    bucket.buffer = torch::zeros({numel}, first.options().requires_grad(false));
+    // The last bucket to launch has room for the carried values behind its gradients.
+    const bool carries = b + 1 == members.size() && options.compression == GradCompression::None &&
+                         first.scalar_type() == torch::kFloat;
+    bucket.buffer =
+        torch::zeros({numel + (carries ? kMaxCarriedValues : 0)}, first.options().requires_grad(false));
+    bucket.grads = bucket.buffer.narrow(0, 0, numel);
+    if (carries) {
+      carry_slots = bucket.buffer.narrow(0, numel, kMaxCarriedValues);
+      carry_inline = true;
+    }
     if (options.compression != GradCompression::None) {
       bucket.wire = torch::zeros({numel}, bucket.buffer.options().dtype(wire_dtype(options.compression)));
     }
@@ -201,6 +217,8 @@ void DataParallel::Impl::build_buckets() {
     bucket.pending = static_cast<int>(bucket.params.size());
     buckets.push_back(std::move(bucket));
   }
+  // No float32 bucket to ride in: the values get an all-reduce of their own in finish().
+  if (!carry_slots.defined()) carry_slots = torch::zeros({kMaxCarriedValues}, torch::kFloat);
 }
 
 void DataParallel::Impl::install_hooks() {
@@ -269,13 +287,16 @@ void DataParallel::Impl::launch_ready_buckets() {
 void DataParallel::Impl::launch(Bucket& bucket) {
   torch::NoGradGuard no_grad;
   const int n = comm->size();
+  // The last bucket takes the carried values along when there are any.
+  const bool with_carried = carry_inline && carried > 0 && &bucket == &buckets.back();
+  auto& data = with_carried ? bucket.buffer : bucket.grads;
   // Dividing before the sum keeps 16-bit wire values in range, as DDP's compression hooks do.
-  if (n > 1) bucket.buffer.div_(n);
+  if (n > 1) data.div_(n);
   if (bucket.wire.defined()) {
-    bucket.wire.copy_(bucket.buffer);
+    bucket.wire.copy_(data);
     bucket.work = comm->allreduce(bucket.wire, comm::ReduceOp::Sum, /*async_op=*/true);
   } else {
-    bucket.work = comm->allreduce(bucket.buffer, comm::ReduceOp::Sum, /*async_op=*/true);
+    bucket.work = comm->allreduce(data, comm::ReduceOp::Sum, /*async_op=*/true);
   }
 }
 
@@ -287,6 +308,11 @@ void DataParallel::Impl::reset_round() {
   }
   next_launch = 0;
   launched_in_backward = 0;
+  if (carried > 0) {
+    torch::NoGradGuard no_grad;
+    carry_slots.zero_();
+    carried = 0;
+  }
 }
 
 void DataParallel::Impl::wait_outstanding_quietly() {
@@ -360,7 +386,7 @@ void DataParallel::finish() {
       bucket.work->wait();
       if (bucket.wire.defined()) {
         torch::NoGradGuard no_grad;
-        bucket.buffer.copy_(bucket.wire);
+        bucket.grads.copy_(bucket.wire);
       }
     }
   } catch (...) {
@@ -368,9 +394,52 @@ void DataParallel::finish() {
     s.reset_round();
     throw;
   }
+  if (s.carried > 0) {
+    torch::NoGradGuard no_grad;
+    auto values = s.carry_slots.narrow(0, 0, s.carried).clone();
+    if (!s.carry_inline && s.comm->size() > 1) {
+      // Not in a bucket: an all-reduce of their own.
+      try {
+        s.comm->allreduce(values, comm::ReduceOp::Sum);
+      } catch (...) {
+        s.reset_round();
+        throw;
+      }
+      values.div_(s.comm->size());
+    }
+    s.carried_result = values;
+  } else {
+    s.carried_result = torch::Tensor();
+  }
   s.timing.finish_wait_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   s.timing.buckets_launched_in_backward = in_backward;
   s.reset_round();
+}
+
+void DataParallel::carry_values(const torch::Tensor& values) {
+  auto& s = *impl_;
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (!s.sync) {
+    throw std::logic_error(
+        "DataParallel: carry_values() with sync off; carry values in the backward that synchronises");
+  }
+  if (values.numel() > kMaxCarriedValues) {
+    throw std::invalid_argument(fmt::format("DataParallel: carry_values() takes at most {} values, got {}",
+                                            kMaxCarriedValues, values.numel()));
+  }
+  if (s.carry_inline && s.next_launch == s.buckets.size()) {
+    throw std::logic_error(
+        "DataParallel: carry_values() after the last bucket was launched; call it before backward");
+  }
+  torch::NoGradGuard no_grad;
+  if (s.carried > values.numel()) s.carry_slots.zero_();
+  s.carry_slots.narrow(0, 0, values.numel()).copy_(values.detach().reshape({-1}));
+  s.carried = values.numel();
+}
+
+torch::Tensor DataParallel::carried_values() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->carried_result;
 }
 
 void DataParallel::set_sync(bool enabled) {

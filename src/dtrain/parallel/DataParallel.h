@@ -11,6 +11,7 @@
 
 #include <torch/nn/module.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -84,6 +85,17 @@ class DataParallel {
     bool previous_;
   };
   NoSync no_sync() { return NoSync(*this); }
+
+  // A few values (at most kMaxCarriedValues, e.g. the step's loss) reduced to their mean over
+  // ranks together with this synchronised round's gradients: they ride in the last bucket's
+  // all-reduce instead of costing a collective of their own. Call with sync on, before the
+  // backward that synchronises (the last bucket must not have been launched yet); after finish(),
+  // carried_values() holds the means. With compression they travel in a separate float32
+  // all-reduce so that 16-bit rounding does not touch them.
+  static constexpr std::int64_t kMaxCarriedValues = 8;
+  void carry_values(const torch::Tensor& values);
+  // The means of the values carried in the last finished round; undefined if none were carried.
+  torch::Tensor carried_values() const;
 
   // Collective: broadcasts rank 0's buffers (BatchNorm running statistics) to every rank.
   void sync_buffers();

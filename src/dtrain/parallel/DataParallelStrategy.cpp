@@ -48,23 +48,22 @@ StepResult DataParallelStrategy::train_step(const torch::Tensor& inputs, const t
     result.comm_wait_seconds += seconds_since(t0);
   }
 
-  // The closure holds forward, backward and both all-reduces, so an optimizer that evaluates it
-  // several times (L-BFGS) sees the same global gradient and loss on every rank.
+  // The closure holds forward, backward and the all-reduces, so an optimizer that evaluates it
+  // several times (L-BFGS) sees the same global gradient and loss on every rank. The loss rides
+  // along in the last gradient bucket: no collective of its own.
   optimizer.step([&]() -> torch::Tensor {
     optimizer.zero_grad();
     auto batch = forward_backward(forward_, loss, inputs, targets, options_.accumulation_steps,
-                                  [&](int, bool last) { dp_.set_sync(last); });
+                                  [&](int, bool last, const torch::Tensor& loss_so_far) {
+                                    dp_.set_sync(last);
+                                    if (last) dp_.carry_values(loss_so_far);
+                                  });
     dp_.finish();
     result.comm_wait_seconds += dp_.last_sync_timing().finish_wait_seconds;
-
-    auto global_loss = batch.loss.reshape({1}).clone();
-    const auto t0 = Clock::now();
-    comm_->allreduce(global_loss, comm::ReduceOp::Sum);
-    result.comm_wait_seconds += seconds_since(t0);
-    global_loss.div_(comm_->size());
+    auto global_loss = dp_.carried_values().reshape({});
     result.outputs = batch.outputs;
     result.loss = global_loss.item<double>();
-    return global_loss.reshape({});
+    return global_loss;
   });
   result.compute_seconds = std::max(0.0, seconds_since(start) - result.comm_wait_seconds);
   return result;

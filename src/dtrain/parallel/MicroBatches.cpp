@@ -34,7 +34,7 @@ std::vector<std::pair<std::int64_t, std::int64_t>> micro_batch_ranges(std::int64
 
 AccumulatedBatch forward_backward(const ForwardFn& forward, const LossFn& loss, const torch::Tensor& inputs,
                                   const torch::Tensor& targets, int micro_batches,
-                                  const std::function<void(int, bool)>& before_backward) {
+                                  const BeforeBackwardFn& before_backward) {
   if (inputs.dim() == 0 || targets.dim() == 0 || inputs.size(0) != targets.size(0)) {
     throw std::invalid_argument(
         fmt::format("inputs {} and targets {} must share their first (batch) dimension",
@@ -59,10 +59,10 @@ AccumulatedBatch forward_backward(const ForwardFn& forward, const LossFn& loss, 
                       c10::str(l.sizes())));
     }
     if (!whole) l = l * (static_cast<double>(end - begin) / static_cast<double>(n));
-    if (before_backward) before_backward(static_cast<int>(i), i + 1 == ranges.size());
-    l.backward();
     const auto detached = l.detach().reshape({});
     total = total.defined() ? total + detached : detached;
+    if (before_backward) before_backward(static_cast<int>(i), i + 1 == ranges.size(), total);
+    l.backward();
     outputs.push_back(out.detach());
   }
   return {total, outputs.size() == 1 ? outputs.front() : torch::cat(outputs)};

@@ -25,9 +25,11 @@ struct AccumulatedBatch {
 // Forward and backward over `micro_batches` slices of the batch. Each micro-batch's mean loss is
 // scaled by its share of the samples (1/k for equal slices) before backward, so gradients sum to
 // the whole batch's. `before_backward(i, last)` runs before micro-batch i's backward (a
-// data-parallel strategy turns all-reduce on for the last one only).
+// data-parallel strategy turns all-reduce on for the last one only), with the batch's loss so far
+// (0-dim, detached; on the last micro-batch, the whole batch's mean loss).
+using BeforeBackwardFn = std::function<void(int index, bool last, const torch::Tensor& loss_so_far)>;
 AccumulatedBatch forward_backward(const ForwardFn& forward, const LossFn& loss, const torch::Tensor& inputs,
                                   const torch::Tensor& targets, int micro_batches,
-                                  const std::function<void(int, bool)>& before_backward = nullptr);
+                                  const BeforeBackwardFn& before_backward = nullptr);
 
 }  // namespace dtrain::parallel
