@@ -15,7 +15,9 @@ std::map<std::string, double> EvalMetrics::named(const std::string& prefix) cons
 }
 
 MetricsAccumulator::MetricsAccumulator(std::int64_t num_classes)
-    : num_classes_(num_classes), confusion_(torch::zeros({num_classes, num_classes}, torch::kLong)) {
+    : num_classes_(num_classes),
+      within_top_(torch::zeros({5}, torch::kLong)),
+      confusion_(torch::zeros({num_classes, num_classes}, torch::kLong)) {
   TORCH_CHECK(num_classes > 0, "metrics need at least one class, got ", num_classes);
 }
 
@@ -27,16 +29,13 @@ void MetricsAccumulator::add(const at::Tensor& outputs, const at::Tensor& target
               labels.size(0), " targets");
   const auto n = labels.size(0);
   if (n == 0) return;
-  const std::int64_t ks[3] = {1, 3, 5};
   const auto kmax = std::min<std::int64_t>(5, logits.size(1));
   const auto top = std::get<1>(logits.topk(kmax, /*dim=*/1));  // (n, kmax)
-  const auto hits = top.eq(labels.unsqueeze(1));               // (n, kmax)
-  for (int i = 0; i < 3; ++i) {
-    const auto k = std::min(ks[i], kmax);
-    correct_[i] += hits.narrow(1, 0, k).any(1).sum().item<std::int64_t>();
-  }
-  const auto predicted = top.select(1, 0);
-  confusion_.view({-1}).index_add_(0, labels * num_classes_ + predicted, torch::ones({n}, torch::kLong));
+  // A label occurs at most once in a row of top: the running sum along k is 1 from its position on.
+  within_top_.narrow(0, 0, kmax).add_(top.eq(labels.unsqueeze(1)).cumsum(1, torch::kLong).sum(0));
+  if (kmax < 5) within_top_.narrow(0, kmax, 5 - kmax).add_(n);
+  const auto cells = num_classes_ * num_classes_;
+  confusion_.view({-1}).add_(torch::bincount(labels * num_classes_ + top.select(1, 0), {}, cells));
   loss_sum_ += loss_sum;
   samples_ += n;
 }
@@ -44,18 +43,20 @@ void MetricsAccumulator::add(const at::Tensor& outputs, const at::Tensor& target
 void MetricsAccumulator::all_reduce(comm::Communicator& comm) {
   // One message: the confusion matrix, then loss, samples and top-k counts, all as float64 (the
   // counts stay exact below 2^53).
-  auto packed =
-      torch::cat({confusion_.view({-1}).to(torch::kDouble),
-                  torch::tensor({loss_sum_, static_cast<double>(samples_), static_cast<double>(correct_[0]),
-                                 static_cast<double>(correct_[1]), static_cast<double>(correct_[2])},
-                                torch::kDouble)});
+  auto packed = torch::cat({confusion_.view({-1}).to(torch::kDouble),
+                            torch::tensor({loss_sum_, static_cast<double>(samples_)}, torch::kDouble),
+                            within_top_.to(torch::kDouble)});
   comm.allreduce(packed, comm::ReduceOp::Sum);
   const auto cells = num_classes_ * num_classes_;
   confusion_ = packed.narrow(0, 0, cells).round().to(torch::kLong).view({num_classes_, num_classes_});
-  const auto tail = packed.narrow(0, cells, 5);
+  const auto tail = packed.narrow(0, cells, 2);
   loss_sum_ = tail[0].item<double>();
   samples_ = static_cast<std::int64_t>(tail[1].item<double>());
-  for (int i = 0; i < 3; ++i) correct_[i] = static_cast<std::int64_t>(tail[2 + i].item<double>());
+  within_top_ = packed.narrow(0, cells + 2, 5).round().to(torch::kLong);
+}
+
+std::int64_t MetricsAccumulator::correct(int k) const {
+  return within_top_[k - 1].item<std::int64_t>();
 }
 
 EvalMetrics MetricsAccumulator::result() const {
@@ -64,9 +65,9 @@ EvalMetrics MetricsAccumulator::result() const {
   if (samples_ == 0) return m;
   const double n = static_cast<double>(samples_);
   m.loss = loss_sum_ / n;
-  m.top1 = correct_[0] / n;
-  m.top3 = correct_[1] / n;
-  m.top5 = correct_[2] / n;
+  m.top1 = static_cast<double>(correct(1)) / n;
+  m.top3 = static_cast<double>(correct(3)) / n;
+  m.top5 = static_cast<double>(correct(5)) / n;
   const auto confusion = confusion_.to(torch::kDouble);
   const auto true_positive = confusion.diagonal();
   const auto predicted = confusion.sum(0);  // per class: how often it was predicted

@@ -46,8 +46,11 @@ class MetricsAccumulator {
   std::int64_t num_classes_;
   double loss_sum_ = 0.0;
   std::int64_t samples_ = 0;
-  std::int64_t correct_[3] = {0, 0, 0};  // top-1, top-3, top-5
-  at::Tensor confusion_;                 // (C, C) int64: [target][prediction]
+  // Hits within the top k for k = 1..5 (int64, 5), kept as a tensor so that adding a batch costs
+  // no synchronisation; k beyond the number of classes counts as every class.
+  at::Tensor within_top_;
+  at::Tensor confusion_;  // (C, C) int64: [target][prediction]
+  std::int64_t correct(int k) const;
 };
 
 }  // namespace dtrain::train
