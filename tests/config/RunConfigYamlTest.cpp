@@ -71,6 +71,8 @@ TEST(RunConfigYaml, RoundTripIsIdentical) {
   c.model.hidden = {};
   c.data.synthetic_shape = {3, 32, 32};
   c.train.seed = 1234567890123ull;
+  c.parallel.compression = "bf16";
+  c.parallel.poll_wait_us = 0;
   c.name = "true";
   const std::string yaml = to_yaml(c);
   const RunConfig back = parse_run_config(yaml, "roundtrip.yaml");
@@ -157,6 +159,10 @@ TEST(RunConfigErrors, OutOfRangeValues) {
                "32, 32]; found \"0\" in the sequence");
   EXPECT_STREQ(error_of_text("train:\n  seed: -1\n").what(),
                "x.yaml:2: train.seed: expected an integer >= 0, found \"-1\"");
+  EXPECT_STREQ(error_of_text("parallel:\n  poll_wait_us: -5\n").what(),
+               "x.yaml:2: parallel.poll_wait_us: expected an integer >= 0, found \"-5\"");
+  EXPECT_STREQ(error_of_text("parallel:\n  gloo_threads: 0\n").what(),
+               "x.yaml:2: parallel.gloo_threads: expected a positive integer, found \"0\"");
 }
 
 TEST(RunConfigErrors, BadEnumListsTheAllowedValues) {
@@ -165,6 +171,8 @@ TEST(RunConfigErrors, BadEnumListsTheAllowedValues) {
       "x.yaml:2: optim.name: expected one of sgd, adam, adamw, lbfgs; found \"sgdd\"; did you mean sgd?");
   EXPECT_STREQ(error_of_text("parallel:\n  backend: tcp\n").what(),
                "x.yaml:2: parallel.backend: expected one of gloo, mpi, nccl; found \"tcp\"");
+  EXPECT_STREQ(error_of_text("parallel:\n  compression: int8\n").what(),
+               "x.yaml:2: parallel.compression: expected one of none, fp16, bf16; found \"int8\"");
   const auto e = error_of_text("optim:\n  scheduler:\n    name: exp\n");
   EXPECT_EQ(e.key(), "optim.scheduler.name");
   EXPECT_NE(std::string(e.what()).find("constant, step, cosine, linear, log"), std::string::npos);

@@ -162,6 +162,8 @@ int run_worker(const TrainArgs& a, const config::RunConfig& cfg, const comm::Env
     comm::BackendOptions backend;
     backend.name = cfg.parallel.backend;
     backend.timeout = rv.timeout;
+    backend.poll_wait = std::chrono::microseconds(cfg.parallel.poll_wait_us);
+    backend.gloo_threads = cfg.parallel.gloo_threads;
     communicator = comm::connect(backend, rendezvous);
   }
   const int rank = rendezvous.rank;

@@ -20,6 +20,10 @@ struct BackendOptions {
   // loopback master address, else this host's name).
   int gloo_threads = 2;
   std::string gloo_interface;
+  // How long Work::wait() polls for completion, yielding the core between polls, before it blocks
+  // on a condition variable (every backend). Polling saves a thread wake-up per
+  // operation, which costs up to a scheduler tick when every core is busy; 0 blocks at once.
+  std::chrono::microseconds poll_wait{std::chrono::milliseconds(50)};
 };
 
 // Backends compiled into this build, e.g. {"gloo", "mpi"}.

@@ -16,19 +16,20 @@ struct DataConfig {
   std::string root;
   // Partition of the training set over ranks: random | hetero | dirichlet | kfold | subset.
   std::string partition = "random";
-  int classes_per_rank = 2;       // hetero
-  double dirichlet_alpha = 0.5;   // dirichlet
-  int num_folds = 5;              // kfold: K
-  int fold = 0;                   // kfold: k, the held-out fold, in [0, K)
-  std::int64_t subset_size = 0;   // subset: N samples of the training set (0 = all); applies before partitioning
+  int classes_per_rank = 2;      // hetero
+  double dirichlet_alpha = 0.5;  // dirichlet
+  int num_folds = 5;             // kfold: K
+  int fold = 0;                  // kfold: k, the held-out fold, in [0, K)
+  std::int64_t subset_size =
+      0;  // subset: N samples of the training set (0 = all); applies before partitioning
   std::int64_t test_subset_size = 0;  // evaluate on the first N test samples (0 = all)
-  int batch_size = 64;            // per worker
-  int eval_batch_size = 1000;     // per worker
+  int batch_size = 64;                // per worker
+  int eval_batch_size = 1000;         // per worker
   bool drop_last = true;
-  bool normalize = true;          // per-channel mean/std of the data set
-  int random_crop_padding = 0;    // 0 = no random crop
+  bool normalize = true;        // per-channel mean/std of the data set
+  int random_crop_padding = 0;  // 0 = no random crop
   bool horizontal_flip = false;
-  int image_size = 64;            // image-folder: images are resized to image_size x image_size
+  int image_size = 64;  // image-folder: images are resized to image_size x image_size
   // synthetic
   std::vector<std::int64_t> synthetic_shape{1, 28, 28};
   int synthetic_classes = 10;
@@ -37,8 +38,8 @@ struct DataConfig {
   std::string text_path;
   int seq_len = 64;
   // loader
-  int loader_threads = 0;         // 0 = batches made on the training thread
-  int prefetch = 2;               // batches prepared ahead per loader
+  int loader_threads = 0;  // 0 = batches made on the training thread
+  int prefetch = 2;        // batches prepared ahead per loader
 };
 
 struct ModelConfig {
@@ -53,16 +54,16 @@ struct ModelConfig {
   int heads = 4;                      // vit, transformer
   double mlp_ratio = 2.0;             // vit, transformer
   double dropout = 0.0;
-  std::string task = "classifier";    // transformer: classifier | lm
+  std::string task = "classifier";  // transformer: classifier | lm
 };
 
 struct SchedulerConfig {
   // constant | step | cosine | linear | log
   std::string name = "constant";
-  int step_size = 30;        // step: epochs between decays (seed 004: x0.1 every 30 epochs)
-  double gamma = 0.1;        // step
-  int warmup_steps = 0;      // linear warm-up from 0 to lr, before any schedule
-  double final_lr = 0.0;     // cosine, linear, log: the rate at the end of training
+  int step_size = 30;     // step: epochs between decays (seed 004: x0.1 every 30 epochs)
+  double gamma = 0.1;     // step
+  int warmup_steps = 0;   // linear warm-up from 0 to lr, before any schedule
+  double final_lr = 0.0;  // cosine, linear, log: the rate at the end of training
 };
 
 struct OptimConfig {
@@ -86,20 +87,23 @@ struct ParallelConfig {
   double bucket_mb = 25.0;                 // gradient bucket size
   int accumulation_steps = 1;              // micro-batches per optimizer step; all-reduce on the last only
   double timeout_s = 300.0;                // rendezvous and every collective
+  std::string compression = "none";        // gradients on the wire: none | fp16 | bf16
+  std::int64_t poll_wait_us = 50000;       // wait for a collective polling this long, then block
+  int gloo_threads = 2;                    // gloo: worker threads of the process group
 };
 
 struct TrainConfig {
   int epochs = 1;
-  std::int64_t max_steps = 0;          // 0 = run all epochs
-  std::int64_t eval_every_steps = 0;   // 0 = evaluate at each epoch end only
+  std::int64_t max_steps = 0;         // 0 = run all epochs
+  std::int64_t eval_every_steps = 0;  // 0 = evaluate at each epoch end only
   int eval_every_epochs = 1;
   std::int64_t log_every_steps = 50;
-  double target_accuracy = 0.0;        // stop when test top-1 reaches it (0 = never)
+  double target_accuracy = 0.0;  // stop when test top-1 reaches it (0 = never)
   std::int64_t checkpoint_every_steps = 0;
-  int checkpoint_every_epochs = 1;     // 0 = only at the end
+  int checkpoint_every_epochs = 1;  // 0 = only at the end
   std::uint64_t seed = 0;
-  int threads = 0;                     // intra-op threads per worker; 0 = cores / local workers
-  std::string device = "cpu";          // cpu | cuda
+  int threads = 0;             // intra-op threads per worker; 0 = cores / local workers
+  std::string device = "cpu";  // cpu | cuda
 };
 
 struct RunConfig {

@@ -39,6 +39,7 @@ const std::vector<std::string> kOptimizers{"sgd", "adam", "adamw", "lbfgs"};
 const std::vector<std::string> kLosses{"cross_entropy", "nll", "mse"};
 const std::vector<std::string> kStrategies{"local", "data_parallel"};
 const std::vector<std::string> kBackends{"gloo", "mpi", "nccl"};
+const std::vector<std::string> kCompressions{"none", "fp16", "bf16"};
 const std::vector<std::string> kDevices{"cpu", "cuda"};
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -140,6 +141,9 @@ void describe_parallel(V& v, C& p) {
   v.number("bucket_mb", p.bucket_mb, kPositive);
   v.integer("accumulation_steps", p.accumulation_steps, at_least(1));
   v.number("timeout_s", p.timeout_s, kPositive);
+  v.choice("compression", p.compression, kCompressions);
+  v.integer("poll_wait_us", p.poll_wait_us, at_least(0));
+  v.integer("gloo_threads", p.gloo_threads, at_least(1));
 }
 
 template <class V, class C>

@@ -5,6 +5,7 @@
 
 #include <stdexcept>
 
+#include "dtrain/parallel/DataParallel.h"
 #include "dtrain/parallel/DataParallelStrategy.h"
 #include "dtrain/parallel/LocalStrategy.h"
 
@@ -27,6 +28,7 @@ std::unique_ptr<Strategy> create_strategy(const config::ParallelConfig& config,
     }
     DataParallelStrategyOptions options;
     options.data_parallel.bucket_mb = config.bucket_mb;
+    options.data_parallel.compression = parse_grad_compression(config.compression);
     options.accumulation_steps = config.accumulation_steps;
     return std::make_unique<DataParallelStrategy>(std::move(module), std::move(forward), std::move(comm),
                                                   options);

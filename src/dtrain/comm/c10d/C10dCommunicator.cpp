@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <sched.h>
 
 #include <atomic>
 #include <mutex>
@@ -62,13 +63,28 @@ at::Tensor as_bytes(const at::Tensor& t) {
   return t.view({-1}).view(at::kByte);
 }
 
+// Note [Polling before blocking]
+// A c10d Work completes on a backend thread (Gloo's worker, woken by its device thread) and
+// wakes the waiter through a condition variable. On a host whose cores are all busy, which is
+// the normal state of data-parallel training with a rank per core, each such wake-up waits for
+// the scheduler: up to a tick (4 ms at 250 Hz). Polling isCompleted() and yielding between polls
+// keeps the waiting thread runnable, so it sees completion at once, and sched_yield() hands the
+// core to the backend's threads whenever they can run. MPI libraries wait this way. After the
+// polling budget the wait blocks, so a long wait (a slow peer) does not burn a core for nothing.
+// bench/RESULTS.md has the measurements (mlp over gloo, 2 ranks: 31k samples/s blocking, 56k
+// polling).
+
 // Wraps a c10d Work: waits with the communicator's timeout and runs a completion step (the
 // division of an emulated Avg, the local reduction of an emulated reduce_scatter) exactly once.
 class C10dWork final : public Work {
  public:
-  C10dWork(compat::WorkHandle work, std::chrono::milliseconds timeout, std::function<void()> finish,
-           bool wait_on_thread)
-      : work_(std::move(work)), timeout_(timeout), finish_(std::move(finish)), on_thread_(wait_on_thread) {
+  C10dWork(compat::WorkHandle work, std::chrono::milliseconds timeout, std::chrono::microseconds poll,
+           std::function<void()> finish, bool wait_on_thread)
+      : work_(std::move(work)),
+        timeout_(timeout),
+        poll_(poll),
+        finish_(std::move(finish)),
+        on_thread_(wait_on_thread) {
     // Gloo's send/recv Work completes only inside wait(); a thread waiting for it is what lets
     // completed() answer without blocking. One thread per operation, so that no transfer waits
     // behind another one that the peer has not yet matched.
@@ -104,6 +120,13 @@ class C10dWork final : public Work {
     if (on_thread_) {
       join_waiter();
     } else {
+      if (poll_.count() > 0) {
+        // See Note [Polling before blocking].
+        const auto until = std::chrono::steady_clock::now() + poll_;
+        while (!call_c10d([&] { return work_->isCompleted(); }) && std::chrono::steady_clock::now() < until) {
+          sched_yield();
+        }
+      }
       call_c10d([&] { return work_->wait(timeout_); });
     }
     finish_once();
@@ -136,6 +159,7 @@ class C10dWork final : public Work {
 
   compat::WorkHandle work_;
   std::chrono::milliseconds timeout_;
+  std::chrono::microseconds poll_;
   std::function<void()> finish_;
   const bool on_thread_;
   std::mutex mutex_;
@@ -164,7 +188,7 @@ C10dCommunicator::~C10dCommunicator() = default;
 
 WorkPtr C10dCommunicator::wrap(compat::WorkHandle work, std::function<void()> finish, bool p2p) {
   TORCH_INTERNAL_ASSERT(work, backend_, " returned no Work");
-  return std::make_shared<C10dWork>(std::move(work), timeout(), std::move(finish),
+  return std::make_shared<C10dWork>(std::move(work), timeout(), capabilities_.poll_wait, std::move(finish),
                                     p2p && !capabilities_.p2p_completes_without_wait);
 }
 

@@ -3,6 +3,7 @@
 // builds subgroups through the store the group was made from.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -19,6 +20,9 @@ struct C10dCapabilities {
   bool flat_collectives = false;
   // Work::isCompleted() becomes true for send/recv without anyone waiting (not Gloo's).
   bool p2p_completes_without_wait = true;
+  // How long Work::wait() polls isCompleted(), yielding the core between polls, before it blocks.
+  // See Note [Polling before blocking] in C10dCommunicator.cpp.
+  std::chrono::microseconds poll_wait{0};
 };
 
 // Builds the process group of `size` ranks meeting through `store`; used for the world and for

@@ -41,6 +41,7 @@ std::unique_ptr<Communicator> connect_gloo(const BackendOptions& options, const 
         fmt::format("gloo_threads must be at least 1; found {}; 2 is c10d's default", options.gloo_threads));
   }
   C10dCapabilities capabilities;
+  capabilities.poll_wait = options.poll_wait;
   capabilities.flat_collectives = false;            // See Note [Emulated collectives]
   capabilities.p2p_completes_without_wait = false;  // Gloo's SendWork/RecvWork finish inside wait()
   if (size == 1) {

@@ -8,6 +8,7 @@
 #include <mpi.h>
 #include <sched.h>
 
+#include <atomic>
 #include <climits>
 #include <condition_variable>
 #include <deque>
@@ -183,15 +184,16 @@ class AllreduceOperation final : public Operation {
 struct Pending {
   std::unique_ptr<Operation> op;
   Clock::time_point deadline;
-  bool done = false;
+  std::atomic<bool> done{false};  // set under the engine's mutex; read without it while polling
   std::string error;
 };
 
 // Starts operations in submission order and polls them; see Note [MPI ordering and timeouts].
 class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
  public:
-  ProgressEngine(std::shared_ptr<MpiRuntime> runtime, std::chrono::milliseconds timeout)
-      : runtime_(std::move(runtime)), timeout_(timeout) {}
+  ProgressEngine(std::shared_ptr<MpiRuntime> runtime, std::chrono::milliseconds timeout,
+                 std::chrono::microseconds poll_wait)
+      : runtime_(std::move(runtime)), timeout_(timeout), poll_wait_(poll_wait) {}
 
   ~ProgressEngine() {
     // An abandoned operation is still posted: MPI may yet write into its buffers, so it is never
@@ -232,6 +234,7 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
 
   std::shared_ptr<MpiRuntime> runtime_;
   std::chrono::milliseconds timeout_;
+  std::chrono::microseconds poll_wait_;
   std::mutex mutex_;                  // guards everything below; taken before the MPI mutex
   std::condition_variable wake_;      // the progress thread: work queued or stop
   std::condition_variable finished_;  // waiters: some operation finished
@@ -372,11 +375,17 @@ void ProgressEngine::run() {
 }
 
 void ProgressEngine::wait(const std::shared_ptr<Pending>& pending) {
+  // Polling first, as C10dWork does (Note [Polling before blocking] in C10dCommunicator.cpp): the
+  // progress thread finishing the operation then needs no wake-up of this thread.
+  if (poll_wait_.count() > 0 && !pending->done.load(std::memory_order_acquire)) {
+    const auto until = Clock::now() + poll_wait_;
+    while (!pending->done.load(std::memory_order_acquire) && Clock::now() < until) sched_yield();
+  }
   std::unique_lock<std::mutex> lock(mutex_);
   // The progress thread fails the operation at its deadline; the margin only guards against a
   // progress thread that is itself stuck.
   const auto give_up = pending->deadline + std::chrono::seconds(1) + timeout_ / 10;
-  if (!finished_.wait_until(lock, give_up, [&] { return pending->done; }))
+  if (!finished_.wait_until(lock, give_up, [&] { return pending->done.load(); }))
     throw std::runtime_error(timeout_message());
   if (!pending->error.empty()) throw std::runtime_error(pending->error);
 }
@@ -392,11 +401,12 @@ class MpiCommunicator final : public Communicator {
   // Takes ownership of `comm` (used for collectives) and duplicates it for point-to-point traffic,
   // so that user tags never meet the all-reduce's internal messages.
   MpiCommunicator(std::shared_ptr<MpiRuntime> runtime, MPI_Comm comm, int rank, int size,
-                  std::chrono::milliseconds timeout)
+                  std::chrono::milliseconds timeout, std::chrono::microseconds poll_wait)
       : Communicator(rank, size, timeout),
         runtime_(runtime),
         collective_comm_(comm),
-        engine_(std::make_shared<ProgressEngine>(runtime, timeout)) {
+        poll_wait_(poll_wait),
+        engine_(std::make_shared<ProgressEngine>(runtime, timeout, poll_wait)) {
     std::lock_guard<std::mutex> mpi_lock(runtime_->mutex());
     MPI_Comm_set_errhandler(collective_comm_, MPI_ERRORS_RETURN);
     check_mpi(MPI_Comm_dup(collective_comm_, &p2p_comm_), "MPI_Comm_dup");
@@ -529,7 +539,7 @@ class MpiCommunicator final : public Communicator {
     }
     if (sub == MPI_COMM_NULL) return nullptr;
     return std::make_unique<MpiCommunicator>(runtime_, sub, position, static_cast<int>(ranks.size()),
-                                             timeout());
+                                             timeout(), poll_wait_);
   }
 
  private:
@@ -549,6 +559,7 @@ class MpiCommunicator final : public Communicator {
 
   std::shared_ptr<MpiRuntime> runtime_;
   MPI_Comm collective_comm_;
+  std::chrono::microseconds poll_wait_;
   MPI_Comm p2p_comm_ = MPI_COMM_NULL;
   int tag_ub_ = 32767;
   std::shared_ptr<ProgressEngine> engine_;
@@ -577,7 +588,7 @@ std::unique_ptr<Communicator> connect_mpi(const BackendOptions& options, const R
     }
     check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &comm), "MPI_Comm_dup");
   }
-  return std::make_unique<MpiCommunicator>(runtime, comm, rank, size, options.timeout);
+  return std::make_unique<MpiCommunicator>(runtime, comm, rank, size, options.timeout, options.poll_wait);
 }
 
 }  // namespace dtrain::comm

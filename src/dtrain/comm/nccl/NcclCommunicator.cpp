@@ -38,6 +38,7 @@ std::unique_ptr<Communicator> connect_nccl(const BackendOptions& options, const 
   c10::cuda::set_device(static_cast<c10::DeviceIndex>(rendezvous.local_rank));
 
   C10dCapabilities capabilities;
+  capabilities.poll_wait = options.poll_wait;
   capabilities.flat_collectives = true;  // _allgather_base and _reduce_scatter_base are native
   capabilities.p2p_completes_without_wait = true;
   GroupFactory factory = [timeout = options.timeout](const compat::StorePtr& group_store, int group_rank,
