@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Training throughput and accuracy: dtrain against PyTorch DDP over Gloo (Debian's python3-torch),
 # Fashion-MNIST, batch 64 per worker, SGD with momentum, one thread per worker, the same epochs.
-# Runs alternate A B A B in rounds; the table gives medians, ratios and scaling efficiencies.
+# Runs alternate A B A B in rounds; the table gives medians, ratios and scaling efficiencies, and
+# the ceiling this host allows: two independent local runs at once, which communicate nothing.
 #   bench/train_compare.sh [BUILD_DIR=build] [ROUNDS=2] [EPOCHS=1] [MODELS="mlp lenet5"]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,6 +26,22 @@ dtrain_run() {  # label model nproc overrides...
 'workers':r['world_size'],'samples_per_second':r['samples_per_second'],'test_top1':r['final']['top1']}))" >>"$results" ||
     { echo "dtrain run $label $model failed:"; tail -n 20 "$work/last.err"; exit 1; }
 }
+pair_run() {  # model: two independent one-thread local runs at once, no communication at all. Their
+  # summed throughput over twice one run's is the scaling efficiency this host allows (the ceiling).
+  local model=$1 i
+  for i in 1 2; do
+    "$DTRAIN" train "configs/bench/fmnist_$model.yaml" "out_dir=$work/runs" "train.epochs=$EPOCHS" train.threads=1 \
+      parallel.strategy=local 2>"$work/pair$i.err" | tail -n 1 >"$work/pair$i.json" &
+  done
+  wait
+  $PY - "$model" "$work/pair1.json" "$work/pair2.json" >>"$results" <<'PYEOF' ||
+import json, sys
+total = sum(json.load(open(p))["samples_per_second"] for p in sys.argv[2:])
+print(json.dumps({"impl": "local-pair", "model": sys.argv[1], "workers": 2, "samples_per_second": total,
+                  "test_top1": float("nan")}))
+PYEOF
+    { echo "local pair $model failed:"; tail -n 20 "$work/pair1.err" "$work/pair2.err"; exit 1; }
+}
 peer_run() {  # model workers
   $PY bench/peer/ddp_peer.py --model "$1" --workers "$2" --threads 1 --epochs "$EPOCHS" 2>"$work/last.err" |
     tail -n 1 >>"$results" || { echo "peer run failed:"; tail -n 20 "$work/last.err"; exit 1; }
@@ -38,6 +55,7 @@ for round in $(seq "$ROUNDS"); do
     peer_run "$model" 2
     dtrain_run dtrain-gloo "$model" 2 parallel.backend=gloo
     dtrain_run dtrain-mpi "$model" 2 parallel.backend=mpi
+    pair_run "$model"
   done
 done
 
@@ -58,4 +76,6 @@ for model in sorted({r["model"] for r in rows}):
     for impl in ("dtrain-gloo", "dtrain-mpi"):
         d2 = med(impl, model, 2)
         print(f"| {model} | {impl} | 2 | {d2:.0f} | {med(impl, model, 2, 'test_top1'):.4f} | {d2/p2:.2f} | {d2/(2*d1):.2f} |")
+    pair = med("local-pair", model, 2)
+    print(f"| {model} | two independent local runs (ceiling) | 2 | {pair:.0f} | | | {pair/(2*d1):.2f} |")
 PYEOF
