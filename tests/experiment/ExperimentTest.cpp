@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "dtrain/config/ConfigError.h"
 #include "dtrain/experiment/Experiment.h"
@@ -144,6 +146,50 @@ TEST_F(ExperimentTest, RunsShareInitialWeightsAndARerunSkipsFinishedRuns) {
   EXPECT_EQ(html.find("http://"), std::string::npos);
   EXPECT_EQ(html.find("https://"), std::string::npos);
   EXPECT_EQ(html.find("src=\"plots/"), std::string::npos);
+}
+
+TEST_F(ExperimentTest, ReportDrawsEpochCurvesScalingAndCommunication) {
+  const auto spec = load_experiment(
+      write("e.yaml", "name: scaling\nbase: base.yaml\nout_dir: " + (dir_ / "out").string() +
+                          "\noverrides: [train.epochs=2]\nruns:\n  - {name: local}\n"
+                          "  - {name: dp2, overrides: [nproc=2, parallel.strategy=data_parallel]}\n"));
+  ExperimentOptions options;
+  options.dtrain_executable = DTRAIN_BINARY;
+  const auto result = run_experiment(spec, options);
+  ASSERT_EQ(result["runs"].size(), 2u);
+  const fs::path dir = result["directory"].get<std::string>();
+  std::ifstream md_file(write_report(dir));
+  const std::string md((std::istreambuf_iterator<char>(md_file)), std::istreambuf_iterator<char>());
+  for (const auto* png : {"loss_epoch.png", "top1_epoch.png", "top5_epoch.png", "throughput.png",
+                          "training_time.png", "comm_bytes.png", "comm_wait.png"}) {
+    std::ifstream f(dir / "plots" / png, std::ios::binary);
+    std::string magic(8, '\0');
+    f.read(magic.data(), 8);
+    EXPECT_EQ(magic, std::string("\x89PNG\r\n\x1a\n", 8)) << png;
+    EXPECT_NE(md.find(std::string("plots/") + png), std::string::npos) << png;
+  }
+  // Both epochs of both runs are on the epoch curves: train and validation, two points each.
+  for (const auto* series : {"run0_train_top1_epoch.dat", "run1_val_top1_epoch.dat"}) {
+    std::ifstream f(dir / "plots" / series);
+    int epoch = 0;
+    double value = 0;
+    std::vector<int> epochs;
+    while (f >> epoch >> value) epochs.push_back(epoch);
+    EXPECT_EQ(epochs, (std::vector<int>{1, 2})) << series;
+  }
+  // The measured throughput points carry the scaling efficiency: 1.00 for one worker.
+  std::ifstream throughput(dir / "plots" / "throughput0.dat");
+  const std::string points((std::istreambuf_iterator<char>(throughput)), std::istreambuf_iterator<char>());
+  EXPECT_NE(points.find("1 "), std::string::npos) << points;
+  EXPECT_NE(points.find("\"1.00\""), std::string::npos) << points;
+  // Communication per step: the local run communicates nothing, dp2 all-reduces every step.
+  std::ifstream bytes(dir / "plots" / "comm_bytes.dat");
+  std::string line;
+  std::getline(bytes, line);
+  EXPECT_NE(line.find("\"local (local)\" 0"), std::string::npos) << line;
+  std::getline(bytes, line);
+  EXPECT_NE(line.find("\"dp2 (data_parallel)\" "), std::string::npos) << line;
+  EXPECT_GT(std::stod(line.substr(line.rfind(' ') + 1)), 0.0) << line;
 }
 
 }  // namespace

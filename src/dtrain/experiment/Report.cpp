@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -83,16 +84,31 @@ struct Curve {
   std::string style;
 };
 
+// A text for a single-quoted gnuplot string: a quote inside is doubled.
+std::string gp(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    out += c;
+    if (c == '\'') out += '\'';
+  }
+  return out;
+}
+
 std::string plot_command(const std::string& png, const std::string& title, const std::string& xlabel,
                          const std::string& ylabel, const std::vector<Curve>& curves) {
   std::string s = fmt::format(
       "set output '{}'\nset title '{}'\nset xlabel '{}'\nset ylabel '{}'\nset key outside right top\n"
       "set grid\n",
-      png, title, xlabel, ylabel);
+      gp(png), gp(title), gp(xlabel), gp(ylabel));
   s += "plot ";
   for (std::size_t i = 0; i < curves.size(); ++i) {
-    s += fmt::format("{}'{}' using 1:2 with {} lw 2 title '{}'", i ? ", " : "", curves[i].file,
-                     curves[i].style, curves[i].title);
+    const auto& c = curves[i];
+    if (c.style.rfind("labels", 0) == 0) {  // text at the points: the data file's third column
+      s += fmt::format("{}'{}' using 1:2:3 with {}", i ? ", " : "", gp(c.file), c.style);
+    } else {
+      s += fmt::format("{}'{}' using 1:2 with {} lw 2 title '{}'", i ? ", " : "", gp(c.file), c.style,
+                       gp(c.title));
+    }
   }
   return s + "\n";
 }
@@ -149,6 +165,19 @@ std::string md_table(const std::vector<std::vector<std::string>>& rows) {
 }
 
 }  // namespace
+
+void run_gnuplot(const fs::path& script, const std::string& gnuplot) {
+  const std::string command = fmt::format("{} '{}' 2>&1", gnuplot, script.string());
+  FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe) throw std::runtime_error("cannot start gnuplot (" + gnuplot + ")");
+  std::string output;
+  char buf[512];
+  while (fgets(buf, sizeof buf, pipe)) output += buf;
+  if (pclose(pipe) != 0) {
+    throw std::runtime_error(fmt::format("gnuplot failed on {} ({}); install gnuplot-nox. Output: {}",
+                                         script.string(), gnuplot, output));
+  }
+}
 
 fs::path write_report(const fs::path& dir, const ReportOptions& options) {
   const auto runs = load_runs(dir);
@@ -209,24 +238,32 @@ fs::path write_report(const fs::path& dir, const ReportOptions& options) {
 
   // Learning curves and throughput, drawn by gnuplot.
   std::string script = "set terminal pngcairo size 960,540 noenhanced font ',11'\n";
-  std::vector<Curve> loss, top1_step, top5_step, top1_time;
+  std::vector<Curve> loss, top1_step, top5_step, top1_time, loss_epoch, top1_epoch, top5_epoch;
   for (std::size_t i = 0; i < runs.size(); ++i) {
     const auto& run = runs[i];
     auto file = [&](const std::string& what) {
       return (plots / fmt::format("run{}_{}.dat", i, what)).string();
     };
-    if (write_series(file("train_loss"), run, "step", "train/loss"))
-      loss.push_back({file("train_loss"), run.name + " train", "lines"});
-    if (write_series(file("val_loss"), run, "step", "val/loss"))
-      loss.push_back({file("val_loss"), run.name + " validation", "linespoints"});
-    if (write_series(file("val_top1"), run, "step", "val/top1"))
-      top1_step.push_back({file("val_top1"), run.name + " validation top-1", "linespoints"});
-    if (write_series(file("train_top1"), run, "step", "train_epoch/top1"))
-      top1_step.push_back({file("train_top1"), run.name + " train top-1", "lines"});
-    if (write_series(file("val_top5"), run, "step", "val/top5"))
-      top5_step.push_back({file("val_top5"), run.name + " validation top-5", "linespoints"});
-    if (write_series(file("val_top1_time"), run, "wall_time", "val/top1"))
-      top1_time.push_back({file("val_top1_time"), run.name, "linespoints"});
+    // One series: written and added to `curves` when the run logged it.
+    auto series = [&](std::vector<Curve>& curves, const std::string& what, const std::string& x_key,
+                      const std::string& y_key, const std::string& title, const char* style) {
+      if (write_series(file(what), run, x_key, y_key))
+        curves.push_back({file(what), run.name + title, style});
+    };
+    series(loss, "train_loss", "step", "train/loss", " train", "lines");
+    series(loss, "val_loss", "step", "val/loss", " validation", "linespoints");
+    series(top1_step, "val_top1", "step", "val/top1", " validation", "linespoints");
+    series(top1_step, "train_top1", "step", "train_epoch/top1", " train (epoch mean)", "linespoints");
+    series(top5_step, "val_top5", "step", "val/top5", " validation", "linespoints");
+    series(top5_step, "train_top5", "step", "train_epoch/top5", " train (epoch mean)", "linespoints");
+    series(top1_time, "val_top1_time", "wall_time", "val/top1", "", "linespoints");
+    // Against epoch: the epoch-end records (train means over the epoch, validation after it).
+    series(loss_epoch, "train_loss_epoch", "epoch", "train_epoch/loss", " train", "linespoints");
+    series(loss_epoch, "val_loss_epoch", "epoch", "val/loss", " validation", "linespoints");
+    series(top1_epoch, "train_top1_epoch", "epoch", "train_epoch/top1", " train", "linespoints");
+    series(top1_epoch, "val_top1_epoch", "epoch", "val/top1", " validation", "linespoints");
+    series(top5_epoch, "train_top5_epoch", "epoch", "train_epoch/top5", " train", "linespoints");
+    series(top5_epoch, "val_top5_epoch", "epoch", "val/top5", " validation", "linespoints");
   }
   std::vector<std::pair<std::string, std::string>> figures;  // png, caption
   auto figure = [&](const std::string& png, const std::string& title, const std::string& xlabel,
@@ -235,51 +272,102 @@ fs::path write_report(const fs::path& dir, const ReportOptions& options) {
     script += plot_command((plots / png).string(), title, xlabel, ylabel, curves);
     figures.emplace_back(png, title);
   };
-  figure("loss.png", "Loss against step", "optimizer step", "cross-entropy loss", loss);
+  figure("loss.png", "Loss against step", "optimizer step", "loss", loss);
   figure("top1.png", "Top-1 accuracy against step", "optimizer step", "top-1 accuracy", top1_step);
   figure("top5.png", "Top-5 accuracy against step", "optimizer step", "top-5 accuracy", top5_step);
+  // Epochs are whole numbers: about ten integer tics whatever the length of the run.
+  int epochs = 1;
+  for (const auto& run : runs) epochs = std::max(epochs, run.results.value("epochs", 1));
+  script += fmt::format("set xtics {}\n", std::max(1, epochs / 10));
+  figure("loss_epoch.png", "Loss against epoch", "epoch", "loss", loss_epoch);
+  figure("top1_epoch.png", "Top-1 accuracy against epoch", "epoch", "top-1 accuracy", top1_epoch);
+  figure("top5_epoch.png", "Top-5 accuracy against epoch", "epoch", "top-5 accuracy", top5_epoch);
+  script += "set xtics autofreq\n";
   figure("top1_time.png", "Validation top-1 against wall time", "seconds since the first logged step",
          "top-1 accuracy", top1_time);
   if (worlds.size() > 1) {
-    // Throughput against workers with the ideal line (N x one worker), per model.
-    std::string data;
-    std::vector<Curve> curves;
+    // Throughput and training time against workers, per model, with the ideal lines (N x one
+    // worker's throughput, one worker's time / N); the measured points carry their scaling efficiency.
+    std::vector<Curve> throughput, time;
     int index = 0;
     for (const auto& [model, base] : one_worker) {
-      std::ostringstream measured, ideal;
-      std::map<int, double> best;
+      std::map<int, double> best_rate, best_time;
       for (const auto& run : runs) {
         if (run.results.value("model", "") != model) continue;
-        auto& b = best[run.results.value("world_size", 1)];
-        b = std::max(b, run.results.value("samples_per_second", 0.0));
+        const int w = run.results.value("world_size", 1);
+        auto& rate = best_rate[w];
+        rate = std::max(rate, run.results.value("samples_per_second", 0.0));
+        const double t = run.results.value("train_seconds", 0.0);
+        auto it = best_time.find(w);
+        if (t > 0 && (it == best_time.end() || t < it->second)) best_time[w] = t;
       }
-      for (const auto& [w, s] : best) {
-        measured << w << " " << s << "\n";
+      std::ostringstream measured, ideal, measured_time, ideal_time;
+      const double base_time = best_time.count(1) ? best_time[1] : 0.0;
+      for (const auto& [w, rate] : best_rate) {
+        measured << w << " " << rate << " \"" << fmt::format("{:.2f}", base > 0 ? rate / (w * base) : 0.0)
+                 << "\"\n";
         ideal << w << " " << w * base << "\n";
       }
-      const auto m = (plots / fmt::format("throughput{}.dat", index)).string();
-      const auto id = (plots / fmt::format("ideal{}.dat", index)).string();
-      io::write_file_atomic(m, measured.str());
-      io::write_file_atomic(id, ideal.str());
-      curves.push_back({m, model + " measured", "linespoints"});
-      curves.push_back({id, model + " ideal (N x 1 worker)", "lines dashtype 2"});
+      for (const auto& [w, t] : best_time) {
+        measured_time << w << " " << t << "\n";
+        if (base_time > 0) ideal_time << w << " " << base_time / w << "\n";
+      }
+      auto data = [&](const std::string& what, const std::ostringstream& text) {
+        const auto path = (plots / fmt::format("{}{}.dat", what, index)).string();
+        io::write_file_atomic(path, text.str());
+        return path;
+      };
+      const auto m = data("throughput", measured);
+      throughput.push_back({m, model + " measured", "linespoints"});
+      throughput.push_back({data("ideal", ideal), model + " ideal (N x 1 worker)", "lines dashtype 2"});
+      throughput.push_back({m, model + " scaling efficiency", "labels offset 0,1.2 notitle"});
+      if (!best_time.empty()) {
+        time.push_back({data("time", measured_time), model + " measured", "linespoints"});
+        if (base_time > 0)
+          time.push_back(
+              {data("ideal_time", ideal_time), model + " ideal (1 worker / N)", "lines dashtype 2"});
+      }
       ++index;
     }
     script += "set xtics 1\nset yrange [0:*]\n";
-    figure("throughput.png", "Throughput against workers", "workers", "samples/s (whole job)", curves);
+    figure("throughput.png", "Throughput against workers (labels: scaling efficiency)", "workers",
+           "samples/s (whole job)", throughput);
+    figure("training_time.png", "Training time against workers", "workers",
+           "training seconds (no evaluation)", time);
+    script += "set xtics autofreq\nset autoscale y\n";
+  }
+  // Communication per step by run: bytes each rank hands to collectives, and time blocked on them.
+  if (std::any_of(runs.begin(), runs.end(),
+                  [](const RunData& r) { return r.results.value("world_size", 1) > 1; })) {
+    std::ostringstream bytes, wait;
+    for (const auto& run : runs) {
+      const auto& r = run.results;
+      const auto steps = std::max<std::int64_t>(1, r.value("steps", std::int64_t{1}));
+      const double total = r["comm"].contains("total") ? r["comm"]["total"].value("bytes", 0.0) : 0.0;
+      const auto label = fmt::format("\"{} ({})\"", run.name, r.value("strategy", ""));
+      bytes << label << " " << total / steps / 1e6 << "\n";
+      wait << label << " " << 1e3 * r.value("comm_wait_seconds", 0.0) / steps << "\n";
+    }
+    const auto bytes_path = (plots / "comm_bytes.dat").string();
+    const auto wait_path = (plots / "comm_wait.dat").string();
+    io::write_file_atomic(bytes_path, bytes.str());
+    io::write_file_atomic(wait_path, wait.str());
+    script += "set style fill solid 0.6\nset boxwidth 0.6\nset yrange [0:*]\nset xtics rotate by -30\n";
+    script += fmt::format(
+        "set output '{}'\nset title 'Communication per step by run (strategy)'\nset xlabel ''\n"
+        "set ylabel 'MB per step per rank'\nset key off\nset grid y\n"
+        "plot '{}' using 0:2:xtic(1) with boxes lc rgb '#4477aa'\n",
+        (plots / "comm_bytes.png").string(), bytes_path);
+    figures.emplace_back("comm_bytes.png", "Communication per step by run (strategy)");
+    script += fmt::format(
+        "set output '{}'\nset title 'Waiting for communication per step by run (strategy)'\n"
+        "set ylabel 'ms per step'\nplot '{}' using 0:2:xtic(1) with boxes lc rgb '#cc6677'\n",
+        (plots / "comm_wait.png").string(), wait_path);
+    figures.emplace_back("comm_wait.png", "Waiting for communication per step by run (strategy)");
   }
   const auto script_path = plots / "plots.gp";
   io::write_file_atomic(script_path, script);
-  const std::string command = fmt::format("{} '{}' 2>&1", options.gnuplot, script_path.string());
-  FILE* pipe = popen(command.c_str(), "r");
-  if (!pipe) throw std::runtime_error("report: cannot start gnuplot");
-  std::string output;
-  char buf[512];
-  while (fgets(buf, sizeof buf, pipe)) output += buf;
-  if (pclose(pipe) != 0) {
-    throw std::runtime_error(
-        fmt::format("report: gnuplot failed ({}); install gnuplot-nox. Output: {}", options.gnuplot, output));
-  }
+  run_gnuplot(script_path, options.gnuplot);
 
   // report.md and report.html.
   const auto title = fmt::format("dtrain report: {}", dir.filename().string());

@@ -1,7 +1,9 @@
 // Reports: report.md and a self-contained report.html (PNG plots embedded) for a run folder or an
-// experiment folder, with learning curves (loss, top-1/top-5 against step and wall time), a table
-// of every run (accuracy, throughput, scaling efficiency, communication per step) and, for sweeps,
-// a throughput table of model x batch against workers. Plots are drawn by gnuplot.
+// experiment folder, with learning curves (train and validation loss, top-1 and top-5 against step,
+// epoch and wall time), throughput and training time against workers with the ideal lines and the
+// scaling efficiency, communication bytes and waiting time per step by run, a table of every run
+// (accuracy, throughput, scaling efficiency, communication per step) and, for sweeps, a throughput
+// table of model x batch against workers. Plots are drawn by gnuplot.
 #pragma once
 
 #include <filesystem>
@@ -12,6 +14,9 @@ namespace dtrain::experiment {
 struct ReportOptions {
   std::string gnuplot = "gnuplot";  // the program that draws the PNG plots
 };
+
+// Runs gnuplot on a script; throws std::runtime_error with gnuplot's output when it fails.
+void run_gnuplot(const std::filesystem::path& script, const std::string& gnuplot = "gnuplot");
 
 // Writes <dir>/report.md, <dir>/report.html and <dir>/plots/*.png; returns report.md's path.
 // Throws std::invalid_argument when dir holds neither a run (results.json) nor an experiment.
