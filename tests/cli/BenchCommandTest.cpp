@@ -2,11 +2,14 @@
 // fields, and real measurements on one rank (through the command line) and on two (threads).
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 
+#include "data/DataTestUtil.h"
 #include "dtrain/cli/BenchCommand.h"
+#include "dtrain/cli/BenchData.h"
 #include "dtrain/cli/Commands.h"
 #include "dtrain/comm/Backend.h"
 #include "support/ThreadWorld.h"
@@ -114,6 +117,63 @@ TEST(BenchCommand, TwoRanksMeasureTheSlowestRank) {
   }
   // Every rank reports the same per-iteration maxima, hence the same median.
   EXPECT_DOUBLE_EQ(results[0].median_us, results[1].median_us);
+}
+
+TEST(BenchData, ThreadListsAreCheckedItemByItem) {
+  EXPECT_EQ(parse_thread_list("0,1,2,4"), (std::vector<int>{0, 1, 2, 4}));
+  for (const std::string bad : {"", "1,,2", "-1", "two", "1.5", "999"}) {
+    try {
+      parse_thread_list(bad);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("--threads"), std::string::npos) << e.what();
+    }
+  }
+  BenchDataOptions o;
+  o.dataset = "image-folder";
+  EXPECT_THROW(validate(o), std::invalid_argument);
+  o = BenchDataOptions{};
+  o.export_images = 10;
+  EXPECT_THROW(validate(o), std::invalid_argument);  // nowhere to export to
+}
+
+TEST(BenchData, InMemoryAndImageFolderThroughTheCommandLine) {
+  dtrain::data::testing::TempDir dir;
+  dtrain::data::testing::write_mnist(dir.str(), "train", 64, false);
+  dtrain::data::testing::write_mnist(dir.str(), "t10k", 8, false);
+  CLI::App app;
+  auto bench = add_bench_command(app);
+  const std::string folder = dir / "folder";
+  const std::string plot = dir / "plots/io.png";
+  std::vector<std::string> args{"bench",          "data", "--dataset", "mnist", "--root",    dir.str(),
+                                "--image-folder", folder, "--export",  "40",    "--threads", "0,2",
+                                "--batch",        "8",    "--batches", "5",     "--plot",    plot};
+  std::reverse(args.begin(), args.end());
+  app.parse(args);
+  ::testing::internal::CaptureStdout();
+  ::testing::internal::CaptureStderr();
+  const int code = bench();
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  const std::string table = ::testing::internal::GetCapturedStderr();
+  ASSERT_EQ(code, 0) << table;
+  std::istringstream lines(out);
+  std::string line;
+  std::vector<nlohmann::json> rows;
+  while (std::getline(lines, line)) rows.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(rows.size(), 4u) << out;  // threads 0 and 2 for each source
+  EXPECT_EQ(rows[0]["source"], "in-memory");
+  EXPECT_EQ(rows[0]["threads"], 0);
+  EXPECT_EQ(rows[1]["threads"], 2);
+  EXPECT_EQ(rows[1]["samples"], 40);  // 5 batches of 8
+  EXPECT_GT(rows[1]["samples_per_second"].get<double>(), 0.0);
+  EXPECT_EQ(rows[2]["source"], "image-folder");
+  EXPECT_EQ(rows[2]["threads"], 1);   // decoding needs at least one thread
+  EXPECT_EQ(rows[3]["samples"], 40);  // 4 per class: none is a 10th, held out for testing
+  EXPECT_NE(table.find("samples/s"), std::string::npos);
+  std::ifstream png(plot, std::ios::binary);
+  std::string magic(8, '\0');
+  png.read(magic.data(), 8);
+  EXPECT_EQ(magic, std::string("\x89PNG\r\n\x1a\n", 8));
 }
 
 }  // namespace

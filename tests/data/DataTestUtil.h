@@ -4,8 +4,6 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <jpeglib.h>
-#include <png.h>
 #include <torch/torch.h>
 #include <zlib.h>
 
@@ -15,6 +13,8 @@
 #include <random>
 #include <string>
 #include <vector>
+
+#include "dtrain/data/ImageFolder.h"
 
 namespace dtrain::data::testing {
 
@@ -72,43 +72,12 @@ inline void write_mnist(const std::string& dir, const std::string& prefix, std::
   write_bytes(dir + "/" + prefix + "-labels-idx1-ubyte" + ext, idx_bytes({n}, labels), gzip);
 }
 
-// (3, H, W) uint8 RGB image to PNG.
+// (3, H, W) uint8 RGB image to PNG / JPEG (quality 95), through the library's writer.
 inline void write_png(const std::string& path, const torch::Tensor& chw) {
-  auto hwc = chw.permute({1, 2, 0}).contiguous();
-  png_image image{};
-  image.version = PNG_IMAGE_VERSION;
-  image.width = static_cast<png_uint_32>(chw.size(2));
-  image.height = static_cast<png_uint_32>(chw.size(1));
-  image.format = PNG_FORMAT_RGB;
-  ASSERT_NE(png_image_write_to_file(&image, path.c_str(), 0, hwc.data_ptr<std::uint8_t>(), 0, nullptr), 0)
-      << image.message;
+  dtrain::data::write_image(path, chw);
 }
-
-// (3, H, W) uint8 RGB image to JPEG at quality 95.
 inline void write_jpeg(const std::string& path, const torch::Tensor& chw) {
-  auto hwc = chw.permute({1, 2, 0}).contiguous();
-  std::FILE* file = std::fopen(path.c_str(), "wb");
-  ASSERT_NE(file, nullptr);
-  jpeg_compress_struct cinfo;
-  jpeg_error_mgr err;
-  cinfo.err = jpeg_std_error(&err);
-  jpeg_create_compress(&cinfo);
-  jpeg_stdio_dest(&cinfo, file);
-  cinfo.image_width = static_cast<JDIMENSION>(chw.size(2));
-  cinfo.image_height = static_cast<JDIMENSION>(chw.size(1));
-  cinfo.input_components = 3;
-  cinfo.in_color_space = JCS_RGB;
-  jpeg_set_defaults(&cinfo);
-  jpeg_set_quality(&cinfo, 95, TRUE);
-  jpeg_start_compress(&cinfo, TRUE);
-  while (cinfo.next_scanline < cinfo.image_height) {
-    JSAMPROW row =
-        hwc.data_ptr<std::uint8_t>() + static_cast<std::size_t>(cinfo.next_scanline) * chw.size(2) * 3;
-    jpeg_write_scanlines(&cinfo, &row, 1);
-  }
-  jpeg_finish_compress(&cinfo);
-  jpeg_destroy_compress(&cinfo);
-  std::fclose(file);
+  dtrain::data::write_image(path, chw);
 }
 
 // Runs `f` and returns the message it throws ("" if it does not throw).

@@ -82,3 +82,30 @@ TEST(ImageFolder, FlatLayoutHoldsOutEveryTenth) {
   EXPECT_EQ(load_image_folder(dir.str(), 4, true).size(), 18);
   EXPECT_EQ(load_image_folder(dir.str(), 4, false).size(), 2);
 }
+
+TEST(ImageFolder, ExportedSetReadsBackExactly) {
+  TempDir dir;
+  torch::manual_seed(3);
+  const auto images = torch::randint(0, 256, {12, 1, 9, 9}, torch::kLong).to(torch::kUInt8);
+  const auto labels = torch::arange(12, torch::kLong).remainder(3);
+  const ImageDataset set("grey", images, labels, 3);
+  EXPECT_EQ(export_image_folder(set, dir / "out", 10, "png"), 10);
+  EXPECT_TRUE(std::filesystem::exists(dir / "out/2/5.png"));
+  const auto back = read_image_folder(dir / "out", {"0", "1", "2"}, 9, "back");
+  ASSERT_EQ(back.size(), 10);
+  // Files are read class by class; every exported image is found, grey expanded to RGB.
+  for (std::int64_t i = 0; i < back.size(); ++i) {
+    const auto rgb = back.images()[i];
+    EXPECT_TRUE(torch::equal(rgb[0], rgb[2]));
+    bool found = false;
+    for (std::int64_t j = 0; j < 10 && !found; ++j) {
+      found = labels[j].item<std::int64_t>() == back.labels()[i].item<std::int64_t>() &&
+              torch::equal(images[j][0], rgb[0]);
+    }
+    EXPECT_TRUE(found) << "image " << i;
+  }
+  EXPECT_THAT(error_of([&] { export_image_folder(set, dir / "bad", 1, "gif"); }), HasSubstr("gif"));
+  EXPECT_THAT(error_of([&] { write_image(dir / "x.bmp", images[0]); }), HasSubstr("x.bmp"));
+  const ImageDataset floats("floats", torch::rand({2, 1, 4, 4}), torch::zeros({2}, torch::kLong), 1);
+  EXPECT_THAT(error_of([&] { export_image_folder(floats, dir / "f", 0, "png"); }), HasSubstr("uint8"));
+}

@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "dtrain/cli/BenchData.h"
 #include "dtrain/cli/Commands.h"
 #include "dtrain/cli/SelfExe.h"
 #include "dtrain/comm/Backend.h"
@@ -246,7 +247,8 @@ void print_table(std::ostream& out, const std::vector<BenchCommResult>& results)
 }
 
 Run add_bench_command(CLI::App& app) {
-  auto* bench = app.add_subcommand("bench", "Benchmarks: `dtrain bench comm` times collectives");
+  auto* bench = app.add_subcommand(
+      "bench", "Benchmarks: `dtrain bench comm` times collectives, `dtrain bench data` the data pipeline");
   bench->require_subcommand(1);
   auto* comm_cmd = bench->add_subcommand("comm",
                                          "Time a collective over sizes (median over iterations, slowest rank "
@@ -268,8 +270,41 @@ Run add_bench_command(CLI::App& app) {
   comm_cmd->add_option("--threads", options->threads, "Intra-op threads per worker (0 = cores / workers)")
       ->capture_default_str();
   comm_cmd->add_option("--dtype", options->dtype, "float32 | float64 | int32 | int64")->capture_default_str();
-  return [options, comm_cmd]() -> int {
-    if (!comm_cmd->parsed()) throw std::invalid_argument("bench: expected a benchmark name: comm");
+  auto* data_cmd = bench->add_subcommand(
+      "data",
+      "Time the data pipeline against threads: loader batches from an in-memory set, and reading and "
+      "decoding an image folder; one JSON object per measurement on stdout and a table on stderr");
+  auto data = std::make_shared<BenchDataOptions>();
+  data_cmd->add_option("--dataset", data->dataset, "In-memory data set (data.dataset)")
+      ->capture_default_str();
+  data_cmd->add_option("--root", data->root, "Its data.root (default: the data set's own)");
+  data_cmd->add_option("--image-folder", data->image_folder,
+                       "An image folder (class subfolders) to time too");
+  data_cmd->add_option("--export", data->export_images,
+                       "Write this many images of the in-memory set into --image-folder as PNGs first, when "
+                       "the folder does not exist");
+  data_cmd->add_option("--image-size", data->image_size, "Image folder: resize to this square")
+      ->capture_default_str();
+  data_cmd->add_option("--threads", data->threads, "Comma-separated thread counts")->capture_default_str();
+  data_cmd->add_option("--batch", data->batch, "Batch size")->capture_default_str();
+  data_cmd->add_option("--batches", data->batches, "Timed batches per thread count")->capture_default_str();
+  data_cmd->add_flag("--augment,!--no-augment", data->augment, "Random crop and flip, as in training")
+      ->capture_default_str();
+  data_cmd->add_option("--plot", data->plot, "Draw samples/s against threads into this PNG (gnuplot)");
+  return [options, comm_cmd, data, data_cmd]() -> int {
+    if (data_cmd->parsed()) {
+      const auto results = run_data_benchmark(*data);
+      for (const auto& r : results) std::cout << to_json_line(r) << std::endl;
+      std::cerr << fmt::format("{:<14} {:<28} {:>8} {:>10} {:>14}\n", "source", "dataset", "threads",
+                               "samples", "samples/s");
+      for (const auto& r : results) {
+        std::cerr << fmt::format("{:<14} {:<28} {:>8} {:>10} {:>14.0f}\n", r.source, r.dataset, r.threads,
+                                 r.samples, r.samples_per_second);
+      }
+      if (!data->plot.empty()) std::cerr << "plot: " << data->plot << "\n";
+      return 0;
+    }
+    if (!comm_cmd->parsed()) throw std::invalid_argument("bench: expected a benchmark name: comm or data");
     validate(*options);
     return options->nproc > 0 ? run_launcher(*options) : run_worker(*options);
   };

@@ -2,6 +2,7 @@
 #include "dtrain/data/ImageFolder.h"
 
 #include <ATen/Parallel.h>
+#include <fmt/format.h>
 #include <jpeglib.h>
 #include <png.h>
 
@@ -130,7 +131,94 @@ ImageDataset build(const std::vector<std::pair<fs::path, std::int64_t>>& samples
   return ImageDataset(name, images, labels, classes);
 }
 
+void write_png(const std::string& path, const torch::Tensor& hwc, int channels) {
+  png_image image{};
+  image.version = PNG_IMAGE_VERSION;
+  image.width = static_cast<png_uint_32>(hwc.size(1));
+  image.height = static_cast<png_uint_32>(hwc.size(0));
+  image.format = channels == 1 ? PNG_FORMAT_GRAY : PNG_FORMAT_RGB;
+  TORCH_CHECK(png_image_write_to_file(&image, path.c_str(), 0, hwc.data_ptr<std::uint8_t>(), 0, nullptr) != 0,
+              path, ": cannot write PNG: ", image.message);
+}
+
+// Encodes at quality 95; returns false with `err.message` set on failure. As in decode_jpeg_into,
+// only C objects live in this frame.
+bool encode_jpeg_into(std::FILE* file, const std::uint8_t* pixels, int height, int width, int channels,
+                      JpegError& err) {
+  jpeg_compress_struct cinfo;
+  cinfo.err = jpeg_std_error(&err.mgr);
+  err.mgr.error_exit = jpeg_error_exit;
+  if (setjmp(err.jump)) {
+    jpeg_destroy_compress(&cinfo);
+    return false;
+  }
+  jpeg_create_compress(&cinfo);
+  jpeg_stdio_dest(&cinfo, file);
+  cinfo.image_width = static_cast<JDIMENSION>(width);
+  cinfo.image_height = static_cast<JDIMENSION>(height);
+  cinfo.input_components = channels;
+  cinfo.in_color_space = channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
+  jpeg_set_defaults(&cinfo);
+  jpeg_set_quality(&cinfo, 95, TRUE);
+  jpeg_start_compress(&cinfo, TRUE);
+  while (cinfo.next_scanline < cinfo.image_height) {
+    auto* row =
+        const_cast<JSAMPROW>(pixels + static_cast<std::size_t>(cinfo.next_scanline) * width * channels);
+    jpeg_write_scanlines(&cinfo, &row, 1);
+  }
+  jpeg_finish_compress(&cinfo);
+  jpeg_destroy_compress(&cinfo);
+  return true;
+}
+
+void write_jpeg(const std::string& path, const torch::Tensor& hwc, int channels) {
+  std::FILE* file = std::fopen(path.c_str(), "wb");
+  TORCH_CHECK(file != nullptr, path, ": cannot open for writing");
+  JpegError err{};
+  const bool ok = encode_jpeg_into(file, hwc.data_ptr<std::uint8_t>(), static_cast<int>(hwc.size(0)),
+                                   static_cast<int>(hwc.size(1)), channels, err);
+  const bool closed = std::fclose(file) == 0;
+  TORCH_CHECK(ok, path, ": cannot write JPEG (", err.message, ")");
+  TORCH_CHECK(closed, path, ": cannot write JPEG (close failed)");
+}
+
 }  // namespace
+
+void write_image(const std::string& path, const torch::Tensor& chw) {
+  TORCH_CHECK(chw.dim() == 3 && (chw.size(0) == 1 || chw.size(0) == 3) && chw.scalar_type() == torch::kUInt8,
+              path, ": expected a (1 or 3, H, W) uint8 image, got ", chw.sizes(), " ", chw.scalar_type());
+  const auto hwc = chw.permute({1, 2, 0}).contiguous();
+  const int channels = static_cast<int>(chw.size(0));
+  const std::string ext = lower_extension(path);
+  if (ext == ".png") return write_png(path, hwc, channels);
+  if (ext == ".jpg" || ext == ".jpeg") return write_jpeg(path, hwc, channels);
+  TORCH_CHECK(false, path, ": expected a .png, .jpg or .jpeg file name, found extension '", ext, "'");
+}
+
+std::int64_t export_image_folder(const ImageDataset& dataset, const std::string& dir, std::int64_t count,
+                                 const std::string& format) {
+  TORCH_CHECK(format == "png" || format == "jpg", "image folder export: format '", format,
+              "' is not png or jpg");
+  const auto& images = dataset.images();
+  TORCH_CHECK(images.scalar_type() == torch::kUInt8, "image folder export: data set '", dataset.name(),
+              "' holds ", images.scalar_type(), " images; only uint8 pixel data can be written as images");
+  const std::int64_t n = count > 0 ? std::min(count, dataset.size()) : dataset.size();
+  const auto labels = dataset.labels().contiguous();
+  const int width =
+      static_cast<int>(std::to_string(std::max<std::int64_t>(1, dataset.num_classes() - 1)).size());
+  for (std::int64_t c = 0; c < dataset.num_classes(); ++c) {
+    fs::create_directories(fs::path(dir) / fmt::format("{:0{}}", c, width));
+  }
+  at::parallel_for(0, n, 16, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end; ++i) {
+      const auto label = labels[i].item<std::int64_t>();
+      write_image(
+          (fs::path(dir) / fmt::format("{:0{}}", label, width) / fmt::format("{}.{}", i, format)).string(),
+          images[i]);
+    }
+  });
+  return n;
+}
 
 torch::Tensor decode_image(const std::string& path) {
   const std::string ext = lower_extension(path);

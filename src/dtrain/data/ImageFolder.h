@@ -12,6 +12,16 @@ namespace dtrain::data {
 // One decoded image: (3, H, W) uint8 RGB; grey and palette images are expanded, alpha dropped.
 torch::Tensor decode_image(const std::string& path);
 
+// Writes a (C, H, W) uint8 image, C = 1 (grey) or 3 (RGB), as PNG (lossless) or JPEG (quality
+// 95) by the path's extension. Throws naming the path when it cannot be written.
+void write_image(const std::string& path, const torch::Tensor& chw);
+
+// Writes the first `count` samples (all when count <= 0) of an in-memory image set as an image
+// folder: `dir`/<class index, zero-padded>/<sample index>.<format> with format "png" or "jpg".
+// Returns the number of images written.
+std::int64_t export_image_folder(const ImageDataset& dataset, const std::string& dir, std::int64_t count,
+                                 const std::string& format);
+
 // Every image under `dir`/<class>/ resized to image_size x image_size; `classes` (sorted folder
 // names) fixes the label of each folder so a train and a test folder agree.
 ImageDataset read_image_folder(const std::string& dir, const std::vector<std::string>& classes,
