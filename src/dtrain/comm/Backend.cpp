@@ -34,8 +34,8 @@ std::unique_ptr<Communicator> connect(const BackendOptions& backend, const Rende
 #ifdef DTRAIN_WITH_NCCL
   if (backend.name == "nccl") return connect_nccl(backend, rendezvous);
 #endif
-  throw std::invalid_argument(fmt::format("unknown communication backend '{}'; this build has: {}", backend.name,
-                                          fmt::join(available_backends(), ", ")));
+  throw std::invalid_argument(fmt::format("unknown communication backend '{}'; this build has: {}",
+                                          backend.name, fmt::join(available_backends(), ", ")));
 }
 
 }  // namespace dtrain::comm

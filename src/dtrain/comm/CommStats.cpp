@@ -34,6 +34,15 @@ void CommStatsRecorder::add_wait(const std::string& op, double seconds) {
   stats_.ops[op].wait_seconds += seconds;
 }
 
+void CommStatsRecorder::add(const char* op, std::uint64_t bytes, std::uint64_t wire_bytes, double seconds) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto& s = stats_.ops[op];
+  s.calls += 1;
+  s.bytes += bytes;
+  s.wire_bytes += wire_bytes;
+  s.wait_seconds += seconds;
+}
+
 CommStats CommStatsRecorder::snapshot() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return stats_;

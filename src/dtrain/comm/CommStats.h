@@ -30,6 +30,8 @@ class CommStatsRecorder {
  public:
   void add_call(const std::string& op, std::uint64_t bytes, std::uint64_t wire_bytes);
   void add_wait(const std::string& op, double seconds);
+  // add_call and add_wait at once, for a blocking call.
+  void add(const char* op, std::uint64_t bytes, std::uint64_t wire_bytes, double seconds);
   CommStats snapshot() const;
   void reset();
 

@@ -83,13 +83,12 @@ class TrackedWork final : public Work {
   std::function<CommError(const std::string&)> error_;
 };
 
-// Finished operations all share one handle instead of allocating one per call.
+}  // namespace
+
 WorkPtr completed_work() {
   static const WorkPtr done = std::make_shared<CompletedWork>();
   return done;
 }
-
-}  // namespace
 
 Communicator::Communicator(int rank, int size, std::chrono::milliseconds timeout)
     : rank_(rank), size_(size), timeout_(timeout) {
@@ -105,13 +104,28 @@ void Communicator::fail(const std::string& op, const std::string& detail) const 
 }
 
 WorkPtr Communicator::track(const char* op, std::uint64_t bytes, std::uint64_t wire_bytes, bool async_op,
-                            const std::function<WorkPtr()>& start) {
-  stats_.add_call(op, bytes, wire_bytes);
+                            c10::function_ref<WorkPtr()> start) {
   // The label is formatted only when something failed: at 4 KB a string per call shows in latency.
   auto on_error = [this, op, bytes](const std::string& what) {
     return CommError(rank_, size_, fmt::format("{} ({} bytes, {})", op, bytes, backend()), what);
   };
   const auto t0 = Clock::now();
+  if (!async_op) {
+    // A synchronous call counts its whole duration as waiting: the caller could do nothing else.
+    // One stats update, no handle: this is the latency path.
+    try {
+      start()->wait();
+    } catch (const CommError&) {
+      stats_.add(op, bytes, wire_bytes, seconds_since(t0));
+      throw;
+    } catch (const std::exception& e) {
+      stats_.add(op, bytes, wire_bytes, seconds_since(t0));
+      throw on_error(e.what());
+    }
+    stats_.add(op, bytes, wire_bytes, seconds_since(t0));
+    return completed_work();
+  }
+  stats_.add_call(op, bytes, wire_bytes);
   WorkPtr inner;
   try {
     inner = start();
@@ -123,16 +137,8 @@ WorkPtr Communicator::track(const char* op, std::uint64_t bytes, std::uint64_t w
     throw on_error(e.what());
   }
   TORCH_INTERNAL_ASSERT(inner, "backend returned no Work for ", op);
-  if (async_op) {
-    auto on_wait = [this, op](double s) { stats_.add_wait(op, s); };
-    return std::make_shared<TrackedWork>(std::move(inner), on_wait, on_error);
-  }
-  // A synchronous call counts its whole duration as waiting: the caller could do nothing else.
-  TrackedWork(
-      std::move(inner), [](double) {}, on_error)
-      .wait();
-  stats_.add_wait(op, seconds_since(t0));
-  return completed_work();
+  auto on_wait = [this, op](double s) { stats_.add_wait(op, s); };
+  return std::make_shared<TrackedWork>(std::move(inner), on_wait, on_error);
 }
 
 namespace {

@@ -9,8 +9,10 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <c10/util/FunctionRef.h>
 #include <chrono>
 #include <cstdint>
+
 #include <functional>
 #include <memory>
 #include <string>
@@ -81,7 +83,7 @@ class Communicator {
 
  private:
   WorkPtr track(const char* op, std::uint64_t bytes, std::uint64_t wire_bytes, bool async_op,
-                const std::function<WorkPtr()>& start);
+                c10::function_ref<WorkPtr()> start);
 
   int rank_;
   int size_;

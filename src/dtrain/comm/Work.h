@@ -40,4 +40,7 @@ class CompletedWork final : public Work {
   void wait() override {}
 };
 
+// One shared CompletedWork: finished operations need not allocate a handle each.
+WorkPtr completed_work();
+
 }  // namespace dtrain::comm

@@ -204,7 +204,7 @@ void C10dCommunicator::check_reducible(const at::Tensor& tensor, ReduceOp op, co
 
 WorkPtr C10dCommunicator::do_allreduce(at::Tensor& tensor, ReduceOp op, bool async_op) {
   check_reducible(tensor, op, "allreduce");
-  if (tensor.numel() == 0) return std::make_shared<CompletedWork>();
+  if (tensor.numel() == 0) return completed_work();
   std::vector<at::Tensor> tensors{tensor};
   ::c10d::AllreduceOptions options;
   options.reduceOp = to_c10d(op);
@@ -216,7 +216,7 @@ WorkPtr C10dCommunicator::do_allreduce(at::Tensor& tensor, ReduceOp op, bool asy
 }
 
 WorkPtr C10dCommunicator::do_allgather(at::Tensor& input, at::Tensor& output, bool async_op) {
-  if (input.numel() == 0) return std::make_shared<CompletedWork>();
+  if (input.numel() == 0) return completed_work();
   at::Tensor in = as_bytes(input);
   at::Tensor out = as_bytes(output);
   ::c10d::AllgatherOptions options;
@@ -230,7 +230,7 @@ WorkPtr C10dCommunicator::do_allgather(at::Tensor& input, at::Tensor& output, bo
 }
 
 WorkPtr C10dCommunicator::do_broadcast(at::Tensor& tensor, int root, bool async_op) {
-  if (tensor.numel() == 0) return std::make_shared<CompletedWork>();
+  if (tensor.numel() == 0) return completed_work();
   std::vector<at::Tensor> tensors{as_bytes(tensor)};
   ::c10d::BroadcastOptions options;
   options.rootRank = root;
@@ -241,7 +241,7 @@ WorkPtr C10dCommunicator::do_broadcast(at::Tensor& tensor, int root, bool async_
 WorkPtr C10dCommunicator::do_reduce_scatter(at::Tensor& input, at::Tensor& output, ReduceOp op,
                                             bool async_op) {
   check_reducible(input, op, "reduce_scatter");
-  if (output.numel() == 0) return std::make_shared<CompletedWork>();
+  if (output.numel() == 0) return completed_work();
   const int n = size();
   if (capabilities_.flat_collectives) {
     at::Tensor in = input.view({-1});
@@ -286,7 +286,7 @@ WorkPtr C10dCommunicator::do_reduce_scatter(at::Tensor& input, at::Tensor& outpu
 }
 
 WorkPtr C10dCommunicator::do_alltoall(at::Tensor& input, at::Tensor& output, bool async_op) {
-  if (input.numel() == 0) return std::make_shared<CompletedWork>();
+  if (input.numel() == 0) return completed_work();
   at::Tensor in = as_bytes(input);
   at::Tensor out = as_bytes(output);
   std::vector<int64_t> equal_splits;
@@ -296,13 +296,13 @@ WorkPtr C10dCommunicator::do_alltoall(at::Tensor& input, at::Tensor& output, boo
 }
 
 WorkPtr C10dCommunicator::do_send(at::Tensor& tensor, int dst, int tag, bool async_op) {
-  if (tensor.numel() == 0) return std::make_shared<CompletedWork>();
+  if (tensor.numel() == 0) return completed_work();
   std::vector<at::Tensor> tensors{as_bytes(tensor)};
   return wrap(call_c10d([&] { return group_->send(tensors, dst, tag); }), {}, async_op);
 }
 
 WorkPtr C10dCommunicator::do_recv(at::Tensor& tensor, int src, int tag, bool async_op) {
-  if (tensor.numel() == 0) return std::make_shared<CompletedWork>();
+  if (tensor.numel() == 0) return completed_work();
   std::vector<at::Tensor> tensors{as_bytes(tensor)};
   return wrap(call_c10d([&] { return group_->recv(tensors, src, tag); }), {}, async_op);
 }
