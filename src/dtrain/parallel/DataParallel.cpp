@@ -25,6 +25,13 @@ namespace dtrain::parallel {
 // on different ranks (and a parameter unused on one rank never finishes there), so a complete
 // bucket is launched only once every bucket before it has been; finish() launches the rest.
 //
+// Note [The last bucket is reduced in finish()]
+// The last bucket to complete is ready at the very end of backward, when nothing is left to overlap
+// with, so finish() reduces it with a blocking all-reduce on the caller's thread instead of
+// launching it asynchronously from the hook: that spares a hand-off to the backend's progress or
+// worker thread and back, which on busy cores costs more than the transfer (the mpi backend then
+// uses MPI_Allreduce directly). For a model whose gradients fit in one bucket this is every step.
+//
 // Note [Gradients as bucket views]
 // Each parameter's grad() is made an alias of its slot in the bucket's flat buffer. AccumulateGrad
 // then adds into the bucket in place (backward runs with grad mode off), the all-reduce works on
@@ -102,8 +109,10 @@ struct DataParallel::Impl {
   void remove_hooks();
   void on_gradient_ready(int index);
   void adopt_gradient(ParamSlot& slot);
-  void launch_ready_buckets();
-  void launch(Bucket& bucket);
+  // From a hook every ready bucket but the last; from finish() all, the last one blocking. See
+  // Note [The last bucket is reduced in finish()].
+  void launch_ready_buckets(bool in_finish);
+  void launch(Bucket& bucket, bool async_op);
   void reset_round();
   void wait_outstanding_quietly();
   bool carry_inline = false;  // carry_slots lie in the last bucket's buffer
@@ -271,20 +280,22 @@ void DataParallel::Impl::on_gradient_ready(int index) {
   TORCH_INTERNAL_ASSERT(bucket.pending > 0, "bucket ", slot.bucket, " completed twice");
   if (--bucket.pending == 0) {
     const auto before = next_launch;
-    launch_ready_buckets();
+    launch_ready_buckets(/*in_finish=*/false);
     launched_in_backward += static_cast<int>(next_launch - before);
   }
 }
 
-void DataParallel::Impl::launch_ready_buckets() {
+void DataParallel::Impl::launch_ready_buckets(bool in_finish) {
   // See Note [Bucket launch order].
-  while (next_launch < buckets.size() && buckets[next_launch].pending == 0) {
-    launch(buckets[next_launch]);
+  const std::size_t limit = in_finish ? buckets.size() : buckets.size() - 1;
+  while (next_launch < limit && buckets[next_launch].pending == 0) {
+    const bool last = next_launch + 1 == buckets.size();
+    launch(buckets[next_launch], /*async_op=*/!last);
     ++next_launch;
   }
 }
 
-void DataParallel::Impl::launch(Bucket& bucket) {
+void DataParallel::Impl::launch(Bucket& bucket, bool async_op) {
   torch::NoGradGuard no_grad;
   const int n = comm->size();
   // The last bucket takes the carried values along when there are any.
@@ -294,9 +305,9 @@ void DataParallel::Impl::launch(Bucket& bucket) {
   if (n > 1) data.div_(n);
   if (bucket.wire.defined()) {
     bucket.wire.copy_(data);
-    bucket.work = comm->allreduce(bucket.wire, comm::ReduceOp::Sum, /*async_op=*/true);
+    bucket.work = comm->allreduce(bucket.wire, comm::ReduceOp::Sum, async_op);
   } else {
-    bucket.work = comm->allreduce(data, comm::ReduceOp::Sum, /*async_op=*/true);
+    bucket.work = comm->allreduce(data, comm::ReduceOp::Sum, async_op);
   }
 }
 
@@ -377,11 +388,11 @@ void DataParallel::finish() {
     slot.ready = true;
     --s.buckets[slot.bucket].pending;
   }
-  s.launch_ready_buckets();
-  TORCH_INTERNAL_ASSERT(s.next_launch == s.buckets.size(), "not every bucket was launched");
-
+  // The last bucket's blocking all-reduce is communication time too.
   const auto start = Clock::now();
   try {
+    s.launch_ready_buckets(/*in_finish=*/true);
+    TORCH_INTERNAL_ASSERT(s.next_launch == s.buckets.size(), "not every bucket was launched");
     for (auto& bucket : s.buckets) {
       bucket.work->wait();
       if (bucket.wire.defined()) {
