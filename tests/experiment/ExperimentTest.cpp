@@ -108,13 +108,16 @@ TEST_F(ExperimentTest, RunsShareInitialWeightsAndARerunSkipsFinishedRuns) {
   const fs::path dir = first["directory"].get<std::string>();
   EXPECT_TRUE(fs::exists(dir / "experiment.yaml"));
   EXPECT_TRUE(fs::exists(dir / "results.json"));
-  std::set<std::string> hashes;
+  std::set<std::string> hashes, partitions;
   for (const auto& run : first["runs"]) {
     EXPECT_FALSE(run["skipped"].get<bool>());
     hashes.insert(run["results"]["initial_parameter_hash"].get<std::string>());
+    partitions.insert(run["results"]["data_partition_hash"].get<std::string>());
     EXPECT_TRUE(fs::exists(dir / run["name"].get<std::string>() / "config.yaml"));
   }
   EXPECT_EQ(hashes.size(), 1u);
+  EXPECT_EQ(partitions.size(), 1u);  // one worker each: every run trained on the same samples
+  EXPECT_TRUE(first["data_partitions_identical"].get<bool>());
   EXPECT_EQ(first["runs"][2]["results"]["config"]["optim"]["name"], "adam");
 
   // Interrupt one run (its results are gone): the same command finishes only that one.
@@ -160,8 +163,9 @@ TEST_F(ExperimentTest, ReportDrawsEpochCurvesScalingAndCommunication) {
   const fs::path dir = result["directory"].get<std::string>();
   std::ifstream md_file(write_report(dir));
   const std::string md((std::istreambuf_iterator<char>(md_file)), std::istreambuf_iterator<char>());
-  for (const auto* png : {"loss_epoch.png", "top1_epoch.png", "top5_epoch.png", "throughput.png",
-                          "training_time.png", "comm_bytes.png", "comm_wait.png"}) {
+  for (const auto* png :
+       {"loss_epoch.png", "top1_epoch.png", "top5_epoch.png", "loss_time.png", "top5_time.png",
+        "throughput.png", "training_time.png", "comm_bytes.png", "comm_wait.png"}) {
     std::ifstream f(dir / "plots" / png, std::ios::binary);
     std::string magic(8, '\0');
     f.read(magic.data(), 8);

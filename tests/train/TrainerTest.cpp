@@ -63,6 +63,20 @@ TEST(Trainer, TwoRunsWithTheSameSeedGiveIdenticalNumbers) {
   EXPECT_LT(ra.final_eval.loss, std::log(4.0));  // it learned something
 }
 
+TEST(Trainer, DataPartitionHashFollowsWorkersSeedAndPartitionOnly) {
+  const auto labels = torch::arange(200, torch::kLong).remainder(10);
+  config::DataConfig data;
+  const auto base = data_partition_hash(2, data, labels, 7);
+  config::DataConfig other_batch = data;
+  other_batch.batch_size = 3;  // batching does not decide which samples a rank holds
+  EXPECT_EQ(data_partition_hash(2, other_batch, labels, 7), base);
+  EXPECT_NE(data_partition_hash(1, data, labels, 7), base);
+  EXPECT_NE(data_partition_hash(2, data, labels, 8), base);
+  config::DataConfig hetero = data;
+  hetero.partition = "hetero";
+  EXPECT_NE(data_partition_hash(2, hetero, labels, 7), base);
+}
+
 TEST(Trainer, ResumeContinuesExactly) {
   // k steps, checkpoint, a new trainer resumes: the same parameters as 2k steps straight.
   auto config = small_config();

@@ -271,7 +271,29 @@ nlohmann::json run_experiment(const ExperimentSpec& spec, const ExperimentOption
                       it->second.second, runs[i].name, it->second.first, hash));
     }
   }
+  // Runs with the same data, partition settings, seed and number of workers must have split the
+  // training set the same way.
+  std::map<std::string, std::pair<std::string, std::string>> first_partition;  // key -> (hash, run)
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    auto data = config::to_json(configs[i])["data"];
+    for (const char* key : {"batch_size", "eval_batch_size", "drop_last", "normalize", "random_crop_padding",
+                            "horizontal_flip", "loader_threads", "prefetch", "test_subset_size"}) {
+      data.erase(key);
+    }
+    const auto& results = all["runs"][i]["results"];
+    const auto key = data.dump() + "/" + std::to_string(configs[i].train.seed) + "/" +
+                     std::to_string(results.value("world_size", 1));
+    const auto hash = results.value("data_partition_hash", "");
+    auto [it, inserted] = first_partition.emplace(key, std::make_pair(hash, runs[i].name));
+    if (!inserted && it->second.first != hash) {
+      throw std::runtime_error(
+          fmt::format("experiment: runs '{}' and '{}' have the same data, seed and workers but split the "
+                      "training set differently ({} against {})",
+                      it->second.second, runs[i].name, it->second.first, hash));
+    }
+  }
   all["initial_weights_identical"] = true;
+  all["data_partitions_identical"] = true;
   all["complete"] = true;
   io::write_json_file(dir / "results.json", all);
   return all;

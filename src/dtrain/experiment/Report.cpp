@@ -238,7 +238,8 @@ fs::path write_report(const fs::path& dir, const ReportOptions& options) {
 
   // Learning curves and throughput, drawn by gnuplot.
   std::string script = "set terminal pngcairo size 960,540 noenhanced font ',11'\n";
-  std::vector<Curve> loss, top1_step, top5_step, top1_time, loss_epoch, top1_epoch, top5_epoch;
+  std::vector<Curve> loss, top1_step, top5_step, top1_time, loss_epoch, top1_epoch, top5_epoch, loss_time,
+      top5_time;
   for (std::size_t i = 0; i < runs.size(); ++i) {
     const auto& run = runs[i];
     auto file = [&](const std::string& what) {
@@ -257,6 +258,9 @@ fs::path write_report(const fs::path& dir, const ReportOptions& options) {
     series(top5_step, "val_top5", "step", "val/top5", " validation", "linespoints");
     series(top5_step, "train_top5", "step", "train_epoch/top5", " train (epoch mean)", "linespoints");
     series(top1_time, "val_top1_time", "wall_time", "val/top1", "", "linespoints");
+    series(top5_time, "val_top5_time", "wall_time", "val/top5", "", "linespoints");
+    series(loss_time, "train_loss_time", "wall_time", "train/loss", " train", "lines");
+    series(loss_time, "val_loss_time", "wall_time", "val/loss", " validation", "linespoints");
     // Against epoch: the epoch-end records (train means over the epoch, validation after it).
     series(loss_epoch, "train_loss_epoch", "epoch", "train_epoch/loss", " train", "linespoints");
     series(loss_epoch, "val_loss_epoch", "epoch", "val/loss", " validation", "linespoints");
@@ -283,8 +287,11 @@ fs::path write_report(const fs::path& dir, const ReportOptions& options) {
   figure("top1_epoch.png", "Top-1 accuracy against epoch", "epoch", "top-1 accuracy", top1_epoch);
   figure("top5_epoch.png", "Top-5 accuracy against epoch", "epoch", "top-5 accuracy", top5_epoch);
   script += "set xtics autofreq\n";
+  figure("loss_time.png", "Loss against wall time", "seconds since the first logged step", "loss", loss_time);
   figure("top1_time.png", "Validation top-1 against wall time", "seconds since the first logged step",
          "top-1 accuracy", top1_time);
+  figure("top5_time.png", "Validation top-5 against wall time", "seconds since the first logged step",
+         "top-5 accuracy", top5_time);
   if (worlds.size() > 1) {
     // Throughput and training time against workers, per model, with the ideal lines (N x one
     // worker's throughput, one worker's time / N); the measured points carry their scaling efficiency.

@@ -51,6 +51,26 @@ std::string parameter_hash(const torch::nn::Module& module) {
   return fmt::format("{:016x}", h);
 }
 
+std::string data_partition_hash(int world, const config::DataConfig& data, const torch::Tensor& labels,
+                                std::uint64_t seed) {
+  std::uint64_t h = 1469598103934665603ULL;  // FNV-1a 64 over every rank's indices, in rank order
+  auto mix = [&h](const torch::Tensor& t) {
+    const auto c = t.contiguous();
+    const auto* bytes = static_cast<const unsigned char*>(c.data_ptr());
+    const auto n = static_cast<std::size_t>(c.numel()) * c.element_size();
+    for (std::size_t i = 0; i < n; ++i) {
+      h ^= bytes[i];
+      h *= 1099511628211ULL;
+    }
+  };
+  const auto shards = data::partition_all(world, data::partition_options(data), labels, seed);
+  for (const auto& shard : shards) {
+    mix(shard.indices);
+    if (shard.held_out.defined()) mix(shard.held_out);
+  }
+  return fmt::format("{:016x}", h);
+}
+
 Trainer::Trainer(config::RunConfig config, comm::CommunicatorPtr comm)
     : config_(std::move(config)), comm_(std::move(comm)) {
   if (config_.train.threads > 0) torch::set_num_threads(config_.train.threads);
@@ -60,6 +80,7 @@ Trainer::Trainer(config::RunConfig config, comm::CommunicatorPtr comm)
 
   data_ = data::load_datasets(config_.data);
   shard_ = data::partition(rank, world, config_.data, data_.train->labels(), seed);
+  partition_hash_ = train::data_partition_hash(world, config_.data, data_.train->labels(), seed);
   loader_ = data::make_train_loader(data_.train, shard_, config_.data, seed);
   if (loader_->batches_per_epoch() == 0) {
     throw std::invalid_argument(

@@ -68,6 +68,8 @@ class Trainer {
   // Hash of the model's parameters as built (before any training): equal across runs with the
   // same seed and model, which experiments check.
   std::string initial_parameter_hash() const { return initial_hash_; }
+  // Which training samples each rank holds (data_partition_hash).
+  std::string data_partition_hash() const { return partition_hash_; }
 
  private:
   EvalMetrics evaluate_on(const std::shared_ptr<const data::Dataset>& dataset, const torch::Tensor& indices);
@@ -85,6 +87,7 @@ class Trainer {
   std::unique_ptr<parallel::Strategy> strategy_;
   std::vector<std::shared_ptr<Callback>> callbacks_;
   std::string initial_hash_;
+  std::string partition_hash_;
 
   std::int64_t step_ = 0;
   std::int64_t epoch_ = 0;        // the epoch in progress (or next to start)
@@ -99,5 +102,10 @@ class Trainer {
 
 // Hex digest (FNV-1a 64) of a module's parameters and buffers, in registration order.
 std::string parameter_hash(const torch::nn::Module& module);
+
+// A hash of every rank's shard of the training set (indices and held-out fold, in rank order): two
+// runs with equal hashes trained each rank on the same samples.
+std::string data_partition_hash(int world, const config::DataConfig& data, const torch::Tensor& labels,
+                                std::uint64_t seed);
 
 }  // namespace dtrain::train
