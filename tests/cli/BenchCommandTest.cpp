@@ -17,6 +17,28 @@
 namespace dtrain::cli {
 namespace {
 
+// Runs `dtrain bench ...` in this process: the exit code, stdout's JSON lines and stderr's table.
+struct BenchRun {
+  int code;
+  std::vector<nlohmann::json> rows;
+  std::string table;
+};
+BenchRun run_bench(std::vector<std::string> args) {
+  CLI::App app;
+  auto bench = add_bench_command(app);
+  std::reverse(args.begin(), args.end());
+  app.parse(args);
+  ::testing::internal::CaptureStdout();
+  ::testing::internal::CaptureStderr();
+  BenchRun run;
+  run.code = bench();
+  std::istringstream lines(::testing::internal::GetCapturedStdout());
+  run.table = ::testing::internal::GetCapturedStderr();
+  std::string line;
+  while (std::getline(lines, line)) run.rows.push_back(nlohmann::json::parse(line));
+  return run;
+}
+
 TEST(BenchCommand, SizesTakePowersOf1024) {
   EXPECT_EQ(parse_sizes("4K,1M,16M,64M"), (std::vector<std::int64_t>{4096, 1 << 20, 16 << 20, 64 << 20}));
   EXPECT_EQ(parse_sizes("100,2g,8kB"), (std::vector<std::int64_t>{100, 2LL << 30, 8192}));
@@ -78,21 +100,9 @@ TEST(BenchCommand, JsonLineHasExactlyTheFields) {
 
 // The whole command on one rank: parsing, connecting from the environment, one line per size.
 TEST(BenchCommand, OneRankCommandPrintsOneJsonLinePerSize) {
-  CLI::App app;
-  auto bench = add_bench_command(app);
-  std::vector<std::string> args{"bench", "comm", "--op", "allgather", "--sizes", "4K,1026", "--iters", "3"};
-  std::reverse(args.begin(), args.end());
-  app.parse(args);
-  ::testing::internal::CaptureStdout();
-  ::testing::internal::CaptureStderr();
-  const int code = bench();
-  const std::string out = ::testing::internal::GetCapturedStdout();
-  const std::string table = ::testing::internal::GetCapturedStderr();
+  const auto [code, rows, table] =
+      run_bench({"bench", "comm", "--op", "allgather", "--sizes", "4K,1026", "--iters", "3"});
   ASSERT_EQ(code, 0);
-  std::istringstream lines(out);
-  std::string line;
-  std::vector<nlohmann::json> rows;
-  while (std::getline(lines, line)) rows.push_back(nlohmann::json::parse(line));
   ASSERT_EQ(rows.size(), 2u);
   EXPECT_EQ(rows[0]["bytes"], 4096);
   EXPECT_EQ(rows[1]["bytes"], 1024);  // rounded down to whole float32 elements
@@ -141,26 +151,13 @@ TEST(BenchData, InMemoryAndImageFolderThroughTheCommandLine) {
   dtrain::data::testing::TempDir dir;
   dtrain::data::testing::write_mnist(dir.str(), "train", 64, false);
   dtrain::data::testing::write_mnist(dir.str(), "t10k", 8, false);
-  CLI::App app;
-  auto bench = add_bench_command(app);
   const std::string folder = dir / "folder";
   const std::string plot = dir / "plots/io.png";
-  std::vector<std::string> args{"bench",          "data", "--dataset", "mnist", "--root",    dir.str(),
-                                "--image-folder", folder, "--export",  "40",    "--threads", "0,2",
-                                "--batch",        "8",    "--batches", "5",     "--plot",    plot};
-  std::reverse(args.begin(), args.end());
-  app.parse(args);
-  ::testing::internal::CaptureStdout();
-  ::testing::internal::CaptureStderr();
-  const int code = bench();
-  const std::string out = ::testing::internal::GetCapturedStdout();
-  const std::string table = ::testing::internal::GetCapturedStderr();
+  const auto [code, rows, table] =
+      run_bench({"bench", "data", "--dataset", "mnist", "--root", dir.str(), "--image-folder", folder,
+                 "--export", "40", "--threads", "0,2", "--batch", "8", "--batches", "5", "--plot", plot});
   ASSERT_EQ(code, 0) << table;
-  std::istringstream lines(out);
-  std::string line;
-  std::vector<nlohmann::json> rows;
-  while (std::getline(lines, line)) rows.push_back(nlohmann::json::parse(line));
-  ASSERT_EQ(rows.size(), 4u) << out;  // threads 0 and 2 for each source
+  ASSERT_EQ(rows.size(), 4u);  // threads 0 and 2 for each source
   EXPECT_EQ(rows[0]["source"], "in-memory");
   EXPECT_EQ(rows[0]["threads"], 0);
   EXPECT_EQ(rows[1]["threads"], 2);
