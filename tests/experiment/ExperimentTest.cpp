@@ -172,6 +172,12 @@ TEST_F(ExperimentTest, ReportDrawsEpochCurvesScalingAndCommunication) {
     EXPECT_EQ(magic, std::string("\x89PNG\r\n\x1a\n", 8)) << png;
     EXPECT_NE(md.find(std::string("plots/") + png), std::string::npos) << png;
   }
+  // Seed 003's table: model x batch rows against precision x workers columns.
+  EXPECT_NE(
+      md.find("| model | batch per worker | fp32, 1 worker (samples/s) | fp32, 2 workers (samples/s) |"),
+      std::string::npos)
+      << md;
+  EXPECT_EQ(result["runs"][1]["results"]["precision"], "fp32");
   // Both epochs of both runs are on the epoch curves: train and validation, two points each.
   for (const auto* series : {"run0_train_top1_epoch.dat", "run1_val_top1_epoch.dat"}) {
     std::ifstream f(dir / "plots" / series);

@@ -100,6 +100,7 @@ nlohmann::json results_json(const config::RunConfig& cfg, const train::Trainer& 
   j["parameters"] = trainer.parameter_count();
   j["initial_parameter_hash"] = trainer.initial_parameter_hash();
   j["data_partition_hash"] = trainer.data_partition_hash();
+  j["precision"] = trainer.precision();
   j["strategy"] = cfg.parallel.strategy;
   j["backend"] = backend;
   j["world_size"] = trainer.world_size();

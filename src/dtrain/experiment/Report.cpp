@@ -214,24 +214,30 @@ fs::path write_report(const fs::path& dir, const ReportOptions& options) {
                      fmt::format("{:.3f}", 1e3 * r.value("comm_wait_seconds", 0.0) / steps)});
   }
 
-  // Sweep table (seed 003's form): rows model x batch, columns workers, cells samples/s.
+  // Sweep table (seed 003's form): rows model x batch, columns precision x workers, cells samples/s.
   std::set<int> worlds;
-  std::map<std::pair<std::string, int>, std::map<int, double>> cells;
+  using Column = std::pair<std::string, int>;  // (precision, workers)
+  std::set<Column> columns;
+  std::map<std::pair<std::string, int>, std::map<Column, double>> cells;
   for (const auto& run : runs) {
     const auto& r = run.results;
     const int batch = r["config"]["data"].value("batch_size", 0);
     const int world = r.value("world_size", 1);
+    const Column column{r.value("precision", "fp32"), world};
     worlds.insert(world);
-    auto& cell = cells[{r.value("model", ""), batch}][world];
+    columns.insert(column);
+    auto& cell = cells[{r.value("model", ""), batch}][column];
     cell = std::max(cell, r.value("samples_per_second", 0.0));
   }
   std::vector<std::vector<std::string>> sweep{{"model", "batch per worker"}};
-  for (int w : worlds) sweep[0].push_back(fmt::format("{} worker{} (samples/s)", w, w == 1 ? "" : "s"));
-  for (const auto& [key, by_world] : cells) {
+  for (const auto& [precision, w] : columns) {
+    sweep[0].push_back(fmt::format("{}, {} worker{} (samples/s)", precision, w, w == 1 ? "" : "s"));
+  }
+  for (const auto& [key, by_column] : cells) {
     std::vector<std::string> row{key.first, std::to_string(key.second)};
-    for (int w : worlds) {
-      const auto it = by_world.find(w);
-      row.push_back(it == by_world.end() ? "" : fmt::format("{:.0f}", it->second));
+    for (const auto& column : columns) {
+      const auto it = by_column.find(column);
+      row.push_back(it == by_column.end() ? "" : fmt::format("{:.0f}", it->second));
     }
     sweep.push_back(std::move(row));
   }
@@ -386,8 +392,8 @@ fs::path write_report(const fs::path& dir, const ReportOptions& options) {
       "text-align:right}th{background:#eee}img{max-width:100%}</style></head><body>\n<h1>" +
       title + "</h1>\n<h2>Runs</h2>\n" + html_table(table);
   if (sweep.size() > 2 || worlds.size() > 1) {
-    md += "\n## Throughput: model x batch against workers\n\n" + md_table(sweep);
-    html += "<h2>Throughput: model x batch against workers</h2>\n" + html_table(sweep);
+    md += "\n## Throughput: model x batch against precision x workers\n\n" + md_table(sweep);
+    html += "<h2>Throughput: model x batch against precision x workers</h2>\n" + html_table(sweep);
   }
   md += "\n## Figures\n\n";
   html += "<h2>Figures</h2>\n";

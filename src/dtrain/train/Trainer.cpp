@@ -121,6 +121,24 @@ std::int64_t Trainer::steps_per_epoch() const {
   return loader_->batches_per_epoch();
 }
 
+std::string Trainer::precision() const {
+  for (const auto& p : model_->parameters()) {
+    switch (p.scalar_type()) {
+      case torch::kFloat:
+        return "fp32";
+      case torch::kDouble:
+        return "fp64";
+      case torch::kHalf:
+        return "fp16";
+      case torch::kBFloat16:
+        return "bf16";
+      default:
+        return c10::toString(p.scalar_type());
+    }
+  }
+  return "fp32";
+}
+
 std::int64_t Trainer::parameter_count() const {
   return models::parameter_count(*model_);
 }

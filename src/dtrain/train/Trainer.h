@@ -68,6 +68,8 @@ class Trainer {
   // Hash of the model's parameters as built (before any training): equal across runs with the
   // same seed and model, which experiments check.
   std::string initial_parameter_hash() const { return initial_hash_; }
+  // The parameters' floating-point type: "fp32", "fp64", "fp16" or "bf16".
+  std::string precision() const;
   // Which training samples each rank holds (data_partition_hash).
   std::string data_partition_hash() const { return partition_hash_; }
 
