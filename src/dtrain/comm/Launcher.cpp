@@ -273,11 +273,21 @@ class MpiOutputDemux {
       }
       return;
     }
-    // "  Process name: [[18891,1],1]" in mpirun's report of the first process that failed.
+    // mpirun's reports of the first process that failed: "  Process name: [[18891,1],1]" after a
+    // non-zero exit, "mpirun noticed that process rank 1 with PID 0 on node vm exited on signal 9"
+    // after a signal.
     const auto at = line.find("Process name: [[");
     if (at != std::string::npos) {
       int vpid = 0, failed = 0;
       if (std::sscanf(line.c_str() + at, "Process name: [[%d,%d],%d]", &job, &vpid, &failed) == 3 &&
+          !failed_rank_) {
+        failed_rank_ = failed;
+      }
+    }
+    const auto noticed = line.find("noticed that process rank ");
+    if (noticed != std::string::npos) {
+      int failed = 0;
+      if (std::sscanf(line.c_str() + noticed, "noticed that process rank %d", &failed) == 1 &&
           !failed_rank_) {
         failed_rank_ = failed;
       }
