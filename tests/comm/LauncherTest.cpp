@@ -350,13 +350,17 @@ TEST_F(LauncherTest, MpiBackendDelegatesToMpirun) {
     EXPECT_NE(result.failure.find("dying"), std::string::npos) << result.failure;
   }
 
-  // A rank killed by a signal: mpirun says "process rank 1 ... exited on signal 9", and so do we.
+  // A rank killed by a signal: mpirun usually says "process rank 1 ... exited on signal 9" (3 runs
+  // of 4 by hand; the other printed no rank), and then so do we.
   o.command = {"/bin/sh", "-c", "if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then echo killed >&2; kill -9 $$; fi"};
   result = launch(o);
   EXPECT_NE(result.exit_code, 0);
-  ASSERT_TRUE(result.failed_rank.has_value()) << result.failure;
-  EXPECT_EQ(*result.failed_rank, 1) << result.failure;
-  EXPECT_NE(result.failure.find("rank 1"), std::string::npos) << result.failure;
+  if (result.failed_rank) {
+    EXPECT_EQ(*result.failed_rank, 1) << result.failure;
+    EXPECT_NE(result.failure.find("dtrain launch: rank 1 "), std::string::npos) << result.failure;
+  } else {
+    EXPECT_NE(result.failure.find("mpirun did not say which rank"), std::string::npos) << result.failure;
+  }
 }
 
 // Real workers over gloo: they find the store the launcher hosts, under the prefix of their attempt.
