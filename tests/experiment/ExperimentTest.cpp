@@ -35,6 +35,20 @@ class ExperimentTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
+  static ExperimentOptions options() {
+    ExperimentOptions o;
+    o.dtrain_executable = DTRAIN_BINARY;
+    return o;
+  }
+
+  // The file starts with PNG's signature.
+  static bool is_png(const fs::path& path) {
+    std::ifstream f(path, std::ios::binary);
+    std::string magic(8, '\0');
+    f.read(magic.data(), 8);
+    return magic == std::string("\x89PNG\r\n\x1a\n", 8);
+  }
+
   fs::path write(const std::string& name, const std::string& text) {
     std::ofstream(dir_ / name) << text;
     return dir_ / name;
@@ -84,8 +98,7 @@ TEST_F(ExperimentTest, BadOverrideFailsBeforeAnyRunStarts) {
   const auto spec = load_experiment(write("e.yaml", "base: base.yaml\nout_dir: " + (dir_ / "out").string() +
                                                         "\nruns:\n  - {name: ok}\n"
                                                         "  - {name: bad, overrides: [optim.name=warp]}\n"));
-  ExperimentOptions options;
-  options.dtrain_executable = DTRAIN_BINARY;
+  const auto options = this->options();
   try {
     run_experiment(spec, options);
     FAIL() << "accepted optim.name=warp";
@@ -101,8 +114,7 @@ TEST_F(ExperimentTest, RunsShareInitialWeightsAndARerunSkipsFinishedRuns) {
                                           "\nruns:\n  - {name: sgd}\n"
                                           "  - {name: adam, overrides: [optim.name=adam, optim.lr=0.01]}\n"
                                           "sweep:\n  data.batch_size: [8, 16]\n"));
-  ExperimentOptions options;
-  options.dtrain_executable = DTRAIN_BINARY;
+  const auto options = this->options();
   const auto first = run_experiment(spec, options);
   ASSERT_EQ(first["runs"].size(), 4u);
   const fs::path dir = first["directory"].get<std::string>();
@@ -137,10 +149,7 @@ TEST_F(ExperimentTest, RunsShareInitialWeightsAndARerunSkipsFinishedRuns) {
   EXPECT_NE(md.find("| run | strategy | backend | workers |"), std::string::npos) << md;
   EXPECT_NE(md.find("| adam__data.batch_size=8 |"), std::string::npos) << md;
   for (const auto* png : {"loss.png", "top1.png", "top5.png", "top1_time.png"}) {
-    std::ifstream f(dir / "plots" / png, std::ios::binary);
-    std::string magic(8, '\0');
-    f.read(magic.data(), 8);
-    EXPECT_EQ(magic, std::string("\x89PNG\r\n\x1a\n", 8)) << png;
+    EXPECT_TRUE(is_png(dir / "plots" / png)) << png;
     EXPECT_NE(md.find(std::string("plots/") + png), std::string::npos) << png;
   }
   std::ifstream html_file(dir / "report.html");
@@ -156,8 +165,7 @@ TEST_F(ExperimentTest, ReportDrawsEpochCurvesScalingAndCommunication) {
       write("e.yaml", "name: scaling\nbase: base.yaml\nout_dir: " + (dir_ / "out").string() +
                           "\noverrides: [train.epochs=2]\nruns:\n  - {name: local}\n"
                           "  - {name: dp2, overrides: [nproc=2, parallel.strategy=data_parallel]}\n"));
-  ExperimentOptions options;
-  options.dtrain_executable = DTRAIN_BINARY;
+  const auto options = this->options();
   const auto result = run_experiment(spec, options);
   ASSERT_EQ(result["runs"].size(), 2u);
   const fs::path dir = result["directory"].get<std::string>();
@@ -166,10 +174,7 @@ TEST_F(ExperimentTest, ReportDrawsEpochCurvesScalingAndCommunication) {
   for (const auto* png :
        {"loss_epoch.png", "top1_epoch.png", "top5_epoch.png", "loss_time.png", "top5_time.png",
         "throughput.png", "training_time.png", "comm_bytes.png", "comm_wait.png"}) {
-    std::ifstream f(dir / "plots" / png, std::ios::binary);
-    std::string magic(8, '\0');
-    f.read(magic.data(), 8);
-    EXPECT_EQ(magic, std::string("\x89PNG\r\n\x1a\n", 8)) << png;
+    EXPECT_TRUE(is_png(dir / "plots" / png)) << png;
     EXPECT_NE(md.find(std::string("plots/") + png), std::string::npos) << png;
   }
   // Seed 003's table: model x batch rows against precision x workers columns.
