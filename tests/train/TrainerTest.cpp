@@ -1,5 +1,5 @@
 // The Trainer on small synthetic problems: deterministic given a seed, an exact resume, early
-// stop, and data_parallel over two ranks ending with identical weights.
+// stop, user callbacks, and data_parallel over two ranks ending with identical weights.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -96,6 +96,79 @@ TEST(Trainer, ResumeContinuesExactly) {
   resumed.fit();
   EXPECT_EQ(resumed.step(), straight.step());
   expect_equal(parameters_of(resumed), parameters_of(straight));
+}
+
+TEST(Trainer, ResumeWithinAnEpochReportsTheWholeEpochsTrainingMetrics) {
+  // Two ranks, 8 batches per epoch; interrupted at step 21 (batch 5 of epoch 2) and resumed: the
+  // last epoch's training metrics count all of its batches, as in the run that was not interrupted.
+  auto config = small_config();
+  config.train.epochs = 3;
+  config.parallel.strategy = "data_parallel";
+  std::vector<TrainResult> straight(2), resumed(2);
+  std::vector<std::vector<torch::Tensor>> straight_params(2), resumed_params(2);
+  dtrain::testing::run_world(2, [&](std::shared_ptr<comm::Communicator> comm) {
+    const auto r = comm->rank();
+    Trainer whole(config, comm);
+    straight[r] = whole.fit();
+    straight_params[r] = parameters_of(whole);
+
+    Trainer first(config, comm);
+    first.add_callback(std::make_shared<StopAt>(21));
+    first.fit();
+    io::Checkpoint checkpoint;
+    first.save_state(checkpoint);  // collective: every rank's counts go into it
+    Trainer second(config, comm);
+    second.load_state(checkpoint);
+    resumed[r] = second.fit();
+    resumed_params[r] = parameters_of(second);
+  });
+  for (int r = 0; r < 2; ++r) {
+    expect_equal(resumed_params[r], straight_params[r]);
+    const auto& a = straight[r].last_train;
+    const auto& b = resumed[r].last_train;
+    EXPECT_EQ(a.samples, 256) << "rank " << r;
+    EXPECT_EQ(b.samples, a.samples) << "rank " << r;
+    EXPECT_EQ(b.top1, a.top1) << "rank " << r;
+    EXPECT_EQ(b.top5, a.top5) << "rank " << r;
+    EXPECT_EQ(b.f1, a.f1) << "rank " << r;
+    EXPECT_NEAR(b.loss, a.loss, 1e-12) << "rank " << r;  // summed in another order
+  }
+}
+
+// A user's callback sees every step, evaluation and epoch end, in order.
+struct Recorder : Callback {
+  void on_train_begin(Trainer&) override { events.push_back("begin"); }
+  void on_step_end(Trainer&, const StepEvent& e) override {
+    ++steps;
+    last_step = e.step;
+  }
+  void on_evaluation(Trainer&, const EvalEvent& e) override {
+    events.push_back("eval@" + std::to_string(e.step));
+  }
+  void on_epoch_end(Trainer&, const EpochEvent& e) override {
+    events.push_back("epoch" + std::to_string(e.epoch) + "@" + std::to_string(e.step) + ":" +
+                     std::to_string(e.train.samples));
+  }
+  void on_train_end(Trainer&, const TrainResult& r) override { events.push_back("end@" + std::to_string(r.steps)); }
+  std::vector<std::string> events;
+  std::int64_t steps = 0;
+  std::int64_t last_step = 0;
+};
+
+TEST(Trainer, UserCallbacksSeeStepsEvaluationsAndEpochEnds) {
+  auto config = small_config();
+  config.train.eval_every_steps = 10;
+  config.train.eval_every_epochs = 1;
+  Trainer t(config, nullptr);
+  auto recorder = std::make_shared<Recorder>();
+  t.add_callback(recorder);
+  t.fit();
+  EXPECT_EQ(recorder->steps, 32);
+  EXPECT_EQ(recorder->last_step, 32);
+  const std::vector<std::string> expected = {"begin",    "eval@10",           "eval@16", "epoch0@16:256",
+                                             "eval@20",  "eval@30",           "eval@32", "epoch1@32:256",
+                                             "end@32"};
+  EXPECT_EQ(recorder->events, expected);
 }
 
 TEST(Trainer, EarlyStopEndsAtTheTargetAccuracy) {

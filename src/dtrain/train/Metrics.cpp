@@ -40,19 +40,29 @@ void MetricsAccumulator::add(const at::Tensor& outputs, const at::Tensor& target
   samples_ += n;
 }
 
-void MetricsAccumulator::all_reduce(comm::Communicator& comm) {
-  // One message: the confusion matrix, then loss, samples and top-k counts, all as float64 (the
-  // counts stay exact below 2^53).
-  auto packed = torch::cat({confusion_.view({-1}).to(torch::kDouble),
-                            torch::tensor({loss_sum_, static_cast<double>(samples_)}, torch::kDouble),
-                            within_top_.to(torch::kDouble)});
-  comm.allreduce(packed, comm::ReduceOp::Sum);
+at::Tensor MetricsAccumulator::packed() const {
+  // The counts stay exact in float64 below 2^53.
+  return torch::cat({confusion_.view({-1}).to(torch::kDouble),
+                     torch::tensor({loss_sum_, static_cast<double>(samples_)}, torch::kDouble),
+                     within_top_.to(torch::kDouble)});
+}
+
+void MetricsAccumulator::load(const at::Tensor& packed) {
   const auto cells = num_classes_ * num_classes_;
-  confusion_ = packed.narrow(0, 0, cells).round().to(torch::kLong).view({num_classes_, num_classes_});
-  const auto tail = packed.narrow(0, cells, 2);
+  TORCH_CHECK(packed.dim() == 1 && packed.numel() == cells + 7, "metrics state of ", packed.numel(),
+              " values does not fit ", num_classes_, " classes (", cells + 7, " values)");
+  const auto values = packed.to(torch::kDouble);
+  confusion_ = values.narrow(0, 0, cells).round().to(torch::kLong).view({num_classes_, num_classes_});
+  const auto tail = values.narrow(0, cells, 2);
   loss_sum_ = tail[0].item<double>();
   samples_ = static_cast<std::int64_t>(tail[1].item<double>());
-  within_top_ = packed.narrow(0, cells + 2, 5).round().to(torch::kLong);
+  within_top_ = values.narrow(0, cells + 2, 5).round().to(torch::kLong);
+}
+
+void MetricsAccumulator::all_reduce(comm::Communicator& comm) {
+  auto sums = packed();  // one message
+  comm.allreduce(sums, comm::ReduceOp::Sum);
+  load(sums);
 }
 
 std::int64_t MetricsAccumulator::correct(int k) const {

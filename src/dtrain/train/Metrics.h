@@ -42,6 +42,11 @@ class MetricsAccumulator {
 
   EvalMetrics result() const;
 
+  // Every count as one float64 tensor (confusion matrix, loss sum, samples, top-k hits), and back:
+  // what a checkpoint keeps of an epoch that is not finished. load() expects the same classes.
+  at::Tensor packed() const;
+  void load(const at::Tensor& packed);
+
  private:
   std::int64_t num_classes_;
   double loss_sum_ = 0.0;

@@ -204,7 +204,8 @@ TrainResult Trainer::fit() {
 
   while (step_ < total_steps_ && !stop_requested_) {
     loader_->start_epoch(epoch_, epoch_batch_);
-    MetricsAccumulator train_metrics(data_.train->num_classes());
+    if (epoch_batch_ == 0 || !train_metrics_) train_metrics_.emplace(data_.train->num_classes());
+    auto& train_metrics = *train_metrics_;
     double epoch_seconds = 0.0;
     bool epoch_done = true;
     auto t_prev = Clock::now();
@@ -255,6 +256,7 @@ TrainResult Trainer::fit() {
     result.last_train = ended.train;
     ++epoch_;
     epoch_batch_ = 0;
+    train_metrics_.reset();
     result.epochs_completed = epoch_;
     const int every = config_.train.eval_every_epochs;
     if (every > 0 && epoch_ % every == 0 && last_eval_step_ != step_) run_evaluation();
@@ -298,6 +300,15 @@ void Trainer::save_state(io::Checkpoint& checkpoint) const {
     checkpoint.set_tensor("rng.cpu", all.view({comm_->size(), state.numel()}));
   } else {
     checkpoint.set_tensor("rng.cpu", state.view({1, state.numel()}));
+  }
+  // Note [Training metrics across a resume]
+  // Within an epoch each rank holds its own counts of the batches so far. The checkpoint keeps
+  // their sum; on resume rank 0 starts from that sum and the others from zero, so the reduction at
+  // the epoch's end gives the same figures as an uninterrupted run, whatever the world size.
+  if (epoch_batch_ > 0 && train_metrics_) {
+    auto sums = train_metrics_->packed();
+    if (comm_ && comm_->size() > 1) comm_->allreduce(sums, comm::ReduceOp::Sum);
+    checkpoint.set_tensor("train_metrics", sums);
   }
   nlohmann::json meta;
   meta["step"] = step_;
@@ -343,6 +354,18 @@ void Trainer::load_state(const io::Checkpoint& checkpoint) {
                     epoch_batch_, epoch_, per_epoch));
   }
   last_eval_step_ = -1;
+  train_metrics_.reset();
+  if (epoch_batch_ > 0 && checkpoint.contains("train_metrics")) {
+    train_metrics_.emplace(data_.train->num_classes());
+    const auto& sums = checkpoint.tensor("train_metrics");
+    const auto classes = data_.train->num_classes();
+    if (sums.dim() != 1 || sums.numel() != classes * classes + 7) {
+      throw io::CheckpointError(fmt::format("checkpoint: training metrics of {} values do not fit a data set "
+                                            "of {} classes; resume with the same data",
+                                            sums.numel(), classes));
+    }
+    if (rank() == 0) train_metrics_->load(sums);
+  }
 }
 
 }  // namespace dtrain::train

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -22,6 +23,7 @@
 #include "dtrain/optim/Scheduler.h"
 #include "dtrain/parallel/Strategy.h"
 #include "dtrain/train/Callback.h"
+#include "dtrain/train/Metrics.h"
 
 namespace dtrain::train {
 
@@ -94,6 +96,9 @@ class Trainer {
   std::int64_t step_ = 0;
   std::int64_t epoch_ = 0;        // the epoch in progress (or next to start)
   std::int64_t epoch_batch_ = 0;  // the next batch of epoch_
+  // The training metrics of epoch_ so far; a checkpoint within an epoch keeps their sum over ranks,
+  // so that a resumed run reports the whole epoch (Note [Training metrics across a resume]).
+  std::optional<MetricsAccumulator> train_metrics_;
   std::int64_t total_steps_ = 0;
   bool stop_requested_ = false;
   std::string stop_reason_;
