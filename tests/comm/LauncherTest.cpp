@@ -308,6 +308,50 @@ TEST_F(LauncherTest, RankZerosStdoutPassesThroughAndStderrIsPrefixed) {
   EXPECT_NE(read_file(dir_ / "logs" / "rank_1.log").find("rank 1 out only in the log"), std::string::npos);
 }
 
+TEST_F(LauncherTest, RelayedStatusLineIsRedrawnBelowTheOtherLinesAndKeptOutOfTheLog) {
+  // On a terminal (forced here: stderr is a file) rank 0's "\r<status>" lines become one line
+  // redrawn in place; a line of another rank erases it, prints, and redraws it.
+  auto o = options(2,
+                   "wait_for() { while [ ! -e \"$TEST_DIR/$1\" ]; do sleep 0.01; done; }; "
+                   "if [ \"$RANK\" = 0 ]; then echo \"relay=$DTRAIN_STATUS_RELAY\" >&2; "
+                   "printf '\\rstep 1\\n' >&2; printf '\\rstep 2\\n' >&2; wait_for one_shown; "
+                   "printf '\\r\\n' >&2; echo done >&2; "
+                   "else wait_for zero_shown; echo hello >&2; fi");
+  o.status_line = true;
+  // The order is the launcher's: rank 1 speaks once rank 0's second status is on screen, and
+  // rank 0 goes on once rank 1's line is.
+  std::thread watcher([&] {
+    const auto deadline = Clock::now() + std::chrono::seconds(60);
+    auto show = [&](const std::string& text, const char* file) {
+      while (launcher_stderr().find(text) == std::string::npos && Clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      std::ofstream(dir_ / file) << "";
+    };
+    show("step 2", "zero_shown");
+    show("hello", "one_shown");
+  });
+  const LaunchResult result = launch(o);
+  watcher.join();
+  ASSERT_EQ(result.exit_code, 0) << result.failure;
+  const std::string err = launcher_stderr();
+  EXPECT_NE(err.find("[rank 0] relay=1\n\r\033[Kstep 1\r\033[Kstep 2\r\033[K[rank 1] hello\nstep 2\r\033[K"
+                     "[rank 0] done\n"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(read_file(dir_ / "logs" / "rank_0.log"), "relay=1\ndone\n");
+}
+
+TEST_F(LauncherTest, NoStatusRelayWhenNotOnATerminal) {
+  auto o = options(1, "echo \"relay=$DTRAIN_STATUS_RELAY\" >&2; printf '\\rstep 1\\n' >&2");
+  o.environment["DTRAIN_STATUS_RELAY"] = "1";  // from an enclosing launcher: not passed on
+  o.status_line = false;
+  ASSERT_EQ(launch(o).exit_code, 0);
+  const std::string err = launcher_stderr();
+  EXPECT_NE(err.find("[rank 0] relay=\n"), std::string::npos) << err;
+  EXPECT_EQ(err.find("step 1"), std::string::npos) << err;  // a stray status line is dropped
+}
+
 TEST_F(LauncherTest, RejectsInconsistentOptions) {
   auto o = options(2, "true");
   o.command.clear();

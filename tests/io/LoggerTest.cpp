@@ -121,5 +121,33 @@ TEST(ProgressBar, RedrawnLineOnATerminalWithLogLinesAbove) {
   EXPECT_EQ(text.back(), '\n');
 }
 
+TEST(ProgressBar, RelayedThroughTheLauncherAsCarriageReturnLines) {
+  // Under `dtrain launch` on a terminal: each status is a line "\r<status>" for the launcher to
+  // draw, log lines are plain lines, and the end clears the status with an empty one.
+  std::ostringstream screen;
+  auto console = std::make_shared<Console>(screen, Console::Mode::Relay);
+  EXPECT_TRUE(console->is_terminal());
+  FakeClock clock;
+  ProgressBarOptions options;
+  options.total_steps = 10;
+  options.now = [&] { return clock.t; };
+  ProgressBar bar(console, options);
+  clock.advance(1.0);
+  bar.update(5, 0.5);
+  console->write_line("evaluating");
+  bar.finish();
+  std::vector<std::string> lines;
+  std::istringstream in(screen.str());
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 4u) << screen.str();
+  EXPECT_EQ(lines[0].rfind("\r", 0), 0u);
+  EXPECT_NE(lines[0].find("5/10"), std::string::npos) << lines[0];
+  EXPECT_EQ(lines[1], "evaluating");
+  EXPECT_EQ(lines[2], "\r");  // cleared
+  EXPECT_NE(lines[3].find("5/10"), std::string::npos) << lines[3];  // the last figures, as a line
+  EXPECT_EQ(lines[3].find('\r'), std::string::npos);
+  EXPECT_EQ(screen.str().find("\033"), std::string::npos);  // no terminal codes down the pipe
+}
+
 }  // namespace
 }  // namespace dtrain::io

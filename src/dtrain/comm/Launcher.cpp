@@ -146,16 +146,57 @@ class SignalForwarding {
 };
 
 // ---------------------------------------------------------------------------------------------
+// The launcher's stderr: every rank's lines and the launcher's own reports, and, when it is a
+// terminal, rank 0's status line (the progress bar) redrawn in place below them. A worker relays
+// its status as a line that begins with '\r' (io::Console in relay mode); an empty one clears it.
+
+class Diagnostics {
+ public:
+  Diagnostics(int fd, bool status_line) : fd_(fd), status_line_(status_line) {}
+
+  bool status_line() const { return status_line_; }
+
+  void write(const std::string& text) {
+    if (fd_ < 0) return;
+    if (status_.empty()) {
+      write_all(fd_, text);
+    } else {
+      write_all(fd_, "\r\033[K" + text + status_);
+    }
+  }
+
+  // A relayed status line (its '\r' removed); dropped unless the launcher draws one.
+  void set_status(const std::string& status) {
+    if (fd_ < 0 || !status_line_) return;
+    if (status.empty() && status_.empty()) return;
+    status_ = status;
+    write_all(fd_, "\r\033[K" + status_);
+  }
+
+  // Before the launcher's final reports: the last status stays on screen as a line of its own.
+  void end_status() {
+    if (fd_ < 0 || status_.empty()) return;
+    write_all(fd_, "\n");
+    status_.clear();
+  }
+
+ private:
+  int fd_;
+  bool status_line_;
+  std::string status_;
+};
+
+// ---------------------------------------------------------------------------------------------
 // One rank's output: its log file, the tail quoted when it fails, and its stderr copied to the
 // launcher's stderr line by line with a "[rank r] " prefix.
 
 class RankLog {
  public:
-  RankLog(int rank, std::string path, int output_fd, int diagnostics_fd, size_t tail_lines)
+  RankLog(int rank, std::string path, int output_fd, Diagnostics& diagnostics, size_t tail_lines)
       : rank_(rank),
         path_(std::move(path)),
         output_fd_(output_fd),
-        diagnostics_fd_(diagnostics_fd),
+        diagnostics_(diagnostics),
         tail_lines_(std::max<size_t>(1, tail_lines)) {
     log_fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (log_fd_ < 0) {
@@ -186,10 +227,8 @@ class RankLog {
     split_lines(0, data);
   }
 
-  void write_stderr(std::string_view data) {
-    write_all(log_fd_, data);
-    split_lines(1, data);
-  }
+  // Written to the log line by line, so that relayed status lines stay out of it.
+  void write_stderr(std::string_view data) { split_lines(1, data); }
 
   // The end of a stream: a last line without a newline still counts.
   void finish(bool is_stderr) {
@@ -213,10 +252,15 @@ class RankLog {
   }
 
   void complete_line(bool is_stderr, std::string line) {
-    if (is_stderr && diagnostics_fd_ >= 0) {
+    if (is_stderr) {
+      if (!line.empty() && line.front() == '\r') {
+        diagnostics_.set_status(line.substr(1));
+        return;
+      }
+      write_all(log_fd_, line + "\n");
       // Workers that already say who they are (the "[rank r/N]" convention) are not prefixed twice.
       const bool tagged = line.rfind("[rank ", 0) == 0;
-      write_all(diagnostics_fd_, tagged ? line + "\n" : fmt::format("[rank {}] {}\n", rank_, line));
+      diagnostics_.write(tagged ? line + "\n" : fmt::format("[rank {}] {}\n", rank_, line));
     }
     tail_.push_back(std::move(line));
     if (tail_.size() > tail_lines_) tail_.pop_front();
@@ -225,7 +269,7 @@ class RankLog {
   int rank_;
   std::string path_;
   int output_fd_;
-  int diagnostics_fd_;
+  Diagnostics& diagnostics_;
   size_t tail_lines_;
   int log_fd_ = -1;
   std::deque<std::string> tail_;
@@ -237,8 +281,8 @@ class RankLog {
 // names as the first to fail.
 class MpiOutputDemux {
  public:
-  MpiOutputDemux(std::vector<std::unique_ptr<RankLog>>& logs, int diagnostics_fd)
-      : logs_(logs), diagnostics_fd_(diagnostics_fd) {}
+  MpiOutputDemux(std::vector<std::unique_ptr<RankLog>>& logs, Diagnostics& diagnostics)
+      : logs_(logs), diagnostics_(diagnostics) {}
 
   void write(bool is_stderr, std::string_view data) {
     std::string& partial = partial_[is_stderr ? 1 : 0];
@@ -292,12 +336,12 @@ class MpiOutputDemux {
         failed_rank_ = failed;
       }
     }
-    if (diagnostics_fd_ >= 0) write_all(diagnostics_fd_, line + "\n");
+    diagnostics_.write(line + "\n");
     (void)from_stderr;
   }
 
   std::vector<std::unique_ptr<RankLog>>& logs_;
-  int diagnostics_fd_;
+  Diagnostics& diagnostics_;
   std::string partial_[2];
   std::optional<int> failed_rank_;
 };
@@ -469,7 +513,11 @@ std::string read_error_file(const std::string& path) {
 class Launcher {
  public:
   Launcher(const LaunchOptions& options, SignalForwarding& signals)
-      : options_(options), signals_(signals), launcher_pid_(::getpid()) {}
+      : options_(options),
+        signals_(signals),
+        launcher_pid_(::getpid()),
+        diagnostics_(options.diagnostics_fd,
+                     options.status_line.value_or(options.diagnostics_fd >= 0 && ::isatty(options.diagnostics_fd))) {}
 
   LaunchResult run() {
     LaunchResult result;
@@ -482,13 +530,14 @@ class Launcher {
     const int local_ranks = mpi ? world_size : options_.nproc_per_node;
     for (int r = first_rank; r < first_rank + local_ranks; ++r) {
       logs_.push_back(std::make_unique<RankLog>(r, fmt::format("{}/rank_{}.log", log_dir_, r),
-                                                r == 0 ? options_.output_fd : -1, options_.diagnostics_fd,
+                                                r == 0 ? options_.output_fd : -1, diagnostics_,
                                                 static_cast<size_t>(options_.tail_lines)));
     }
     if (!mpi) host_or_join_store();
 
     for (int attempt = 0;; ++attempt) {
       const AttemptOutcome outcome = run_attempt(attempt);
+      diagnostics_.end_status();
       result.restarts = attempt;
       result.exit_code = outcome.exit_code;
       result.failed_rank = outcome.failed_rank;
@@ -503,8 +552,8 @@ class Launcher {
   }
 
  private:
-  void say(const std::string& text) const {
-    if (options_.diagnostics_fd >= 0) write_all(options_.diagnostics_fd, text);
+  void say(const std::string& text) {
+    diagnostics_.write(text);
   }
 
   std::string prepare_log_dir() {
@@ -578,6 +627,11 @@ class Launcher {
     env["TORCHELASTIC_USE_AGENT_STORE"] = "True";
     env["TORCHELASTIC_ERROR_FILE"] = error_file(rank);
     env["OMP_NUM_THREADS"] = std::to_string(threads_per_worker());
+    if (diagnostics_.status_line()) {
+      env[kStatusRelayVariable] = "1";
+    } else {
+      env.erase(kStatusRelayVariable);  // from an enclosing launcher, which does not see these lines
+    }
     return env;
   }
 
@@ -639,7 +693,7 @@ class Launcher {
 
     bool started = true;
     if (mpi) {
-      demux_ = std::make_unique<MpiOutputDemux>(logs_, options_.diagnostics_fd);
+      demux_ = std::make_unique<MpiOutputDemux>(logs_, diagnostics_);
       started = start(mpirun_arguments(attempt), mpirun_environment(), 0);
     } else {
       for (int local = 0; local < options_.nproc_per_node && started; ++local) {
@@ -672,6 +726,10 @@ class Launcher {
       args.push_back("-x");
       args.push_back(key + "=" + value);
     }
+    if (diagnostics_.status_line()) {
+      args.push_back("-x");
+      args.push_back(std::string(kStatusRelayVariable) + "=1");
+    }
     args.insert(args.end(), options_.command.begin(), options_.command.end());
     return args;
   }
@@ -682,7 +740,7 @@ class Launcher {
     // ranks, which take their ranks from OpenMPI's variables.
     for (const char* key : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
                             "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE",
-                            "TORCHELASTIC_ERROR_FILE"}) {
+                            "TORCHELASTIC_ERROR_FILE", kStatusRelayVariable}) {
       env.erase(key);
     }
     env["OMP_NUM_THREADS"] = std::to_string(threads_per_worker());
@@ -938,6 +996,7 @@ class Launcher {
   const LaunchOptions& options_;
   SignalForwarding& signals_;
   pid_t launcher_pid_;
+  Diagnostics diagnostics_;
   std::string log_dir_;
   std::shared_ptr<c10d::TCPStore> store_;
   int master_port_ = 0;

@@ -34,7 +34,14 @@ struct LaunchOptions {
   // and the launcher's own reports go. The launcher only forwards: it writes nowhere else.
   int output_fd = 1;
   int diagnostics_fd = 2;
+  // Rank 0's progress bar on diagnostics_fd: workers get DTRAIN_STATUS_RELAY=1, send their status
+  // as lines that begin with '\r', and the launcher redraws them in place below the other lines.
+  // Unset: when diagnostics_fd is a terminal.
+  std::optional<bool> status_line;
 };
+
+// The environment variable that asks a worker to relay its status line through the launcher.
+inline constexpr const char* kStatusRelayVariable = "DTRAIN_STATUS_RELAY";
 
 struct LaunchResult {
   int exit_code = 0;               // 0 when every rank of the last attempt succeeded

@@ -3,39 +3,52 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <iostream>
 
 namespace dtrain::io {
 
-Console::Console(std::ostream& out, bool is_terminal) : out_(out), is_terminal_(is_terminal) {}
+Console::Console(std::ostream& out, Mode mode) : out_(out), mode_(mode) {}
 
 std::shared_ptr<Console> Console::standard_error() {
-  return std::make_shared<Console>(std::cerr, ::isatty(STDERR_FILENO) == 1);
+  if (::isatty(STDERR_FILENO) == 1) return std::make_shared<Console>(std::cerr, Mode::Terminal);
+  // The name is comm::kStatusRelayVariable; io does not depend on comm.
+  const char* relay = std::getenv("DTRAIN_STATUS_RELAY");
+  const bool relayed = relay != nullptr && std::strcmp(relay, "1") == 0;
+  return std::make_shared<Console>(std::cerr, relayed ? Mode::Relay : Mode::Plain);
 }
 
-void Console::erase_status_locked() {
-  if (is_terminal_ && !status_.empty()) out_ << "\r\033[K";
-}
+// Each call writes its whole text at once: std::cerr is unbuffered, and mpirun --tag-output tags
+// every piece it reads, so a line written in pieces would reach the launcher cut up by tags.
 
 void Console::write_line(const std::string& line) {
   std::lock_guard<std::mutex> lock(mutex_);
-  erase_status_locked();
-  out_ << line << '\n';
-  if (is_terminal_ && !status_.empty()) out_ << status_;
+  std::string text;
+  // In relay mode the launcher erases its drawn status before each line itself.
+  const bool redraw = mode_ == Mode::Terminal && !status_.empty();
+  if (redraw) text += "\r\033[K";
+  text += line;
+  text += '\n';
+  if (redraw) text += status_;
+  out_ << text;
   out_.flush();
 }
 
 void Console::set_status(const std::string& status) {
-  if (!is_terminal_) return;
+  if (mode_ == Mode::Plain) return;
   std::lock_guard<std::mutex> lock(mutex_);
-  out_ << "\r\033[K" << status;
+  out_ << (mode_ == Mode::Relay ? "\r" + status + "\n" : "\r\033[K" + status);
   out_.flush();
   status_ = status;
 }
 
 void Console::clear_status() {
   std::lock_guard<std::mutex> lock(mutex_);
-  erase_status_locked();
+  if (!status_.empty()) {
+    if (mode_ == Mode::Relay) out_ << "\r\n";
+    if (mode_ == Mode::Terminal) out_ << "\r\033[K";
+  }
   out_.flush();
   status_.clear();
 }

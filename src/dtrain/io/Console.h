@@ -1,5 +1,7 @@
 // The terminal (stderr) shared by the logger and the progress bar: on a terminal the progress bar
-// owns one redrawn status line, and log lines are printed above it instead of through it.
+// owns one redrawn status line, and log lines are printed above it instead of through it. Under
+// `dtrain launch` on a terminal, stderr is a pipe to the launcher: the status travels as a line
+// that begins with '\r' and the launcher draws it (relay mode).
 #pragma once
 
 #include <memory>
@@ -11,13 +13,20 @@ namespace dtrain::io {
 
 class Console {
  public:
-  // `is_terminal` enables the redrawn status line; otherwise set_status prints nothing.
-  Console(std::ostream& out, bool is_terminal);
+  enum class Mode {
+    Plain,     // set_status prints nothing
+    Terminal,  // the status line is redrawn in place with carriage return and erase-line
+    Relay,     // each status is a line "\r<status>" (an empty one clears) for a launcher to draw
+  };
+  Console(std::ostream& out, Mode mode);
+  Console(std::ostream& out, bool is_terminal) : Console(out, is_terminal ? Mode::Terminal : Mode::Plain) {}
 
-  // std::cerr, a terminal when file descriptor 2 is one.
+  // std::cerr: Terminal when file descriptor 2 is one, else Relay when the launcher asked for it
+  // (comm::kStatusRelayVariable, DTRAIN_STATUS_RELAY=1), else Plain.
   static std::shared_ptr<Console> standard_error();
 
-  bool is_terminal() const { return is_terminal_; }
+  // Whether a status line is shown somewhere (Terminal or Relay).
+  bool is_terminal() const { return mode_ != Mode::Plain; }
 
   // Prints a full line (a newline is added), keeping the status line below it.
   void write_line(const std::string& line);
@@ -27,11 +36,9 @@ class Console {
   void clear_status();
 
  private:
-  void erase_status_locked();
-
   std::mutex mutex_;
   std::ostream& out_;
-  bool is_terminal_;
+  Mode mode_;
   std::string status_;
 };
 
