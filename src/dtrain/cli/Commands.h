@@ -4,7 +4,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include <exception>
 #include <functional>
+#include <string>
 
 namespace dtrain::cli {
 
@@ -16,5 +18,8 @@ Run add_bench_command(CLI::App& app);
 Run add_train_command(CLI::App& app);
 Run add_experiment_command(CLI::App& app);
 Run add_report_command(CLI::App& app);
+
+// An exception's message for the user: without the C++ stack trace that LibTorch's errors carry.
+std::string error_message(const std::exception& e);
 
 }  // namespace dtrain::cli

@@ -143,10 +143,47 @@ int launch_workers(const TrainArgs& a, const config::RunConfig& cfg, int nproc,
   for (const auto& o : a.overrides) options.command.push_back(o);
   options.command.insert(options.command.end(), {"--run-dir", root.string()});
   if (!a.resume.empty()) options.command.insert(options.command.end(), {"--resume", a.resume});
-  const auto result = comm::launch(options);
-  if (result.exit_code != 0 && !result.failure.empty())
-    std::cerr << "dtrain train: " << result.failure << "\n";
-  return result.exit_code;
+  // The launcher has reported a failure itself.
+  return comm::launch(options).exit_code;
+}
+
+// The training itself, in a worker whose run folder and log are ready.
+int train_in(const TrainArgs& a, const config::RunConfig& cfg, const comm::CommunicatorPtr& communicator,
+             io::RunDir& run, const std::shared_ptr<io::Logger>& logger) {
+  const int rank = communicator ? communicator->rank() : 0;
+  io::MetricsSinkPtr sink;
+  if (rank == 0) {
+    run.write_config(cfg);
+    sink = std::make_shared<io::MultiMetricsSink>(
+        std::vector<io::MetricsSinkPtr>{std::make_shared<io::JsonlMetricsSink>(run.metrics_jsonl_path()),
+                                        std::make_shared<io::CsvMetricsSink>(run.metrics_csv_path()),
+                                        std::make_shared<io::TensorBoardWriter>(run.tensorboard_dir())});
+    logger->info(fmt::format("run folder {}", run.root().string()));
+  }
+
+  train::Trainer trainer(cfg, communicator);
+  trainer.add_callback(std::make_shared<train::MetricsLog>(sink, logger, cfg.train.log_every_steps));
+  if (rank == 0) trainer.add_callback(std::make_shared<train::Progress>(logger->console()));
+  train::CheckpointOptions ckpt;
+  ckpt.every_steps = cfg.train.checkpoint_every_steps;
+  ckpt.every_epochs = cfg.train.checkpoint_every_epochs;
+  trainer.add_callback(
+      std::make_shared<train::Checkpointing>(run.checkpoints_dir(), run.root() / "model.pt", ckpt, logger));
+  if (cfg.train.target_accuracy > 0) {
+    trainer.add_callback(std::make_shared<train::EarlyStop>(cfg.train.target_accuracy));
+  }
+  if (!a.resume.empty()) {
+    trainer.load_state(load_resume_point(a.resume));
+    logger->info(fmt::format("resumed from {} at step {}", a.resume, trainer.step()));
+  }
+
+  const auto result = trainer.fit();
+  if (rank == 0) {
+    const auto j = results_json(cfg, trainer, result, run, communicator ? communicator->backend() : "none");
+    io::write_json_file(run.results_path(), j);
+    std::cout << j.dump() << std::endl;
+  }
+  return 0;
 }
 
 int run_worker(const TrainArgs& a, const config::RunConfig& cfg, const comm::Environment& env) {
@@ -183,39 +220,16 @@ int run_worker(const TrainArgs& a, const config::RunConfig& cfg, const comm::Env
     run = io::RunDir::open(run->root(), rank, world);
   }
   auto logger = io::Logger::for_rank(run->log_path(), rank, world);
-  io::MetricsSinkPtr sink;
-  if (rank == 0) {
-    run->write_config(cfg);
-    sink = std::make_shared<io::MultiMetricsSink>(
-        std::vector<io::MetricsSinkPtr>{std::make_shared<io::JsonlMetricsSink>(run->metrics_jsonl_path()),
-                                        std::make_shared<io::CsvMetricsSink>(run->metrics_csv_path()),
-                                        std::make_shared<io::TensorBoardWriter>(run->tensorboard_dir())});
-    logger->info(fmt::format("run folder {}", run->root().string()));
+  try {
+    return train_in(a, cfg, communicator, *run, logger);
+  } catch (const std::exception& e) {
+    // In the rank's log too. Rank 0's logger prints on stderr; the other ranks say it there
+    // themselves, for the launcher to quote.
+    const auto message = error_message(e);
+    logger->error(message);
+    if (rank != 0) std::cerr << fmt::format("[rank {}/{}] dtrain: error: {}\n", rank, world, message);
+    return 1;
   }
-
-  train::Trainer trainer(cfg, communicator);
-  trainer.add_callback(std::make_shared<train::MetricsLog>(sink, logger, cfg.train.log_every_steps));
-  if (rank == 0) trainer.add_callback(std::make_shared<train::Progress>(logger->console()));
-  train::CheckpointOptions ckpt;
-  ckpt.every_steps = cfg.train.checkpoint_every_steps;
-  ckpt.every_epochs = cfg.train.checkpoint_every_epochs;
-  trainer.add_callback(
-      std::make_shared<train::Checkpointing>(run->checkpoints_dir(), run->root() / "model.pt", ckpt, logger));
-  if (cfg.train.target_accuracy > 0) {
-    trainer.add_callback(std::make_shared<train::EarlyStop>(cfg.train.target_accuracy));
-  }
-  if (!a.resume.empty()) {
-    trainer.load_state(load_resume_point(a.resume));
-    logger->info(fmt::format("resumed from {} at step {}", a.resume, trainer.step()));
-  }
-
-  const auto result = trainer.fit();
-  if (rank == 0) {
-    const auto j = results_json(cfg, trainer, result, *run, communicator ? communicator->backend() : "none");
-    io::write_json_file(run->results_path(), j);
-    std::cout << j.dump() << std::endl;
-  }
-  return 0;
 }
 
 }  // namespace

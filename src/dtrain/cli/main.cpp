@@ -4,7 +4,18 @@
 #include <map>
 #include <string>
 
+#include <c10/util/Exception.h>
+
 #include "dtrain/cli/Commands.h"
+
+namespace dtrain::cli {
+
+std::string error_message(const std::exception& e) {
+  if (const auto* torch_error = dynamic_cast<const c10::Error*>(&e)) return torch_error->what_without_backtrace();
+  return e.what();
+}
+
+}  // namespace dtrain::cli
 
 int main(int argc, char** argv) {
   CLI::App app{"dtrain: distributed neural-network training on LibTorch"};
@@ -24,7 +35,7 @@ int main(int argc, char** argv) {
   try {
     for (auto* sub : app.get_subcommands()) return runs.at(sub->get_name())();
   } catch (const std::exception& e) {
-    std::cerr << "dtrain: error: " << e.what() << "\n";
+    std::cerr << "dtrain: error: " + dtrain::cli::error_message(e) + "\n";  // one write: see io/Console.cpp
     return 1;
   }
   return 1;
