@@ -55,6 +55,15 @@ TEST(Cifar, TruncatedFileNamed) {
   EXPECT_THAT(msg, HasSubstr("truncated"));
 }
 
+TEST(Cifar, EmptyFileNamed) {
+  TempDir dir;
+  const std::string path = dir / "test_batch.bin";
+  write_bytes(path, {}, false);
+  auto msg = error_of([&] { load_cifar(dir.str(), 10, false); });
+  EXPECT_THAT(msg, HasSubstr(path));
+  EXPECT_THAT(msg, HasSubstr("empty"));
+}
+
 TEST(Cifar, LabelOutOfRangeNamed) {
   TempDir dir;
   auto bytes = cifar_records(3, 10);

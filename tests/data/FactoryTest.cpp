@@ -78,6 +78,22 @@ TEST(Factory, MnistFromRoot) {
   EXPECT_EQ(sets.test->size(), 10);
 }
 
+TEST(Factory, EmptySplitIsAnErrorNamingIt) {
+  // Well-formed files holding no samples: an error, not a run that evaluates nothing as zeros.
+  for (const bool empty_train : {true, false}) {
+    TempDir dir;
+    write_mnist(dir.str(), "train", empty_train ? 0 : 20, false);
+    write_mnist(dir.str(), "t10k", empty_train ? 5 : 0, false);
+    DataConfig c;
+    c.dataset = "mnist";
+    c.root = dir.str();
+    const auto msg = error_of([&] { load_datasets(c); });
+    EXPECT_THAT(msg, HasSubstr(empty_train ? "the training set mnist/train has no samples"
+                                           : "the test set mnist/test has no samples"));
+    EXPECT_THAT(msg, HasSubstr(dir.str()));
+  }
+}
+
 TEST(Factory, UnknownNameListsKnownOnes) {
   DataConfig c;
   c.dataset = "imagenet";

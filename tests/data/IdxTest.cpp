@@ -52,6 +52,23 @@ TEST(Idx, TruncatedRawAndGzip) {
   }
 }
 
+TEST(Idx, HeaderPromisingMoreThanTheFileIsRefusedBeforeAllocating) {
+  // A count of 4e9 images, or sizes whose product overflows 64 bits: an error naming the file,
+  // not an attempt to allocate terabytes.
+  TempDir dir;
+  for (bool gz : {false, true}) {
+    for (const auto& sizes : {std::vector<std::uint32_t>{4000000000u, 28, 28},
+                              std::vector<std::uint32_t>{0xFFFFFFFFu, 0xFFFFFFFFu, 0xFFFFFFFFu}}) {
+      const std::string path = dir / (gz ? "big.gz" : "big");
+      write_bytes(path, idx_bytes(sizes, std::vector<std::uint8_t>(100, 1)), gz);
+      const auto msg = error_of([&] { read_idx(path, 3); });
+      EXPECT_THAT(msg, HasSubstr(path));
+      EXPECT_THAT(msg, HasSubstr(gz ? "corrupt header" : "truncated"));
+      EXPECT_THAT(msg, ::testing::Not(HasSubstr("allocate")));
+    }
+  }
+}
+
 TEST(Idx, TruncatedGzipStream) {
   TempDir dir;
   const std::string full = dir / "full.gz", cut = dir / "cut.gz";

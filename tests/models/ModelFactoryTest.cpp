@@ -201,6 +201,14 @@ TEST(ModelFactoryTest, TransformerLanguageModelIsCausal) {
   EXPECT_THROW(create_model(config, InputSpec::image(1, 28, 28, 10)), std::invalid_argument);
   config.task = "seq2seq";
   EXPECT_THROW(create_model(config, text), std::invalid_argument);
+  // A classifier on a text set without classes says which task fits.
+  config.task = "classifier";
+  try {
+    create_model(config, text);
+    ADD_FAILURE() << "a classifier on unlabelled tokens was built";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("set model.task: lm"), std::string::npos) << e.what();
+  }
 }
 
 TEST(ModelFactoryTest, InitialisationIsDeterministicGivenSeed) {

@@ -25,6 +25,8 @@ ImageDataset read_cifar_files(const std::vector<std::string>& files, int classes
     TORCH_CHECK(bytes % record == 0, path, ": truncated or not a CIFAR-", classes, " binary file: ", bytes,
                 " bytes is not a whole number of ", record, "-byte records (", label_bytes,
                 " label byte(s) + 3x32x32 image)");
+    TORCH_CHECK(bytes > 0, path, ": empty: a CIFAR-", classes, " binary file holds ", record,
+                "-byte records and this one holds none");
     counts.push_back(bytes / record);
     total += counts.back();
   }

@@ -60,12 +60,28 @@ torch::Tensor read_idx(const std::string& path, int expected_dims) {
   TORCH_CHECK(read_fully(file.get(), header.data(), static_cast<std::int64_t>(header.size()), path) ==
                   static_cast<std::int64_t>(header.size()),
               path, ": truncated: the file ends inside the IDX header");
+  // What the header promises must fit in the file before anything is allocated: a raw file holds
+  // exactly its size less the header; deflate expands at most 1032-fold.
+  std::error_code ec;
+  const auto file_bytes = static_cast<std::int64_t>(std::filesystem::file_size(path, ec));
+  TORCH_CHECK(!ec, path, ": cannot read its size (", ec.message(), ")");
+  const std::int64_t header_bytes = 4 + static_cast<std::int64_t>(header.size());
+  const bool raw = gzdirect(file.get()) == 1;
+  const std::int64_t at_most = raw ? file_bytes - header_bytes : file_bytes * 1032 + (1 << 16);
   std::vector<std::int64_t> sizes;
+  for (int d = 0; d < expected_dims; ++d) sizes.push_back(big_endian(header.data() + 4 * d));
   std::int64_t count = 1;
-  for (int d = 0; d < expected_dims; ++d) {
-    sizes.push_back(big_endian(header.data() + 4 * d));
-    count *= sizes.back();
+  bool too_big = false;
+  for (const auto size : sizes) {
+    too_big = too_big || (size > 0 && count > at_most / size);
+    if (!too_big) count *= size;
   }
+  if (too_big && raw) {
+    TORCH_CHECK(false, path, ": truncated: the header promises more than ", at_most, " bytes of data (",
+                c10::IntArrayRef(sizes), "), found ", at_most);
+  }
+  TORCH_CHECK(!too_big, path, ": corrupt header: its sizes ", c10::IntArrayRef(sizes),
+              " promise more data than a ", file_bytes, "-byte compressed file can hold");
 
   auto data = torch::empty(sizes, torch::kUInt8);
   const std::int64_t got = read_fully(file.get(), data.data_ptr<std::uint8_t>(), count, path);

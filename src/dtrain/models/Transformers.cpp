@@ -89,6 +89,11 @@ NetworkPtr build_transformer(const config::ModelConfig& config, const InputSpec&
     throw std::invalid_argument(
         fmt::format("model.task: expected classifier or lm, found '{}'; set model.task", config.task));
   }
+  if (input.is_tokens() && input.num_classes <= 0) {
+    throw std::invalid_argument(
+        "transformer (task classifier): this token data set has no classes to predict (a character-level "
+        "text set is for language modelling); set model.task: lm");
+  }
   require_classes("transformer", input);
   const auto options = attention_options("transformer", config, /*causal=*/false);
   torch::nn::Sequential layers;
