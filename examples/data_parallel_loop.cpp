@@ -41,5 +41,10 @@ int main() {
       std::cout << "step " << step << " loss " << loss.item<double>() << std::endl;
     }
   }
-  return 0;
+  // Every rank ends with the same weights: they took the same averaged steps.
+  auto mine = torch::nn::utils::parameters_to_vector(model->parameters()).detach();
+  auto largest = mine.clone();
+  communicator->allreduce(largest, comm::ReduceOp::Max);
+  if (!torch::equal(mine, largest)) std::cerr << "rank " << communicator->rank() << ": weights differ\n";
+  return torch::equal(mine, largest) ? 0 : 1;
 }

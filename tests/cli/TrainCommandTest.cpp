@@ -1,5 +1,6 @@
 // `dtrain train` end to end, through the real binary: two workers started by --nproc, the run
-// folder they leave, an exact-position resume, a Fashion-MNIST subset, and config errors.
+// folder they leave, an exact-position resume, identical numbers from two runs, a Fashion-MNIST
+// subset, and config and data errors.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -10,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -122,6 +124,61 @@ TEST_F(TrainCommand, TwoWorkersLeaveACompleteRunFolderAndResumeContinues) {
   const auto resumed = last_json_line(third.out);
   EXPECT_EQ(resumed["steps"], 4 * 512 / (16 * 2));
   EXPECT_EQ(resumed["run_dir"], run_dir.string());
+}
+
+TEST_F(TrainCommand, TwoRunsOnTwoWorkersGiveIdenticalNumbers) {
+  const auto cfg = write_config("e2e.yaml", synthetic_config());
+  const auto a = run("train " + cfg.string() + " train.epochs=1 train.checkpoint_every_epochs=0", dir_);
+  const auto b = run("train " + cfg.string() + " train.epochs=1 train.checkpoint_every_epochs=0", dir_);
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  const auto ra = last_json_line(a.out);
+  const auto rb = last_json_line(b.out);
+  EXPECT_NE(ra["run_dir"], rb["run_dir"]);
+  for (const auto* key : {"final", "train_last_epoch", "initial_parameter_hash", "data_partition_hash"}) {
+    EXPECT_EQ(ra[key], rb[key]) << key;  // every figure, bit for bit
+  }
+  EXPECT_EQ(ra["final"]["samples"], 64);
+}
+
+TEST_F(TrainCommand, DataErrorIsOneMessageNamingTheFileOnStderrAndInTheRankLogs) {
+  // Well-formed IDX files but one label out of range: every rank says so in one line (no C++
+  // stack trace), and the reason is in the run folder's logs too.
+  const auto data = dir_ / "idx";
+  fs::create_directories(data);
+  auto write_idx = [&](const std::string& name, std::vector<std::uint32_t> sizes, std::vector<unsigned char> bytes) {
+    std::string out{0, 0, 8, static_cast<char>(sizes.size())};
+    for (const auto size : sizes) {
+      for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<char>((size >> shift) & 0xFF));
+    }
+    out.append(bytes.begin(), bytes.end());
+    std::ofstream(data / name, std::ios::binary) << out;
+  };
+  for (const std::string split : {"train", "t10k"}) {
+    write_idx(split + "-images-idx3-ubyte", {4, 28, 28}, std::vector<unsigned char>(4 * 28 * 28, 9));
+    write_idx(split + "-labels-idx1-ubyte", {4}, {1, 2, split == "train" ? 42 : 3, 4});
+  }
+  const auto cfg = write_config("e2e.yaml", synthetic_config());
+  const auto out = run("train " + cfg.string() + " data.dataset=mnist data.root=" + data.string() +
+                           " data.batch_size=1 model.name=lenet5",
+                       dir_);
+  EXPECT_EQ(out.exit_code, 1) << out.err;
+  const auto label_file = (data / "train-labels-idx1-ubyte").string();
+  const auto reason = label_file + ": label out of range: sample 2 has label 42, expected 0..9";
+  EXPECT_NE(out.err.find("[rank 0/2] "), std::string::npos) << out.err;
+  EXPECT_NE(out.err.find("error: " + reason), std::string::npos) << out.err;
+  EXPECT_NE(out.err.find("[rank 1/2] dtrain: error: " + reason), std::string::npos) << out.err;
+  EXPECT_EQ(out.err.find("frame #"), std::string::npos) << out.err;
+  EXPECT_EQ(out.err.find("Exception raised from"), std::string::npos) << out.err;
+  int logs = 0;
+  for (const auto& e : fs::recursive_directory_iterator(dir_ / "runs")) {
+    if (e.path().filename() != "log.txt") continue;
+    std::ifstream in(e.path());
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(text.find(reason), std::string::npos) << e.path();
+    ++logs;
+  }
+  EXPECT_EQ(logs, 2);  // site_0 and site_1
 }
 
 TEST_F(TrainCommand, FashionMnistSubsetTrainsLeNet) {
