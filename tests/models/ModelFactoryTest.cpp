@@ -78,6 +78,22 @@ TEST(ModelFactoryTest, LeNet5MatchesClosedFormParameterCount) {
   EXPECT_EQ(create_model(named("lenet5"), folder)->forward(images(folder, 2)).sizes(),
             torch::IntArrayRef({2, 2}));
   EXPECT_THROW(create_model(named("lenet5"), InputSpec::image(1, 8, 8, 10)), std::invalid_argument);
+
+  // On the CPU it convolves in channels-last order: the same outputs and gradients up to rounding.
+  EXPECT_TRUE(lenet->channels_last_on_cpu());
+  const auto x = images(fashion, 8);
+  auto run = [&](bool channels_last) {
+    lenet->set_channels_last_on_cpu(channels_last);
+    lenet->zero_grad();
+    auto out = lenet->forward(x);
+    out.sum().backward();
+    return std::make_pair(out.detach(), lenet->parameters()[0].grad().clone());
+  };
+  const auto [out_cl, grad_cl] = run(true);
+  const auto [out_plain, grad_plain] = run(false);
+  EXPECT_TRUE(torch::allclose(out_cl, out_plain, 1e-5, 1e-6));
+  EXPECT_TRUE(torch::allclose(grad_cl, grad_plain, 1e-4, 1e-5));
+  EXPECT_TRUE(lenet->parameters()[0].is_contiguous());  // parameters keep their layout
 }
 
 TEST(ModelFactoryTest, MnistNetIsSeedZerosFeedForwardNet) {

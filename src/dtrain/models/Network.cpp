@@ -35,6 +35,9 @@ Network::Network(std::string kind, torch::nn::Sequential layers)
     : kind_(std::move(kind)), layers_(register_module("layers", std::move(layers))) {}
 
 torch::Tensor Network::forward(torch::Tensor input) {
+  if (channels_last_on_cpu_ && input.dim() == 4 && input.device().is_cpu()) {
+    input = input.contiguous(at::MemoryFormat::ChannelsLast);
+  }
   return layers_->forward(std::move(input));
 }
 

@@ -123,7 +123,9 @@ NetworkPtr build_lenet5(const config::ModelConfig& config, const InputSpec& inpu
   layers->push_back(torch::nn::ReLU());
   if (config.dropout > 0.0) layers->push_back(torch::nn::Dropout(config.dropout));
   layers->push_back(torch::nn::Linear(84, input.num_classes));
-  return std::make_shared<Network>("lenet5", layers);
+  auto network = std::make_shared<Network>("lenet5", layers);
+  network->set_channels_last_on_cpu(true);
+  return network;
 }
 
 }  // namespace dtrain::models::detail
