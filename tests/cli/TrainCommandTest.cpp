@@ -1,10 +1,17 @@
 // `dtrain train` end to end, through the real binary: two workers started by --nproc, the run
 // folder they leave, an exact-position resume, identical numbers from two runs, a Fashion-MNIST
-// subset, and config and data errors.
+// subset, a worker killed mid-run and resumed, and config and data errors.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <fcntl.h>
+#include <spawn.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
+#include <chrono>
+#include <regex>
+#include <thread>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -179,6 +186,93 @@ TEST_F(TrainCommand, DataErrorIsOneMessageNamingTheFileOnStderrAndInTheRankLogs)
     ++logs;
   }
   EXPECT_EQ(logs, 2);  // site_0 and site_1
+}
+
+// The pid of the launcher's child whose environment says RANK=<rank>; -1 if none.
+pid_t worker_of(pid_t launcher, int rank) {
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const auto name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(e.path() / "stat");
+    std::string line;
+    std::getline(stat, line);
+    const auto close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 2));
+    char state = 0;
+    pid_t parent = 0;
+    rest >> state >> parent;
+    if (parent != launcher) continue;
+    std::ifstream environ(e.path() / "environ");
+    const std::string env((std::istreambuf_iterator<char>(environ)), std::istreambuf_iterator<char>());
+    if (env.find(std::string("\0RANK=") + std::to_string(rank) + '\0') != std::string::npos ||
+        env.rfind("RANK=" + std::to_string(rank) + '\0', 0) == 0) {
+      return static_cast<pid_t>(std::stoi(name));
+    }
+  }
+  return -1;
+}
+
+TEST_F(TrainCommand, WorkerKilledDuringTrainingStopsTheJobAndItsLastCheckpointResumes) {
+  // Two workers with a checkpoint every 5 steps; once one is written, rank 1 gets SIGKILL. The job
+  // must end at once with an error naming rank 1, and --resume must continue from the checkpoint.
+  const auto cfg = write_config("e2e.yaml", synthetic_config());
+  const auto err_path = dir_ / "killed.err";
+  const std::string binary = DTRAIN_BINARY;
+  std::vector<std::string> args{binary, "train", cfg.string(), "train.epochs=100000", "train.checkpoint_every_steps=5",
+                                "train.checkpoint_every_epochs=0"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t files;
+  posix_spawn_file_actions_init(&files);
+  posix_spawn_file_actions_addopen(&files, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&files, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t launcher = -1;
+  ASSERT_EQ(posix_spawn(&launcher, binary.c_str(), &files, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&files);
+
+  // Wait for the first checkpoint to be reported (bounded: the job itself runs much longer).
+  auto read_err = [&] {
+    std::ifstream in(err_path);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  std::smatch found;
+  const std::regex checkpoint_line("checkpoint (\\S+/checkpoint-\\d+\\.ckpt)");
+  std::string err;
+  while (!std::regex_search(err = read_err(), found, checkpoint_line) &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(std::regex_search(err, found, checkpoint_line)) << err;
+  const fs::path run_dir = fs::path(found[1].str()).parent_path().parent_path();
+  const pid_t rank1 = worker_of(launcher, 1);
+  ASSERT_GT(rank1, 0);
+  ASSERT_EQ(::kill(rank1, SIGKILL), 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(launcher, &status, 0), launcher);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_NE(WEXITSTATUS(status), 0);
+  err = read_err();
+  EXPECT_NE(err.find("rank 1"), std::string::npos) << err;
+  EXPECT_NE(err.find("SIGKILL"), std::string::npos) << err;
+
+  // The latest checkpoint is whole: the run continues from it, 20 steps further.
+  std::ifstream marker(run_dir / "checkpoints" / "latest");
+  std::string latest;
+  marker >> latest;
+  std::smatch step_of;
+  ASSERT_TRUE(std::regex_search(latest, step_of, std::regex("checkpoint-(\\d+)\\.ckpt"))) << latest;
+  const long step = std::stol(step_of[1].str());
+  EXPECT_GE(step, 5);
+  EXPECT_EQ(step % 5, 0);
+  const auto resumed = run("train " + cfg.string() + " train.epochs=100000 train.checkpoint_every_epochs=0 " +
+                               "train.max_steps=" + std::to_string(step + 20) + " --resume " + run_dir.string(),
+                           dir_);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_EQ(last_json_line(resumed.out)["steps"], step + 20);
+  EXPECT_NE(resumed.err.find("at step " + std::to_string(step)), std::string::npos) << resumed.err;
 }
 
 TEST_F(TrainCommand, FashionMnistSubsetTrainsLeNet) {
