@@ -203,11 +203,9 @@ pid_t worker_of(pid_t launcher, int rank) {
     pid_t parent = 0;
     rest >> state >> parent;
     if (parent != launcher) continue;
-    std::ifstream environ(e.path() / "environ");
-    const std::string env((std::istreambuf_iterator<char>(environ)), std::istreambuf_iterator<char>());
-    if (env.find(std::string("\0RANK=") + std::to_string(rank) + '\0') != std::string::npos ||
-        env.rfind("RANK=" + std::to_string(rank) + '\0', 0) == 0) {
-      return static_cast<pid_t>(std::stoi(name));
+    std::ifstream env_file(e.path() / "environ");
+    for (std::string entry; std::getline(env_file, entry, '\0');) {
+      if (entry == "RANK=" + std::to_string(rank)) return static_cast<pid_t>(std::stoi(name));
     }
   }
   return -1;
