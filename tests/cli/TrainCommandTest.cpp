@@ -163,7 +163,7 @@ TEST_F(TrainCommand, DataErrorIsOneMessageNamingTheFileOnStderrAndInTheRankLogs)
   };
   for (const std::string split : {"train", "t10k"}) {
     write_idx(split + "-images-idx3-ubyte", {4, 28, 28}, std::vector<unsigned char>(4 * 28 * 28, 9));
-    write_idx(split + "-labels-idx1-ubyte", {4}, {1, 2, split == "train" ? 42 : 3, 4});
+    write_idx(split + "-labels-idx1-ubyte", {4}, {1, 2, static_cast<unsigned char>(split == "train" ? 42 : 3), 4});
   }
   const auto cfg = write_config("e2e.yaml", synthetic_config());
   const auto out = run("train " + cfg.string() + " data.dataset=mnist data.root=" + data.string() +
