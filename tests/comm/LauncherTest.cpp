@@ -371,6 +371,28 @@ TEST_F(LauncherTest, RejectsInconsistentOptions) {
   EXPECT_THROW(launch(o), std::invalid_argument);
 }
 
+TEST_F(LauncherTest, MpirunTagsInTheMiddleOfALineAreTakenOut) {
+  // mpirun tags every piece it reads from a rank: a line read in two pieces carries a second tag
+  // in its middle, and another rank's piece may come between. A stand-in for mpirun prints that.
+  const auto fake = dir_ / "fake-mpirun";
+  std::ofstream(fake) << "#!/bin/sh\n"
+                         "printf '[1,0]<stdout>:{\"a\": 1, [1,0]<stdout>:\"b\": 2}\\n'\n"
+                         "printf '[1,1]<stderr>:half [1,0]<stderr>:zero says\\n[1,1]<stderr>:and the rest\\n' >&2\n"
+                         "echo 'mpirun: a line of its own' >&2\n";
+  fs::permissions(fake, fs::perms::owner_all);
+  auto o = options(2, "true");
+  o.backend = "mpi";
+  o.mpirun = fake.string();
+  const LaunchResult result = launch(o);
+  ASSERT_EQ(result.exit_code, 0) << result.failure;
+  EXPECT_EQ(launcher_stdout(), "{\"a\": 1, \"b\": 2}\n");
+  const auto err = launcher_stderr();
+  EXPECT_NE(err.find("[rank 0] zero says\n"), std::string::npos) << err;
+  EXPECT_NE(err.find("[rank 1] half and the rest\n"), std::string::npos) << err;
+  EXPECT_NE(err.find("\nmpirun: a line of its own\n"), std::string::npos) << err;
+  EXPECT_EQ(err.find("<std"), std::string::npos) << err;
+}
+
 TEST_F(LauncherTest, MpiBackendDelegatesToMpirun) {
   if (::access("/usr/bin/mpirun", X_OK) != 0) GTEST_SKIP() << "openmpi-bin is not installed";
   auto o = options(2,

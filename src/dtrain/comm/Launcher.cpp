@@ -23,6 +23,7 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <stdexcept>
@@ -278,7 +279,9 @@ class RankLog {
 
 // mpirun --tag-output writes "[<job>,<rank>]<stdout>:text"; this routes each line to its rank's
 // log and passes mpirun's own lines (untagged) to the launcher's stderr, noting which rank mpirun
-// names as the first to fail.
+// names as the first to fail. mpirun tags what it reads from a rank piece by piece: a long line
+// can reach it in two reads, and then a second tag sits in the middle of the line
+// ("[1,0]<stdout>:{..part one[1,0]<stdout>:part two\n"), so tags are taken out wherever they are.
 class MpiOutputDemux {
  public:
   MpiOutputDemux(std::vector<std::unique_ptr<RankLog>>& logs, Diagnostics& diagnostics)
@@ -289,7 +292,7 @@ class MpiOutputDemux {
     size_t start = 0;
     for (size_t newline; (newline = data.find('\n', start)) != std::string_view::npos; start = newline + 1) {
       partial.append(data.substr(start, newline - start));
-      route(is_stderr, partial);
+      route(partial, /*complete=*/true);
       partial.clear();
     }
     partial.append(data.substr(start));
@@ -297,29 +300,73 @@ class MpiOutputDemux {
 
   void finish(bool is_stderr) {
     std::string& partial = partial_[is_stderr ? 1 : 0];
-    if (!partial.empty()) route(is_stderr, partial);
+    if (!partial.empty()) route(partial, /*complete=*/false);
     partial.clear();
+    for (auto& [key, text] : pieces_) {
+      if (!text.empty()) deliver(key.first, key.second, text);
+    }
+    pieces_.clear();
   }
 
   std::optional<int> reported_failed_rank() const { return failed_rank_; }
 
  private:
-  void route(bool from_stderr, const std::string& line) {
-    int job = 0, rank = 0, consumed = 0;
-    char stream[8] = {0};
-    if (std::sscanf(line.c_str(), "[%d,%d]<%7[a-z]>:%n", &job, &rank, stream, &consumed) == 3 &&
-        consumed > 0 && rank >= 0 && rank < static_cast<int>(logs_.size())) {
-      const std::string text = line.substr(static_cast<size_t>(consumed)) + "\n";
-      if (std::strcmp(stream, "stdout") == 0) {
-        logs_[rank]->write_stdout(text);
-      } else {
-        logs_[rank]->write_stderr(text);
+  struct Tag {
+    size_t at = std::string::npos;
+    size_t length = 0;
+    int rank = 0;
+    bool is_stdout = false;
+  };
+
+  // The first "[<job>,<rank>]<stdout|stderr|stddiag>:" at or after `from`, for a rank of this job.
+  Tag find_tag(const std::string& line, size_t from) const {
+    for (size_t at = line.find('[', from); at != std::string::npos; at = line.find('[', at + 1)) {
+      int job = 0, rank = 0, consumed = 0;
+      char stream[8] = {0};
+      if (std::sscanf(line.c_str() + at, "[%d,%d]<%7[a-z]>:%n", &job, &rank, stream, &consumed) == 3 &&
+          consumed > 0 && rank >= 0 && rank < static_cast<int>(logs_.size())) {
+        return Tag{at, static_cast<size_t>(consumed), rank, std::strcmp(stream, "stdout") == 0};
       }
+    }
+    return Tag{};
+  }
+
+  void deliver(int rank, bool is_stdout, const std::string& text) {
+    if (is_stdout) {
+      logs_[rank]->write_stdout(text);
+    } else {
+      logs_[rank]->write_stderr(text);
+    }
+  }
+
+  // A line of mpirun's output: its tagged pieces go to their ranks; the last piece ends that rank's
+  // line, the earlier ones are continued by a later tag of the same rank and stream.
+  void route(const std::string& line, bool complete) {
+    Tag tag = find_tag(line, 0);
+    if (tag.at == std::string::npos) {
+      own_line(line);
       return;
     }
+    if (tag.at > 0) own_line(line.substr(0, tag.at));
+    while (tag.at != std::string::npos) {
+      const size_t begin = tag.at + tag.length;
+      const Tag next = find_tag(line, begin);
+      const size_t end = next.at == std::string::npos ? line.size() : next.at;
+      std::string& pending = pieces_[{tag.rank, tag.is_stdout}];
+      pending.append(line, begin, end - begin);
+      if (next.at == std::string::npos && complete) {
+        deliver(tag.rank, tag.is_stdout, pending + "\n");
+        pending.clear();
+      }
+      tag = next;
+    }
+  }
+
+  void own_line(const std::string& line) {
     // mpirun's reports of the first process that failed: "  Process name: [[18891,1],1]" after a
     // non-zero exit, "mpirun noticed that process rank 1 with PID 0 on node vm exited on signal 9"
     // after a signal.
+    int job = 0;
     const auto at = line.find("Process name: [[");
     if (at != std::string::npos) {
       int vpid = 0, failed = 0;
@@ -337,12 +384,12 @@ class MpiOutputDemux {
       }
     }
     diagnostics_.write(line + "\n");
-    (void)from_stderr;
   }
 
   std::vector<std::unique_ptr<RankLog>>& logs_;
   Diagnostics& diagnostics_;
   std::string partial_[2];
+  std::map<std::pair<int, bool>, std::string> pieces_;  // (rank, stdout?) -> a line not yet ended
   std::optional<int> failed_rank_;
 };
 
