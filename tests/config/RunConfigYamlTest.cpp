@@ -130,6 +130,18 @@ TEST(RunConfigErrors, WrongTypeNamesFileLineAndKey) {
   EXPECT_STREQ(e.what(), "x.yaml:4: optim.lr: expected a positive number, found \"fast\"");
 }
 
+TEST(RunConfigErrors, QuotedNumbersAndBooleansAreStrings) {
+  // '64' is a string in YAML: a number or a boolean must be written plain.
+  EXPECT_STREQ(error_of_text("data:\n  batch_size: '64'\n").what(),
+               "x.yaml:2: data.batch_size: expected a positive integer, found the quoted string \"64\"");
+  EXPECT_STREQ(error_of_text("optim:\n  lr: \"0.1\"\n").what(),
+               "x.yaml:2: optim.lr: expected a positive number, found the quoted string \"0.1\"");
+  EXPECT_EQ(error_of_text("data:\n  normalize: 'true'\n").key(), "data.normalize");
+  EXPECT_EQ(error_of_text("data:\n  synthetic_shape: [1, '8', 8]\n").key(), "data.synthetic_shape");
+  // Overrides on the command line are plain scalars.
+  EXPECT_EQ(parse_run_config("name: a\n", "x.yaml", {"data.batch_size=64"}).data.batch_size, 64);
+}
+
 TEST(RunConfigErrors, UnknownKeySuggestsTheNearestKey) {
   const auto e = error_of_text("data:\n  dataset: mnist\n  batchsize: 3\n");
   EXPECT_STREQ(e.what(), "x.yaml:3: unknown key data.batchsize; did you mean data.batch_size?");

@@ -211,10 +211,21 @@ std::string closest(const std::string& word, const std::vector<std::string>& can
   return best;
 }
 
+// A quoted scalar ('64', "true") is a string in YAML, never a number or a boolean.
+bool quoted(const YAML::Node& node) {
+  return node.IsScalar() && node.Tag() == "!";
+}
+
+// The scalar a number or boolean is read from; nothing for a quoted string or a collection.
+std::optional<std::string> plain_scalar(const YAML::Node& node) {
+  if (!node.IsScalar() || quoted(node)) return std::nullopt;
+  return node.Scalar();
+}
+
 std::string found(const YAML::Node& node) {
   switch (node.Type()) {
     case YAML::NodeType::Scalar:
-      return "\"" + node.Scalar() + "\"";
+      return quoted(node) ? "the quoted string \"" + node.Scalar() + "\"" : "\"" + node.Scalar() + "\"";
     case YAML::NodeType::Sequence:
       return "a sequence";
     case YAML::NodeType::Map:
@@ -359,7 +370,8 @@ class Reader {
   void integer(const char* key, T& out, const IntRange& range) {
     const auto node = value(key);
     if (!node) return;
-    const auto parsed = node->IsScalar() ? parse_int(node->Scalar()) : std::nullopt;
+    const auto scalar = plain_scalar(*node);
+    const auto parsed = scalar ? parse_int(*scalar) : std::nullopt;
     IntRange allowed = range;
     allowed.min = std::max<std::int64_t>(allowed.min, std::numeric_limits<T>::min());
     if (static_cast<std::uint64_t>(std::numeric_limits<T>::max()) <
@@ -378,7 +390,8 @@ class Reader {
   void number(const char* key, double& out, const Range& range) {
     const auto node = value(key);
     if (!node) return;
-    const auto parsed = node->IsScalar() ? parse_double(node->Scalar()) : std::nullopt;
+    const auto scalar = plain_scalar(*node);
+    const auto parsed = scalar ? parse_double(*scalar) : std::nullopt;
     if (!parsed || !in_range(*parsed, range)) {
       fail(*node, key, "expected " + describe(range) + ", found " + found(*node));
     }
@@ -388,7 +401,8 @@ class Reader {
   void boolean(const char* key, bool& out) {
     const auto node = value(key);
     if (!node) return;
-    const auto parsed = node->IsScalar() ? parse_bool(node->Scalar()) : std::nullopt;
+    const auto scalar = plain_scalar(*node);
+    const auto parsed = scalar ? parse_bool(*scalar) : std::nullopt;
     if (!parsed) fail(*node, key, "expected true or false, found " + found(*node));
     out = *parsed;
   }
@@ -428,7 +442,8 @@ class Reader {
     if (!node->IsSequence() || (!allow_empty && node->size() == 0)) fail(*node, key, expected + found(*node));
     std::vector<T> values;
     for (const auto& item : *node) {
-      const auto parsed = item.IsScalar() ? parse_int(item.Scalar()) : std::nullopt;
+      const auto scalar = plain_scalar(item);
+      const auto parsed = scalar ? parse_int(*scalar) : std::nullopt;
       if (!parsed || *parsed < min || *parsed > std::numeric_limits<T>::max()) {
         fail(item, key, expected + found(item) + " in the sequence");
       }
