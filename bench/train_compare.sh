@@ -78,4 +78,15 @@ for model in sorted({r["model"] for r in rows}):
         print(f"| {model} | {impl} | 2 | {d2:.0f} | {med(impl, model, 2, 'test_top1'):.4f} | {d2/p2:.2f} | {d2/(2*d1):.2f} |")
     pair = med("local-pair", model, 2)
     print(f"| {model} | two independent local runs (ceiling) | 2 | {pair:.0f} | | | {pair/(2*d1):.2f} |")
+
+# Round by round, each ratio against the same round's runs: how far the host moves.
+def series(impl, model):
+    return [r["samples_per_second"] for r in rows if r["impl"] == impl and r["model"] == model]
+print()
+print("| model | round | peer 1 | dtrain 1 | 1-thread ratio | gloo vs DDP | mpi vs DDP | mpi scaling eff. | ceiling |")
+print("|---|---|---|---|---|---|---|---|---|")
+for model in sorted({r["model"] for r in rows}):
+    cols = [series(i, model) for i in ("pytorch", "dtrain", "pytorch-ddp", "dtrain-gloo", "dtrain-mpi", "local-pair")]
+    for n, (p1, d1, p2, g2, m2, pair) in enumerate(zip(*cols), 1):
+        print(f"| {model} | {n} | {p1:.0f} | {d1:.0f} | {d1/p1:.2f} | {g2/p2:.2f} | {m2/p2:.2f} | {m2/(2*d1):.2f} | {pair/(2*d1):.2f} |")
 PYEOF
