@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <mutex>
 #include <sstream>
 #include <stdexcept>
 
@@ -15,6 +16,12 @@
 
 namespace dtrain::train {
 namespace {
+
+// Serialises seeding and drawing from the process's default CPU generator while models are built.
+std::mutex& process_generator_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
 
 using Clock = std::chrono::steady_clock;
 
@@ -91,9 +98,13 @@ Trainer::Trainer(config::RunConfig config, comm::CommunicatorPtr comm)
   }
 
   // Every rank builds the same initial weights from the seed, so a run is reproducible even before
-  // data_parallel broadcasts rank 0's copy.
-  torch::manual_seed(seed);
-  model_ = models::create_model(config_.model, input_spec(*data_.train));
+  // data_parallel broadcasts rank 0's copy. The generator is the process's: ranks that are threads
+  // of one process (an in-process world) take turns, or one's draws would land in another's weights.
+  {
+    std::lock_guard<std::mutex> lock(process_generator_mutex());
+    torch::manual_seed(seed);
+    model_ = models::create_model(config_.model, input_spec(*data_.train));
+  }
   initial_hash_ = parameter_hash(*model_);
   optimizer_ = optim::create_optimizer(model_->parameters(), config_.optim);
   scheduler_ = std::make_unique<optim::Scheduler>(config_.optim.scheduler, config_.optim.lr);
@@ -106,6 +117,7 @@ Trainer::Trainer(config::RunConfig config, comm::CommunicatorPtr comm)
   total_steps_ = per_epoch * static_cast<std::int64_t>(config_.train.epochs);
   if (config_.train.max_steps > 0) total_steps_ = std::min(total_steps_, config_.train.max_steps);
   // Seed the dropout and other model randomness per rank after the broadcast, deterministically.
+  std::lock_guard<std::mutex> lock(process_generator_mutex());
   torch::manual_seed(seed + 1000003ULL * static_cast<std::uint64_t>(rank + 1));
 }
 
