@@ -1,23 +1,23 @@
 // `dtrain train` end to end, through the real binary: two workers started by --nproc, the run
 // folder they leave, an exact-position resume, identical numbers from two runs, a Fashion-MNIST
 // subset, a worker killed mid-run and resumed, and config and data errors.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
 #include <chrono>
-#include <regex>
-#include <thread>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -153,7 +153,8 @@ TEST_F(TrainCommand, DataErrorIsOneMessageNamingTheFileOnStderrAndInTheRankLogs)
   // stack trace), and the reason is in the run folder's logs too.
   const auto data = dir_ / "idx";
   fs::create_directories(data);
-  auto write_idx = [&](const std::string& name, std::vector<std::uint32_t> sizes, std::vector<unsigned char> bytes) {
+  auto write_idx = [&](const std::string& name, std::vector<std::uint32_t> sizes,
+                       std::vector<unsigned char> bytes) {
     std::string out{0, 0, 8, static_cast<char>(sizes.size())};
     for (const auto size : sizes) {
       for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<char>((size >> shift) & 0xFF));
@@ -163,7 +164,8 @@ TEST_F(TrainCommand, DataErrorIsOneMessageNamingTheFileOnStderrAndInTheRankLogs)
   };
   for (const std::string split : {"train", "t10k"}) {
     write_idx(split + "-images-idx3-ubyte", {4, 28, 28}, std::vector<unsigned char>(4 * 28 * 28, 9));
-    write_idx(split + "-labels-idx1-ubyte", {4}, {1, 2, static_cast<unsigned char>(split == "train" ? 42 : 3), 4});
+    write_idx(split + "-labels-idx1-ubyte", {4},
+              {1, 2, static_cast<unsigned char>(split == "train" ? 42 : 3), 4});
   }
   const auto cfg = write_config("e2e.yaml", synthetic_config());
   const auto out = run("train " + cfg.string() + " data.dataset=mnist data.root=" + data.string() +
@@ -232,7 +234,11 @@ TEST_F(TrainCommand, WorkerKilledDuringTrainingStopsTheJobAndItsLastCheckpointRe
   const auto cfg = write_config("e2e.yaml", synthetic_config());
   const auto err_path = dir_ / "killed.err";
   const std::string binary = DTRAIN_BINARY;
-  std::vector<std::string> args{binary, "train", cfg.string(), "train.epochs=100000", "train.checkpoint_every_steps=5",
+  std::vector<std::string> args{binary,
+                                "train",
+                                cfg.string(),
+                                "train.epochs=100000",
+                                "train.checkpoint_every_steps=5",
                                 "train.checkpoint_every_epochs=0"};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
@@ -280,9 +286,10 @@ TEST_F(TrainCommand, WorkerKilledDuringTrainingStopsTheJobAndItsLastCheckpointRe
   const long step = std::stol(step_of[1].str());
   EXPECT_GE(step, 5);
   EXPECT_EQ(step % 5, 0);
-  const auto resumed = run("train " + cfg.string() + " train.epochs=100000 train.checkpoint_every_epochs=0 " +
-                               "train.max_steps=" + std::to_string(step + 20) + " --resume " + run_dir.string(),
-                           dir_);
+  const auto resumed =
+      run("train " + cfg.string() + " train.epochs=100000 train.checkpoint_every_epochs=0 " +
+              "train.max_steps=" + std::to_string(step + 20) + " --resume " + run_dir.string(),
+          dir_);
   ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
   EXPECT_EQ(last_json_line(resumed.out)["steps"], step + 20);
   EXPECT_NE(resumed.err.find("at step " + std::to_string(step)), std::string::npos) << resumed.err;

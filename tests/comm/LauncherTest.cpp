@@ -375,10 +375,11 @@ TEST_F(LauncherTest, MpirunTagsInTheMiddleOfALineAreTakenOut) {
   // mpirun tags every piece it reads from a rank: a line read in two pieces carries a second tag
   // in its middle, and another rank's piece may come between. A stand-in for mpirun prints that.
   const auto fake = dir_ / "fake-mpirun";
-  std::ofstream(fake) << "#!/bin/sh\n"
-                         "printf '[1,0]<stdout>:{\"a\": 1, [1,0]<stdout>:\"b\": 2}\\n'\n"
-                         "printf '[1,1]<stderr>:half [1,0]<stderr>:zero says\\n[1,1]<stderr>:and the rest\\n' >&2\n"
-                         "echo 'mpirun: a line of its own' >&2\n";
+  std::ofstream(fake)
+      << "#!/bin/sh\n"
+         "printf '[1,0]<stdout>:{\"a\": 1, [1,0]<stdout>:\"b\": 2}\\n'\n"
+         "printf '[1,1]<stderr>:half [1,0]<stderr>:zero says\\n[1,1]<stderr>:and the rest\\n' >&2\n"
+         "echo 'mpirun: a line of its own' >&2\n";
   fs::permissions(fake, fs::perms::owner_all);
   auto o = options(2, "true");
   o.backend = "mpi";

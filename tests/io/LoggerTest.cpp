@@ -143,7 +143,7 @@ TEST(ProgressBar, RelayedThroughTheLauncherAsCarriageReturnLines) {
   EXPECT_EQ(lines[0].rfind("\r", 0), 0u);
   EXPECT_NE(lines[0].find("5/10"), std::string::npos) << lines[0];
   EXPECT_EQ(lines[1], "evaluating");
-  EXPECT_EQ(lines[2], "\r");  // cleared
+  EXPECT_EQ(lines[2], "\r");                                        // cleared
   EXPECT_NE(lines[3].find("5/10"), std::string::npos) << lines[3];  // the last figures, as a line
   EXPECT_EQ(lines[3].find('\r'), std::string::npos);
   EXPECT_EQ(screen.str().find("\033"), std::string::npos);  // no terminal codes down the pipe

@@ -149,7 +149,9 @@ struct Recorder : Callback {
     events.push_back("epoch" + std::to_string(e.epoch) + "@" + std::to_string(e.step) + ":" +
                      std::to_string(e.train.samples));
   }
-  void on_train_end(Trainer&, const TrainResult& r) override { events.push_back("end@" + std::to_string(r.steps)); }
+  void on_train_end(Trainer&, const TrainResult& r) override {
+    events.push_back("end@" + std::to_string(r.steps));
+  }
   std::vector<std::string> events;
   std::int64_t steps = 0;
   std::int64_t last_step = 0;
@@ -165,9 +167,9 @@ TEST(Trainer, UserCallbacksSeeStepsEvaluationsAndEpochEnds) {
   t.fit();
   EXPECT_EQ(recorder->steps, 32);
   EXPECT_EQ(recorder->last_step, 32);
-  const std::vector<std::string> expected = {"begin",    "eval@10",           "eval@16", "epoch0@16:256",
-                                             "eval@20",  "eval@30",           "eval@32", "epoch1@32:256",
-                                             "end@32"};
+  const std::vector<std::string> expected = {"begin",         "eval@10",       "eval@16",
+                                             "epoch0@16:256", "eval@20",       "eval@30",
+                                             "eval@32",       "epoch1@32:256", "end@32"};
   EXPECT_EQ(recorder->events, expected);
 }
 

@@ -11,7 +11,8 @@
 namespace dtrain::cli {
 
 std::string error_message(const std::exception& e) {
-  if (const auto* torch_error = dynamic_cast<const c10::Error*>(&e)) return torch_error->what_without_backtrace();
+  if (const auto* torch_error = dynamic_cast<const c10::Error*>(&e))
+    return torch_error->what_without_backtrace();
   return e.what();
 }
 

@@ -563,8 +563,9 @@ class Launcher {
       : options_(options),
         signals_(signals),
         launcher_pid_(::getpid()),
-        diagnostics_(options.diagnostics_fd,
-                     options.status_line.value_or(options.diagnostics_fd >= 0 && ::isatty(options.diagnostics_fd))) {}
+        diagnostics_(options.diagnostics_fd, options.status_line.value_or(options.diagnostics_fd >= 0 &&
+                                                                          ::isatty(options.diagnostics_fd))) {
+  }
 
   LaunchResult run() {
     LaunchResult result;
@@ -599,9 +600,7 @@ class Launcher {
   }
 
  private:
-  void say(const std::string& text) {
-    diagnostics_.write(text);
-  }
+  void say(const std::string& text) { diagnostics_.write(text); }
 
   std::string prepare_log_dir() {
     std::error_code ec;

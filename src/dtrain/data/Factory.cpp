@@ -25,8 +25,9 @@ void require_samples(const Dataset* set, const char* split, const config::DataCo
   if (set && set->size() > 0) return;
   const std::string where =
       data.dataset == "text" ? data.text_path : (data.root.empty() ? default_root(data.dataset) : data.root);
-  TORCH_CHECK(false, "data: the ", split, " set ", set ? set->name() : data.dataset, " has no samples (data.dataset ",
-              data.dataset, ", from ", where.empty() ? "\"\"" : where, "); check the files there");
+  TORCH_CHECK(false, "data: the ", split, " set ", set ? set->name() : data.dataset,
+              " has no samples (data.dataset ", data.dataset, ", from ", where.empty() ? "\"\"" : where,
+              "); check the files there");
 }
 
 DataSets finish_images(ImageDataset train, ImageDataset test, const config::DataConfig& data) {

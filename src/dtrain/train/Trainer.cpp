@@ -372,9 +372,10 @@ void Trainer::load_state(const io::Checkpoint& checkpoint) {
     const auto& sums = checkpoint.tensor("train_metrics");
     const auto classes = data_.train->num_classes();
     if (sums.dim() != 1 || sums.numel() != classes * classes + 7) {
-      throw io::CheckpointError(fmt::format("checkpoint: training metrics of {} values do not fit a data set "
-                                            "of {} classes; resume with the same data",
-                                            sums.numel(), classes));
+      throw io::CheckpointError(
+          fmt::format("checkpoint: training metrics of {} values do not fit a data set "
+                      "of {} classes; resume with the same data",
+                      sums.numel(), classes));
     }
     if (rank() == 0) train_metrics_->load(sums);
   }
