@@ -166,9 +166,9 @@ class Diagnostics {
     }
   }
 
-  // A relayed status line (its '\r' removed); dropped unless the launcher draws one.
+  // A relayed status line (its '\r' removed); only while the launcher draws one.
   void set_status(const std::string& status) {
-    if (fd_ < 0 || !status_line_) return;
+    if (fd_ < 0) return;
     if (status.empty() && status_.empty()) return;
     status_ = status;
     write_all(fd_, "\r\033[K" + status_);
@@ -254,7 +254,8 @@ class RankLog {
 
   void complete_line(bool is_stderr, std::string line) {
     if (is_stderr) {
-      if (!line.empty() && line.front() == '\r') {
+      // A status only where the launcher asked for them: another program's '\r' lines are output.
+      if (diagnostics_.status_line() && !line.empty() && line.front() == '\r') {
         diagnostics_.set_status(line.substr(1));
         return;
       }
@@ -302,10 +303,11 @@ class MpiOutputDemux {
     std::string& partial = partial_[is_stderr ? 1 : 0];
     if (!partial.empty()) route(partial, /*complete=*/false);
     partial.clear();
+    // A rank's stdout pieces come through mpirun's stdout, its stderr pieces through mpirun's stderr.
     for (auto& [key, text] : pieces_) {
-      if (!text.empty()) deliver(key.first, key.second, text);
+      if (key.second != is_stderr && !text.empty()) deliver(key.first, key.second, text);
+      if (key.second != is_stderr) text.clear();
     }
-    pieces_.clear();
   }
 
   std::optional<int> reported_failed_rank() const { return failed_rank_; }

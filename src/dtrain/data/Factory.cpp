@@ -20,19 +20,17 @@ std::string known_names() {
   return out.str();
 }
 
-// An empty split would train on nothing, or report an evaluation of no samples as zeros.
-void require_samples(const Dataset* set, const char* split, const config::DataConfig& data) {
-  if (set && set->size() > 0) return;
-  const std::string where =
-      data.dataset == "text" ? data.text_path : (data.root.empty() ? default_root(data.dataset) : data.root);
-  TORCH_CHECK(false, "data: the ", split, " set ", set ? set->name() : data.dataset,
-              " has no samples (data.dataset ", data.dataset, ", from ", where.empty() ? "\"\"" : where,
-              "); check the files there");
+// An empty split would train on nothing, or report an evaluation of no samples as zeros. (Text
+// sets refuse a file too short for both splits themselves.)
+void require_samples(const Dataset& set, const char* split, const config::DataConfig& data) {
+  const std::string where = data.root.empty() ? default_root(data.dataset) : data.root;
+  TORCH_CHECK(set.size() > 0, "data: the ", split, " set ", set.name(), " has no samples (data.dataset ",
+              data.dataset, ", from ", where.empty() ? "\"\"" : where, "); check the files there");
 }
 
 DataSets finish_images(ImageDataset train, ImageDataset test, const config::DataConfig& data) {
-  require_samples(&train, "training", data);
-  require_samples(&test, "test", data);
+  require_samples(train, "training", data);
+  require_samples(test, "test", data);
   TORCH_CHECK(data.subset_size >= 0, "data.subset_size: expected >= 0, found ", data.subset_size);
   TORCH_CHECK(data.test_subset_size >= 0, "data.test_subset_size: expected >= 0, found ",
               data.test_subset_size);
@@ -69,22 +67,7 @@ std::string default_root(const std::string& dataset) {
   return "";
 }
 
-namespace {
-
-DataSets load_named(const config::DataConfig& data);
-
-}  // namespace
-
 DataSets load_datasets(const config::DataConfig& data) {
-  auto sets = load_named(data);
-  require_samples(sets.train.get(), "training", data);
-  require_samples(sets.test.get(), "test", data);
-  return sets;
-}
-
-namespace {
-
-DataSets load_named(const config::DataConfig& data) {
   const std::string& name = data.dataset;
   const std::string root = data.root.empty() ? default_root(name) : data.root;
   if (name == "fashion-mnist" || name == "mnist") {
@@ -125,8 +108,6 @@ DataSets load_named(const config::DataConfig& data) {
   }
   TORCH_CHECK(false, "data.dataset: unknown data set '", name, "'; expected one of: ", known_names());
 }
-
-}  // namespace
 
 std::unique_ptr<Loader> make_train_loader(std::shared_ptr<const Dataset> train, const Shard& shard,
                                           const config::DataConfig& data, std::uint64_t seed) {
