@@ -49,7 +49,7 @@ TEST(DataParallel, BroadcastMakesDifferentlyInitialisedRanksEqual) {
   ASSERT_FALSE(torch::equal(models[1]->inp->weight, models[0]->inp->weight));
 
   auto comms = in_process_group(n);
-  run_ranks(n, [&](int r) { DataParallel dp(models[r].ptr(), comms[r]); });
+  run_threads(n, [&](int r) { DataParallel dp(models[r].ptr(), comms[r]); });
   for (int r = 1; r < n; ++r) {
     const auto state = module_state(*models[r]);
     ASSERT_EQ(state.size(), rank0.size());
@@ -68,7 +68,7 @@ TEST(DataParallel, ShapeMismatchNamesTheParameterAndBothShapes) {
                                 make_model("mlp", 1, /*mlp_hidden=*/16)};
   auto comms = in_process_group(2);
   std::vector<std::string> messages(2);
-  run_ranks(2, [&](int r) {
+  run_threads(2, [&](int r) {
     try {
       DataParallel dp(models[r].module, comms[r]);
     } catch (const std::invalid_argument& e) {
@@ -93,7 +93,7 @@ TEST(DataParallel, MissingParameterIsNamed) {
   std::vector<std::shared_ptr<torch::nn::Module>> models{full, partial};
   auto comms = in_process_group(2);
   std::vector<std::string> messages(2);
-  run_ranks(2, [&](int r) {
+  run_threads(2, [&](int r) {
     try {
       DataParallel dp(models[r], comms[r]);
     } catch (const std::invalid_argument& e) {
@@ -120,7 +120,7 @@ TEST(DataParallel, BucketsLaunchInTheSameOrderOnEveryRank) {
   std::vector<int> overlapped(n);
   torch::manual_seed(5);
   const auto x = torch::randn({4, 8});
-  run_ranks(n, [&](int r) {
+  run_threads(n, [&](int r) {
     DataParallel dp(models[r].ptr(), comms[r], options);
     buckets[r] = dp.bucket_parameter_names();
     for (int step = 0; step < 3; ++step) {
@@ -163,7 +163,7 @@ TEST(DataParallel, UnusedParametersDoNotDeadlockAndRanksStayEqual) {
   auto comms = in_process_group(n);
   torch::manual_seed(6);
   const auto x = torch::randn({n, 4, 8});
-  run_ranks(n, [&](int r) {
+  run_threads(n, [&](int r) {
     DataParallel dp(models[r].ptr(), comms[r]);
     torch::optim::SGD opt(models[r]->parameters(), 0.1);
     for (int step = 0; step < 3; ++step) {
@@ -188,7 +188,7 @@ TEST(DataParallel, SmallBucketsGiveTheSameResultAsOneBucket) {
   auto train = [&](double bucket_mb, std::size_t* bucket_count) {
     std::vector<TestModel> models{make_model("lenet5", 9), make_model("lenet5", 10)};
     auto comms = in_process_group(n);
-    run_ranks(n, [&](int r) {
+    run_threads(n, [&](int r) {
       DataParallelOptions options;
       options.bucket_mb = bucket_mb;
       DataParallel dp(models[r].module, comms[r], options);
@@ -234,7 +234,7 @@ TEST(DataParallel, NoSyncAccumulationEqualsOneBigBatch) {
   std::vector<TestModel> models{make_model("mlp", 12), make_model("mlp", 12)};
   auto comms = in_process_group(n);
   std::vector<int> allreduces_after_no_sync(n);
-  run_ranks(n, [&](int r) {
+  run_threads(n, [&](int r) {
     DataParallel dp(models[r].module, comms[r]);
     const auto mine = x.chunk(n)[r].chunk(k);
     const auto labels = y.chunk(n)[r].chunk(k);
@@ -297,7 +297,7 @@ TEST(DataParallel, CompressedAllReduceStaysCloseToFullPrecision) {
   auto grads_with = [&](GradCompression compression) {
     std::vector<TestModel> models{make_model("mlp", 14), make_model("mlp", 14)};
     auto comms = in_process_group(n);
-    run_ranks(n, [&](int r) {
+    run_threads(n, [&](int r) {
       DataParallelOptions options;
       options.compression = compression;
       DataParallel dp(models[r].module, comms[r], options);
@@ -326,7 +326,7 @@ TEST(DataParallel, CarriedValuesComeBackAsTheMeanOverRanksWithoutChangingGradien
         std::vector<TestModel> models{make_model("mlp", 21), make_model("mlp", 21), make_model("mlp", 21)};
         std::vector<torch::Tensor> carried(n);
         auto comms = in_process_group(n);
-        run_ranks(n, [&](int r) {
+        run_threads(n, [&](int r) {
           DataParallelOptions options;
           options.compression = compression;
           options.bucket_mb = bucket_mb;
@@ -362,7 +362,7 @@ TEST(DataParallel, ValuesCarriedAfterBackwardStillRideAndSyncOffRejectsThem) {
   std::vector<TestModel> models{make_model("mlp", 1), make_model("mlp", 1)};
   auto comms = in_process_group(n);
   std::vector<torch::Tensor> carried(n);
-  run_ranks(n, [&](int r) {
+  run_threads(n, [&](int r) {
     DataParallel dp(models[r].module, comms[r]);
     const auto x = torch::randn({4, 1, 28, 28});
     cross_entropy(models[r].forward(x), torch::randint(0, 10, {4})).backward();

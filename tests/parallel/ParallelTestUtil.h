@@ -13,7 +13,7 @@
 
 #include "dtrain/comm/Communicator.h"
 #include "dtrain/parallel/Strategy.h"
-#include "parallel/InProcessGroup.h"
+#include "support/ThreadWorld.h"
 
 namespace dtrain::parallel::testing {
 
@@ -65,41 +65,16 @@ inline torch::Tensor cross_entropy(const torch::Tensor& out, const torch::Tensor
   return torch::nn::functional::cross_entropy(out, target);
 }
 
-// Runs fn(rank) on `n` threads and rethrows the first failure on the calling thread.
-inline void run_ranks(int n, const std::function<void(int)>& fn) {
-  std::vector<std::exception_ptr> errors(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        fn(r);
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
-}
+using dtrain::testing::in_process_group;
+using dtrain::testing::InProcessCommunicator;
+using dtrain::testing::LoggedCall;
+using dtrain::testing::run_threads;
 
 // Runs fn(comm) on n threads, one communicator per rank (rank = comm->rank()).
 using WorldRunner = std::function<void(int n, const std::function<void(comm::CommunicatorPtr)>& fn)>;
 
-inline std::vector<comm::CommunicatorPtr> in_process_group(int n) {
-  auto hub = std::make_shared<Hub>(n);
-  std::vector<comm::CommunicatorPtr> comms;
-  for (int r = 0; r < n; ++r) comms.push_back(std::make_shared<InProcessCommunicator>(hub, r));
-  return comms;
-}
-
 inline void run_in_process_world(int n, const std::function<void(comm::CommunicatorPtr)>& fn) {
-  auto comms = in_process_group(n);
-  run_ranks(n, [&](int r) {
-    torch::set_num_threads(1);
-    fn(comms[r]);
-  });
+  dtrain::testing::run_world(n, fn, {"in-process"});
 }
 
 // max |a - b| / max |b| over each pair of tensors: relative to the tensor's scale, so entries near

@@ -155,7 +155,7 @@ TEST(DataParallelStrategy, LbfgsStaysIdenticalAcrossRanks) {
   const auto data = make_data(8);
   std::vector<TestModel> models{make_model("mlp", 5), make_model("mlp", 6)};
   auto comms = in_process_group(2);
-  run_ranks(2, [&](int r) {
+  run_threads(2, [&](int r) {
     DataParallelStrategy dp(models[r].module, models[r].forward, comms[r]);
     torch::optim::LBFGS opt(models[r].module->parameters(), torch::optim::LBFGSOptions(0.5).max_iter(5));
     const auto rows = torch::indexing::Slice(r * 4, (r + 1) * 4);

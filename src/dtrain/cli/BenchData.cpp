@@ -19,16 +19,14 @@
 #include "dtrain/data/Partition.h"
 #include "dtrain/experiment/Report.h"
 #include "dtrain/io/AtomicFile.h"
+#include "dtrain/util/Clock.h"
 
 namespace dtrain::cli {
 namespace {
 
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+using util::Clock;
+using util::seconds_since;
 
 config::DataConfig in_memory_config(const BenchDataOptions& o, int threads) {
   config::DataConfig d;

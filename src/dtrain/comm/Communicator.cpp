@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "dtrain/util/Clock.h"
+#include "dtrain/util/EnumNames.h"
+
 namespace dtrain::comm {
 
 CommError::CommError(int rank, int size, std::string op, const std::string& detail)
@@ -12,35 +15,23 @@ CommError::CommError(int rank, int size, std::string op, const std::string& deta
       rank_(rank),
       op_(std::move(op)) {}
 
+namespace {
+constexpr util::EnumNames<ReduceOp, 4> kReduceOpNames{
+    {{{ReduceOp::Sum, "sum"}, {ReduceOp::Avg, "avg"}, {ReduceOp::Max, "max"}, {ReduceOp::Min, "min"}}}};
+}  // namespace
+
 std::string to_string(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::Sum:
-      return "sum";
-    case ReduceOp::Avg:
-      return "avg";
-    case ReduceOp::Max:
-      return "max";
-    case ReduceOp::Min:
-      return "min";
-  }
-  return "unknown";
+  return kReduceOpNames.name(op);
 }
 
 ReduceOp parse_reduce_op(const std::string& name) {
-  if (name == "sum") return ReduceOp::Sum;
-  if (name == "avg") return ReduceOp::Avg;
-  if (name == "max") return ReduceOp::Max;
-  if (name == "min") return ReduceOp::Min;
-  throw std::invalid_argument("unknown reduce op '" + name + "'; expected one of sum, avg, max, min");
+  return kReduceOpNames.parse(name, "reduce op");
 }
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+using util::Clock;
+using util::seconds_since;
 
 std::uint64_t nbytes(const at::Tensor& t) {
   return static_cast<std::uint64_t>(t.numel()) * t.element_size();

@@ -16,6 +16,8 @@
 #include <utility>
 
 #include "dtrain/parallel/ModuleSync.h"
+#include "dtrain/util/Clock.h"
+#include "dtrain/util/EnumNames.h"
 
 namespace dtrain::parallel {
 
@@ -39,29 +41,22 @@ namespace dtrain::parallel {
 // (the first backward, or after zero_grad(set_to_none)), the hook copies it in once and re-points
 // grad() at the slot, as DDP's gradient_as_bucket_view does.
 
+namespace {
+constexpr util::EnumNames<GradCompression, 3> kCompressionNames{
+    {{{GradCompression::None, "none"}, {GradCompression::Fp16, "fp16"}, {GradCompression::Bf16, "bf16"}}}};
+}  // namespace
+
 std::string to_string(GradCompression compression) {
-  switch (compression) {
-    case GradCompression::None:
-      return "none";
-    case GradCompression::Fp16:
-      return "fp16";
-    case GradCompression::Bf16:
-      return "bf16";
-  }
-  return "none";
+  return kCompressionNames.name(compression);
 }
 
 GradCompression parse_grad_compression(const std::string& name) {
-  if (name == "none") return GradCompression::None;
-  if (name == "fp16") return GradCompression::Fp16;
-  if (name == "bf16") return GradCompression::Bf16;
-  throw std::invalid_argument("unknown gradient compression '" + name +
-                              "'; expected one of none, fp16, bf16");
+  return kCompressionNames.parse(name, "gradient compression");
 }
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using util::Clock;
 
 struct ParamSlot {
   std::string name;
@@ -422,7 +417,7 @@ void DataParallel::finish() {
   } else {
     s.carried_result = torch::Tensor();
   }
-  s.timing.finish_wait_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  s.timing.finish_wait_seconds = util::seconds_since(start);
   s.timing.buckets_launched_in_backward = in_backward;
   s.reset_round();
 }

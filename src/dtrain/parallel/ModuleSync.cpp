@@ -11,6 +11,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "dtrain/util/Hash.h"
+
 namespace dtrain::parallel {
 
 namespace {
@@ -42,14 +44,10 @@ std::vector<TensorDescription> deserialize(const std::string& text) {
   return entries;
 }
 
-// FNV-1a: stable across processes and builds, unlike std::hash.
 std::int64_t fnv1a(const std::string& text) {
-  std::uint64_t h = 1469598103934665603ULL;
-  for (unsigned char c : text) {
-    h ^= c;
-    h *= 1099511628211ULL;
-  }
-  return static_cast<std::int64_t>(h);
+  util::Fnv1a64 hash;
+  hash.add(text);
+  return static_cast<std::int64_t>(hash.value());
 }
 
 std::string describe(const TensorDescription& e, std::size_t index) {

@@ -15,7 +15,7 @@
 
 #include "dtrain/comm/Communicator.h"
 
-namespace dtrain::parallel::testing {
+namespace dtrain::testing {
 
 struct LoggedCall {
   std::string op;
@@ -146,4 +146,4 @@ class InProcessCommunicator final : public comm::Communicator {
   std::shared_ptr<Hub> hub_;
 };
 
-}  // namespace dtrain::parallel::testing
+}  // namespace dtrain::testing
