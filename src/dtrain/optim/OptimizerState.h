@@ -1,0 +1,31 @@
+// An optimizer's state keyed by parameter name, so that it outlives the way a strategy holds its
+// parameters: a run saved by one strategy or world size continues under another (see Note
+// [Checkpoint layout] in parallel/Strategy.h). sgd, adam and adamw keep per-parameter tensors;
+// lbfgs keeps one history over all parameters, stored as LibTorch's own archive.
+#pragma once
+
+#include <torch/optim/optimizer.h>
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace dtrain::optim {
+
+using NamedParameters = std::vector<std::pair<std::string, torch::Tensor>>;
+
+// "optimizer/<parameter>/<field>" -> tensor for every state field the optimizer holds (none
+// before its first step; sgd without momentum has none), or "optimizer/lbfgs" -> the archive's
+// bytes. `parameters` are the optimizer's, in its order, with their names.
+std::map<std::string, torch::Tensor> named_optimizer_state(const torch::optim::Optimizer& optimizer,
+                                                           const NamedParameters& parameters);
+
+// Restores what named_optimizer_state() wrote (parameters matched by name; a parameter without
+// entries starts fresh). An entry "optimizer" alone is the archive older checkpoints hold. Throws
+// std::invalid_argument when an entry's shape does not fit its parameter or the entries belong to another
+// kind of optimizer.
+void load_named_optimizer_state(torch::optim::Optimizer& optimizer, const NamedParameters& parameters,
+                                const std::map<std::string, torch::Tensor>& entries);
+
+}  // namespace dtrain::optim
