@@ -21,6 +21,22 @@ CommStats& CommStats::operator+=(const CommStats& other) {
   return *this;
 }
 
+CommStats difference(const CommStats& later, const CommStats& earlier) {
+  CommStats out;
+  for (const auto& [name, op] : later.ops) {
+    OpStats d = op;
+    const auto it = earlier.ops.find(name);
+    if (it != earlier.ops.end()) {
+      d.calls -= it->second.calls;
+      d.bytes -= it->second.bytes;
+      d.wire_bytes -= it->second.wire_bytes;
+      d.wait_seconds -= it->second.wait_seconds;
+    }
+    if (d.calls > 0 || d.wait_seconds > 0) out.ops[name] = d;
+  }
+  return out;
+}
+
 void CommStatsRecorder::add_call(const std::string& op, std::uint64_t bytes, std::uint64_t wire_bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto& s = stats_.ops[op];

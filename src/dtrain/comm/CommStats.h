@@ -25,6 +25,9 @@ struct CommStats {
   CommStats& operator+=(const CommStats& other);
 };
 
+// What happened between two snapshots of the same recorder (`earlier` taken first).
+CommStats difference(const CommStats& later, const CommStats& earlier);
+
 // Thread-safe accumulator behind Communicator::stats(); operations may complete on backend threads.
 class CommStatsRecorder {
  public:
