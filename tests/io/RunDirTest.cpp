@@ -2,19 +2,14 @@
 // config.yaml that loads back to the same RunConfig, and agreement on the path across ranks.
 #include "dtrain/io/RunDir.h"
 
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <ctime>
-#include <future>
 #include <regex>
 
-#include "dtrain/comm/Backend.h"
 #include "dtrain/config/RunConfigYaml.h"
 #include "io/TestDir.h"
+#include "support/ThreadWorld.h"
 
 namespace dtrain::io {
 namespace {
@@ -68,41 +63,15 @@ TEST(RunDir, ConfigYamlLoadsBackIdentical) {
   EXPECT_TRUE(config::load_run_config(run.config_path().string()) == c);
 }
 
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof(address);
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
-  EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length), 0);
-  ::close(fd);
-  return ntohs(address.sin_port);
-}
-
 TEST(RunDir, CreateSharedAgreesAcrossRanks) {
   testing::TestDir dir;
-  const int port = free_port();
-  auto rank_main = [&](int rank) {
-    comm::RendezvousInfo info;
-    info.rank = rank;
-    info.world_size = 2;
-    info.master_addr = "127.0.0.1";
-    info.master_port = port;
-    info.timeout = std::chrono::seconds(30);
-    comm::BackendOptions backend;
-    backend.timeout = std::chrono::seconds(30);
-    backend.gloo_interface = "lo";
-    auto communicator = comm::connect(backend, info);
-    const auto run = RunDir::create_shared(*communicator, dir.path(), "shared");
-    return run.root();
-  };
-  auto r1 = std::async(std::launch::async, rank_main, 1);
-  const auto root0 = rank_main(0);
-  const auto root1 = r1.get();
-  EXPECT_EQ(root0, root1);
-  EXPECT_TRUE(std::filesystem::is_directory(root0 / "site_0"));
-  EXPECT_TRUE(std::filesystem::is_directory(root0 / "site_1"));
+  std::vector<std::filesystem::path> roots(2);
+  dtrain::testing::run_world(2, [&](comm::CommunicatorPtr communicator) {
+    roots[communicator->rank()] = RunDir::create_shared(*communicator, dir.path(), "shared").root();
+  });
+  EXPECT_EQ(roots[0], roots[1]);
+  EXPECT_TRUE(std::filesystem::is_directory(roots[0] / "site_0"));
+  EXPECT_TRUE(std::filesystem::is_directory(roots[0] / "site_1"));
   int folders = 0;
   for (const auto& entry : std::filesystem::directory_iterator(dir.path())) folders += entry.is_directory();
   EXPECT_EQ(folders, 1);
