@@ -9,7 +9,7 @@
 
 #include "dtrain/comm/Backend.h"
 #include "dtrain/config/Environment.h"
-#include "dtrain/parallel/DataParallel.h"
+#include "dtrain/parallel/data_parallel/DataParallel.h"
 
 struct TwoLayerNet : torch::nn::Module {
   torch::nn::Linear fc1{register_module("fc1", torch::nn::Linear(20, 64))};

@@ -13,7 +13,10 @@
 #include <string>
 
 #include "dtrain/config/ConfigError.h"
+#include "dtrain/config/Registry.h"
+#include "dtrain/config/Schema.h"
 #include "dtrain/config/YamlFile.h"
+#include "dtrain/parallel/data_parallel/DataParallelStrategy.h"
 
 namespace dtrain::config {
 namespace {
@@ -47,7 +50,8 @@ TEST(RunConfigYaml, LoadsTheExampleFile) {
   EXPECT_DOUBLE_EQ(c.optim.weight_decay, 5e-4);
   EXPECT_EQ(c.optim.scheduler.name, "step");
   EXPECT_EQ(c.optim.scheduler.step_size, 10);
-  EXPECT_DOUBLE_EQ(c.parallel.bucket_mb, 4.0);
+  EXPECT_DOUBLE_EQ(c.parallel.options.get<parallel::DataParallelStrategyOptions>("data_parallel").bucket_mb,
+                   4.0);
   EXPECT_EQ(c.train.seed, 42u);
   // Keys left out keep RunConfig.h's defaults.
   EXPECT_EQ(c.data.eval_batch_size, RunConfig{}.data.eval_batch_size);
@@ -71,7 +75,7 @@ TEST(RunConfigYaml, RoundTripIsIdentical) {
   c.model.hidden = {};
   c.data.synthetic_shape = {3, 32, 32};
   c.train.seed = 1234567890123ull;
-  c.parallel.compression = "bf16";
+  c.parallel.options.get<parallel::DataParallelStrategyOptions>("data_parallel").compression = "bf16";
   c.parallel.poll_wait_us = 0;
   c.name = "true";
   const std::string yaml = to_yaml(c);
@@ -94,9 +98,10 @@ TEST(RunConfigYaml, JsonHasEverySection) {
 }
 
 TEST(RunConfigYaml, OverridesApplyAndValidate) {
-  const RunConfig c = load_run_config(
-      kExample, {"optim.lr=0.01", "parallel.strategy=local", "data.synthetic_shape=[3,32,32]",
-                 "optim.scheduler.name=cosine", "train.epochs=7", "name=other", "model.hidden=[64]"});
+  const RunConfig c =
+      load_run_config(kExample, {"optim.lr=0.01", "parallel.strategy=local", "parallel.data_parallel=null",
+                                 "data.synthetic_shape=[3,32,32]", "optim.scheduler.name=cosine",
+                                 "train.epochs=7", "name=other", "model.hidden=[64]"});
   EXPECT_DOUBLE_EQ(c.optim.lr, 0.01);
   EXPECT_EQ(c.parallel.strategy, "local");
   EXPECT_EQ(c.data.synthetic_shape, (std::vector<std::int64_t>{3, 32, 32}));
@@ -152,7 +157,10 @@ TEST(RunConfigErrors, UnknownKeySuggestsTheNearestKey) {
   // Nothing close: the allowed keys are listed.
   const auto far = error_of_text("parallel:\n  zzzzzz: 1\n");
   EXPECT_NE(std::string(far.what()).find("allowed keys in parallel: "), std::string::npos) << far.what();
-  EXPECT_NE(std::string(far.what()).find("bucket_mb"), std::string::npos);
+  EXPECT_NE(std::string(far.what()).find("accumulation_steps"), std::string::npos);
+  // A strategy's own key at the top of parallel: the section it belongs in.
+  EXPECT_STREQ(error_of_text("parallel:\n  bucket_mb: 4\n").what(),
+               "x.yaml:2: unknown key parallel.bucket_mb; did you mean parallel.data_parallel.bucket_mb?");
   const auto top = error_of_text("name: a\nepochs: 3\n");
   EXPECT_STREQ(top.what(), "x.yaml:2: unknown key epochs; did you mean train.epochs?");
 }
@@ -178,16 +186,54 @@ TEST(RunConfigErrors, OutOfRangeValues) {
 }
 
 TEST(RunConfigErrors, BadEnumListsTheAllowedValues) {
-  EXPECT_STREQ(
-      error_of_text("optim:\n  name: sgdd\n").what(),
-      "x.yaml:2: optim.name: expected one of sgd, adam, adamw, lbfgs; found \"sgdd\"; did you mean sgd?");
+  // The lists are the registered ones, written beside their factories.
+  EXPECT_STREQ(error_of_text("optim:\n  name: sgdd\n").what(),
+               ("x.yaml:2: optim.name: expected one of " + registered_choices(kOptimizerKey).list() +
+                "; found \"sgdd\"; did you mean sgd?")
+                   .c_str());
   EXPECT_STREQ(error_of_text("parallel:\n  backend: tcp\n").what(),
                "x.yaml:2: parallel.backend: expected one of gloo, mpi, nccl; found \"tcp\"");
-  EXPECT_STREQ(error_of_text("parallel:\n  compression: int8\n").what(),
-               "x.yaml:2: parallel.compression: expected one of none, fp16, bf16; found \"int8\"");
+  EXPECT_STREQ(
+      error_of_text("parallel:\n  data_parallel:\n    compression: int8\n").what(),
+      "x.yaml:3: parallel.data_parallel.compression: expected one of none, fp16, bf16; found \"int8\"");
   const auto e = error_of_text("optim:\n  scheduler:\n    name: exp\n");
   EXPECT_EQ(e.key(), "optim.scheduler.name");
-  EXPECT_NE(std::string(e.what()).find("constant, step, cosine, linear, log"), std::string::npos);
+  EXPECT_NE(std::string(e.what()).find(registered_choices(kScheduleKey).list()), std::string::npos);
+  const auto strategy = error_of_text("parallel:\n  strategy: zero-7\n");
+  EXPECT_NE(std::string(strategy.what()).find(registered_choices(kStrategyKey).list()), std::string::npos);
+}
+
+TEST(RunConfigYaml, RegisteredNamesMatchWithoutRegardToCaseAndBecomeCanonical) {
+  const RunConfig c = parse_run_config(
+      "model:\n  name: LeNet\noptim:\n  name: Adam\n  loss: CrossEntropyLoss\ndata:\n  dataset: "
+      "FashionMNIST\nparallel:\n  strategy: Data_Parallel\n");
+  EXPECT_EQ(c.model.name, "lenet5");
+  EXPECT_EQ(c.optim.name, "adam");
+  EXPECT_EQ(c.optim.loss, "cross_entropy");
+  EXPECT_EQ(c.data.dataset, "fashion-mnist");
+  EXPECT_EQ(c.parallel.strategy, "data_parallel");
+  for (const char* key :
+       {kModelKey, kOptimizerKey, kScheduleKey, kLossKey, kDatasetKey, kPartitionKey, kStrategyKey}) {
+    EXPECT_FALSE(registered_choices(key).empty()) << key;
+  }
+}
+
+TEST(RunConfigYaml, OnlyTheChosenStrategysSectionApplies) {
+  const RunConfig dp =
+      parse_run_config("parallel:\n  strategy: data_parallel\n  data_parallel:\n    bucket_mb: 2\n");
+  EXPECT_DOUBLE_EQ(dp.parallel.options.get<parallel::DataParallelStrategyOptions>("data_parallel").bucket_mb,
+                   2.0);
+  // Written back with its section; another strategy's section is not written.
+  EXPECT_NE(to_yaml(dp).find("bucket_mb: 2"), std::string::npos);
+  const RunConfig local = parse_run_config("parallel:\n  strategy: local\n");
+  EXPECT_EQ(to_yaml(local).find("data_parallel"), std::string::npos);
+  EXPECT_TRUE(parse_run_config(to_yaml(local)) == local);
+  // Options of a strategy that is not chosen would be accepted and ignored: refused instead.
+  EXPECT_STREQ(
+      error_of_text("parallel:\n  strategy: local\n  data_parallel:\n    bucket_mb: 2\n").what(),
+      "x.yaml:3: parallel.data_parallel: options of strategy data_parallel, but parallel.strategy is "
+      "local; remove the section (on the command line: parallel.data_parallel=null) or set "
+      "parallel.strategy: data_parallel");
 }
 
 TEST(RunConfigErrors, StructuralErrors) {

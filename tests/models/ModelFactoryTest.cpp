@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "dtrain/config/Registry.h"
+#include "dtrain/config/Schema.h"
 #include "dtrain/models/ModelFactory.h"
 
 namespace dtrain::models {
@@ -276,7 +278,8 @@ TEST(ModelFactoryTest, UnknownNameListsKnownModels) {
   } catch (const std::invalid_argument& e) {
     const std::string message = e.what();
     EXPECT_NE(message.find("alexnet"), std::string::npos);
-    for (const auto& known : known_models()) EXPECT_NE(message.find(known), std::string::npos) << known;
+    for (const auto& known : config::registered_choices(config::kModelKey).names())
+      EXPECT_NE(message.find(known), std::string::npos) << known;
   }
 }
 

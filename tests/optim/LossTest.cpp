@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "dtrain/config/Registry.h"
+#include "dtrain/config/Schema.h"
 #include "dtrain/optim/Loss.h"
 
 namespace dtrain::optim {
@@ -62,7 +64,8 @@ TEST(LossTest, UnknownNameAndWrongTargetsThrow) {
     FAIL() << "expected std::invalid_argument";
   } catch (const std::invalid_argument& e) {
     const std::string message = e.what();
-    for (const auto& known : known_losses()) EXPECT_NE(message.find(known), std::string::npos) << known;
+    for (const auto& known : config::registered_choices(config::kLossKey).names())
+      EXPECT_NE(message.find(known), std::string::npos) << known;
   }
   auto logits = torch::randn({2, 3});
   EXPECT_THROW(create_loss("cross_entropy")(logits, torch::zeros({2})),

@@ -7,6 +7,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "dtrain/config/Registry.h"
+#include "dtrain/config/Schema.h"
 #include "dtrain/optim/Optimizers.h"
 
 namespace dtrain::optim {
@@ -139,7 +141,8 @@ TEST(OptimizersTest, UnknownNamesAndImpossibleOptionsThrow) {
     FAIL() << "expected std::invalid_argument";
   } catch (const std::invalid_argument& e) {
     const std::string message = e.what();
-    for (const auto& known : known_optimizers()) EXPECT_NE(message.find(known), std::string::npos) << known;
+    for (const auto& known : config::registered_choices(config::kOptimizerKey).names())
+      EXPECT_NE(message.find(known), std::string::npos) << known;
   }
   auto nesterov = named("sgd", 0.1);
   nesterov.nesterov = true;

@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "dtrain/config/Registry.h"
+#include "dtrain/config/Schema.h"
 #include "dtrain/optim/Optimizers.h"
 #include "dtrain/optim/Scheduler.h"
 
@@ -110,7 +112,8 @@ TEST(SchedulerTest, UnknownNamesAndImpossibleValuesThrow) {
     FAIL() << "expected std::invalid_argument";
   } catch (const std::invalid_argument& e) {
     const std::string message = e.what();
-    for (const auto& known : known_schedules()) EXPECT_NE(message.find(known), std::string::npos) << known;
+    for (const auto& known : config::registered_choices(config::kScheduleKey).names())
+      EXPECT_NE(message.find(known), std::string::npos) << known;
   }
   EXPECT_THROW(Scheduler(schedule("log"), 0.1), std::invalid_argument);  // final_lr 0 has no log
   auto step = schedule("step");

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "dtrain/comm/Communicator.h"
-#include "dtrain/parallel/Strategy.h"
+#include "dtrain/parallel/MicroBatches.h"
 #include "support/ThreadWorld.h"
 
 namespace dtrain::parallel::testing {

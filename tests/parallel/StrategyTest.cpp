@@ -1,168 +1,195 @@
-// The acceptance test of data parallelism: data_parallel on N ranks with batch b ends with the same
-// parameters as local training with batch N*b, with and without gradient accumulation.
+// The Strategy contract beyond equivalence: the registry (names from one place, errors listing
+// them), checkpoints that one strategy saves and another world size or strategy continues from,
+// communication statistics that count the strategy's own traffic only, and micro-batch splitting.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "dtrain/parallel/DataParallelStrategy.h"
-#include "dtrain/parallel/LocalStrategy.h"
+#include "dtrain/config/RunConfigYaml.h"
+#include "dtrain/config/Schema.h"
+#include "dtrain/models/ModelFactory.h"
 #include "dtrain/parallel/MicroBatches.h"
+#include "dtrain/parallel/Registry.h"
+#include "dtrain/parallel/data_parallel/DataParallelStrategy.h"
 #include "parallel/ParallelTestUtil.h"
 #include "support/ThreadWorld.h"
 
 namespace dtrain::parallel {
 namespace {
 
-using namespace testing;
-
-constexpr int kSteps = 20;
-constexpr int kPerRankBatch = 4;
-
-std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::string& name, torch::nn::Module& m) {
-  if (name == "sgd") {
-    return std::make_unique<torch::optim::SGD>(m.parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
-  }
-  return std::make_unique<torch::optim::Adam>(m.parameters(), torch::optim::AdamOptions(1e-3));
+config::RunConfig config_with(const std::vector<std::string>& overrides) {
+  std::vector<std::string> all{"model.name=mlp", "model.hidden=[16]", "optim.name=adam", "optim.lr=0.01"};
+  all.insert(all.end(), overrides.begin(), overrides.end());
+  return config::parse_run_config("", "<strategy test>", all);
 }
 
-struct Data {
+models::NetworkPtr mlp(const config::RunConfig& cfg, std::uint64_t seed) {
+  torch::manual_seed(seed);
+  return models::create_model(cfg.model, models::InputSpec::image(1, 28, 28, 10));
+}
+
+std::unique_ptr<Strategy> make(const config::RunConfig& cfg, models::NetworkPtr model,
+                               comm::CommunicatorPtr comm) {
+  return create_strategy(StrategyContext{std::move(model), optim::optimizer_factory(cfg.optim),
+                                         optim::create_loss(cfg.optim.loss), std::move(comm), cfg.parallel});
+}
+
+struct Batches {
   torch::Tensor inputs;   // (steps, global batch, 1, 28, 28)
   torch::Tensor targets;  // (steps, global batch)
 };
 
-Data make_data(int global_batch) {
-  torch::manual_seed(1234);
-  return {torch::randn({kSteps, global_batch, 1, 28, 28}), torch::randint(0, 10, {kSteps, global_batch})};
+Batches batches(int steps, int global_batch) {
+  torch::manual_seed(99);
+  return {torch::randn({steps, global_batch, 1, 28, 28}), torch::randint(0, 10, {steps, global_batch})};
 }
 
-struct EquivalenceCase {
-  std::string model;
-  int ranks;
-  int accumulation_steps;
-  WorldRunner world;
-  std::string backend;
-};
-
-std::string case_name(const ::testing::TestParamInfo<EquivalenceCase>& info) {
-  const auto& c = info.param;
-  return c.model + "_" + std::to_string(c.ranks) + "ranks_accum" + std::to_string(c.accumulation_steps) +
-         "_" + c.backend;
+data::Batch rank_slice(const Batches& b, int step, int rank, int per_rank) {
+  const auto rows = torch::indexing::Slice(rank * per_rank, (rank + 1) * per_rank);
+  return {b.inputs[step].index({rows}), b.targets[step].index({rows})};
 }
 
-class DataParallelEquivalence : public ::testing::TestWithParam<EquivalenceCase> {};
+TEST(StrategyRegistry, NamesComeFromTheRegistrationsAndUnknownOnesListThem) {
+  std::vector<std::string> names;
+  for (const auto& info : registered_strategies()) names.push_back(info.name);
+  EXPECT_EQ(config::registered_choices(config::kStrategyKey).names(), names);
+  ASSERT_NE(std::find(names.begin(), names.end(), "local"), names.end());
+  ASSERT_NE(std::find(names.begin(), names.end(), "data_parallel"), names.end());
+  try {
+    find_strategy("zero-7");
+    FAIL() << "expected std::invalid_argument";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()), "unknown parallel.strategy 'zero-7'; expected one of " +
+                                         config::registered_choices(config::kStrategyKey).list());
+  }
+  EXPECT_EQ(find_strategy("Data_Parallel").name, "data_parallel");  // case does not matter
+}
 
-TEST_P(DataParallelEquivalence, MatchesLocalTrainingOnTheGlobalBatch) {
-  const auto& c = GetParam();
-  const int global_batch = c.ranks * kPerRankBatch;
-  const auto data = make_data(global_batch);
+TEST(StrategyRegistry, AStrategyThatCommunicatesRefusesToRunWithoutACommunicator) {
+  const auto cfg = config_with({"parallel.strategy=data_parallel"});
+  try {
+    make(cfg, mlp(cfg, 1), nullptr);
+    FAIL() << "expected std::invalid_argument";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("parallel.strategy data_parallel needs a communicator"),
+              std::string::npos);
+  }
+  EXPECT_EQ(make(config_with({"parallel.strategy=local"}), mlp(cfg, 1), nullptr)->name(), "local");
+}
 
-  for (const std::string optimizer_name : {"sgd", "adam"}) {
-    SCOPED_TRACE(optimizer_name);
-    // Adam divides by sqrt(v): in float32 the rounding of a near-zero gradient entry (summation
-    // order differs between one batch and N slices) can move its update by up to lr, which reads as
-    // ~1e-4 relative after 20 steps on lenet5. Float64 isolates the mathematics, which must agree.
-    const auto dtype = optimizer_name == "adam" ? torch::kDouble : torch::kFloat;
-    const auto inputs = data.inputs.to(dtype);
-    auto reference = make_model(c.model, 7);
-    reference.module->to(dtype);
-    {
-      LocalStrategy local(reference.module, reference.forward);
-      auto opt = make_optimizer(optimizer_name, *reference.module);
-      for (int s = 0; s < kSteps; ++s) local.train_step(inputs[s], data.targets[s], cross_entropy, *opt);
-    }
-    const auto expected = snapshot(*reference.module);
+TEST(StrategyRegistry, OptionsReachTheStrategyThroughItsSection) {
+  const auto cfg = config_with({"parallel.strategy=data_parallel", "parallel.data_parallel.bucket_mb=0.001"});
+  EXPECT_DOUBLE_EQ(cfg.parallel.options.get<DataParallelStrategyOptions>("data_parallel").bucket_mb, 0.001);
+  auto comm = dtrain::testing::in_process_group(1)[0];
+  auto strategy = make(cfg, mlp(cfg, 1), comm);
+  auto& dp = dynamic_cast<DataParallelStrategy&>(*strategy).data_parallel();
+  // mlp [16], in reverse order: the output bias and weight and the hidden bias (744 bytes) fit in
+  // 1048 bytes, the hidden weight (50 KB) does not: two buckets where the default 25 MB makes one.
+  EXPECT_EQ(dp.bucket_parameter_names().size(), 2u);
+  EXPECT_EQ(dp.options().bucket_mb, 0.001);
+}
 
-    // Rank r starts from seed 7 + r: only rank 0 starts like the reference, the broadcast must do the rest.
-    std::vector<TestModel> models;
-    for (int r = 0; r < c.ranks; ++r) {
-      models.push_back(make_model(c.model, 7 + r));
-      models.back().module->to(dtype);
-    }
-    std::vector<double> losses(c.ranks);
-    c.world(c.ranks, [&](comm::CommunicatorPtr comm) {
-      const int r = comm->rank();
-      DataParallelStrategyOptions options;
-      options.accumulation_steps = c.accumulation_steps;
-      DataParallelStrategy dp(models[r].module, models[r].forward, comm, options);
-      auto opt = make_optimizer(optimizer_name, *models[r].module);
-      for (int s = 0; s < kSteps; ++s) {
-        const auto rows = torch::indexing::Slice(r * kPerRankBatch, (r + 1) * kPerRankBatch);
-        auto result =
-            dp.train_step(inputs[s].index({rows}), data.targets[s].index({rows}), cross_entropy, *opt);
-        losses[r] = result.loss;
-        EXPECT_EQ(result.samples, kPerRankBatch);
-        EXPECT_EQ(result.outputs.size(0), kPerRankBatch);
-      }
-    });
-    for (int r = 0; r < c.ranks; ++r) {
-      const double diff = max_relative_difference(snapshot(*models[r].module), expected);
-      EXPECT_LE(diff, 1e-5) << "rank " << r;
-      // The reported loss is the global mean, so every rank reports the same value.
-      EXPECT_DOUBLE_EQ(losses[r], losses[0]);
+// data_parallel on 2 ranks for 4 steps, saved; then (a) data_parallel on 2 ranks and (b) local on
+// one process with the union batch continue from the checkpoint for 4 more steps: both end where
+// 8 uninterrupted steps of local training end, so model and Adam state crossed over whole.
+TEST(StrategyCheckpoint, DataParallelStateContinuesUnderLocalAndAtAnotherWorldSize) {
+  const auto dp_cfg = config_with({"parallel.strategy=data_parallel"});
+  const auto local_cfg = config_with({"parallel.strategy=local"});
+  const auto data = batches(8, 8);
+  auto straight = make(local_cfg, mlp(local_cfg, 5), nullptr);
+  for (int s = 0; s < 8; ++s) straight->train_step({data.inputs[s], data.targets[s]});
+  const auto expected = straight->model_state();
+
+  io::Checkpoint saved;
+  std::vector<models::NetworkPtr> models{mlp(dp_cfg, 5), mlp(dp_cfg, 6)};
+  std::vector<std::map<std::string, torch::Tensor>> continued(2);
+  dtrain::testing::run_world(2, [&](comm::CommunicatorPtr comm) {
+    const int r = comm->rank();
+    auto first = make(dp_cfg, models[r], comm);
+    for (int s = 0; s < 4; ++s) first->train_step(rank_slice(data, s, r, 4));
+    io::Checkpoint mine;
+    first->save(mine);
+    if (r == 0) saved = mine;
+    comm->barrier();
+    auto second = make(dp_cfg, mlp(dp_cfg, 40 + r), comm);
+    second->load(saved);
+    for (int s = 4; s < 8; ++s) second->train_step(rank_slice(data, s, r, 4));
+    continued[r] = second->model_state();
+  });
+  ASSERT_TRUE(saved.contains("optimizer/layers.1.weight/exp_avg")) << "Adam's moments by parameter name";
+  auto local = make(local_cfg, mlp(local_cfg, 77), nullptr);
+  local->load(saved);
+  for (int s = 4; s < 8; ++s) local->train_step({data.inputs[s], data.targets[s]});
+  const auto local_end = local->model_state();
+  for (const auto& [name, value] : expected) {
+    EXPECT_LE(testing::max_relative_difference({local_end.at(name)}, {value}), 1e-5) << "local " << name;
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_LE(testing::max_relative_difference({continued[r].at(name)}, {value}), 1e-5)
+          << "rank " << r << " " << name;
     }
   }
 }
 
-void gloo_world(int n, const std::function<void(comm::CommunicatorPtr)>& fn) {
-  ::dtrain::testing::run_world(n, fn);
-}
-
-std::vector<EquivalenceCase> equivalence_cases() {
-  std::vector<EquivalenceCase> cases;
-  for (const std::string model : {"mlp", "lenet5"}) {
-    for (int ranks : {2, 4}) {
-      for (int accumulation : {1, 2}) {
-        cases.push_back({model, ranks, accumulation, gloo_world, "gloo"});
-        // The in-process double also fails if the ranks' collectives ever differ.
-        cases.push_back({model, ranks, accumulation, run_in_process_world, "inprocess"});
-      }
-    }
+TEST(StrategyCheckpoint, OptimizerStateOfAnotherShapeIsRefusedNamingIt) {
+  const auto cfg = config_with({"parallel.strategy=local"});
+  auto strategy = make(cfg, mlp(cfg, 1), nullptr);
+  const auto data = batches(1, 4);
+  strategy->train_step({data.inputs[0], data.targets[0]});
+  io::Checkpoint checkpoint;
+  strategy->save(checkpoint);
+  checkpoint.set_tensor("optimizer/layers.1.weight/exp_avg", torch::zeros({3, 3}));
+  auto other = make(cfg, mlp(cfg, 2), nullptr);
+  try {
+    other->load(checkpoint);
+    FAIL() << "expected std::invalid_argument";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("layers.1.weight/exp_avg has shape [3, 3]"), std::string::npos)
+        << e.what();
   }
-  return cases;
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, DataParallelEquivalence, ::testing::ValuesIn(equivalence_cases()), case_name);
+TEST(StrategyCommunication, CountsTheStrategysOwnTrafficOnly) {
+  const auto cfg = config_with({"parallel.strategy=data_parallel"});
+  std::vector<models::NetworkPtr> models{mlp(cfg, 1), mlp(cfg, 1)};
+  std::vector<comm::CommStats> own(2), all(2);
+  const auto data = batches(3, 8);
+  dtrain::testing::run_world(2, [&](comm::CommunicatorPtr comm) {
+    const int r = comm->rank();
+    auto strategy = make(cfg, models[r], comm);
+    for (int s = 0; s < 3; ++s) {
+      strategy->train_step(rank_slice(data, s, r, 4));
+      auto metric = torch::ones({5});
+      comm->allreduce(metric);  // the trainer's, not the strategy's
+    }
+    own[r] = strategy->comm_stats();
+    all[r] = comm->stats();
+  });
+  for (int r = 0; r < 2; ++r) {
+    // One all-reduce per step: the single bucket, with the loss riding along.
+    EXPECT_EQ(own[r].ops.at("allreduce").calls, 3u) << "rank " << r;
+    EXPECT_EQ(all[r].ops.at("allreduce").calls, 6u) << "rank " << r;
+    // Construction: the module check (all-gather) and rank 0's weights (broadcast) are its own.
+    EXPECT_EQ(own[r].ops.at("broadcast").calls, 1u);
+    EXPECT_EQ(own[r].ops.at("allgather").calls, 1u);
+  }
+}
 
 TEST(LocalStrategy, AccumulationMatchesOneBigBatch) {
-  const auto data = make_data(8);
-  auto whole = make_model("lenet5", 3);
-  auto split = make_model("lenet5", 3);
-  LocalStrategy a(whole.module, whole.forward);
-  LocalStrategy b(split.module, split.forward, LocalOptions{3});  // 8 rows in micro-batches of 3, 3, 2
-  auto opt_a = make_optimizer("sgd", *whole.module);
-  auto opt_b = make_optimizer("sgd", *split.module);
+  const auto whole_cfg = config_with({"parallel.strategy=local", "optim.name=sgd", "optim.lr=0.05"});
+  const auto split_cfg = config_with(
+      {"parallel.strategy=local", "optim.name=sgd", "optim.lr=0.05", "parallel.accumulation_steps=3"});
+  const auto data = batches(5, 8);
+  auto whole = make(whole_cfg, mlp(whole_cfg, 3), nullptr);
+  auto split = make(split_cfg, mlp(split_cfg, 3), nullptr);  // 8 rows in micro-batches of 3, 3, 2
   for (int s = 0; s < 5; ++s) {
-    const auto ra = a.train_step(data.inputs[s], data.targets[s], cross_entropy, *opt_a);
-    const auto rb = b.train_step(data.inputs[s], data.targets[s], cross_entropy, *opt_b);
-    EXPECT_NEAR(ra.loss, rb.loss, 1e-5 * std::abs(ra.loss));
-    EXPECT_EQ(rb.outputs.size(0), 8);
+    const auto a = whole->train_step({data.inputs[s], data.targets[s]});
+    const auto b = split->train_step({data.inputs[s], data.targets[s]});
+    EXPECT_NEAR(a.loss, b.loss, 1e-5 * std::abs(a.loss));
+    EXPECT_EQ(b.outputs.size(0), 8);
   }
-  EXPECT_LE(max_relative_difference(snapshot(*split.module), snapshot(*whole.module)), 1e-5);
-}
-
-TEST(LocalStrategy, WorksWithLbfgsClosures) {
-  const auto data = make_data(8);
-  auto m = make_model("mlp", 5);
-  LocalStrategy local(m.module, m.forward);
-  torch::optim::LBFGS opt(m.module->parameters(), torch::optim::LBFGSOptions(0.5).max_iter(5));
-  const double first = local.train_step(data.inputs[0], data.targets[0], cross_entropy, opt).loss;
-  double last = first;
-  for (int s = 0; s < 5; ++s)
-    last = local.train_step(data.inputs[0], data.targets[0], cross_entropy, opt).loss;
-  EXPECT_LT(last, first);
-}
-
-TEST(DataParallelStrategy, LbfgsStaysIdenticalAcrossRanks) {
-  const auto data = make_data(8);
-  std::vector<TestModel> models{make_model("mlp", 5), make_model("mlp", 6)};
-  auto comms = in_process_group(2);
-  run_threads(2, [&](int r) {
-    DataParallelStrategy dp(models[r].module, models[r].forward, comms[r]);
-    torch::optim::LBFGS opt(models[r].module->parameters(), torch::optim::LBFGSOptions(0.5).max_iter(5));
-    const auto rows = torch::indexing::Slice(r * 4, (r + 1) * 4);
-    for (int s = 0; s < 3; ++s)
-      dp.train_step(data.inputs[s].index({rows}), data.targets[s].index({rows}), cross_entropy, opt);
-  });
-  EXPECT_EQ(max_relative_difference(snapshot(*models[1].module), snapshot(*models[0].module)), 0.0);
+  const auto a = whole->model_state();
+  const auto b = split->model_state();
+  for (const auto& [name, value] : a)
+    EXPECT_LE(testing::max_relative_difference({b.at(name)}, {value}), 1e-5) << name;
 }
 
 TEST(MicroBatches, RangesCoverTheBatchWithNearEqualSlices) {
@@ -175,27 +202,6 @@ TEST(MicroBatches, RangesCoverTheBatchWithNearEqualSlices) {
   EXPECT_EQ(ranges[3], Range(8, 10));
   EXPECT_THROW(micro_batch_ranges(3, 4), std::invalid_argument);
   EXPECT_THROW(micro_batch_ranges(3, 0), std::invalid_argument);
-}
-
-TEST(CreateStrategy, BuildsEachStrategyAndRejectsUnknownNames) {
-  auto m = make_model("mlp", 1);
-  config::ParallelConfig config;
-  config.strategy = "local";
-  EXPECT_EQ(create_strategy(config, m.module, m.forward, nullptr)->name(), "local");
-
-  config.strategy = "data_parallel";
-  EXPECT_THROW(create_strategy(config, m.module, m.forward, nullptr), std::invalid_argument);
-  auto dp = create_strategy(config, m.module, m.forward, in_process_group(1)[0]);
-  EXPECT_EQ(dp->name(), "data_parallel");
-  EXPECT_EQ(dp->world_size(), 1);
-
-  config.strategy = "zero";
-  try {
-    create_strategy(config, m.module, m.forward, nullptr);
-    FAIL() << "expected std::invalid_argument";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("local, data_parallel"), std::string::npos) << e.what();
-  }
 }
 
 }  // namespace

@@ -1,8 +1,11 @@
 // The Trainer on small synthetic problems: deterministic given a seed, an exact resume, early
-// stop, user callbacks, and data_parallel over two ranks ending with identical weights.
+// stop, user callbacks, and data_parallel through the trainer equal to one process on the union of
+// the ranks' batches (with a strategy this test registers, which also shows that a new strategy
+// needs no change to the trainer).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "dtrain/parallel/Registry.h"
 #include "dtrain/train/EarlyStop.h"
 #include "dtrain/train/Trainer.h"
 #include "support/ThreadWorld.h"
@@ -33,7 +36,7 @@ config::RunConfig small_config() {
 
 std::vector<torch::Tensor> parameters_of(Trainer& t) {
   std::vector<torch::Tensor> out;
-  for (const auto& p : t.model().parameters()) out.push_back(p.detach().clone());
+  for (const auto& entry : t.strategy().model_state()) out.push_back(entry.second.clone());
   return out;
 }
 
@@ -59,7 +62,8 @@ TEST(Trainer, TwoRunsWithTheSameSeedGiveIdenticalNumbers) {
   EXPECT_EQ(ra.steps, 2 * 256 / 16);
   EXPECT_EQ(ra.final_eval.loss, rb.final_eval.loss);
   expect_equal(parameters_of(a), parameters_of(b));
-  EXPECT_EQ(a.initial_parameter_hash(), b.initial_parameter_hash());
+  EXPECT_EQ(a.model_facts().initial_hash, b.model_facts().initial_hash);
+  EXPECT_EQ(a.model_facts().parameters, 8 * 8 * 16 + 16 + 16 * 4 + 4);
   EXPECT_LT(ra.final_eval.loss, std::log(4.0));  // it learned something
 }
 
@@ -185,20 +189,110 @@ TEST(Trainer, EarlyStopEndsAtTheTargetAccuracy) {
   EXPECT_GE(r.final_eval.top1, 0.01);
 }
 
-TEST(Trainer, DataParallelRanksEndWithIdenticalWeightsAndReducedMetrics) {
+// A strategy registered by this test: data_parallel that records every batch it trains on, and
+// evaluates two models, the model on every rank's share and the same model on rank 1 alone over
+// the whole set (as decentralized strategies evaluate nodes that live on one rank).
+class RecordingDataParallel final : public parallel::Strategy {
+ public:
+  static std::vector<std::vector<data::Batch>>& batches() {
+    static std::vector<std::vector<data::Batch>> b(2);
+    return b;
+  }
+
+  explicit RecordingDataParallel(parallel::StrategyContext context)
+      : rank_(context.comm->rank()), inner_([&] {
+          context.parallel.strategy = "data_parallel";
+          return parallel::create_strategy(std::move(context));
+        }()) {}
+
+  std::string name() const override { return "recording_data_parallel"; }
+  parallel::StepResult train_step(const data::Batch& batch) override {
+    batches()[rank_].push_back({batch.inputs.clone(), batch.targets.clone()});
+    return inner_->train_step(batch);
+  }
+  void set_learning_rate(double lr) override { inner_->set_learning_rate(lr); }
+  std::vector<parallel::EvalModel> eval_models() const override { return {{"model", -1}, {"on_rank1", 1}}; }
+  void begin_evaluation() override { inner_->begin_evaluation(); }
+  torch::Tensor eval_forward(std::size_t, const torch::Tensor& inputs) override {
+    return inner_->eval_forward(0, inputs);
+  }
+  void end_evaluation() override { inner_->end_evaluation(); }
+  std::map<std::string, torch::Tensor> model_state() const override { return inner_->model_state(); }
+  void save(io::Checkpoint& checkpoint) const override { inner_->save(checkpoint); }
+  void load(const io::Checkpoint& checkpoint) override { inner_->load(checkpoint); }
+  comm::CommStats comm_stats() const override { return inner_->comm_stats(); }
+  std::map<std::string, double> metrics() override {
+    return {{"recorded_steps", double(batches()[rank_].size())}};
+  }
+
+ private:
+  int rank_;
+  std::unique_ptr<parallel::Strategy> inner_;
+};
+
+DTRAIN_REGISTER_STRATEGY(recording_data_parallel,
+                         parallel::StrategyInfo{
+                             "recording_data_parallel", "data_parallel that records its batches",
+                             /*exact=*/false, /*needs_communicator=*/true,
+                             [](parallel::StrategyContext c) -> std::unique_ptr<parallel::Strategy> {
+                               return std::make_unique<RecordingDataParallel>(std::move(c));
+                             }});
+
+// Logs every evaluation the trainer reports.
+struct Evaluations : Callback {
+  void on_evaluation(Trainer&, const EvalEvent& e) override { events.push_back(e); }
+  std::vector<EvalEvent> events;
+};
+
+TEST(Trainer, DataParallelThroughTheTrainerEqualsOneProcessOnTheUnionBatches) {
   auto config = small_config();
-  config.parallel.strategy = "data_parallel";
+  config.parallel.strategy = "recording_data_parallel";
+  config.train.epochs = 1;
+  for (auto& b : RecordingDataParallel::batches()) b.clear();
   std::vector<std::vector<torch::Tensor>> params(2);
   std::vector<TrainResult> results(2);
+  std::vector<std::shared_ptr<Evaluations>> evaluations(2);
   dtrain::testing::run_world(2, [&](std::shared_ptr<comm::Communicator> comm) {
     Trainer t(config, comm);
+    evaluations[comm->rank()] = std::make_shared<Evaluations>();
+    t.add_callback(evaluations[comm->rank()]);
     results[comm->rank()] = t.fit();
     params[comm->rank()] = parameters_of(t);
   });
-  expect_equal(params[0], params[1]);
-  EXPECT_EQ(results[0].steps, 2 * 256 / (16 * 2));
-  EXPECT_EQ(results[0].final_eval.samples, 32);
-  EXPECT_EQ(results[0].final_eval.top1, results[1].final_eval.top1);
+  const auto& recorded = RecordingDataParallel::batches();
+  ASSERT_EQ(recorded[0].size(), 256u / (16 * 2));
+  ASSERT_EQ(recorded[1].size(), recorded[0].size());
+
+  // One process, same initial weights (same seed), each step on rank 0's batch then rank 1's.
+  auto local_config = small_config();
+  local_config.data.batch_size = 32;
+  Trainer reference(local_config, nullptr);
+  auto& local = reference.strategy();
+  for (std::size_t s = 0; s < recorded[0].size(); ++s) {
+    local.set_learning_rate(config.optim.lr);
+    local.train_step({torch::cat({recorded[0][s].inputs, recorded[1][s].inputs}),
+                      torch::cat({recorded[0][s].targets, recorded[1][s].targets})});
+  }
+  const auto expected = parameters_of(reference);
+  ASSERT_EQ(params[0].size(), expected.size());
+  for (int r = 0; r < 2; ++r) {
+    for (std::size_t i = 0; i < expected.size(); ++i) {
+      EXPECT_TRUE(torch::allclose(params[r][i], expected[i], 1e-5, 1e-6)) << "rank " << r << " tensor " << i;
+    }
+  }
+  // Evaluation: 32 test samples split over the ranks for "model", all 32 on rank 1 for "on_rank1";
+  // the same weights, so the same figures, reduced onto both ranks.
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(evaluations[r]->events.size(), 1u);
+    const auto& e = evaluations[r]->events[0];
+    EXPECT_EQ(e.metrics.samples, 32);
+    ASSERT_EQ(e.others.count("on_rank1"), 1u);
+    EXPECT_EQ(e.others.at("on_rank1").samples, 32);
+    EXPECT_EQ(e.others.at("on_rank1").top1, e.metrics.top1);
+    EXPECT_NEAR(e.others.at("on_rank1").loss, e.metrics.loss, 1e-6);
+    EXPECT_EQ(e.strategy_metrics.at("recorded_steps"), 8.0);
+    EXPECT_EQ(results[r].final_strategy_metrics.at("recorded_steps"), 8.0);
+  }
   EXPECT_GT(results[0].comm.ops.at("allreduce").calls, 0u);
 }
 

@@ -19,6 +19,11 @@ Run add_train_command(CLI::App& app);
 Run add_experiment_command(CLI::App& app);
 Run add_report_command(CLI::App& app);
 
+// The names a configuration may use, with a line of help each, as their layers register them
+// (strategies with their parallel.<name>.* keys, models, optimizers, schedules, losses, data sets,
+// partitions): the footer of `dtrain train --help`.
+std::string registered_names_help();
+
 // An exception's message for the user: without the C++ stack trace that LibTorch's errors carry.
 std::string error_message(const std::exception& e);
 

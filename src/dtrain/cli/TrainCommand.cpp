@@ -19,6 +19,7 @@
 #include "dtrain/io/JsonFile.h"
 #include "dtrain/io/RunDir.h"
 #include "dtrain/io/TensorBoardWriter.h"
+#include "dtrain/parallel/Registry.h"
 #include "dtrain/train/EarlyStop.h"
 #include "dtrain/train/RunCallbacks.h"
 #include "dtrain/train/Trainer.h"
@@ -97,10 +98,10 @@ nlohmann::json results_json(const config::RunConfig& cfg, const train::Trainer& 
   j["name"] = cfg.name;
   j["run_dir"] = run.root().string();
   j["model"] = cfg.model.name;
-  j["parameters"] = trainer.parameter_count();
-  j["initial_parameter_hash"] = trainer.initial_parameter_hash();
+  j["parameters"] = trainer.model_facts().parameters;
+  j["initial_parameter_hash"] = trainer.model_facts().initial_hash;
   j["data_partition_hash"] = trainer.data_partition_hash();
-  j["precision"] = trainer.precision();
+  j["precision"] = trainer.model_facts().precision;
   j["strategy"] = cfg.parallel.strategy;
   j["backend"] = backend;
   j["world_size"] = trainer.world_size();
@@ -108,6 +109,11 @@ nlohmann::json results_json(const config::RunConfig& cfg, const train::Trainer& 
   j["epochs"] = r.epochs_completed;
   j["final"] = metrics_json(r.final_eval);
   j["train_last_epoch"] = metrics_json(r.last_train);
+  if (!r.final_others.empty()) {
+    for (const auto& [name, m] : r.final_others) j["final_by_model"][name] = metrics_json(m);
+  }
+  j["strategy_metrics"] = nlohmann::json::object();
+  for (const auto& [name, value] : r.final_strategy_metrics) j["strategy_metrics"][name] = value;
   j["samples_per_second"] = r.samples_per_second;
   j["train_seconds"] = r.train_seconds;
   j["compute_seconds"] = r.compute_seconds;
@@ -197,7 +203,7 @@ int run_worker(const TrainArgs& a, const config::RunConfig& cfg, const comm::Env
   const auto rendezvous = comm::resolve_rendezvous(rv, env);
 
   comm::CommunicatorPtr communicator;
-  if (rendezvous.world_size > 1 || cfg.parallel.strategy != "local") {
+  if (rendezvous.world_size > 1 || parallel::find_strategy(cfg.parallel.strategy).needs_communicator) {
     comm::BackendOptions backend;
     backend.name = cfg.parallel.backend;
     backend.timeout = rv.timeout;
@@ -250,6 +256,7 @@ Run add_train_command(CLI::App& app) {
   cmd->add_option("--world-size,--num-nodes", a->world_size, "Number of workers")->check(CLI::PositiveNumber);
   cmd->add_option("--master-addr", a->master_addr, "Rendezvous host");
   cmd->add_option("--master-port", a->master_port, "Rendezvous port")->check(CLI::Range(0, 65535));
+  cmd->footer(registered_names_help());
   return [a] {
     const auto cfg = config::load_run_config(a->config, a->overrides);
     const auto env = config::process_environment();

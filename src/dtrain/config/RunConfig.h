@@ -1,20 +1,24 @@
 // The typed configuration of one training run. config/ fills it from YAML (with line numbers in
 // every error) and dotted command-line overrides; every layer above reads its own part. Defaults
-// here are the defaults a user gets when a key is left out.
+// here are the defaults a user gets when a key is left out. Names marked "registered" are the
+// ones their layer registers (config/Registry.h): `dtrain train --help` lists them.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "dtrain/config/Options.h"
+
 namespace dtrain::config {
 
 struct DataConfig {
-  // fashion-mnist | mnist | cifar10 | cifar100 | image-folder | synthetic | text
+  // registered by data/: fashion-mnist, mnist, cifar10, cifar100, image-folder, synthetic, text
   std::string dataset = "fashion-mnist";
   // "" = the dataset's default root (Debian's /usr/share/datasets/fashion-mnist for fashion-mnist).
   std::string root;
-  // Partition of the training set over ranks: random | hetero | dirichlet | kfold | subset.
+  // Partition of the training set over ranks, registered by data/: random, hetero, dirichlet,
+  // kfold, subset.
   std::string partition = "random";
   int classes_per_rank = 2;      // hetero
   double dirichlet_alpha = 0.5;  // dirichlet
@@ -43,7 +47,7 @@ struct DataConfig {
 };
 
 struct ModelConfig {
-  // mlp | mnistnet | lenet5 | resnet18 | resnet50 | vit | transformer
+  // registered by models/: mlp, mnistnet, lenet5, resnet18, resnet50, vit, transformer
   std::string name = "lenet5";
   std::vector<int> hidden{256, 128};  // mlp
   std::string activation = "relu";    // mlp: relu | tanh | gelu | sigmoid
@@ -58,7 +62,7 @@ struct ModelConfig {
 };
 
 struct SchedulerConfig {
-  // constant | step | cosine | linear | log
+  // registered by optim/: constant, step, cosine, linear, log
   std::string name = "constant";
   int step_size = 30;     // step: epochs between decays (seed 004: x0.1 every 30 epochs)
   double gamma = 0.1;     // step
@@ -67,7 +71,7 @@ struct SchedulerConfig {
 };
 
 struct OptimConfig {
-  std::string name = "sgd";  // sgd | adam | adamw | lbfgs
+  std::string name = "sgd";  // registered by optim/: sgd, adam, adamw, lbfgs
   double lr = 0.01;
   double momentum = 0.0;
   bool nesterov = false;
@@ -77,19 +81,21 @@ struct OptimConfig {
   double eps = 1e-8;
   int lbfgs_history = 10;
   int lbfgs_max_iter = 20;
-  std::string loss = "cross_entropy";  // cross_entropy | nll | mse
+  std::string loss = "cross_entropy";  // registered by optim/: cross_entropy, nll, mse
   SchedulerConfig scheduler;
 };
 
 struct ParallelConfig {
-  std::string strategy = "data_parallel";  // local | data_parallel
-  std::string backend = "gloo";            // gloo | mpi | nccl
-  double bucket_mb = 25.0;                 // gradient bucket size
-  int accumulation_steps = 1;              // micro-batches per optimizer step; all-reduce on the last only
-  double timeout_s = 300.0;                // rendezvous and every collective
-  std::string compression = "none";        // gradients on the wire: none | fp16 | bf16
-  std::int64_t poll_wait_us = 50000;       // wait for a collective polling this long, then block
-  int gloo_threads = 2;                    // gloo: worker threads of the process group
+  // registered by parallel/, one folder each: local, data_parallel
+  std::string strategy = "data_parallel";
+  std::string backend = "gloo";       // gloo | mpi | nccl
+  int accumulation_steps = 1;         // micro-batches per optimizer step; communicate on the last only
+  double timeout_s = 300.0;           // rendezvous and every collective
+  std::int64_t poll_wait_us = 50000;  // wait for a collective polling this long, then block
+  int gloo_threads = 2;               // gloo: worker threads of the process group
+  // Each strategy's own options, parallel.<strategy>.*, registered with the strategy
+  // (e.g. parallel.data_parallel.bucket_mb): options.get<T>("data_parallel").
+  SectionSet options{"parallel"};
 };
 
 struct TrainConfig {

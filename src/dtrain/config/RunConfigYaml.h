@@ -33,6 +33,10 @@ YAML::Node to_yaml_node(const RunConfig& config);
 // The same tree as JSON, for results.json and checkpoint metadata.
 nlohmann::json to_json(const RunConfig& config);
 
+// Every dotted key of the schema ("data.dataset", ..., "parallel.data_parallel.bucket_mb"), for
+// --help and for suggestions.
+std::vector<std::string> config_keys();
+
 bool operator==(const RunConfig& a, const RunConfig& b);
 inline bool operator!=(const RunConfig& a, const RunConfig& b) {
   return !(a == b);

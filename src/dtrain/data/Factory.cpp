@@ -7,18 +7,32 @@
 #include "dtrain/data/Synthetic.h"
 #include "dtrain/data/TextDataset.h"
 
-#include <sstream>
+#include <vector>
+
+#include "dtrain/config/Registry.h"
+#include "dtrain/config/Schema.h"
 
 namespace dtrain::data {
 
 namespace {
 
-std::string known_names() {
-  std::ostringstream out;
-  const auto& names = dataset_names();
-  for (std::size_t i = 0; i < names.size(); ++i) out << (i ? ", " : "") << names[i];
-  return out.str();
-}
+// Every data set, written once; config/ validates data.dataset against this list.
+[[maybe_unused]] const bool kDatasetsRegistered = [] {
+  for (const auto& choice : std::vector<config::Choice>{
+           {"fashion-mnist",
+            "Fashion-MNIST, IDX files (Debian's dataset-fashion-mnist by default)",
+            {"FashionMNIST"}},
+           {"mnist", "MNIST, IDX files (.gz or raw) under data.root", {"MNIST"}},
+           {"cifar10", "CIFAR-10, the binary version (data_batch_*.bin, test_batch.bin)"},
+           {"cifar100", "CIFAR-100, the binary version (train.bin, test.bin)"},
+           {"image-folder", "one folder per class of PNG/JPEG images (train/ and test/ under data.root)"},
+           {"synthetic", "random images of data.synthetic_shape in data.synthetic_classes classes"},
+           {"text", "a character-level language-model corpus (data.text_path)"},
+       }) {
+    config::register_choice(config::kDatasetKey, choice);
+  }
+  return true;
+}();
 
 // An empty split would train on nothing, or report an evaluation of no samples as zeros. (Text
 // sets refuse a file too short for both splits themselves.)
@@ -55,12 +69,6 @@ DataSets finish_images(ImageDataset train, ImageDataset test, const config::Data
 
 }  // namespace
 
-const std::vector<std::string>& dataset_names() {
-  static const std::vector<std::string> names{"fashion-mnist", "mnist",     "cifar10", "cifar100",
-                                              "image-folder",  "synthetic", "text"};
-  return names;
-}
-
 std::string default_root(const std::string& dataset) {
   if (dataset == "fashion-mnist") return kFashionMnistRoot;
   if (dataset == "mnist") return "/usr/share/datasets/mnist";
@@ -68,7 +76,8 @@ std::string default_root(const std::string& dataset) {
 }
 
 DataSets load_datasets(const config::DataConfig& data) {
-  const std::string& name = data.dataset;
+  const auto& names = config::registered_choices(config::kDatasetKey);
+  const std::string name = names.resolve(data.dataset).value_or(data.dataset);
   const std::string root = data.root.empty() ? default_root(name) : data.root;
   if (name == "fashion-mnist" || name == "mnist") {
     // Train before test (argument order is unspecified), so a missing root names the train file.
@@ -106,7 +115,7 @@ DataSets load_datasets(const config::DataConfig& data) {
                                               : std::shared_ptr<const Dataset>(split.test);
     return DataSets{train, train, test};
   }
-  TORCH_CHECK(false, "data.dataset: unknown data set '", name, "'; expected one of: ", known_names());
+  TORCH_CHECK(false, "data.dataset: unknown data set '", name, "'; expected one of: ", names.list());
 }
 
 std::unique_ptr<Loader> make_train_loader(std::shared_ptr<const Dataset> train, const Shard& shard,
@@ -143,3 +152,5 @@ std::unique_ptr<Loader> make_eval_loader(std::shared_ptr<const Dataset> dataset,
 }
 
 }  // namespace dtrain::data
+
+DTRAIN_LINK_ANCHOR(dtrain_datasets_registry);

@@ -20,9 +20,6 @@ struct DataSets {
   std::shared_ptr<const Dataset> test;  // normalised with the training set's statistics
 };
 
-// The names data.dataset accepts.
-const std::vector<std::string>& dataset_names();
-
 // Where a data set is looked for when data.root is empty ("" when it has no default).
 std::string default_root(const std::string& dataset);
 

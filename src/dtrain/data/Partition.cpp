@@ -1,21 +1,16 @@
 // The partition schemes; see Partition.h.
 #include "dtrain/data/Partition.h"
 
+#include "dtrain/config/Registry.h"
+#include "dtrain/config/Schema.h"
 #include "dtrain/data/Random.h"
 
 #include <algorithm>
 #include <numeric>
-#include <sstream>
 
 namespace dtrain::data {
 
 namespace {
-
-std::string join(const std::vector<std::string>& names) {
-  std::ostringstream out;
-  for (std::size_t i = 0; i < names.size(); ++i) out << (i ? ", " : "") << names[i];
-  return out.str();
-}
 
 // Cuts `order` into `world` near-equal contiguous pieces and appends piece r to shares[r].
 void split_even(const torch::Tensor& order, int world, std::vector<std::vector<torch::Tensor>>& shares) {
@@ -124,10 +119,23 @@ std::int64_t Shard::max_size() const {
   return *std::max_element(rank_sizes.begin(), rank_sizes.end());
 }
 
-const std::vector<std::string>& partition_schemes() {
-  static const std::vector<std::string> names{"random", "hetero", "dirichlet", "kfold", "subset"};
-  return names;
-}
+namespace {
+
+// Every scheme, written once; config/ validates data.partition against this list.
+[[maybe_unused]] const bool kPartitionsRegistered = [] {
+  for (const auto& choice : std::vector<config::Choice>{
+           {"random", "iid: a random equal share per rank"},
+           {"hetero", "each rank a subset of the classes (data.classes_per_rank)"},
+           {"dirichlet", "class proportions per rank drawn from Dirichlet(data.dirichlet_alpha)"},
+           {"kfold", "fold data.fold of data.num_folds held out for validation, the rest shared"},
+           {"subset", "the first data.subset_size samples, shared at random"},
+       }) {
+    config::register_choice(config::kPartitionKey, choice);
+  }
+  return true;
+}();
+
+}  // namespace
 
 PartitionOptions partition_options(const config::DataConfig& data) {
   PartitionOptions o;
@@ -151,7 +159,8 @@ std::vector<Shard> partition_all(int world, const PartitionOptions& options, con
               " ranks a sample; use fewer ranks or a larger data.subset_size");
   auto gen = make_generator(derive_seed(seed, {0x9a27}));
   std::vector<std::vector<torch::Tensor>> pieces(world);
-  const std::string& s = options.scheme;
+  const std::string s =
+      config::registered_choices(config::kPartitionKey).resolve(options.scheme).value_or(options.scheme);
   if (s == "random") {
     split_even(torch::randperm(n, gen, torch::kLong), world, pieces);
     return finish(world, pieces, {});
@@ -181,7 +190,7 @@ std::vector<Shard> partition_all(int world, const PartitionOptions& options, con
     return finish(world, pieces, {});
   }
   TORCH_CHECK(false, "data.partition: unknown scheme '", s,
-              "'; expected one of: ", join(partition_schemes()));
+              "'; expected one of: ", config::registered_choices(config::kPartitionKey).list());
 }
 
 Shard partition(int rank, int world, const PartitionOptions& options, const torch::Tensor& labels,
@@ -204,3 +213,5 @@ Shard whole(std::int64_t size) {
 }
 
 }  // namespace dtrain::data
+
+DTRAIN_LINK_ANCHOR(dtrain_partitions_registry);

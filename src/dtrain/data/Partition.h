@@ -46,9 +46,6 @@ struct Shard {
   std::int64_t max_size() const;
 };
 
-// The schemes partition() accepts, for error messages and the CLI.
-const std::vector<std::string>& partition_schemes();
-
 // This rank's share of the samples whose labels are `labels` (N) int64.
 Shard partition(int rank, int world, const PartitionOptions& options, const torch::Tensor& labels,
                 std::uint64_t seed);

@@ -3,35 +3,59 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
-#include <cctype>
+#include <functional>
 #include <stdexcept>
 
+#include "dtrain/config/Registry.h"
+#include "dtrain/config/Schema.h"
 #include "dtrain/models/Architectures.h"
 
 namespace dtrain::models {
 
-const std::vector<std::string>& known_models() {
-  static const std::vector<std::string> names{"mlp",      "mnistnet", "lenet5",     "resnet18",
-                                              "resnet50", "vit",      "transformer"};
-  return names;
+namespace {
+
+using Builder = std::function<NetworkPtr(const config::ModelConfig&, const InputSpec&)>;
+
+struct ModelEntry {
+  config::Choice choice;
+  Builder build;
+};
+
+// Every model, written once: its name (matched without regard to case), its help line, and its
+// builder. config/ validates model.name against this list.
+const std::vector<ModelEntry>& model_table() {
+  static const std::vector<ModelEntry> table{
+      {{"mlp", "multi-layer perceptron: model.hidden layers with model.activation"}, detail::build_mlp},
+      {{"mnistnet", "seed 000's MNIST network: two convolutions, dropout, two linear layers"},
+       detail::build_mnistnet},
+      {{"lenet5", "LeNet-5: two convolutions with max pooling, three linear layers", {"lenet"}},
+       detail::build_lenet5},
+      {{"resnet18", "ResNet-18, basic blocks; model.stem cifar (3x3) or imagenet (7x7 + max pool)"},
+       [](const config::ModelConfig& c, const InputSpec& i) { return detail::build_resnet(c, i, 18); }},
+      {{"resnet50", "ResNet-50, bottleneck blocks; model.stem cifar or imagenet"},
+       [](const config::ModelConfig& c, const InputSpec& i) { return detail::build_resnet(c, i, 50); }},
+      {{"vit", "vision transformer: model.patch, dim, depth, heads, mlp_ratio"}, detail::build_vit},
+      {{"transformer", "transformer encoder on token sequences; model.task classifier or lm"},
+       detail::build_transformer},
+  };
+  return table;
 }
 
+[[maybe_unused]] const bool kModelsRegistered = [] {
+  for (const auto& entry : model_table()) config::register_choice(config::kModelKey, entry.choice);
+  return true;
+}();
+
+}  // namespace
+
 NetworkPtr create_model(const config::ModelConfig& config, const InputSpec& input) {
-  std::string name = config.name;
-  // Seed 000 spells its models "MNISTNet" and "vit"; accept any case.
-  std::transform(name.begin(), name.end(), name.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  if (name == "mlp") return detail::build_mlp(config, input);
-  if (name == "mnistnet") return detail::build_mnistnet(config, input);
-  if (name == "lenet5" || name == "lenet") return detail::build_lenet5(config, input);
-  if (name == "resnet18") return detail::build_resnet(config, input, 18);
-  if (name == "resnet50") return detail::build_resnet(config, input, 50);
-  if (name == "vit") return detail::build_vit(config, input);
-  if (name == "transformer") return detail::build_transformer(config, input);
+  const auto name = config::registered_choices(config::kModelKey).resolve(config.name);
+  for (const auto& entry : model_table()) {
+    if (name && entry.choice.name == *name) return entry.build(config, input);
+  }
   throw std::invalid_argument(
       fmt::format("model.name: expected one of {}, found '{}'; set model.name to one of them",
-                  fmt::join(known_models(), ", "), config.name));
+                  config::registered_choices(config::kModelKey).list(), config.name));
 }
 
 std::int64_t parameter_count(const torch::nn::Module& module) {
@@ -77,3 +101,5 @@ std::string summary(const Network& network, const InputSpec& input) {
 }
 
 }  // namespace dtrain::models
+
+DTRAIN_LINK_ANCHOR(dtrain_models_registry);

@@ -1,5 +1,6 @@
-// The model registry: builds any dtrain model by name from config::ModelConfig and the shape of
-// the data, and describes it (parameter count, one-line summary) for the run's log.
+// The model registry: builds any dtrain model by name (the names are registered with config/) from
+// config::ModelConfig and the shape of the data, and describes it (parameter count, one-line summary) for the
+// run's log.
 #pragma once
 
 #include <cstdint>
@@ -11,13 +12,11 @@
 
 namespace dtrain::models {
 
-// mlp, mnistnet, lenet5, resnet18, resnet50, vit, transformer.
-const std::vector<std::string>& known_models();
-
-// Builds config.name (case-insensitive) for inputs shaped like `input`. Parameters are registered
-// in forward order and initialised from torch's global generator, so torch::manual_seed(s) before
-// this call gives the same weights on every rank and every run. Throws std::invalid_argument for
-// an unknown name or options the model cannot take (a ViT patch that does not divide the image).
+// Builds config.name (registered as config::kModelKey's choices; matched without regard to case) for inputs
+// shaped like `input`. Parameters are registered in forward order and initialised from torch's global
+// generator, so torch::manual_seed(s) before this call gives the same weights on every rank and every run.
+// Throws std::invalid_argument for an unknown name or options the model cannot take (a ViT patch that does
+// not divide the image).
 NetworkPtr create_model(const config::ModelConfig& config, const InputSpec& input);
 
 // Number of scalar parameters (trainable or not), buffers excluded.

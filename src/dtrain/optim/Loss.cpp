@@ -4,16 +4,12 @@
 #include <fmt/format.h>
 #include <torch/nn/functional/loss.h>
 
-#include <algorithm>
-#include <cctype>
 #include <stdexcept>
 
-namespace dtrain::optim {
+#include "dtrain/config/Registry.h"
+#include "dtrain/config/Schema.h"
 
-const std::vector<std::string>& known_losses() {
-  static const std::vector<std::string> names{"cross_entropy", "nll", "mse"};
-  return names;
-}
+namespace dtrain::optim {
 
 namespace {
 
@@ -68,19 +64,40 @@ at::Tensor mse(const at::Tensor& outputs, const at::Tensor& targets) {
   return torch::mse_loss(outputs, targets);
 }
 
+struct LossEntry {
+  config::Choice choice;
+  LossFn loss;
+};
+
+// Every loss, written once; config/ validates optim.loss against this list.
+const std::vector<LossEntry>& loss_table() {
+  static const std::vector<LossEntry> table{
+      {{"cross_entropy", "softmax cross-entropy on logits", {"crossentropy", "CrossEntropyLoss", "ce"}},
+       cross_entropy},
+      {{"nll", "negative log-likelihood of the model's distribution (log_softmax applied)", {"NLLLoss"}},
+       nll},
+      {{"mse", "mean squared error; integer class targets are one-hot encoded", {"MSELoss"}}, mse},
+  };
+  return table;
+}
+
+[[maybe_unused]] const bool kLossesRegistered = [] {
+  for (const auto& entry : loss_table()) config::register_choice(config::kLossKey, entry.choice);
+  return true;
+}();
+
 }  // namespace
 
 LossFn create_loss(const std::string& name) {
-  std::string key = name;
-  std::transform(key.begin(), key.end(), key.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  if (key == "cross_entropy" || key == "crossentropy" || key == "crossentropyloss" || key == "ce") {
-    return cross_entropy;
+  const auto& names = config::registered_choices(config::kLossKey);
+  const auto canonical = names.resolve(name);
+  for (const auto& entry : loss_table()) {
+    if (canonical && entry.choice.name == *canonical) return entry.loss;
   }
-  if (key == "nll" || key == "nllloss") return nll;
-  if (key == "mse" || key == "mseloss") return mse;
-  throw std::invalid_argument(fmt::format("optim.loss: expected one of {}, found '{}'; set optim.loss",
-                                          fmt::join(known_losses(), ", "), name));
+  throw std::invalid_argument(
+      fmt::format("optim.loss: expected one of {}, found '{}'; set optim.loss", names.list(), name));
 }
 
 }  // namespace dtrain::optim
+
+DTRAIN_LINK_ANCHOR(dtrain_losses_registry);

@@ -13,9 +13,6 @@ namespace dtrain::optim {
 
 using LossFn = std::function<at::Tensor(const at::Tensor& outputs, const at::Tensor& targets)>;
 
-// cross_entropy, nll, mse.
-const std::vector<std::string>& known_losses();
-
 // Note [nll on logits]
 // dtrain's models end in logits (mnistnet, like seed 000's, in log-probabilities). nll here is
 // the negative log-likelihood of the model's distribution: it applies log_softmax first, which

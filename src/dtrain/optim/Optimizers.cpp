@@ -7,19 +7,14 @@
 #include <torch/optim/lbfgs.h>
 #include <torch/optim/sgd.h>
 
-#include <algorithm>
-#include <cctype>
 #include <stdexcept>
+
+#include "dtrain/config/Registry.h"
+#include "dtrain/config/Schema.h"
 
 namespace dtrain::optim {
 
 namespace {
-
-std::string lowercase(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return s;
-}
 
 void require(bool ok, const std::string& message) {
   if (!ok) throw std::invalid_argument(message);
@@ -45,47 +40,41 @@ void validate_common(const config::OptimConfig& config, const std::string& name)
   }
 }
 
-}  // namespace
+using Parameters = std::vector<torch::Tensor>;
+using Builder = std::unique_ptr<torch::optim::Optimizer> (*)(Parameters, const config::OptimConfig&);
 
-const std::vector<std::string>& known_optimizers() {
-  static const std::vector<std::string> names{"sgd", "adam", "adamw", "lbfgs"};
-  return names;
+std::unique_ptr<torch::optim::Optimizer> build_sgd(Parameters parameters, const config::OptimConfig& config) {
+  require(config.momentum >= 0.0, fmt::format("optim.momentum: expected >= 0, found {}", config.momentum));
+  require(!config.nesterov || config.momentum > 0.0,
+          "optim.nesterov: expected optim.momentum > 0 with nesterov, found momentum 0; set optim.momentum "
+          "(e.g. 0.9) or optim.nesterov: false");
+  auto options = torch::optim::SGDOptions(config.lr)
+                     .momentum(config.momentum)
+                     .nesterov(config.nesterov)
+                     .weight_decay(config.weight_decay);
+  return std::make_unique<torch::optim::SGD>(std::move(parameters), options);
 }
 
-std::unique_ptr<torch::optim::Optimizer> create_optimizer(std::vector<torch::Tensor> parameters,
-                                                          const config::OptimConfig& config) {
-  const std::string name = lowercase(config.name);
-  if (std::find(known_optimizers().begin(), known_optimizers().end(), name) == known_optimizers().end()) {
-    throw std::invalid_argument(fmt::format("optim.name: expected one of {}, found '{}'; set optim.name",
-                                            fmt::join(known_optimizers(), ", "), config.name));
-  }
-  validate_common(config, name);
-  if (name == "sgd") {
-    require(config.momentum >= 0.0, fmt::format("optim.momentum: expected >= 0, found {}", config.momentum));
-    require(!config.nesterov || config.momentum > 0.0,
-            "optim.nesterov: expected optim.momentum > 0 with nesterov, found momentum 0; set optim.momentum "
-            "(e.g. 0.9) or optim.nesterov: false");
-    auto options = torch::optim::SGDOptions(config.lr)
-                       .momentum(config.momentum)
-                       .nesterov(config.nesterov)
-                       .weight_decay(config.weight_decay);
-    return std::make_unique<torch::optim::SGD>(std::move(parameters), options);
-  }
-  if (name == "adam") {
-    auto options = torch::optim::AdamOptions(config.lr)
-                       .betas({config.beta1, config.beta2})
-                       .eps(config.eps)
-                       .weight_decay(config.weight_decay);
-    return std::make_unique<torch::optim::Adam>(std::move(parameters), options);
-  }
-  if (name == "adamw") {
-    auto options = torch::optim::AdamWOptions(config.lr)
-                       .betas({config.beta1, config.beta2})
-                       .eps(config.eps)
-                       .weight_decay(config.weight_decay);
-    return std::make_unique<torch::optim::AdamW>(std::move(parameters), options);
-  }
-  TORCH_INTERNAL_ASSERT(name == "lbfgs");
+std::unique_ptr<torch::optim::Optimizer> build_adam(Parameters parameters,
+                                                    const config::OptimConfig& config) {
+  auto options = torch::optim::AdamOptions(config.lr)
+                     .betas({config.beta1, config.beta2})
+                     .eps(config.eps)
+                     .weight_decay(config.weight_decay);
+  return std::make_unique<torch::optim::Adam>(std::move(parameters), options);
+}
+
+std::unique_ptr<torch::optim::Optimizer> build_adamw(Parameters parameters,
+                                                     const config::OptimConfig& config) {
+  auto options = torch::optim::AdamWOptions(config.lr)
+                     .betas({config.beta1, config.beta2})
+                     .eps(config.eps)
+                     .weight_decay(config.weight_decay);
+  return std::make_unique<torch::optim::AdamW>(std::move(parameters), options);
+}
+
+std::unique_ptr<torch::optim::Optimizer> build_lbfgs(Parameters parameters,
+                                                     const config::OptimConfig& config) {
   require(
       config.weight_decay == 0.0,
       fmt::format("optim.weight_decay: lbfgs has no weight decay, found {}; set optim.weight_decay: 0 or add "
@@ -98,6 +87,53 @@ std::unique_ptr<torch::optim::Optimizer> create_optimizer(std::vector<torch::Ten
                      .history_size(config.lbfgs_history)
                      .max_iter(config.lbfgs_max_iter);
   return std::make_unique<torch::optim::LBFGS>(std::move(parameters), options);
+}
+
+struct OptimizerEntry {
+  config::Choice choice;
+  Builder build;
+};
+
+// Every optimizer, written once; config/ validates optim.name against this list.
+const std::vector<OptimizerEntry>& optimizer_table() {
+  static const std::vector<OptimizerEntry> table{
+      {{"sgd", "stochastic gradient descent; optim.momentum, nesterov, weight_decay"}, build_sgd},
+      {{"adam", "Adam; optim.beta1, beta2, eps, weight_decay (L2)"}, build_adam},
+      {{"adamw", "AdamW; decoupled optim.weight_decay"}, build_adamw},
+      {{"lbfgs", "L-BFGS; optim.lbfgs_history, lbfgs_max_iter; evaluates the step's closure several times"},
+       build_lbfgs},
+  };
+  return table;
+}
+
+[[maybe_unused]] const bool kOptimizersRegistered = [] {
+  for (const auto& entry : optimizer_table()) config::register_choice(config::kOptimizerKey, entry.choice);
+  return true;
+}();
+
+}  // namespace
+
+std::unique_ptr<torch::optim::Optimizer> create_optimizer(std::vector<torch::Tensor> parameters,
+                                                          const config::OptimConfig& config) {
+  const auto& names = config::registered_choices(config::kOptimizerKey);
+  const auto name = names.resolve(config.name);
+  if (!name) {
+    throw std::invalid_argument(
+        fmt::format("optim.name: expected one of {}, found '{}'; set optim.name", names.list(), config.name));
+  }
+  validate_common(config, *name);
+  for (const auto& entry : optimizer_table()) {
+    if (entry.choice.name == *name) return entry.build(std::move(parameters), config);
+  }
+  TORCH_INTERNAL_ASSERT(false, "optimizer '", *name, "' is registered without a builder");
+}
+
+OptimizerFactory optimizer_factory(const config::OptimConfig& config) {
+  // A configuration the optimizer refuses fails here, not when a strategy first builds it.
+  create_optimizer({torch::zeros({1}).requires_grad_()}, config);
+  return [config](std::vector<torch::Tensor> parameters) {
+    return create_optimizer(std::move(parameters), config);
+  };
 }
 
 double learning_rate(const torch::optim::Optimizer& optimizer) {
@@ -129,3 +165,5 @@ void load_optimizer_state(torch::optim::Optimizer& optimizer, torch::serialize::
 }
 
 }  // namespace dtrain::optim
+
+DTRAIN_LINK_ANCHOR(dtrain_optimizers_registry);

@@ -6,6 +6,7 @@
 #include <torch/optim/optimizer.h>
 #include <torch/serialize/archive.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -14,14 +15,17 @@
 
 namespace dtrain::optim {
 
-// sgd, adam, adamw, lbfgs.
-const std::vector<std::string>& known_optimizers();
-
-// Builds config.name (case-insensitive) over `parameters`. Throws std::invalid_argument for an
-// unknown name or an option the optimizer cannot honour (nesterov without momentum, weight decay
-// with lbfgs), rather than silently ignoring it. lbfgs's step() needs a closure.
+// Builds config.name (registered with config/; matched without regard to case) over `parameters`. Throws
+// std::invalid_argument for an unknown name or an option the optimizer cannot honour (nesterov without
+// momentum, weight decay with lbfgs), rather than silently ignoring it. lbfgs's step() needs a closure.
 std::unique_ptr<torch::optim::Optimizer> create_optimizer(std::vector<torch::Tensor> parameters,
                                                           const config::OptimConfig& config);
+
+// Builds the configured optimizer over whichever parameters a strategy updates (all of them, a
+// shard, a pipeline stage, one graph node's copy). The configuration is checked here already.
+using OptimizerFactory =
+    std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<torch::Tensor> parameters)>;
+OptimizerFactory optimizer_factory(const config::OptimConfig& config);
 
 // The learning rate of the first param group (all groups share it unless a caller changed one).
 double learning_rate(const torch::optim::Optimizer& optimizer);

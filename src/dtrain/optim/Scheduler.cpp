@@ -3,21 +3,32 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <stdexcept>
+#include <vector>
+
+#include "dtrain/config/Registry.h"
+#include "dtrain/config/Schema.h"
 
 #include "dtrain/optim/Optimizers.h"
 
 namespace dtrain::optim {
 
-const std::vector<std::string>& known_schedules() {
-  static const std::vector<std::string> names{"constant", "step", "cosine", "linear", "log"};
-  return names;
-}
-
 namespace {
+
+// Every schedule, written once; config/ validates optim.scheduler.name against this list.
+[[maybe_unused]] const bool kSchedulesRegistered = [] {
+  for (const auto& choice : std::vector<config::Choice>{
+           {"constant", "the base rate throughout"},
+           {"step", "x gamma every step_size epochs (seed 004: x0.1 every 30)"},
+           {"cosine", "cosine decay from lr to final_lr"},
+           {"linear", "linear decay from lr to final_lr"},
+           {"log", "log-linear decay from lr to final_lr (seed 001's primal rate)"},
+       }) {
+    config::register_choice(config::kScheduleKey, choice);
+  }
+  return true;
+}();
 
 void require(bool ok, const std::string& message) {
   if (!ok) throw std::invalid_argument(message);
@@ -26,12 +37,12 @@ void require(bool ok, const std::string& message) {
 }  // namespace
 
 Scheduler::Scheduler(const config::SchedulerConfig& config, double base_lr)
-    : config_(config), name_(config.name), base_lr_(base_lr) {
-  std::transform(name_.begin(), name_.end(), name_.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  require(std::find(known_schedules().begin(), known_schedules().end(), name_) != known_schedules().end(),
+    : config_(config), base_lr_(base_lr) {
+  const auto& names = config::registered_choices(config::kScheduleKey);
+  name_ = names.resolve(config.name).value_or("");
+  require(!name_.empty(),
           fmt::format("optim.scheduler.name: expected one of {}, found '{}'; set optim.scheduler.name",
-                      fmt::join(known_schedules(), ", "), config.name));
+                      names.list(), config.name));
   require(base_lr > 0.0, fmt::format("optim.lr: expected a positive learning rate, found {}", base_lr));
   require(config.warmup_steps >= 0,
           fmt::format("optim.scheduler.warmup_steps: expected >= 0, found {}", config.warmup_steps));
@@ -90,3 +101,5 @@ double Scheduler::apply(torch::optim::Optimizer& optimizer, std::int64_t step, s
 }
 
 }  // namespace dtrain::optim
+
+DTRAIN_LINK_ANCHOR(dtrain_schedules_registry);

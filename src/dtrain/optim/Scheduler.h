@@ -13,9 +13,6 @@
 
 namespace dtrain::optim {
 
-// constant, step, cosine, linear, log.
-const std::vector<std::string>& known_schedules();
-
 // Note [Schedule positions]
 // `step` counts optimizer steps from 0 over the whole run; `epoch` counts from 0; total_steps is
 // the number of steps the run will take. Warm-up: steps 0 .. warmup_steps-1 use

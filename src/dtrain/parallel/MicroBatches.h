@@ -7,9 +7,15 @@
 #include <utility>
 #include <vector>
 
-#include "dtrain/parallel/Strategy.h"
+#include <torch/types.h>
+
+#include "dtrain/optim/Loss.h"
 
 namespace dtrain::parallel {
+
+// A model's forward pass (torch::nn::Module has no virtual forward()).
+using ForwardFn = std::function<torch::Tensor(const torch::Tensor& inputs)>;
+using LossFn = optim::LossFn;
 
 // The [begin, end) rows of each of `micro_batches` near-equal slices of a batch of `batch_size`
 // (the first batch_size % micro_batches slices one row longer). Throws std::invalid_argument when

@@ -1,38 +1,62 @@
-// Strategy: how one optimisation step is shared between ranks. The trainer calls train_step()
-// the same way whatever the strategy; `local` trains in one process, `data_parallel` all-reduces
-// gradients (DataParallel). create_strategy() turns the run configuration into one.
+// Strategy: how one optimisation step is shared between ranks, and the owner of the model state.
+// A strategy is built from a StrategyContext (the model, how to build an optimizer, the loss, the
+// communicator and the parallel options) and offers the training step, the model for evaluation,
+// save/load of everything a resume needs, its own communication and its own metrics. The trainer
+// calls only this interface, so adding a strategy changes no trainer code. Strategies register by
+// name (parallel/Registry.h), one folder each.
 #pragma once
 
 #include <torch/nn/module.h>
-#include <torch/optim/optimizer.h>
 
 #include <cstdint>
-#include <functional>
+#include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "dtrain/comm/CommStats.h"
 #include "dtrain/comm/Communicator.h"
 #include "dtrain/config/RunConfig.h"
+#include "dtrain/data/Batch.h"
+#include "dtrain/io/Checkpoint.h"
+#include "dtrain/models/Network.h"
+#include "dtrain/optim/Loss.h"
+#include "dtrain/optim/Optimizers.h"
 
 namespace dtrain::parallel {
 
-// The model's forward pass: torch::nn::Module has no virtual forward(), so the caller says how to
-// run its model, e.g. [m](const torch::Tensor& x) { return m->forward(x); }.
-using ForwardFn = std::function<torch::Tensor(const torch::Tensor& inputs)>;
-// The loss of a batch, reduced by the mean over its samples (cross-entropy's default): strategies
-// that split a batch weight each micro-batch's loss by its share of the samples.
-using LossFn = std::function<torch::Tensor(const torch::Tensor& outputs, const torch::Tensor& targets)>;
+// What a strategy is built from. Every rank builds the model from the same seed before this.
+struct StrategyContext {
+  models::NetworkPtr model;
+  optim::OptimizerFactory make_optimizer;  // over the parameters this rank updates
+  // The loss of a batch, reduced by the mean over its samples (cross-entropy's default):
+  // strategies that split a batch weight each part's loss by its share of the samples.
+  optim::LossFn loss;
+  comm::CommunicatorPtr comm;  // null: one process, no communication
+  // parallel.*, with this strategy's own section parallel.<name>.* in options.
+  config::ParallelConfig parallel;
+};
 
 struct StepResult {
   // Mean loss over the whole step's batch: this rank's batch for `local`, the global batch (mean
-  // over ranks) for `data_parallel`. From the last closure evaluation when the optimizer (L-BFGS)
-  // evaluates several times.
+  // over ranks) for strategies that synchronise. From the last closure evaluation when the
+  // optimizer (L-BFGS) evaluates several times.
   double loss = 0.0;
-  torch::Tensor outputs;         // detached model outputs for this rank's batch, for training metrics
-  std::int64_t samples = 0;      // this rank's samples in the step
-  double compute_seconds = 0.0;  // wall time of the step not spent blocked on communication
-  double comm_wait_seconds = 0.0;
+  // Detached outputs for this rank's batch, for training metrics; undefined on ranks that compute
+  // none (a pipeline's earlier stages).
+  torch::Tensor outputs;
+  std::int64_t samples = 0;        // this rank's samples in the step
+  double compute_seconds = 0.0;    // wall time of the step not spent blocked on communication
+  double comm_wait_seconds = 0.0;  // blocked on this strategy's communication
+};
+
+// A model the trainer evaluates: the model itself for most strategies; for decentralized training
+// the node average and each node.
+struct EvalModel {
+  std::string name;  // "model", "average", "node3"
+  // -1: every rank holds it and evaluates its share of the evaluation set (the results are summed
+  // over ranks). r >= 0: only rank r holds it and evaluates the whole set.
+  int owner = -1;
 };
 
 class Strategy {
@@ -41,34 +65,51 @@ class Strategy {
   Strategy(const Strategy&) = delete;
   Strategy& operator=(const Strategy&) = delete;
 
-  // One optimisation step on this rank's batch (batch first in inputs and targets): zero the
-  // gradients, forward and backward (in micro-batches when accumulating), communicate, update.
-  // The optimizer must own the module's parameters. Works with closure-based optimizers (L-BFGS):
-  // the closure holds the forward, backward and communication, so every evaluation is global.
-  virtual StepResult train_step(const torch::Tensor& inputs, const torch::Tensor& targets, const LossFn& loss,
-                                torch::optim::Optimizer& optimizer) = 0;
-
-  // The full model, for evaluation and checkpoints.
-  virtual torch::nn::Module& module() = 0;
-  virtual std::shared_ptr<torch::nn::Module> module_ptr() = 0;
-  // The model's forward, for evaluation.
-  virtual torch::Tensor forward(const torch::Tensor& inputs) = 0;
-
-  // Communication of this strategy since construction (or the last reset): calls, bytes, waits.
-  virtual comm::CommStats comm_stats() const = 0;
+  // "local", "data_parallel", ...: the name it is registered under.
   virtual std::string name() const = 0;
-  virtual int rank() const = 0;
-  virtual int world_size() const = 0;
+
+  // One optimisation step on this rank's batch: forward, backward, communication, update. Every
+  // rank calls it at the same steps.
+  virtual StepResult train_step(const data::Batch& batch) = 0;
+  // The learning rate of every optimizer the strategy steps (the trainer's schedule, each step).
+  virtual void set_learning_rate(double lr) = 0;
+
+  // Evaluation, bracketed by begin_evaluation() and end_evaluation(), both collective (a sharded
+  // strategy gathers its parameters in begin, decentralized ones average their nodes). In between,
+  // eval_forward(i, inputs) runs eval_models()[i] without gradients and returns its outputs, or an
+  // undefined tensor on a rank that produces none.
+  virtual std::vector<EvalModel> eval_models() const;
+  virtual void begin_evaluation() {}
+  virtual torch::Tensor eval_forward(std::size_t model, const torch::Tensor& inputs) = 0;
+  virtual void end_evaluation() {}
+
+  // The model's parameters and buffers by name, whole (gathered if sharded; decentralized: the
+  // node average). Collective. What checkpoints hold under "model." and model.pt exports.
+  virtual std::map<std::string, torch::Tensor> model_state() const = 0;
+  // Everything a resume needs beyond the trainer's position: the model, the optimizer state and
+  // the strategy's own state, in a form that another world size or strategy reads where the
+  // mathematics allows (see Note [Checkpoint layout]). Collective; every rank passes a checkpoint,
+  // rank 0's is written.
+  virtual void save(io::Checkpoint& checkpoint) const = 0;
+  virtual void load(const io::Checkpoint& checkpoint) = 0;
+
+  // This strategy's own communication since it was built: its collectives only, not the
+  // trainer's metric reductions or checkpoint traffic.
+  virtual comm::CommStats comm_stats() const = 0;
+  // Figures of the strategy's own for the log (e.g. consensus error), by name. Collective where
+  // they need communication: the trainer calls it on every rank at every evaluation.
+  virtual std::map<std::string, double> metrics() { return {}; }
 
  protected:
   Strategy() = default;
 };
 
-// config.strategy: "local" | "data_parallel". `comm` may be null for `local`; `data_parallel`
-// needs one (world size 1 is allowed and communicates nothing). Collective for data_parallel.
-// Throws std::invalid_argument for an unknown strategy or invalid options.
-std::unique_ptr<Strategy> create_strategy(const config::ParallelConfig& config,
-                                          std::shared_ptr<torch::nn::Module> module, ForwardFn forward,
-                                          comm::CommunicatorPtr comm);
+// Note [Checkpoint layout]
+// A strategy's part of a checkpoint: "model.<name>" for every parameter and buffer, whole; for
+// sgd, adam and adamw "optimizer/<parameter name>/<field>" (momentum_buffer, step, exp_avg,
+// exp_avg_sq, max_exp_avg_sq), whole; for lbfgs, whose history is one flat vector over all
+// parameters, LibTorch's own archive under "optimizer/lbfgs"; and anything of the strategy's own
+// under "strategy/<name>/...". Whole tensors by name are what lets a run saved by one strategy or
+// world size continue under another.
 
 }  // namespace dtrain::parallel

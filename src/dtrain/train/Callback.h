@@ -29,7 +29,11 @@ struct StepEvent {
 struct EvalEvent {
   std::int64_t step = 0;
   std::int64_t epoch = 0;  // epochs completed when it ran (fractional positions show in step)
-  EvalMetrics metrics;     // on the evaluation set, reduced over ranks
+  EvalMetrics metrics;     // the strategy's first evaluation model, on the evaluation set, reduced
+  // The strategy's further evaluation models by name (decentralized: each node), if any.
+  std::map<std::string, EvalMetrics> others;
+  // The strategy's own figures at this point (Strategy::metrics(), e.g. consensus error).
+  std::map<std::string, double> strategy_metrics;
 };
 
 struct EpochEvent {
@@ -48,7 +52,9 @@ struct TrainResult {
   double train_seconds = 0;       // wall time of all training steps
   double compute_seconds = 0;     // summed over steps, this rank
   double comm_wait_seconds = 0;   // summed over steps, this rank
-  comm::CommStats comm;           // this rank's communication, every operation
+  comm::CommStats comm;           // this rank's communication by the strategy (its own traffic only)
+  std::map<std::string, EvalMetrics> final_others;       // see EvalEvent::others
+  std::map<std::string, double> final_strategy_metrics;  // see EvalEvent::strategy_metrics
   bool stopped_early = false;
   std::string stop_reason;
 };

@@ -33,8 +33,8 @@ MetricsLog::MetricsLog(io::MetricsSinkPtr sink, std::shared_ptr<io::Logger> logg
 void MetricsLog::on_train_begin(Trainer& trainer) {
   if (!logger_ || trainer.rank() != 0) return;
   logger_->info(
-      fmt::format("model {}: {} parameters", trainer.config().model.name, trainer.parameter_count()));
-  logger_->info(trainer.model_summary());
+      fmt::format("model {}: {} parameters", trainer.config().model.name, trainer.model_facts().parameters));
+  logger_->info(trainer.model_facts().summary);
   logger_->info(fmt::format("strategy {} on {} rank(s), {} steps ({} per epoch), starting at step {}",
                             trainer.strategy().name(), trainer.world_size(), trainer.total_steps(),
                             trainer.steps_per_epoch(), trainer.step()));
@@ -72,8 +72,19 @@ void MetricsLog::on_step_end(Trainer& trainer, const StepEvent& e) {
 }
 
 void MetricsLog::on_evaluation(Trainer& trainer, const EvalEvent& e) {
-  if (logger_) logger_->info(fmt::format("eval at step {}: {}", e.step, describe(e.metrics)));
-  if (trainer.rank() == 0) write_scalars(sink_, e.step, e.epoch, e.metrics.named("val/"));
+  if (logger_) {
+    logger_->info(fmt::format("eval at step {}: {}", e.step, describe(e.metrics)));
+    for (const auto& [name, m] : e.others)
+      logger_->info(fmt::format("eval of {} at step {}: {}", name, e.step, describe(m)));
+    for (const auto& [name, value] : e.strategy_metrics) logger_->info(fmt::format("{} {:.6g}", name, value));
+  }
+  if (trainer.rank() != 0) return;
+  auto scalars = e.metrics.named("val/");
+  for (const auto& [name, m] : e.others) {
+    for (const auto& entry : m.named("val/" + name + "/")) scalars.insert(entry);
+  }
+  for (const auto& [name, value] : e.strategy_metrics) scalars["strategy/" + name] = value;
+  write_scalars(sink_, e.step, e.epoch, scalars);
 }
 
 void MetricsLog::on_epoch_end(Trainer& trainer, const EpochEvent& e) {
@@ -141,11 +152,9 @@ void Checkpointing::on_epoch_end(Trainer& trainer, const EpochEvent& e) {
 
 void Checkpointing::on_train_end(Trainer& trainer, const TrainResult&) {
   if (options_.at_end) save(trainer);
-  if (trainer.rank() != 0 || export_path_.empty()) return;
-  std::map<std::string, at::Tensor> weights;
-  for (const auto& p : trainer.model().named_parameters(/*recurse=*/true))
-    weights[p.key()] = p.value().detach();
-  for (const auto& b : trainer.model().named_buffers(/*recurse=*/true)) weights[b.key()] = b.value().detach();
+  if (export_path_.empty()) return;
+  const auto weights = trainer.strategy().model_state();  // collective for sharded strategies
+  if (trainer.rank() != 0) return;
   io::export_state_dict(export_path_, weights);
   if (logger_) logger_->info("weights exported for torch.load: " + export_path_.string());
 }

@@ -1,14 +1,12 @@
 // Trainer: epochs or a step budget over one strategy, evaluation every n steps or epochs with
-// metrics reduced over ranks, a learning-rate schedule, and everything else as callbacks. It is
-// the same code for every strategy and for one process or many; given a seed, two runs give
-// identical numbers, and a run resumed from a checkpoint continues exactly.
+// metrics reduced over ranks, a learning-rate schedule, and everything else as callbacks. It
+// builds the data, the model and the strategy, and then talks to the strategy only through the
+// parallel::Strategy contract, so it is the same code for every strategy and for one process or
+// many; given a seed, two runs give identical numbers, and a resumed run continues exactly.
 #pragma once
-
-#include <torch/optim/optimizer.h>
 
 #include <cstdint>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -27,11 +25,20 @@
 
 namespace dtrain::train {
 
+// What the trainer learnt about the model as built, before the strategy took it over (a sharded
+// strategy may no longer hold it whole).
+struct ModelFacts {
+  std::string summary;          // "lenet5: 61,706 parameters in 12 stages, ..."
+  std::int64_t parameters = 0;  // scalar parameters
+  std::string precision;        // "fp32", "fp64", "fp16" or "bf16"
+  std::string initial_hash;     // of the parameters and buffers as built; equal for equal seeds
+};
+
 class Trainer {
  public:
-  // Builds data, model, optimizer, schedule and strategy from `config`. `comm` may be null for a
-  // single process with strategy local. The model is initialised from config.train.seed on every
-  // rank (and data_parallel broadcasts rank 0's weights anyway).
+  // Builds data, model, schedule and strategy from `config`. `comm` may be null for a single
+  // process with a strategy that needs none. The model is initialised from config.train.seed on
+  // every rank (and strategies that replicate it broadcast rank 0's weights anyway).
   Trainer(config::RunConfig config, comm::CommunicatorPtr comm);
   ~Trainer();
 
@@ -39,15 +46,17 @@ class Trainer {
 
   // Trains from the current position (0, or where a loaded checkpoint left off) to the end.
   TrainResult fit();
-  // Evaluates on the test set (kfold: the held-out fold), every rank on its share; reduced.
+  // Evaluates the strategy's evaluation models on the test set (kfold: the held-out fold), each
+  // rank on its share; reduced. The first model's metrics; see evaluate_all for the others.
   EvalMetrics evaluate();
   // Asks the loop to stop after the current step; every rank must ask at the same step (decide
   // from reduced figures only), or the ranks fall out of step.
   void request_stop(std::string reason);
 
-  // The position and everything needed to continue exactly: model, optimizer, random state, step,
-  // epoch and the sampler's position. load_state() expects a Trainer built from the same config.
-  // save_state is collective (it gathers every rank's random state): call it on every rank.
+  // The position and everything needed to continue exactly: the strategy's state (model,
+  // optimizer, its own), random state, step, epoch and the sampler's position. load_state()
+  // expects a Trainer built from the same config (another world size or strategy continues where
+  // the mathematics allows). Both are collective: call them on every rank.
   void save_state(io::Checkpoint& checkpoint) const;
   void load_state(const io::Checkpoint& checkpoint);
 
@@ -58,39 +67,34 @@ class Trainer {
   std::int64_t epoch() const { return epoch_; }
   std::int64_t total_steps() const { return total_steps_; }
   std::int64_t steps_per_epoch() const;
-  models::Network& model() { return *model_; }
-  const models::NetworkPtr& model_ptr() const { return model_; }
   parallel::Strategy& strategy() { return *strategy_; }
-  torch::optim::Optimizer& optimizer() { return *optimizer_; }
   const data::DataSets& datasets() const { return data_; }
   const comm::CommunicatorPtr& communicator() const { return comm_; }
-  // A one-line description of the model and its parameter count.
-  std::string model_summary() const;
-  std::int64_t parameter_count() const;
-  // Hash of the model's parameters as built (before any training): equal across runs with the
-  // same seed and model, which experiments check.
-  std::string initial_parameter_hash() const { return initial_hash_; }
-  // The parameters' floating-point type: "fp32", "fp64", "fp16" or "bf16".
-  std::string precision() const;
+  const ModelFacts& model_facts() const { return facts_; }
   // Which training samples each rank holds (data_partition_hash).
   std::string data_partition_hash() const { return partition_hash_; }
 
  private:
-  EvalMetrics evaluate_on(const std::shared_ptr<const data::Dataset>& dataset, const torch::Tensor& indices);
+  struct Evaluation {
+    std::vector<std::pair<std::string, EvalMetrics>> models;  // in the strategy's order
+  };
+  Evaluation evaluate_all();
+  EvalMetrics evaluate_model(std::size_t index, const parallel::EvalModel& model);
   void run_evaluation();
+  // Trains the rest of epoch_; false when the run stopped before the epoch's end.
+  bool train_epoch(TrainResult& result, std::int64_t warmup);
+  void end_epoch(TrainResult& result, double epoch_seconds);
 
   config::RunConfig config_;
   comm::CommunicatorPtr comm_;
   data::DataSets data_;
   data::Shard shard_;
   std::unique_ptr<data::Loader> loader_;
-  models::NetworkPtr model_;
-  std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<optim::Scheduler> scheduler_;
   optim::LossFn loss_;
   std::unique_ptr<parallel::Strategy> strategy_;
   std::vector<std::shared_ptr<Callback>> callbacks_;
-  std::string initial_hash_;
+  ModelFacts facts_;
   std::string partition_hash_;
 
   std::int64_t step_ = 0;
@@ -102,9 +106,12 @@ class Trainer {
   std::int64_t total_steps_ = 0;
   bool stop_requested_ = false;
   std::string stop_reason_;
-  EvalMetrics last_eval_;
+  EvalEvent last_eval_;
   bool has_eval_ = false;
   std::int64_t last_eval_step_ = -1;
+  // Throughput over the steps after the warm-up.
+  std::int64_t timed_samples_ = 0;
+  double timed_seconds_ = 0.0;
 };
 
 // Hex digest (FNV-1a 64) of a module's parameters and buffers, in registration order.

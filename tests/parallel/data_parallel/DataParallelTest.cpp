@@ -1,6 +1,6 @@
 // DataParallel's contract: rank 0's state broadcast at construction, the module check, buckets
 // launched in one order on every rank, unused parameters, bucket sizes, no_sync accumulation.
-#include "dtrain/parallel/DataParallel.h"
+#include "dtrain/parallel/data_parallel/DataParallel.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>

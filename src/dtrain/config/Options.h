@@ -1,0 +1,153 @@
+// The vocabulary options are described in: value ranges, closed sets of names, and OptionVisitor,
+// the interface every reader and writer of options implements. A layer describes its options
+// struct once, as a function `describe(OptionVisitor&, Options&)`; config/ reads it from YAML with
+// line numbers in every error, writes it back, lists its keys and compares it, without knowing
+// the struct. Strategies register such sections of their own (parallel.<strategy>.*).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <limits>
+#include <map>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace dtrain::config {
+
+struct IntRange {
+  std::int64_t min = std::numeric_limits<std::int64_t>::min();
+  std::int64_t max = std::numeric_limits<std::int64_t>::max();
+};
+inline IntRange at_least(std::int64_t min) {
+  return {min, std::numeric_limits<std::int64_t>::max()};
+}
+
+struct Range {
+  double min = -std::numeric_limits<double>::infinity();
+  double max = std::numeric_limits<double>::infinity();
+  bool min_open = false;  // min itself excluded
+  bool max_open = false;
+};
+inline constexpr Range kPositive{0.0, std::numeric_limits<double>::infinity(), true, false};
+inline constexpr Range kNonNegative{0.0, std::numeric_limits<double>::infinity(), false, false};
+inline constexpr Range kUnitOpen{0.0, 1.0, false, true};  // [0, 1)
+inline constexpr Range kUnitClosed{0.0, 1.0, false, false};
+
+// What a text option may hold: anything, something, or a name that can be a folder's name.
+enum class Text { Any, NonEmpty, Name };
+
+// One value of a closed set, with a line of help and other spellings it accepts.
+struct Choice {
+  Choice(std::string name, std::string help = "", std::vector<std::string> aliases = {})
+      : name(std::move(name)), help(std::move(help)), aliases(std::move(aliases)) {}
+  std::string name;
+  std::string help;
+  std::vector<std::string> aliases;
+};
+
+// A closed set of names. Matching ignores case and accepts aliases, and a match stands for the
+// canonical name ("MNISTNet" -> "mnistnet", "lenet" -> "lenet5").
+class ChoiceSet {
+ public:
+  ChoiceSet() = default;
+  ChoiceSet(std::initializer_list<const char*> names);
+
+  // Throws std::logic_error when the name or an alias is taken already.
+  void add(Choice choice);
+  const std::vector<Choice>& choices() const { return choices_; }
+  std::vector<std::string> names() const;
+  bool empty() const { return choices_.empty(); }
+  // The canonical name `text` stands for, or nothing.
+  std::optional<std::string> resolve(const std::string& text) const;
+  // "sgd, adam, adamw, lbfgs"
+  std::string list() const;
+
+ private:
+  std::vector<Choice> choices_;
+};
+
+// Visits every option of a struct. Readers assign, writers read (they never modify), and key
+// collectors and comparisons only look at the addresses.
+class OptionVisitor {
+ public:
+  virtual ~OptionVisitor() = default;
+  virtual void integer(const char* key, int& value, IntRange range) = 0;
+  virtual void integer(const char* key, std::int64_t& value, IntRange range) = 0;
+  virtual void integer(const char* key, std::uint64_t& value, IntRange range) = 0;
+  virtual void number(const char* key, double& value, Range range) = 0;
+  virtual void boolean(const char* key, bool& value) = 0;
+  virtual void choice(const char* key, std::string& value, const ChoiceSet& allowed) = 0;
+  virtual void text(const char* key, std::string& value, Text rule) = 0;
+  virtual void int_list(const char* key, std::vector<int>& value, std::int64_t min, bool allow_empty) = 0;
+  virtual void int_list(const char* key, std::vector<std::int64_t>& value, std::int64_t min,
+                        bool allow_empty) = 0;
+  // A nested section. `unused` is null when the section applies to this configuration; otherwise
+  // it says why not ("options of strategy data_parallel, but parallel.strategy is local"):
+  // readers refuse the section with that reason when it is given, writers leave it out.
+  virtual void section(const char* key, const std::function<void()>& body, const char* unused = nullptr) = 0;
+};
+
+// One registered section's values, whatever their struct (see TypedSection).
+class OptionSection {
+ public:
+  virtual ~OptionSection() = default;
+  virtual void describe(OptionVisitor& visitor) = 0;
+  virtual std::unique_ptr<OptionSection> clone() const = 0;
+};
+
+template <class T>
+class TypedSection final : public OptionSection {
+ public:
+  using Describe = void (*)(OptionVisitor&, T&);
+  TypedSection(T value, Describe describe) : value(std::move(value)), describe_(describe) {}
+  void describe(OptionVisitor& visitor) override { describe_(visitor, value); }
+  std::unique_ptr<OptionSection> clone() const override {
+    return std::make_unique<TypedSection<T>>(value, describe_);
+  }
+  T value;
+
+ private:
+  Describe describe_;
+};
+
+// The sections registered under one parent key (parallel: one per strategy with options), each
+// holding its defaults until a configuration sets them. Copies copy the values.
+class SectionSet {
+ public:
+  // Every section registered under `parent` (see Registry.h), with its defaults.
+  explicit SectionSet(std::string parent);
+  SectionSet(const SectionSet& other);
+  SectionSet& operator=(const SectionSet& other);
+  SectionSet(SectionSet&&) noexcept = default;
+  SectionSet& operator=(SectionSet&&) noexcept = default;
+  ~SectionSet();
+
+  bool contains(const std::string& name) const { return sections_.count(name) > 0; }
+  std::vector<std::string> names() const;
+  OptionSection& at(const std::string& name);
+  const OptionSection& at(const std::string& name) const;
+
+  // The values of section `name` as the struct it was registered with.
+  template <class T>
+  const T& get(const std::string& name) const {
+    const auto* typed = dynamic_cast<const TypedSection<T>*>(&at(name));
+    if (!typed)
+      throw std::logic_error("options section " + parent_ + "." + name + " is not of the type asked for");
+    return typed->value;
+  }
+  template <class T>
+  T& get(const std::string& name) {
+    return const_cast<T&>(static_cast<const SectionSet&>(*this).get<T>(name));
+  }
+
+ private:
+  std::string parent_;
+  std::map<std::string, std::unique_ptr<OptionSection>> sections_;
+};
+
+}  // namespace dtrain::config

@@ -1,0 +1,23 @@
+// The schema of a RunConfig: every key, its range or allowed names, written once as a description
+// that config/'s readers and writers visit (see Options.h). A field added to RunConfig.h and
+// described here is loaded, validated, saved and compared without further code.
+#pragma once
+
+#include "dtrain/config/Options.h"
+#include "dtrain/config/RunConfig.h"
+
+namespace dtrain::config {
+
+// The choice keys whose names other layers register (config/Registry.h).
+inline constexpr const char* kDatasetKey = "data.dataset";
+inline constexpr const char* kPartitionKey = "data.partition";
+inline constexpr const char* kModelKey = "model.name";
+inline constexpr const char* kOptimizerKey = "optim.name";
+inline constexpr const char* kScheduleKey = "optim.scheduler.name";
+inline constexpr const char* kLossKey = "optim.loss";
+inline constexpr const char* kStrategyKey = "parallel.strategy";
+
+// Visits every option of `config`, sections in the order of RunConfig.h. Writers must not modify.
+void describe_run(OptionVisitor& visitor, RunConfig& config);
+
+}  // namespace dtrain::config

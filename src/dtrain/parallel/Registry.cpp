@@ -1,0 +1,70 @@
+// The list behind parallel/Registry.h; the names also go to config/ so that parallel.strategy is
+// validated against them.
+#include "dtrain/parallel/Registry.h"
+
+#include <fmt/format.h>
+
+#include <deque>
+#include <mutex>
+#include <stdexcept>
+
+#include "dtrain/config/Schema.h"
+
+namespace dtrain::parallel {
+namespace {
+
+struct Strategies {
+  std::mutex mutex;
+  std::deque<StrategyInfo> list;  // find_strategy returns references into it
+};
+
+Strategies& strategies() {
+  static Strategies s;
+  return s;
+}
+
+}  // namespace
+
+bool register_strategy(StrategyInfo info) {
+  config::register_choice(config::kStrategyKey, config::Choice{info.name, info.help, {}});
+  auto& s = strategies();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.list.push_back(std::move(info));
+  return true;
+}
+
+std::vector<StrategyInfo> registered_strategies() {
+  auto& s = strategies();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return {s.list.begin(), s.list.end()};
+}
+
+const StrategyInfo& find_strategy(const std::string& name) {
+  const auto& names = config::registered_choices(config::kStrategyKey);
+  const auto canonical = names.resolve(name);
+  auto& s = strategies();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  for (const auto& info : s.list) {
+    if (canonical && info.name == *canonical) return info;
+  }
+  throw std::invalid_argument(
+      fmt::format("unknown parallel.strategy '{}'; expected one of {}", name, names.list()));
+}
+
+std::unique_ptr<Strategy> create_strategy(StrategyContext context) {
+  const auto& info = find_strategy(context.parallel.strategy);
+  if (!context.model)
+    throw std::invalid_argument("parallel: the strategy's model is null; build the model first");
+  if (!context.make_optimizer || !context.loss) {
+    throw std::invalid_argument("parallel: the strategy needs an optimizer factory and a loss");
+  }
+  if (info.needs_communicator && !context.comm) {
+    throw std::invalid_argument(
+        fmt::format("parallel.strategy {} needs a communicator; connect with comm::connect() first, or use "
+                    "strategy local",
+                    info.name));
+  }
+  return info.create(std::move(context));
+}
+
+}  // namespace dtrain::parallel

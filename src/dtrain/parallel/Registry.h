@@ -1,0 +1,57 @@
+// The strategy registry: a strategy is one folder under parallel/ whose files register it by
+// name with DTRAIN_REGISTER_STRATEGY, together with its option section (parallel.<name>.*) and a
+// line of help. The names parallel.strategy accepts, the configuration section, the factory and
+// `dtrain train --help` all come from here.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dtrain/config/Registry.h"
+#include "dtrain/parallel/Strategy.h"
+
+namespace dtrain::parallel {
+
+struct StrategyInfo {
+  std::string name;  // parallel.strategy's value, the folder's name, the option section's name
+  std::string help;  // one line for --help
+  // Computes the mathematics of one process (DESIGN §4): the parameterised equivalence test
+  // (tests/parallel/StrategyEquivalenceTest.cpp) must have a row for it.
+  bool exact = true;
+  // Refuses to run without a communicator (a world of one still communicates nothing).
+  bool needs_communicator = true;
+  std::function<std::unique_ptr<Strategy>(StrategyContext)> create;
+};
+
+// Registers a strategy without options of its own; returns true, for a static initialiser.
+bool register_strategy(StrategyInfo info);
+
+// Registers a strategy and its option section parallel.<info.name>.*: `Options` with its defaults,
+// described by `describe` (see config/Options.h). The strategy reads it from
+// context.parallel.options.get<Options>(info.name).
+template <class Options>
+bool register_strategy(StrategyInfo info, Options defaults,
+                       void (*describe)(config::OptionVisitor&, Options&)) {
+  config::register_section("parallel", info.name, std::move(defaults), describe);
+  return register_strategy(std::move(info));
+}
+
+// Every registered strategy, in registration order.
+std::vector<StrategyInfo> registered_strategies();
+// Throws std::invalid_argument listing the registered names when `name` is none of them.
+const StrategyInfo& find_strategy(const std::string& name);
+
+// Builds context.parallel.strategy (case-insensitive). Collective for strategies that communicate.
+// Throws std::invalid_argument for an unknown strategy or options it cannot honour.
+std::unique_ptr<Strategy> create_strategy(StrategyContext context);
+
+// Registers a strategy from its folder parallel/<folder>/ (the folder's name is the anchor that
+// keeps the file linked in; see Note [Link anchors] in config/Registry.h):
+//   DTRAIN_REGISTER_STRATEGY(local, StrategyInfo{"local", "one process, no communication", ...});
+#define DTRAIN_REGISTER_STRATEGY(folder, ...)     \
+  extern "C" const bool dtrain_strategy_##folder; \
+  extern "C" const bool dtrain_strategy_##folder = ::dtrain::parallel::register_strategy(__VA_ARGS__)
+
+}  // namespace dtrain::parallel

@@ -1,0 +1,69 @@
+// See ReplicaStrategy.h.
+#include "dtrain/parallel/ReplicaStrategy.h"
+
+#include <torch/torch.h>
+
+#include "dtrain/optim/OptimizerState.h"
+
+namespace dtrain::parallel {
+namespace {
+
+optim::NamedParameters named_parameters(const torch::nn::Module& module) {
+  optim::NamedParameters out;
+  for (const auto& p : module.named_parameters(/*recurse=*/true)) out.emplace_back(p.key(), p.value());
+  return out;
+}
+
+}  // namespace
+
+ReplicaStrategy::ReplicaStrategy(StrategyContext context) : context_(std::move(context)) {
+  optimizer_ = context_.make_optimizer(context_.model->parameters());
+}
+
+void ReplicaStrategy::set_learning_rate(double lr) {
+  optim::set_learning_rate(*optimizer_, lr);
+}
+
+void ReplicaStrategy::begin_evaluation() {
+  context_.model->eval();
+}
+
+torch::Tensor ReplicaStrategy::eval_forward(std::size_t, const torch::Tensor& inputs) {
+  torch::NoGradGuard no_grad;
+  return context_.model->forward(inputs);
+}
+
+void ReplicaStrategy::end_evaluation() {
+  context_.model->train();
+}
+
+std::map<std::string, torch::Tensor> ReplicaStrategy::model_state() const {
+  std::map<std::string, torch::Tensor> state;
+  for (const auto& p : context_.model->named_parameters(/*recurse=*/true))
+    state[p.key()] = p.value().detach();
+  for (const auto& b : context_.model->named_buffers(/*recurse=*/true)) state[b.key()] = b.value().detach();
+  return state;
+}
+
+void ReplicaStrategy::save(io::Checkpoint& checkpoint) const {
+  checkpoint.set_module_state("model", *context_.model);
+  for (const auto& [key, value] :
+       optim::named_optimizer_state(*optimizer_, named_parameters(*context_.model))) {
+    checkpoint.set_tensor(key, value);
+  }
+}
+
+void ReplicaStrategy::load(const io::Checkpoint& checkpoint) {
+  checkpoint.load_module_state("model", *context_.model);
+  std::map<std::string, torch::Tensor> entries;
+  for (const auto& [key, value] : checkpoint.tensors()) {
+    if (key.rfind("optimizer", 0) == 0) entries.emplace(key, value);
+  }
+  optim::load_named_optimizer_state(*optimizer_, named_parameters(*context_.model), entries);
+}
+
+void ReplicaStrategy::count_own_communication(const comm::CommStats& before) {
+  if (context_.comm) own_comm_ += comm::difference(context_.comm->stats(), before);
+}
+
+}  // namespace dtrain::parallel

@@ -1,0 +1,40 @@
+// The single-process step: forward, backward (in micro-batches when accumulating), update.
+#include "dtrain/parallel/local/LocalStrategy.h"
+
+#include <torch/torch.h>
+
+#include "dtrain/parallel/MicroBatches.h"
+#include "dtrain/parallel/Registry.h"
+#include "dtrain/util/Clock.h"
+
+namespace dtrain::parallel {
+
+LocalStrategy::LocalStrategy(StrategyContext context) : ReplicaStrategy(std::move(context)) {}
+
+StepResult LocalStrategy::train_step(const data::Batch& batch) {
+  const auto start = util::Clock::now();
+  StepResult result;
+  result.samples = batch.size();
+  auto network = model_ptr();
+  const ForwardFn forward = [network](const torch::Tensor& x) { return network->forward(x); };
+  optimizer().step([&]() -> torch::Tensor {
+    optimizer().zero_grad();
+    auto step =
+        forward_backward(forward, loss(), batch.inputs, batch.targets, parallel_config().accumulation_steps);
+    result.outputs = step.outputs;
+    result.loss = step.loss.item<double>();
+    return step.loss;
+  });
+  result.compute_seconds = util::seconds_since(start);
+  return result;
+}
+
+DTRAIN_REGISTER_STRATEGY(local,
+                         StrategyInfo{"local",
+                                      "one process, no communication: the baseline every strategy must match",
+                                      /*exact=*/true, /*needs_communicator=*/false,
+                                      [](StrategyContext c) -> std::unique_ptr<Strategy> {
+                                        return std::make_unique<LocalStrategy>(std::move(c));
+                                      }});
+
+}  // namespace dtrain::parallel

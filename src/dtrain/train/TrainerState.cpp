@@ -1,0 +1,136 @@
+// What a checkpoint holds of a Trainer beyond the strategy's part, and the fingerprints runs are
+// compared by (initial parameters, data partition).
+#include <ATen/CPUGeneratorImpl.h>
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+#include "dtrain/data/Partition.h"
+#include "dtrain/train/Trainer.h"
+#include "dtrain/util/Hash.h"
+
+namespace dtrain::train {
+namespace {
+
+void add_tensor(util::Fnv1a64& hash, const torch::Tensor& t) {
+  const auto c = t.detach().contiguous().cpu();
+  hash.add(c.data_ptr(), static_cast<std::size_t>(c.numel()) * c.element_size());
+}
+
+// Each rank draws its own dropout masks, so each rank's generator is kept: gathered here, and
+// every rank restores its own on load.
+torch::Tensor gathered_generator_states(const comm::CommunicatorPtr& comm) {
+  auto generator = at::detail::getDefaultCPUGenerator();
+  torch::Tensor state;
+  {
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    state = generator.get_state().contiguous();
+  }
+  if (!comm || comm->size() == 1) return state.view({1, state.numel()});
+  auto all = torch::empty({comm->size() * state.numel()}, state.options());
+  comm->allgather(state, all);
+  return all.view({comm->size(), state.numel()});
+}
+
+void restore_generator_state(const torch::Tensor& states, int rank) {
+  auto generator = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  generator.set_state(states[rank % states.size(0)].clone());
+}
+
+}  // namespace
+
+std::string parameter_hash(const torch::nn::Module& module) {
+  util::Fnv1a64 hash;
+  for (const auto& p : module.named_parameters(/*recurse=*/true)) {
+    hash.add(p.key());
+    add_tensor(hash, p.value());
+  }
+  for (const auto& b : module.named_buffers(/*recurse=*/true)) {
+    hash.add(b.key());
+    add_tensor(hash, b.value());
+  }
+  return hash.hex();
+}
+
+std::string data_partition_hash(int world, const config::DataConfig& data, const torch::Tensor& labels,
+                                std::uint64_t seed) {
+  util::Fnv1a64 hash;  // over every rank's indices, in rank order
+  for (const auto& shard : data::partition_all(world, data::partition_options(data), labels, seed)) {
+    add_tensor(hash, shard.indices);
+    if (shard.held_out.defined()) add_tensor(hash, shard.held_out);
+  }
+  return hash.hex();
+}
+
+void Trainer::save_state(io::Checkpoint& checkpoint) const {
+  strategy_->save(checkpoint);
+  checkpoint.set_tensor("rng.cpu", gathered_generator_states(comm_));
+  // Note [Training metrics across a resume]
+  // Within an epoch each rank holds its own counts of the batches so far. The checkpoint keeps
+  // their sum; on resume rank 0 starts from that sum and the others from zero, so the reduction at
+  // the epoch's end gives the same figures as an uninterrupted run, whatever the world size.
+  if (epoch_batch_ > 0 && train_metrics_) {
+    auto sums = train_metrics_->packed();
+    if (comm_ && comm_->size() > 1) comm_->allreduce(sums, comm::ReduceOp::Sum);
+    checkpoint.set_tensor("train_metrics", sums);
+  }
+  nlohmann::json meta;
+  meta["step"] = step_;
+  meta["epoch"] = epoch_;
+  meta["epoch_batch"] = epoch_batch_;
+  meta["world_size"] = world_size();
+  meta["seed"] = config_.train.seed;
+  meta["initial_parameter_hash"] = facts_.initial_hash;
+  meta["model"] = config_.model.name;
+  meta["strategy"] = strategy_->name();
+  meta["optimizer"] = config_.optim.name;
+  checkpoint.set_metadata(meta);
+}
+
+void Trainer::load_state(const io::Checkpoint& checkpoint) {
+  const auto meta = checkpoint.metadata();
+  const auto optimizer = meta.value("optimizer", config_.optim.name);
+  if (optimizer != config_.optim.name) {
+    throw io::CheckpointError(
+        fmt::format("checkpoint: saved with optimizer {}, this run uses {}; resume with optim.name: {}",
+                    optimizer, config_.optim.name, optimizer));
+  }
+  strategy_->load(checkpoint);
+  restore_generator_state(checkpoint.tensor("rng.cpu"), rank());
+  step_ = meta.at("step").get<std::int64_t>();
+  epoch_ = meta.at("epoch").get<std::int64_t>();
+  epoch_batch_ = meta.at("epoch_batch").get<std::int64_t>();
+  const int saved_world = meta.value("world_size", 1);
+  if (saved_world != world_size()) {
+    // Another world size cuts epochs into another number of batches: continue after the same
+    // fraction of the epoch. Exact continuation needs the same world size.
+    epoch_batch_ = epoch_batch_ * saved_world / world_size();
+  }
+  const auto per_epoch = loader_->batches_per_epoch();
+  if (epoch_batch_ > per_epoch) {
+    throw std::invalid_argument(
+        fmt::format("checkpoint: position batch {} of epoch {} is past this run's {} batches per epoch; "
+                    "resume with the same data, batch size and number of workers",
+                    epoch_batch_, epoch_, per_epoch));
+  }
+  last_eval_step_ = -1;
+  train_metrics_.reset();
+  if (epoch_batch_ > 0 && checkpoint.contains("train_metrics")) {
+    train_metrics_.emplace(data_.train->num_classes());
+    const auto& sums = checkpoint.tensor("train_metrics");
+    const auto classes = data_.train->num_classes();
+    if (sums.dim() != 1 || sums.numel() != classes * classes + 7) {
+      throw io::CheckpointError(
+          fmt::format("checkpoint: training metrics of {} values do not fit a data set of {} classes; resume "
+                      "with the same data",
+                      sums.numel(), classes));
+    }
+    if (rank() == 0) train_metrics_->load(sums);
+  }
+}
+
+}  // namespace dtrain::train
