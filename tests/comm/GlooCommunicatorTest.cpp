@@ -141,16 +141,22 @@ TEST(GlooCommunicator, UnreachableStoreFailsWithinTheTimeout) {
 
 TEST(GlooCommunicator, PeerThatLeavesFailsTheCollectiveWithoutHanging) {
   auto store = host_store();
-  std::promise<void> left;
+  // Rank 1 leaves only once rank 0 has connected too: leaving while rank 0 still completes its
+  // side of the mesh would fail rank 0's connect instead of its collective.
+  std::promise<void> connected, left;
+  auto both_connected = connected.get_future();
   auto gone = left.get_future();
   dtrain::testing::run_threads(2, [&](int r) {
     auto comm = connect(gloo_options(3s), rank_info(r, 2, store->port(), /*agent_store=*/true));
     if (r == 1) {
+      // Bounded: when rank 0 failed to connect, the test reports its error instead of hanging.
+      ASSERT_EQ(both_connected.wait_for(30s), std::future_status::ready);
       comm.reset();  // closes its connections, as a crashed process would
       left.set_value();
       return;
     }
-    gone.wait();
+    connected.set_value();
+    ASSERT_EQ(gone.wait_for(30s), std::future_status::ready);
     const auto start = Clock::now();
     try {
       at::Tensor t = torch::ones({1024});
