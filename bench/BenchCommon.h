@@ -75,9 +75,10 @@ inline std::string human_bytes(std::int64_t bytes) {
 
 }  // namespace bench
 
-#include <chrono>
 #include <cstdio>
 #include <functional>
+
+#include "dtrain/util/Clock.h"
 
 namespace bench {
 
@@ -92,13 +93,12 @@ struct Comparison {
 inline Comparison compare_ab(int rounds, int iters, const std::function<void()>& plain,
                              const std::function<void()>& dtrain,
                              const std::function<double(double)>& slowest) {
-  using Clock = std::chrono::steady_clock;
   auto time_calls = [&](const std::function<void()>& call, std::vector<double>& all) {
     std::vector<double> us;
     for (int i = 0; i < iters; ++i) {
-      const auto t0 = Clock::now();
+      const auto t0 = dtrain::util::Clock::now();
       call();
-      us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+      us.push_back(dtrain::util::seconds_since(t0) * 1e6);
     }
     all.insert(all.end(), us.begin(), us.end());
     return slowest(median(us));

@@ -85,6 +85,20 @@ TEST(BenchCommand, ValidateRejectsWhatWouldFailLater) {
   rejects(o);
 }
 
+TEST(BenchCommand, UnknownDtypeListsTheAcceptedOnes) {
+  BenchCommOptions o;
+  o.dtype = "float8";
+  try {
+    validate(o);
+    FAIL() << "--dtype float8 was accepted";
+  } catch (const std::invalid_argument& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("--dtype"), std::string::npos) << what;
+    EXPECT_NE(what.find("'float8'"), std::string::npos) << what;
+    EXPECT_NE(what.find("float32, float64, int32, int64"), std::string::npos) << what;
+  }
+}
+
 TEST(BenchCommand, JsonLineHasExactlyTheFields) {
   BenchCommResult r{"allgather", "gloo", 2, 4096, 123.4567, 0.0331, 0.0166};
   const auto j = nlohmann::json::parse(to_json_line(r));

@@ -11,7 +11,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <chrono>
 #include <climits>
 #include <cmath>
 #include <iostream>
@@ -26,6 +25,8 @@
 #include "dtrain/comm/Launcher.h"
 #include "dtrain/comm/Rendezvous.h"
 #include "dtrain/config/Environment.h"
+#include "dtrain/util/Clock.h"
+#include "dtrain/util/EnumNames.h"
 
 namespace dtrain::cli {
 
@@ -33,13 +34,15 @@ namespace {
 
 const std::vector<std::string> kOps{"allreduce", "allgather", "broadcast", "reduce_scatter"};
 
+constexpr util::EnumNames<at::ScalarType, 4> kDtypeNames{
+    {{{at::kFloat, "float32"}, {at::kDouble, "float64"}, {at::kInt, "int32"}, {at::kLong, "int64"}}}};
+
 at::ScalarType parse_dtype(const std::string& name) {
-  if (name == "float32") return at::kFloat;
-  if (name == "float64") return at::kDouble;
-  if (name == "int32") return at::kInt;
-  if (name == "int64") return at::kLong;
-  throw std::invalid_argument(
-      fmt::format("--dtype: unknown element type '{}'; expected float32, float64, int32 or int64", name));
+  try {
+    return kDtypeNames.parse(name, "element type");
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string("--dtype: ") + e.what());
+  }
 }
 
 std::invalid_argument bad_size(const std::string& item) {
@@ -167,7 +170,6 @@ void validate(const BenchCommOptions& o) {
 }
 
 BenchCommResult measure(comm::Communicator& comm, const BenchCommOptions& o, std::int64_t bytes) {
-  using Clock = std::chrono::steady_clock;
   const auto dtype = parse_dtype(o.dtype);
   const int world = comm.size();
   const std::int64_t element = static_cast<std::int64_t>(c10::elementSize(dtype));
@@ -203,9 +205,9 @@ BenchCommResult measure(comm::Communicator& comm, const BenchCommOptions& o, std
   at::Tensor seconds = at::empty({o.iters}, at::kDouble);
   auto* s = seconds.data_ptr<double>();
   for (int i = 0; i < o.iters; ++i) {
-    const auto start = Clock::now();
+    const auto start = util::Clock::now();
     call();
-    s[i] = std::chrono::duration<double>(Clock::now() - start).count();
+    s[i] = util::seconds_since(start);
   }
   // An iteration lasts until its slowest rank finishes (nccl-tests' convention).
   comm.allreduce(seconds, comm::ReduceOp::Max);
@@ -246,64 +248,77 @@ void print_table(std::ostream& out, const std::vector<BenchCommResult>& results)
   out.flush();
 }
 
+namespace {
+
+// `dtrain bench comm`, its flags bound to `o`.
+CLI::App* add_comm_subcommand(CLI::App& bench, BenchCommOptions& o) {
+  auto* cmd = bench.add_subcommand("comm",
+                                   "Time a collective over sizes (median over iterations, slowest rank "
+                                   "per iteration); rank 0 prints one JSON "
+                                   "object per size on stdout and a table on stderr");
+  cmd->add_option("--backend", o.backend, "Communication backend: gloo | mpi")->capture_default_str();
+  cmd->add_option("--nproc", o.nproc,
+                  "Start this many local workers (mpi: through mpirun); without it, join a job from the "
+                  "environment (torchrun, mpirun, srun, dtrain launch)");
+  cmd->add_option("--op", o.op, "allreduce | allgather | broadcast | reduce_scatter")->capture_default_str();
+  cmd->add_option("--sizes", o.sizes, "Comma-separated sizes in bytes; K, M, G are powers of 1024")
+      ->capture_default_str();
+  cmd->add_option("--iters", o.iters, "Timed iterations per size")->capture_default_str();
+  cmd->add_option("--warmup", o.warmup, "Untimed iterations per size")->capture_default_str();
+  cmd->add_option("--threads", o.threads, "Intra-op threads per worker (0 = cores / workers)")
+      ->capture_default_str();
+  cmd->add_option("--dtype", o.dtype, "float32 | float64 | int32 | int64")->capture_default_str();
+  return cmd;
+}
+
+// `dtrain bench data`, its flags bound to `o`.
+CLI::App* add_data_subcommand(CLI::App& bench, BenchDataOptions& o) {
+  auto* cmd = bench.add_subcommand(
+      "data",
+      "Time the data pipeline against threads: loader batches from an in-memory set, and reading and "
+      "decoding an image folder; one JSON object per measurement on stdout and a table on stderr");
+  cmd->add_option("--dataset", o.dataset, "In-memory data set (data.dataset)")->capture_default_str();
+  cmd->add_option("--root", o.root, "Its data.root (default: the data set's own)");
+  cmd->add_option("--image-folder", o.image_folder, "An image folder (class subfolders) to time too");
+  cmd->add_option("--export", o.export_images,
+                  "Write this many images of the in-memory set into --image-folder as PNGs first, when "
+                  "the folder does not exist");
+  cmd->add_option("--image-size", o.image_size, "Image folder: resize to this square")->capture_default_str();
+  cmd->add_option("--threads", o.threads, "Comma-separated thread counts")->capture_default_str();
+  cmd->add_option("--batch", o.batch, "Batch size")->capture_default_str();
+  cmd->add_option("--batches", o.batches, "Timed batches per thread count")->capture_default_str();
+  cmd->add_flag("--augment,!--no-augment", o.augment, "Random crop and flip, as in training")
+      ->capture_default_str();
+  cmd->add_option("--plot", o.plot, "Draw samples/s against threads into this PNG (gnuplot)");
+  return cmd;
+}
+
+// Runs `dtrain bench data`: one JSON line per measurement on stdout, the table on stderr.
+int run_data_command(const BenchDataOptions& o) {
+  const auto results = run_data_benchmark(o);
+  for (const auto& r : results) std::cout << to_json_line(r) << std::endl;
+  std::cerr << fmt::format("{:<14} {:<28} {:>8} {:>10} {:>14}\n", "source", "dataset", "threads", "samples",
+                           "samples/s");
+  for (const auto& r : results) {
+    std::cerr << fmt::format("{:<14} {:<28} {:>8} {:>10} {:>14.0f}\n", r.source, r.dataset, r.threads,
+                             r.samples, r.samples_per_second);
+  }
+  if (!o.plot.empty()) std::cerr << "plot: " << o.plot << "\n";
+  return 0;
+}
+
+}  // namespace
+
 Run add_bench_command(CLI::App& app) {
   auto* bench = app.add_subcommand(
       "bench", "Benchmarks: `dtrain bench comm` times collectives, `dtrain bench data` the data pipeline");
   bench->require_subcommand(1);
-  auto* comm_cmd = bench->add_subcommand("comm",
-                                         "Time a collective over sizes (median over iterations, slowest rank "
-                                         "per iteration); rank 0 prints one JSON "
-                                         "object per size on stdout and a table on stderr");
   auto options = std::make_shared<BenchCommOptions>();
-  comm_cmd->add_option("--backend", options->backend, "Communication backend: gloo | mpi")
-      ->capture_default_str();
-  comm_cmd->add_option("--nproc", options->nproc,
-                       "Start this many local workers (mpi: through mpirun); without it, join a job from the "
-                       "environment (torchrun, mpirun, srun, dtrain launch)");
-  comm_cmd->add_option("--op", options->op, "allreduce | allgather | broadcast | reduce_scatter")
-      ->capture_default_str();
-  comm_cmd
-      ->add_option("--sizes", options->sizes, "Comma-separated sizes in bytes; K, M, G are powers of 1024")
-      ->capture_default_str();
-  comm_cmd->add_option("--iters", options->iters, "Timed iterations per size")->capture_default_str();
-  comm_cmd->add_option("--warmup", options->warmup, "Untimed iterations per size")->capture_default_str();
-  comm_cmd->add_option("--threads", options->threads, "Intra-op threads per worker (0 = cores / workers)")
-      ->capture_default_str();
-  comm_cmd->add_option("--dtype", options->dtype, "float32 | float64 | int32 | int64")->capture_default_str();
-  auto* data_cmd = bench->add_subcommand(
-      "data",
-      "Time the data pipeline against threads: loader batches from an in-memory set, and reading and "
-      "decoding an image folder; one JSON object per measurement on stdout and a table on stderr");
+  auto* comm_cmd = add_comm_subcommand(*bench, *options);
   auto data = std::make_shared<BenchDataOptions>();
-  data_cmd->add_option("--dataset", data->dataset, "In-memory data set (data.dataset)")
-      ->capture_default_str();
-  data_cmd->add_option("--root", data->root, "Its data.root (default: the data set's own)");
-  data_cmd->add_option("--image-folder", data->image_folder,
-                       "An image folder (class subfolders) to time too");
-  data_cmd->add_option("--export", data->export_images,
-                       "Write this many images of the in-memory set into --image-folder as PNGs first, when "
-                       "the folder does not exist");
-  data_cmd->add_option("--image-size", data->image_size, "Image folder: resize to this square")
-      ->capture_default_str();
-  data_cmd->add_option("--threads", data->threads, "Comma-separated thread counts")->capture_default_str();
-  data_cmd->add_option("--batch", data->batch, "Batch size")->capture_default_str();
-  data_cmd->add_option("--batches", data->batches, "Timed batches per thread count")->capture_default_str();
-  data_cmd->add_flag("--augment,!--no-augment", data->augment, "Random crop and flip, as in training")
-      ->capture_default_str();
-  data_cmd->add_option("--plot", data->plot, "Draw samples/s against threads into this PNG (gnuplot)");
+  auto* data_cmd = add_data_subcommand(*bench, *data);
   return [options, comm_cmd, data, data_cmd]() -> int {
-    if (data_cmd->parsed()) {
-      const auto results = run_data_benchmark(*data);
-      for (const auto& r : results) std::cout << to_json_line(r) << std::endl;
-      std::cerr << fmt::format("{:<14} {:<28} {:>8} {:>10} {:>14}\n", "source", "dataset", "threads",
-                               "samples", "samples/s");
-      for (const auto& r : results) {
-        std::cerr << fmt::format("{:<14} {:<28} {:>8} {:>10} {:>14.0f}\n", r.source, r.dataset, r.threads,
-                                 r.samples, r.samples_per_second);
-      }
-      if (!data->plot.empty()) std::cerr << "plot: " << data->plot << "\n";
-      return 0;
-    }
+    if (data_cmd->parsed()) return run_data_command(*data);
     if (!comm_cmd->parsed()) throw std::invalid_argument("bench: expected a benchmark name: comm or data");
     validate(*options);
     return options->nproc > 0 ? run_launcher(*options) : run_worker(*options);

@@ -5,16 +5,16 @@
 #include <mpi.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
 
 #include "dtrain/comm/mpi/MpiCommunicator.h"
+#include "dtrain/util/Clock.h"
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using dtrain::util::Clock;
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -26,7 +26,7 @@ double seconds_per_call(MPI_Comm sync, int iterations, Body body) {
   MPI_Barrier(sync);
   const auto start = Clock::now();
   for (int i = 0; i < iterations; ++i) body();
-  return std::chrono::duration<double>(Clock::now() - start).count() / iterations;
+  return dtrain::util::seconds_since(start) / iterations;
 }
 
 }  // namespace
