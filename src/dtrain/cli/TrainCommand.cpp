@@ -13,12 +13,12 @@
 #include "dtrain/cli/Commands.h"
 #include "dtrain/cli/SelfExe.h"
 #include "dtrain/comm/Backend.h"
-#include "dtrain/comm/Launcher.h"
 #include "dtrain/config/Environment.h"
 #include "dtrain/config/RunConfigYaml.h"
 #include "dtrain/io/JsonFile.h"
 #include "dtrain/io/RunDir.h"
 #include "dtrain/io/TensorBoardWriter.h"
+#include "dtrain/launch/Launcher.h"
 #include "dtrain/train/EarlyStop.h"
 #include "dtrain/train/RunCallbacks.h"
 #include "dtrain/train/Trainer.h"
@@ -131,7 +131,7 @@ int launch_workers(const TrainArgs& a, const config::RunConfig& cfg, int nproc,
   } else {
     root = io::RunDir::create(cfg.out_dir, cfg.name, nproc).root();
   }
-  comm::LaunchOptions options;
+  launch::LaunchOptions options;
   options.nproc_per_node = nproc;
   options.backend = cfg.parallel.backend == "mpi" ? "mpi" : "gloo";
   options.threads = cfg.train.threads;
@@ -144,7 +144,7 @@ int launch_workers(const TrainArgs& a, const config::RunConfig& cfg, int nproc,
   options.command.insert(options.command.end(), {"--run-dir", root.string()});
   if (!a.resume.empty()) options.command.insert(options.command.end(), {"--resume", a.resume});
   // The launcher has reported a failure itself.
-  return comm::launch(options).exit_code;
+  return launch::launch(options).exit_code;
 }
 
 // The training itself, in a worker whose run folder and log are ready.

@@ -1,4 +1,4 @@
-// comm::launch() with real processes: torchrun's environment per rank, failure propagation with
+// launch::launch() with real processes: torchrun's environment per rank, failure propagation with
 // the failed rank's log tail, restarts, signal forwarding, exec failures, output routing, the
 // mpirun delegation, and (with the gloo backend) workers that really talk through the agent store.
 #include <gtest/gtest.h>
@@ -18,12 +18,14 @@
 #include <string>
 #include <thread>
 
-#include "dtrain/comm/Launcher.h"
+#include "dtrain/launch/Launcher.h"
 
 extern char** environ;
 
-namespace dtrain::comm {
+namespace dtrain::launch {
 namespace {
+
+using comm::Environment;
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
@@ -477,4 +479,4 @@ TEST_F(LauncherTest, TorchrunStartsTheSameWorker) {
 }
 
 }  // namespace
-}  // namespace dtrain::comm
+}  // namespace dtrain::launch

@@ -1,7 +1,7 @@
 // The launcher behind `dtrain launch`: fork+exec of one worker per local rank (or one mpirun),
 // torchrun's environment and agent-hosted TCPStore, a single poll loop that copies every rank's
 // output to its log and to the launcher's streams, failure detection, restarts and signal forwarding.
-#include "dtrain/comm/Launcher.h"
+#include "dtrain/launch/Launcher.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -31,8 +31,10 @@
 #include <thread>
 #include <variant>
 
-namespace dtrain::comm {
+namespace dtrain::launch {
 namespace {
+
+using comm::Environment;
 
 using Clock = std::chrono::steady_clock;
 namespace fs = std::filesystem;
@@ -1103,4 +1105,4 @@ LaunchResult launch(const LaunchOptions& options) {
   return launcher.run();
 }
 
-}  // namespace dtrain::comm
+}  // namespace dtrain::launch
