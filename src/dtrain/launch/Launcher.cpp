@@ -1,5 +1,5 @@
 // The launcher behind `dtrain launch`: fork+exec of one worker per local rank (or one mpirun),
-// torchrun's environment and agent-hosted TCPStore, a single poll loop that copies every rank's
+// torchrun's environment and agent-hosted store, a single poll loop that copies every rank's
 // output to its log and to the launcher's streams, failure detection, restarts and signal forwarding.
 #include "dtrain/launch/Launcher.h"
 
@@ -14,7 +14,6 @@
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -31,6 +30,8 @@
 #include <thread>
 #include <variant>
 
+#include "dtrain/launch/NodeStore.h"
+
 namespace dtrain::launch {
 namespace {
 
@@ -38,13 +39,6 @@ using comm::Environment;
 
 using Clock = std::chrono::steady_clock;
 namespace fs = std::filesystem;
-
-// Keys of the launchers themselves, apart from the workers' "/worker/attempt_<n>" prefix: a node
-// whose worker failed tells the other nodes through the store, so they stop theirs at once
-// instead of waiting for a collective to time out.
-std::string failure_key(int attempt) {
-  return fmt::format("/dtrain_launch/attempt_{}/failure", attempt);
-}
 
 void write_all(int fd, std::string_view data) {
   while (!data.empty()) {
@@ -634,25 +628,9 @@ class Launcher {
   // Node 0 hosts the store like torchrun's agent; the workers join it as clients under the
   // prefix of their attempt. Other nodes join it too, to hear of a failure on another node.
   void host_or_join_store() {
-    c10d::TCPStoreOptions store_options;
-    store_options.port = static_cast<std::uint16_t>(options_.master_port);
-    store_options.isServer = options_.node_rank == 0;
-    store_options.numWorkers =
-        static_cast<size_t>(options_.nnodes * options_.nproc_per_node + options_.nnodes);
-    store_options.waitWorkers = false;
-    store_options.timeout = options_.rendezvous_timeout;
-    try {
-      store_ = std::make_shared<c10d::TCPStore>(options_.master_addr, store_options);
-    } catch (const std::exception& e) {
-      throw std::runtime_error(fmt::format(
-          "dtrain launch: cannot {} the rendezvous store at {}:{}: {}; {}",
-          store_options.isServer ? "host" : "reach", options_.master_addr, options_.master_port, e.what(),
-          store_options.isServer ? "choose a free --master-port"
-                                 : "start node 0 first and check --master-addr"));
-    }
-    master_port_ = store_->getPort();
+    store_ = std::make_unique<NodeStore>(options_);
     if (options_.node_rank == 0) {
-      say(fmt::format("dtrain launch: rendezvous store at {}:{}\n", options_.master_addr, master_port_));
+      say(fmt::format("dtrain launch: rendezvous store at {}:{}\n", options_.master_addr, store_->port()));
     }
   }
 
@@ -670,7 +648,7 @@ class Launcher {
     env["ROLE_WORLD_SIZE"] = std::to_string(world_size);
     env["ROLE_NAME"] = "default";
     env["MASTER_ADDR"] = options_.master_addr;
-    env["MASTER_PORT"] = std::to_string(master_port_);
+    env["MASTER_PORT"] = std::to_string(store_->port());
     env["TORCHELASTIC_RESTART_COUNT"] = std::to_string(attempt);
     env["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(options_.max_restarts);
     env["TORCHELASTIC_RUN_ID"] = options_.run_id;
@@ -886,7 +864,7 @@ class Launcher {
     Clock::time_point kill_at = Clock::now() + options_.stop_grace;
     std::optional<Clock::time_point> drain_until;
     Clock::time_point next_store_check = Clock::now();
-    const bool multi_node = options_.nnodes > 1 && store_;
+    const bool multi_node = store_ && store_->shared();
     const Worker* mpirun_failure = nullptr;
 
     auto begin_stop = [&](int signo) {
@@ -967,14 +945,14 @@ class Launcher {
 
       if (multi_node && !stopping && Clock::now() >= next_store_check) {
         next_store_check = Clock::now() + std::chrono::milliseconds(200);
-        if (auto peer = peer_failure(attempt)) {
+        if (auto peer = store_->failure(attempt)) {
           failed = true;
-          outcome.exit_code = peer->second;
-          outcome.failed_rank = peer->first;
+          outcome.exit_code = peer->exit_code;
+          outcome.failed_rank = peer->rank;
           outcome.failure = fmt::format(
               "dtrain launch: rank {} on another node failed with exit code {}; stopping "
               "this node's workers\n",
-              peer->first, peer->second);
+              peer->rank, peer->exit_code);
           begin_stop(SIGTERM);
         }
       }
@@ -1023,23 +1001,9 @@ class Launcher {
 
   void announce_failure(int attempt, int rank, int exit_code) {
     try {
-      const std::string value = fmt::format("{} {}", rank, exit_code);
-      store_->compareSet(failure_key(attempt), {}, std::vector<uint8_t>(value.begin(), value.end()));
+      store_->announce_failure(attempt, NodeFailure{rank, exit_code});
     } catch (const std::exception& e) {
       say(fmt::format("dtrain launch: could not tell the other nodes about the failure: {}\n", e.what()));
-    }
-  }
-
-  std::optional<std::pair<int, int>> peer_failure(int attempt) {
-    try {
-      if (!store_->check({failure_key(attempt)})) return std::nullopt;
-      const auto bytes = store_->get(failure_key(attempt));
-      int rank = -1, code = 1;
-      std::sscanf(std::string(bytes.begin(), bytes.end()).c_str(), "%d %d", &rank, &code);
-      return std::make_pair(rank, code);
-    } catch (const std::exception&) {
-      // Node 0's launcher is gone: its workers, and so this job, are gone with it.
-      return std::make_pair(-1, 1);
     }
   }
 
@@ -1048,8 +1012,7 @@ class Launcher {
   pid_t launcher_pid_;
   Diagnostics diagnostics_;
   std::string log_dir_;
-  std::shared_ptr<c10d::TCPStore> store_;
-  int master_port_ = 0;
+  std::unique_ptr<NodeStore> store_;  // none under mpirun, which brings its own rendezvous
   std::vector<std::unique_ptr<RankLog>> logs_;
   std::vector<Worker> workers_;
   std::unique_ptr<MpiOutputDemux> demux_;
