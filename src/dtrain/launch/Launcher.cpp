@@ -7,8 +7,6 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
-#include <sys/prctl.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,7 +14,6 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <deque>
@@ -31,6 +28,8 @@
 #include <variant>
 
 #include "dtrain/launch/NodeStore.h"
+#include "dtrain/launch/Signals.h"
+#include "dtrain/launch/Spawn.h"
 
 namespace dtrain::launch {
 namespace {
@@ -50,97 +49,12 @@ void write_all(int fd, std::string_view data) {
   }
 }
 
-std::string signal_name(int signo) {
-  const char* abbrev = sigabbrev_np(signo);
-  return abbrev ? fmt::format("SIG{}", abbrev) : fmt::format("signal {}", signo);
-}
-
 int available_cores() {
   cpu_set_t set;
   CPU_ZERO(&set);
   if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
   return std::max(1u, std::thread::hardware_concurrency());
 }
-
-// ---------------------------------------------------------------------------------------------
-// Signals: the handler only writes the signal number to a pipe that the poll loop watches.
-
-std::atomic<int> g_signal_write_fd{-1};
-std::atomic<bool> g_launch_running{false};
-constexpr int kForwardedSignals[] = {SIGINT, SIGTERM, SIGHUP};
-
-extern "C" void on_launcher_signal(int signo) {
-  const int saved_errno = errno;
-  const int fd = g_signal_write_fd.load();
-  if (fd >= 0) {
-    const unsigned char byte = static_cast<unsigned char>(signo);
-    (void)!::write(fd, &byte, 1);
-  }
-  errno = saved_errno;
-}
-
-class SignalForwarding {
- public:
-  SignalForwarding() {
-    if (g_launch_running.exchange(true)) {
-      throw std::invalid_argument(
-          "dtrain launch: launch() is already running in this process; it owns the process's "
-          "SIGINT/SIGTERM handlers, so run one job at a time per process");
-    }
-    if (::pipe2(pipe_, O_CLOEXEC | O_NONBLOCK) != 0) {
-      g_launch_running = false;
-      throw std::runtime_error(fmt::format("dtrain launch: pipe: {}", std::strerror(errno)));
-    }
-    g_signal_write_fd = pipe_[1];
-    struct sigaction action {};
-    action.sa_handler = on_launcher_signal;
-    sigemptyset(&action.sa_mask);
-    action.sa_flags = SA_RESTART;
-    for (size_t i = 0; i < std::size(kForwardedSignals); ++i) {
-      sigaction(kForwardedSignals[i], &action, &previous_[i]);
-    }
-    struct sigaction ignore {};
-    ignore.sa_handler = SIG_IGN;
-    sigemptyset(&ignore.sa_mask);
-    sigaction(SIGPIPE, &ignore, &previous_pipe_);
-    // Workers are reaped with waitpid: an inherited SIGCHLD = SIG_IGN would reap them unseen.
-    struct sigaction child_default {};
-    child_default.sa_handler = SIG_DFL;
-    sigemptyset(&child_default.sa_mask);
-    sigaction(SIGCHLD, &child_default, &previous_child_);
-  }
-
-  ~SignalForwarding() {
-    for (size_t i = 0; i < std::size(kForwardedSignals); ++i)
-      sigaction(kForwardedSignals[i], &previous_[i], nullptr);
-    sigaction(SIGPIPE, &previous_pipe_, nullptr);
-    sigaction(SIGCHLD, &previous_child_, nullptr);
-    g_signal_write_fd = -1;
-    ::close(pipe_[0]);
-    ::close(pipe_[1]);
-    g_launch_running = false;
-  }
-
-  SignalForwarding(const SignalForwarding&) = delete;
-  SignalForwarding& operator=(const SignalForwarding&) = delete;
-
-  int fd() const { return pipe_[0]; }
-
-  // The last signal received since the previous call, or 0.
-  int take() {
-    unsigned char buffer[16];
-    int signo = 0;
-    ssize_t n;
-    while ((n = ::read(pipe_[0], buffer, sizeof(buffer))) > 0) signo = buffer[n - 1];
-    return signo;
-  }
-
- private:
-  int pipe_[2] = {-1, -1};
-  struct sigaction previous_[std::size(kForwardedSignals)]{};
-  struct sigaction previous_pipe_ {};
-  struct sigaction previous_child_ {};
-};
 
 // ---------------------------------------------------------------------------------------------
 // The launcher's stderr: every rank's lines and the launcher's own reports, and, when it is a
@@ -392,107 +306,7 @@ class MpiOutputDemux {
 };
 
 // ---------------------------------------------------------------------------------------------
-// Starting a worker.
-
-// PATH lookup in the parent, with the workers' PATH: the child then only calls execve, which is
-// safe after fork in a process with threads (the store's), where execvp's allocations are not.
-std::optional<std::string> find_program(const std::string& name, const Environment& env) {
-  auto executable = [](const std::string& path) {
-    struct stat st {};
-    return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
-  };
-  if (name.find('/') != std::string::npos) return name;
-  const auto it = env.find("PATH");
-  const std::string path = it != env.end() ? it->second : "/usr/local/bin:/usr/bin:/bin";
-  std::stringstream dirs(path);
-  for (std::string dir; std::getline(dirs, dir, ':');) {
-    const std::string candidate = (dir.empty() ? std::string(".") : dir) + "/" + name;
-    if (executable(candidate)) return candidate;
-  }
-  return std::nullopt;
-}
-
-struct Worker {
-  pid_t pid = -1;
-  int rank = 0;  // the global rank whose output this process carries; for mpirun, unused
-  int out_fd = -1;
-  int err_fd = -1;
-  bool exited = false;  // a zombie until the attempt is over, see exit_status()
-  int status = 0;
-};
-
-struct SpawnError {
-  int error = 0;  // errno of the failed exec
-};
-
-// Forks and execs; returns the worker, or the exec's errno when the program could not be run.
-std::variant<Worker, SpawnError> spawn(const std::string& program, const std::vector<std::string>& args,
-                                       const Environment& env, pid_t launcher_pid) {
-  std::vector<std::string> env_strings;
-  env_strings.reserve(env.size());
-  for (const auto& [key, value] : env) env_strings.push_back(key + "=" + value);
-  std::vector<char*> argv, envp;
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  for (auto& e : env_strings) envp.push_back(e.data());
-  envp.push_back(nullptr);
-
-  int out[2], err[2], exec_status[2];
-  if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0 || ::pipe2(exec_status, O_CLOEXEC) != 0) {
-    throw std::runtime_error(fmt::format("dtrain launch: pipe: {}", std::strerror(errno)));
-  }
-  const pid_t pid = ::fork();
-  if (pid < 0) throw std::runtime_error(fmt::format("dtrain launch: fork: {}", std::strerror(errno)));
-  if (pid == 0) {
-    // Async-signal-safe calls only from here to execve.
-    ::setpgid(0, 0);  // its own process group: a stop reaches the worker's own children too
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != launcher_pid) ::_exit(127);  // the launcher died before prctl took effect
-    struct sigaction action {};
-    action.sa_handler = SIG_DFL;
-    sigemptyset(&action.sa_mask);
-    for (int s : kForwardedSignals) ::sigaction(s, &action, nullptr);
-    ::sigaction(SIGPIPE, &action, nullptr);
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    ::dup2(out[1], STDOUT_FILENO);
-    ::dup2(err[1], STDERR_FILENO);
-    // Descriptors the launcher holds without O_CLOEXEC (the store's sockets) stay out of workers.
-    ::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
-    ::execve(program.c_str(), argv.data(), envp.data());
-    const int error = errno;
-    (void)!::write(exec_status[1], &error, sizeof(error));
-    ::_exit(127);
-  }
-  ::setpgid(pid, pid);  // also here, so a stop right after fork already finds the group
-  ::close(out[1]);
-  ::close(err[1]);
-  ::close(exec_status[1]);
-  int error = 0;
-  ssize_t n;
-  do {
-    n = ::read(exec_status[0], &error, sizeof(error));
-  } while (n < 0 && errno == EINTR);
-  ::close(exec_status[0]);
-  if (n == static_cast<ssize_t>(sizeof(error))) {
-    ::close(out[0]);
-    ::close(err[0]);
-    int status = 0;
-    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    return SpawnError{error};
-  }
-  ::fcntl(out[0], F_SETFL, O_NONBLOCK);
-  ::fcntl(err[0], F_SETFL, O_NONBLOCK);
-  Worker worker;
-  worker.pid = pid;
-  worker.out_fd = out[0];
-  worker.err_fd = err[0];
-  return worker;
-}
-
-// ---------------------------------------------------------------------------------------------
+// Attempts.
 
 struct AttemptOutcome {
   bool succeeded = false;
@@ -502,32 +316,6 @@ struct AttemptOutcome {
   std::optional<int> signal;  // the launcher was asked to stop
   bool retryable = true;      // false when the command cannot be run at all
 };
-
-int exit_code_of(int status) {
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return 1;
-}
-
-// A worker's exit as a wait status, once it has exited; the worker stays a zombie (WNOWAIT) so
-// its pid cannot be reused while the launcher may still signal its process group.
-std::optional<int> exit_status(pid_t pid) {
-  siginfo_t info{};
-  if (::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) != 0) {
-    if (errno == ECHILD) return W_EXITCODE(1, 0);  // reaped behind our back: its fate is unknown
-    return std::nullopt;
-  }
-  if (info.si_pid == 0) return std::nullopt;  // still running
-  if (info.si_code == CLD_EXITED) return W_EXITCODE(info.si_status, 0);
-  return info.si_status;  // CLD_KILLED or CLD_DUMPED: the terminating signal
-}
-
-std::string describe_status(int status) {
-  if (WIFSIGNALED(status)) {
-    return fmt::format("was killed by {} ({})", signal_name(WTERMSIG(status)), WTERMSIG(status));
-  }
-  return fmt::format("failed with exit code {}", exit_code_of(status));
-}
 
 // torchrun's error file: {"message": {"message": "<Type>: <msg>", "extraInfo": {"py_callstack": ...}}}
 // or {"message": "<msg>"}. Anything else is quoted as it is.
@@ -779,10 +567,7 @@ class Launcher {
     return env;
   }
 
-  void stop_all(int signo) {
-    // Reaped workers too: their groups may still hold children that keep the pipes open.
-    for (const auto& worker : workers_) ::kill(-worker.pid, signo);
-  }
+  void stop_all(int signo) { signal_workers(workers_, signo); }
 
   void on_output(Worker& worker, bool is_stderr, std::string_view data) {
     if (demux_) {
@@ -989,10 +774,7 @@ class Launcher {
     // No orphans: whatever a worker left behind in its group goes with it. Only then are the
     // zombies reaped, which frees their pids (and so their process group ids) for reuse.
     stop_all(SIGKILL);
-    for (const auto& worker : workers_) {
-      while (::waitpid(worker.pid, nullptr, 0) < 0 && errno == EINTR) {
-      }
-    }
+    reap(workers_);
     if (!failed && !outcome.signal) {
       outcome.succeeded = true;
       outcome.exit_code = 0;
