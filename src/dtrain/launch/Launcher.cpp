@@ -16,10 +16,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <deque>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <memory>
 #include <sstream>
 #include <stdexcept>
@@ -27,7 +25,10 @@
 #include <thread>
 #include <variant>
 
+#include "dtrain/launch/Diagnostics.h"
+#include "dtrain/launch/MpiOutputDemux.h"
 #include "dtrain/launch/NodeStore.h"
+#include "dtrain/launch/RankLog.h"
 #include "dtrain/launch/Signals.h"
 #include "dtrain/launch/Spawn.h"
 
@@ -39,271 +40,12 @@ using comm::Environment;
 using Clock = std::chrono::steady_clock;
 namespace fs = std::filesystem;
 
-void write_all(int fd, std::string_view data) {
-  while (!data.empty()) {
-    const ssize_t n = ::write(fd, data.data(), data.size());
-    if (n < 0 && errno == EINTR) continue;
-    // A closed terminal or pipe (EPIPE, SIGPIPE is ignored while launching) must not stop the job.
-    if (n <= 0) return;
-    data.remove_prefix(static_cast<size_t>(n));
-  }
-}
-
 int available_cores() {
   cpu_set_t set;
   CPU_ZERO(&set);
   if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
   return std::max(1u, std::thread::hardware_concurrency());
 }
-
-// ---------------------------------------------------------------------------------------------
-// The launcher's stderr: every rank's lines and the launcher's own reports, and, when it is a
-// terminal, rank 0's status line (the progress bar) redrawn in place below them. A worker relays
-// its status as a line that begins with '\r' (io::Console in relay mode); an empty one clears it.
-
-class Diagnostics {
- public:
-  Diagnostics(int fd, bool status_line) : fd_(fd), status_line_(status_line) {}
-
-  bool status_line() const { return status_line_; }
-
-  void write(const std::string& text) {
-    if (fd_ < 0) return;
-    if (status_.empty()) {
-      write_all(fd_, text);
-    } else {
-      write_all(fd_, "\r\033[K" + text + status_);
-    }
-  }
-
-  // A relayed status line (its '\r' removed); only while the launcher draws one.
-  void set_status(const std::string& status) {
-    if (fd_ < 0) return;
-    if (status.empty() && status_.empty()) return;
-    status_ = status;
-    write_all(fd_, "\r\033[K" + status_);
-  }
-
-  // Before the launcher's final reports: the last status stays on screen as a line of its own.
-  void end_status() {
-    if (fd_ < 0 || status_.empty()) return;
-    write_all(fd_, "\n");
-    status_.clear();
-  }
-
- private:
-  int fd_;
-  bool status_line_;
-  std::string status_;
-};
-
-// ---------------------------------------------------------------------------------------------
-// One rank's output: its log file, the tail quoted when it fails, and its stderr copied to the
-// launcher's stderr line by line with a "[rank r] " prefix.
-
-class RankLog {
- public:
-  RankLog(int rank, std::string path, int output_fd, Diagnostics& diagnostics, size_t tail_lines)
-      : rank_(rank),
-        path_(std::move(path)),
-        output_fd_(output_fd),
-        diagnostics_(diagnostics),
-        tail_lines_(std::max<size_t>(1, tail_lines)) {
-    log_fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (log_fd_ < 0) {
-      throw std::invalid_argument(
-          fmt::format("dtrain launch: cannot write the log {}: {}; choose a writable --log-dir", path_,
-                      std::strerror(errno)));
-    }
-  }
-  ~RankLog() {
-    if (log_fd_ >= 0) ::close(log_fd_);
-  }
-  RankLog(const RankLog&) = delete;
-  RankLog& operator=(const RankLog&) = delete;
-
-  const std::string& path() const { return path_; }
-
-  void begin_attempt(int attempt) {
-    tail_.clear();
-    partial_[0].clear();
-    partial_[1].clear();
-    if (attempt > 0) write_all(log_fd_, fmt::format("--- dtrain launch: restart {} ---\n", attempt));
-  }
-
-  // Rank 0's stdout reaches the launcher's stdout byte for byte (progress bars, the final JSON line).
-  void write_stdout(std::string_view data) {
-    write_all(log_fd_, data);
-    if (output_fd_ >= 0) write_all(output_fd_, data);
-    split_lines(0, data);
-  }
-
-  // Written to the log line by line, so that relayed status lines stay out of it.
-  void write_stderr(std::string_view data) { split_lines(1, data); }
-
-  // The end of a stream: a last line without a newline still counts.
-  void finish(bool is_stderr) {
-    std::string& partial = partial_[is_stderr ? 1 : 0];
-    if (!partial.empty()) complete_line(is_stderr, std::move(partial));
-    partial.clear();
-  }
-
-  std::vector<std::string> tail() const { return {tail_.begin(), tail_.end()}; }
-
- private:
-  void split_lines(int stream, std::string_view data) {
-    std::string& partial = partial_[stream];
-    size_t start = 0;
-    for (size_t newline; (newline = data.find('\n', start)) != std::string_view::npos; start = newline + 1) {
-      partial.append(data.substr(start, newline - start));
-      complete_line(stream == 1, std::move(partial));
-      partial.clear();
-    }
-    partial.append(data.substr(start));
-  }
-
-  void complete_line(bool is_stderr, std::string line) {
-    if (is_stderr) {
-      // A status only where the launcher asked for them: another program's '\r' lines are output.
-      if (diagnostics_.status_line() && !line.empty() && line.front() == '\r') {
-        diagnostics_.set_status(line.substr(1));
-        return;
-      }
-      write_all(log_fd_, line + "\n");
-      // Workers that already say who they are (the "[rank r/N]" convention) are not prefixed twice.
-      const bool tagged = line.rfind("[rank ", 0) == 0;
-      diagnostics_.write(tagged ? line + "\n" : fmt::format("[rank {}] {}\n", rank_, line));
-    }
-    tail_.push_back(std::move(line));
-    if (tail_.size() > tail_lines_) tail_.pop_front();
-  }
-
-  int rank_;
-  std::string path_;
-  int output_fd_;
-  Diagnostics& diagnostics_;
-  size_t tail_lines_;
-  int log_fd_ = -1;
-  std::deque<std::string> tail_;
-  std::string partial_[2];
-};
-
-// mpirun --tag-output writes "[<job>,<rank>]<stdout>:text"; this routes each line to its rank's
-// log and passes mpirun's own lines (untagged) to the launcher's stderr, noting which rank mpirun
-// names as the first to fail. mpirun tags what it reads from a rank piece by piece: a long line
-// can reach it in two reads, and then a second tag sits in the middle of the line
-// ("[1,0]<stdout>:{..part one[1,0]<stdout>:part two\n"), so tags are taken out wherever they are.
-class MpiOutputDemux {
- public:
-  MpiOutputDemux(std::vector<std::unique_ptr<RankLog>>& logs, Diagnostics& diagnostics)
-      : logs_(logs), diagnostics_(diagnostics) {}
-
-  void write(bool is_stderr, std::string_view data) {
-    std::string& partial = partial_[is_stderr ? 1 : 0];
-    size_t start = 0;
-    for (size_t newline; (newline = data.find('\n', start)) != std::string_view::npos; start = newline + 1) {
-      partial.append(data.substr(start, newline - start));
-      route(partial, /*complete=*/true);
-      partial.clear();
-    }
-    partial.append(data.substr(start));
-  }
-
-  void finish(bool is_stderr) {
-    std::string& partial = partial_[is_stderr ? 1 : 0];
-    if (!partial.empty()) route(partial, /*complete=*/false);
-    partial.clear();
-    // A rank's stdout pieces come through mpirun's stdout, its stderr pieces through mpirun's stderr.
-    for (auto& [key, text] : pieces_) {
-      if (key.second != is_stderr && !text.empty()) deliver(key.first, key.second, text);
-      if (key.second != is_stderr) text.clear();
-    }
-  }
-
-  std::optional<int> reported_failed_rank() const { return failed_rank_; }
-
- private:
-  struct Tag {
-    size_t at = std::string::npos;
-    size_t length = 0;
-    int rank = 0;
-    bool is_stdout = false;
-  };
-
-  // The first "[<job>,<rank>]<stdout|stderr|stddiag>:" at or after `from`, for a rank of this job.
-  Tag find_tag(const std::string& line, size_t from) const {
-    for (size_t at = line.find('[', from); at != std::string::npos; at = line.find('[', at + 1)) {
-      int job = 0, rank = 0, consumed = 0;
-      char stream[8] = {0};
-      if (std::sscanf(line.c_str() + at, "[%d,%d]<%7[a-z]>:%n", &job, &rank, stream, &consumed) == 3 &&
-          consumed > 0 && rank >= 0 && rank < static_cast<int>(logs_.size())) {
-        return Tag{at, static_cast<size_t>(consumed), rank, std::strcmp(stream, "stdout") == 0};
-      }
-    }
-    return Tag{};
-  }
-
-  void deliver(int rank, bool is_stdout, const std::string& text) {
-    if (is_stdout) {
-      logs_[rank]->write_stdout(text);
-    } else {
-      logs_[rank]->write_stderr(text);
-    }
-  }
-
-  // A line of mpirun's output: its tagged pieces go to their ranks; the last piece ends that rank's
-  // line, the earlier ones are continued by a later tag of the same rank and stream.
-  void route(const std::string& line, bool complete) {
-    Tag tag = find_tag(line, 0);
-    if (tag.at == std::string::npos) {
-      own_line(line);
-      return;
-    }
-    if (tag.at > 0) own_line(line.substr(0, tag.at));
-    while (tag.at != std::string::npos) {
-      const size_t begin = tag.at + tag.length;
-      const Tag next = find_tag(line, begin);
-      const size_t end = next.at == std::string::npos ? line.size() : next.at;
-      std::string& pending = pieces_[{tag.rank, tag.is_stdout}];
-      pending.append(line, begin, end - begin);
-      if (next.at == std::string::npos && complete) {
-        deliver(tag.rank, tag.is_stdout, pending + "\n");
-        pending.clear();
-      }
-      tag = next;
-    }
-  }
-
-  void own_line(const std::string& line) {
-    // mpirun's reports of the first process that failed: "  Process name: [[18891,1],1]" after a
-    // non-zero exit, "mpirun noticed that process rank 1 with PID 0 on node vm exited on signal 9"
-    // after a signal.
-    int job = 0;
-    const auto at = line.find("Process name: [[");
-    if (at != std::string::npos) {
-      int vpid = 0, failed = 0;
-      if (std::sscanf(line.c_str() + at, "Process name: [[%d,%d],%d]", &job, &vpid, &failed) == 3 &&
-          !failed_rank_) {
-        failed_rank_ = failed;
-      }
-    }
-    const auto noticed = line.find("noticed that process rank ");
-    if (noticed != std::string::npos) {
-      int failed = 0;
-      if (std::sscanf(line.c_str() + noticed, "noticed that process rank %d", &failed) == 1 &&
-          !failed_rank_) {
-        failed_rank_ = failed;
-      }
-    }
-    diagnostics_.write(line + "\n");
-  }
-
-  std::vector<std::unique_ptr<RankLog>>& logs_;
-  Diagnostics& diagnostics_;
-  std::string partial_[2];
-  std::map<std::pair<int, bool>, std::string> pieces_;  // (rank, stdout?) -> a line not yet ended
-  std::optional<int> failed_rank_;
-};
 
 // ---------------------------------------------------------------------------------------------
 // Attempts.
