@@ -457,6 +457,13 @@ TEST_F(LauncherTest, MpiBackendDelegatesToMpirun) {
   }
 }
 
+TEST(StatusRelay, RequestedOnlyWhenTheVariableIsOne) {
+  EXPECT_TRUE(status_relay_requested({{kStatusRelayVariable, "1"}}));
+  EXPECT_FALSE(status_relay_requested({}));
+  EXPECT_FALSE(status_relay_requested({{kStatusRelayVariable, "0"}}));
+  EXPECT_FALSE(status_relay_requested({{kStatusRelayVariable, ""}}));
+}
+
 // Real workers over gloo: they find the store the launcher hosts, under the prefix of their attempt.
 TEST_F(LauncherTest, GlooWorkersMeetThroughTheAgentStoreAcrossRestarts) {
   auto o = options(2, "");

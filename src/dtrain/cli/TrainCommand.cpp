@@ -219,7 +219,7 @@ int run_worker(const TrainArgs& a, const config::RunConfig& cfg, const comm::Env
     run = io::RunDir::create(cfg.out_dir, cfg.name, world);
     run = io::RunDir::open(run->root(), rank, world);
   }
-  auto logger = io::Logger::for_rank(run->log_path(), rank, world);
+  auto logger = io::Logger::for_rank(run->log_path(), rank, world, launch::status_relay_requested(env));
   try {
     return train_in(a, cfg, communicator, *run, logger);
   } catch (const std::exception& e) {

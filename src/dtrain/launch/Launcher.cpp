@@ -151,6 +151,11 @@ class Launcher {
 
 }  // namespace
 
+bool status_relay_requested(const comm::Environment& env) {
+  const auto relay = env.find(kStatusRelayVariable);
+  return relay != env.end() && relay->second == "1";
+}
+
 LaunchResult launch(const LaunchOptions& options) {
   validate(options);
   SignalForwarding signals;

@@ -44,6 +44,11 @@ struct LaunchOptions {
 // The environment variable that asks a worker to relay its status line through the launcher.
 inline constexpr const char* kStatusRelayVariable = "DTRAIN_STATUS_RELAY";
 
+// Whether the launcher that started this worker asked it to relay its status line
+// (kStatusRelayVariable=1 in `env`). cli/ reads it and tells io::Console, which reads no
+// environment itself.
+bool status_relay_requested(const comm::Environment& env);
+
 struct LaunchResult {
   int exit_code = 0;               // 0 when every rank of the last attempt succeeded
   int restarts = 0;                // attempts after the first
