@@ -41,11 +41,10 @@ struct TrainArgs {
   int master_port = -1;
 };
 
+// One worker of a job: its rendezvous is on the command line, or a launcher started it.
 bool started_by_a_launcher(const comm::Environment& env, const TrainArgs& a) {
   if (a.rank >= 0 || !a.dist_url.empty()) return true;
-  if (env.count("RANK") || env.count("OMPI_COMM_WORLD_RANK")) return true;
-  const auto tasks = env.find("SLURM_NTASKS");
-  return env.count("SLURM_PROCID") && tasks != env.end() && tasks->second != "1";
+  return comm::launcher_of(env) != comm::RendezvousSource::Default;
 }
 
 // A run folder or its checkpoints/ folder -> the latest checkpoint; a file -> itself.
