@@ -26,6 +26,7 @@
 #include <thread>
 
 #include "dtrain/launch/Launcher.h"
+#include "dtrain/util/Clock.h"
 
 extern char** environ;
 
@@ -35,7 +36,8 @@ namespace {
 using comm::Environment;
 
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
+using util::Clock;
+using util::seconds_since;
 
 std::string read_file(const fs::path& path) {
   std::ifstream in(path);
@@ -106,10 +108,6 @@ class LauncherTest : public ::testing::Test {
 
 std::string fmt_command(const std::string& program, const std::string& args) {
   return "OMP_NUM_THREADS=1 " + program + " " + args;
-}
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
 // A port no one listens on now (the kernel's pick for port 0), for a job that needs an agreed
