@@ -1,5 +1,5 @@
 // resolve_rendezvous(): which source wins, how the sources combine, and how malformed values are
-// reported (by the variable or option that holds them).
+// reported (by the variable or option that holds them); launcher_of(): which launcher it was.
 #include <gtest/gtest.h>
 
 #include <stdexcept>
@@ -181,6 +181,41 @@ TEST(Rendezvous, MalformedValuesNameTheVariable) {
   conflict.master_addr = "a";
   conflict.dist_url = "tcp://b:1";
   expect_invalid(conflict, {}, "give only one");
+}
+
+TEST(Rendezvous, LauncherOfEachEnvironment) {
+  EXPECT_EQ(launcher_of({}), RendezvousSource::Default);
+  EXPECT_EQ(launcher_of({{"MASTER_ADDR", "head"}, {"MASTER_PORT", "29500"}}), RendezvousSource::Default);
+  EXPECT_EQ(launcher_of({{"RANK", "0"}, {"WORLD_SIZE", "2"}}), RendezvousSource::Torchrun);
+  // torchrun with one process is still a worker of torchrun's job.
+  EXPECT_EQ(launcher_of({{"RANK", "0"}, {"WORLD_SIZE", "1"}}), RendezvousSource::Torchrun);
+  EXPECT_EQ(launcher_of({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"}}),
+            RendezvousSource::OpenMpi);
+  EXPECT_EQ(launcher_of({{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "4"}}), RendezvousSource::Slurm);
+  // The order resolve_rendezvous reads them in.
+  EXPECT_EQ(launcher_of(
+                {{"RANK", "1"}, {"OMPI_COMM_WORLD_RANK", "5"}, {"SLURM_PROCID", "7"}, {"SLURM_NTASKS", "8"}}),
+            RendezvousSource::Torchrun);
+  EXPECT_EQ(launcher_of({{"OMPI_COMM_WORLD_RANK", "5"}, {"SLURM_PROCID", "7"}, {"SLURM_NTASKS", "8"}}),
+            RendezvousSource::OpenMpi);
+  // A Slurm step of one task (`srun --pty bash`), or one that does not say how many, starts no job.
+  EXPECT_EQ(launcher_of({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}}), RendezvousSource::Default);
+  EXPECT_EQ(launcher_of({{"SLURM_PROCID", "0"}}), RendezvousSource::Default);
+  EXPECT_EQ(launcher_of({{"SLURM_NTASKS", "4"}}), RendezvousSource::Default);
+}
+
+TEST(Rendezvous, SourceNamesTheLauncherOrTheOptions) {
+  EXPECT_EQ(resolve_rendezvous({}, {{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}}).source, "default");
+  RendezvousOptions options;
+  options.rank = 1;
+  options.world_size = 2;
+  EXPECT_EQ(
+      resolve_rendezvous(options, {{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"}}).source,
+      "options");
+  for (const auto source : {RendezvousSource::Default, RendezvousSource::Torchrun, RendezvousSource::OpenMpi,
+                            RendezvousSource::Slurm, RendezvousSource::Options}) {
+    EXPECT_EQ(kRendezvousSourceNames.parse(kRendezvousSourceNames.name(source), "source"), source);
+  }
 }
 
 TEST(Rendezvous, PortZeroOnlyForASingleProcess) {

@@ -49,7 +49,7 @@ TEST(Logger, EveryLineStartsWithTheRank) {
 
 TEST(Logger, TimestampsAndNoConsoleForOtherRanks) {
   testing::TestDir dir;
-  const auto logger = Logger::for_rank(dir.path() / "log.txt", 1, 2);
+  const auto logger = Logger::for_rank(dir.path() / "log.txt", 1, 2, /*relay_status=*/false);
   EXPECT_EQ(logger->console(), nullptr);
   logger->error("boom");
   const auto lines = lines_of(read(dir.path() / "log.txt"));
@@ -58,7 +58,7 @@ TEST(Logger, TimestampsAndNoConsoleForOtherRanks) {
   EXPECT_EQ(lines[0].rfind("[rank 1/2] ", 0), 0u);
   EXPECT_EQ(lines[0].size(), std::string("[rank 1/2] 12:00:00 error: boom").size()) << lines[0];
   EXPECT_EQ(lines[0].substr(lines[0].size() - 11), "error: boom");
-  EXPECT_NE(Logger::for_rank(dir.path() / "log0.txt", 0, 2)->console(), nullptr);
+  EXPECT_NE(Logger::for_rank(dir.path() / "log0.txt", 0, 2, /*relay_status=*/false)->console(), nullptr);
 }
 
 // A clock the test moves by hand.

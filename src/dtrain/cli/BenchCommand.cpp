@@ -1,5 +1,5 @@
 // `dtrain bench comm`: times one collective over a list of sizes, as nccl-tests does, on any
-// backend. With --nproc it starts the workers itself (comm::launch re-running this binary);
+// backend. With --nproc it starts the workers itself (launch::launch re-running this binary);
 // otherwise it is one worker of a job started by torchrun, mpirun, srun or `dtrain launch`.
 #include "dtrain/cli/BenchCommand.h"
 
@@ -22,9 +22,9 @@
 #include "dtrain/cli/Commands.h"
 #include "dtrain/cli/SelfExe.h"
 #include "dtrain/comm/Backend.h"
-#include "dtrain/comm/Launcher.h"
 #include "dtrain/comm/Rendezvous.h"
 #include "dtrain/config/Environment.h"
+#include "dtrain/launch/Launcher.h"
 #include "dtrain/util/Clock.h"
 #include "dtrain/util/EnumNames.h"
 
@@ -74,13 +74,13 @@ std::vector<std::string> worker_command(const BenchCommOptions& o) {
 }
 
 int run_launcher(const BenchCommOptions& o) {
-  comm::LaunchOptions launch;
-  launch.nproc_per_node = o.nproc;
-  launch.backend = o.backend;
-  launch.threads = o.threads;
-  launch.command = worker_command(o);
-  launch.environment = config::process_environment();
-  const comm::LaunchResult result = comm::launch(launch);
+  launch::LaunchOptions options;
+  options.nproc_per_node = o.nproc;
+  options.backend = o.backend;
+  options.threads = o.threads;
+  options.command = worker_command(o);
+  options.environment = config::process_environment();
+  const launch::LaunchResult result = launch::launch(options);
   if (result.signal) return 128 + *result.signal;
   return result.exit_code;
 }

@@ -1,4 +1,4 @@
-// `dtrain launch`: torchrun's command line (dashed and underscored spellings) over comm::launch().
+// `dtrain launch`: torchrun's command line (dashed and underscored spellings) over launch::launch().
 // Usage: dtrain launch --nproc-per-node 2 [--nnodes 2 --node-rank 1 --master-addr HOST --master-port P]
 //        [--max-restarts K] [--backend gloo|mpi] [--threads T] [--log-dir D] -- ./worker ARGS...
 #include <fmt/format.h>
@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "dtrain/cli/Commands.h"
-#include "dtrain/comm/Launcher.h"
 #include "dtrain/config/Environment.h"
+#include "dtrain/launch/Launcher.h"
 
 namespace dtrain::cli {
 namespace {
@@ -56,8 +56,8 @@ int parse_nproc(const std::string& value) {
       fmt::format("--nproc-per-node: expected a number of ranks, 'auto' or 'cpu', found '{}'", value));
 }
 
-comm::LaunchOptions to_options(const LaunchArgs& args) {
-  comm::LaunchOptions options;
+launch::LaunchOptions to_options(const LaunchArgs& args) {
+  launch::LaunchOptions options;
   options.nproc_per_node = parse_nproc(args.nproc_per_node);
   options.nnodes = args.nnodes;
   options.node_rank = args.node_rank;
@@ -142,7 +142,7 @@ Run add_launch_command(CLI::App& app) {
   sub->positionals_at_end(true);
 
   return [args]() -> int {
-    const comm::LaunchResult result = comm::launch(to_options(*args));
+    const launch::LaunchResult result = launch::launch(to_options(*args));
     return result.exit_code;
   };
 }

@@ -13,12 +13,12 @@
 #include "dtrain/cli/Commands.h"
 #include "dtrain/cli/SelfExe.h"
 #include "dtrain/comm/Backend.h"
-#include "dtrain/comm/Launcher.h"
 #include "dtrain/config/Environment.h"
 #include "dtrain/config/RunConfigYaml.h"
 #include "dtrain/io/JsonFile.h"
 #include "dtrain/io/RunDir.h"
 #include "dtrain/io/TensorBoardWriter.h"
+#include "dtrain/launch/Launcher.h"
 #include "dtrain/parallel/Registry.h"
 #include "dtrain/train/EarlyStop.h"
 #include "dtrain/train/RunCallbacks.h"
@@ -42,11 +42,10 @@ struct TrainArgs {
   int master_port = -1;
 };
 
+// One worker of a job: its rendezvous is on the command line, or a launcher started it.
 bool started_by_a_launcher(const comm::Environment& env, const TrainArgs& a) {
   if (a.rank >= 0 || !a.dist_url.empty()) return true;
-  if (env.count("RANK") || env.count("OMPI_COMM_WORLD_RANK")) return true;
-  const auto tasks = env.find("SLURM_NTASKS");
-  return env.count("SLURM_PROCID") && tasks != env.end() && tasks->second != "1";
+  return comm::launcher_of(env) != comm::RendezvousSource::Default;
 }
 
 // A run folder or its checkpoints/ folder -> the latest checkpoint; a file -> itself.
@@ -137,7 +136,7 @@ int launch_workers(const TrainArgs& a, const config::RunConfig& cfg, int nproc,
   } else {
     root = io::RunDir::create(cfg.out_dir, cfg.name, nproc).root();
   }
-  comm::LaunchOptions options;
+  launch::LaunchOptions options;
   options.nproc_per_node = nproc;
   options.backend = cfg.parallel.backend == "mpi" ? "mpi" : "gloo";
   options.threads = cfg.train.threads;
@@ -150,7 +149,7 @@ int launch_workers(const TrainArgs& a, const config::RunConfig& cfg, int nproc,
   options.command.insert(options.command.end(), {"--run-dir", root.string()});
   if (!a.resume.empty()) options.command.insert(options.command.end(), {"--resume", a.resume});
   // The launcher has reported a failure itself.
-  return comm::launch(options).exit_code;
+  return launch::launch(options).exit_code;
 }
 
 // The training itself, in a worker whose run folder and log are ready.
@@ -225,7 +224,7 @@ int run_worker(const TrainArgs& a, const config::RunConfig& cfg, const comm::Env
     run = io::RunDir::create(cfg.out_dir, cfg.name, world);
     run = io::RunDir::open(run->root(), rank, world);
   }
-  auto logger = io::Logger::for_rank(run->log_path(), rank, world);
+  auto logger = io::Logger::for_rank(run->log_path(), rank, world, launch::status_relay_requested(env));
   try {
     return train_in(a, cfg, communicator, *run, logger);
   } catch (const std::exception& e) {

@@ -1,5 +1,6 @@
 // resolve_rendezvous(): explicit options > torchrun > OpenMPI > Slurm > one process, field by
-// field, with every malformed value reported by the variable or option it came from.
+// field, with every malformed value reported by the variable or option it came from; and
+// launcher_of(), which of the launchers' environments is there to read.
 #include "dtrain/comm/Rendezvous.h"
 
 #include <fmt/format.h>
@@ -122,39 +123,128 @@ bool truthy(const std::string& text) {
   return text == "True" || text == "true" || text == "1";
 }
 
-}  // namespace
-
-RendezvousInfo resolve_rendezvous(const RendezvousOptions& options, const Environment& env) {
+// The fields of RendezvousInfo as the sources offer them, each with where it came from. The first
+// source to offer a field wins it, so the sources are read from the strongest to the weakest.
+struct Offers {
   Sourced<int> rank, world_size, local_rank, local_world_size, port;
   Sourced<std::string> addr;
-  RendezvousInfo info;
-  info.timeout = options.timeout;
+};
 
-  // 1. Explicit options, then seed 000's --dist-url.
-  rank.offer(options.rank, "options.rank");
-  world_size.offer(options.world_size, "options.world_size");
-  local_rank.offer(options.local_rank, "options.local_rank");
-  local_world_size.offer(options.local_world_size, "options.local_world_size");
-  addr.offer(options.master_addr, "options.master_addr");
-  port.offer(options.master_port, "options.master_port");
-  if (!options.dist_url.empty() && options.dist_url != "env://") {
-    const Address url = parse_tcp_url(options.dist_url);
-    if (addr.value && *addr.value != url.host) {
-      throw std::invalid_argument(
-          fmt::format("dist_url='{}' names host {} but master_addr is {}; give only one of them",
-                      options.dist_url, url.host, *addr.value));
-    }
-    if (port.value && *port.value != url.port) {
-      throw std::invalid_argument(
-          fmt::format("dist_url='{}' names port {} but master_port is {}; give only one of them",
-                      options.dist_url, url.port, *port.value));
-    }
-    addr.offer(url.host, "dist_url");
-    port.offer(url.port, "dist_url");
+// 1. Explicit options, then seed 000's --dist-url.
+void offer_options(const RendezvousOptions& options, Offers& o) {
+  o.rank.offer(options.rank, "options.rank");
+  o.world_size.offer(options.world_size, "options.world_size");
+  o.local_rank.offer(options.local_rank, "options.local_rank");
+  o.local_world_size.offer(options.local_world_size, "options.local_world_size");
+  o.addr.offer(options.master_addr, "options.master_addr");
+  o.port.offer(options.master_port, "options.master_port");
+  if (options.dist_url.empty() || options.dist_url == "env://") return;
+  const Address url = parse_tcp_url(options.dist_url);
+  if (o.addr.value && *o.addr.value != url.host) {
+    throw std::invalid_argument(
+        fmt::format("dist_url='{}' names host {} but master_addr is {}; give only one of them",
+                    options.dist_url, url.host, *o.addr.value));
   }
-  if (rank.value || world_size.value) info.source = "options";
+  if (o.port.value && *o.port.value != url.port) {
+    throw std::invalid_argument(
+        fmt::format("dist_url='{}' names port {} but master_port is {}; give only one of them",
+                    options.dist_url, url.port, *o.port.value));
+  }
+  o.addr.offer(url.host, "dist_url");
+  o.port.offer(url.port, "dist_url");
+}
 
-  // 2. torchrun (and dtrain launch, which sets the same variables).
+// 2a. torchrun and dtrain launch, which sets the same variables; with the agent's store, the
+// attempt's key prefix.
+void offer_torchrun(const Environment& env, Offers& o, RendezvousInfo& info) {
+  o.rank.offer(env_int(env, "RANK"), "RANK");
+  o.world_size.offer(env_int(env, "WORLD_SIZE"), "WORLD_SIZE");
+  o.local_rank.offer(env_int(env, "LOCAL_RANK"), "LOCAL_RANK");
+  o.local_world_size.offer(env_int(env, "LOCAL_WORLD_SIZE"), "LOCAL_WORLD_SIZE");
+  const std::string* use_agent = find(env, "TORCHELASTIC_USE_AGENT_STORE");
+  if (!use_agent || !truthy(*use_agent)) return;
+  info.agent_store = true;
+  info.restart_count = env_int(env, "TORCHELASTIC_RESTART_COUNT").value_or(0);
+  if (info.restart_count < 0) {
+    throw std::invalid_argument(fmt::format("TORCHELASTIC_RESTART_COUNT={} is negative", info.restart_count));
+  }
+  // torchrun's workers prefix the agent's store the same way (torch/distributed/elastic).
+  info.store_prefix = fmt::format("/worker/attempt_{}", info.restart_count);
+}
+
+// 2b. mpirun.
+void offer_openmpi(const Environment& env, Offers& o) {
+  o.rank.offer(env_int(env, "OMPI_COMM_WORLD_RANK"), "OMPI_COMM_WORLD_RANK");
+  o.world_size.offer(env_int(env, "OMPI_COMM_WORLD_SIZE"), "OMPI_COMM_WORLD_SIZE");
+  o.local_rank.offer(env_int(env, "OMPI_COMM_WORLD_LOCAL_RANK"), "OMPI_COMM_WORLD_LOCAL_RANK");
+  o.local_world_size.offer(env_int(env, "OMPI_COMM_WORLD_LOCAL_SIZE"), "OMPI_COMM_WORLD_LOCAL_SIZE");
+}
+
+// 2c. srun.
+void offer_slurm(const Environment& env, Offers& o) {
+  o.rank.offer(env_int(env, "SLURM_PROCID"), "SLURM_PROCID");
+  o.world_size.offer(env_int(env, "SLURM_NTASKS"), "SLURM_NTASKS");
+  o.local_rank.offer(env_int(env, "SLURM_LOCALID"), "SLURM_LOCALID");
+  for (const char* name : {"SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE"}) {
+    if (const std::string* list = find(env, name)) {
+      const int node = env_int(env, "SLURM_NODEID").value_or(0);
+      o.local_world_size.offer(slurm_tasks_on_node(*list, node, name), name);
+      break;
+    }
+  }
+}
+
+// 3a. Defaults: one process. Checks the world size and the rank in it.
+void settle_world(const Offers& o, RendezvousInfo& info) {
+  info.world_size = o.world_size.value.value_or(1);
+  info.rank = o.rank.value.value_or(0);
+  if (o.world_size.value && info.world_size < 1) {
+    throw std::invalid_argument(fmt::format("{}={} is not a valid world size; it must be at least 1",
+                                            o.world_size.origin, info.world_size));
+  }
+  if (o.rank.value && (info.rank < 0 || info.rank >= info.world_size)) {
+    throw std::invalid_argument(fmt::format(
+        "{}={} is outside [0, {}) given by {}; ranks count from 0 to world size - 1", o.rank.origin,
+        info.rank, info.world_size, o.world_size.value ? o.world_size.origin : "the default world size"));
+  }
+  if (!o.rank.value && o.world_size.value && info.world_size > 1) {
+    throw std::invalid_argument(fmt::format("{}={} but no rank is given; set RANK or options.rank as well",
+                                            o.world_size.origin, info.world_size));
+  }
+}
+
+// 3b. Without a local layout, all ranks on this host.
+void settle_local(const Offers& o, RendezvousInfo& info) {
+  info.local_world_size = o.local_world_size.value.value_or(info.world_size);
+  info.local_rank =
+      o.local_rank.value.value_or(o.local_world_size.value ? info.rank % info.local_world_size : info.rank);
+  if (o.local_world_size.value && (info.local_world_size < 1 || info.local_world_size > info.world_size)) {
+    throw std::invalid_argument(fmt::format("{}={} is outside [1, {}] (the world size)",
+                                            o.local_world_size.origin, info.local_world_size,
+                                            info.world_size));
+  }
+  if (info.local_rank < 0 || info.local_rank >= info.local_world_size) {
+    throw std::invalid_argument(fmt::format("{}={} is outside [0, {}) (the local world size)",
+                                            o.local_rank.value ? o.local_rank.origin : "local rank",
+                                            info.local_rank, info.local_world_size));
+  }
+}
+
+// 3c. Where to meet.
+void settle_address(const Offers& o, RendezvousInfo& info) {
+  if (o.addr.value) info.master_addr = *o.addr.value;
+  if (!o.port.value) return;
+  // Port 0 ("any free port") cannot be shared with other ranks; it only makes sense alone.
+  const int lowest = info.world_size == 1 ? 0 : 1;
+  if (*o.port.value < lowest || *o.port.value > 65535) {
+    throw std::invalid_argument(
+        fmt::format("{}={} is not a TCP port; expected {}..65535", o.port.origin, *o.port.value, lowest));
+  }
+  info.master_port = *o.port.value;
+}
+
+// RANK without WORLD_SIZE, or the reverse, is a mistake whichever source wins.
+void require_rank_with_world_size(const Environment& env) {
   const bool has_rank = find(env, "RANK") != nullptr;
   const bool has_world = find(env, "WORLD_SIZE") != nullptr;
   if (has_rank != has_world) {
@@ -162,88 +252,51 @@ RendezvousInfo resolve_rendezvous(const RendezvousOptions& options, const Enviro
         fmt::format("{} is set but {} is not; set both (torchrun and dtrain launch do)",
                     has_rank ? "RANK" : "WORLD_SIZE", has_rank ? "WORLD_SIZE" : "RANK"));
   }
-  const bool torchrun = has_rank && has_world;
-  const bool openmpi = !torchrun && find(env, "OMPI_COMM_WORLD_RANK") != nullptr;
-  const bool slurm = !torchrun && !openmpi && find(env, "SLURM_PROCID") != nullptr;
-  if (torchrun) {
-    rank.offer(env_int(env, "RANK"), "RANK");
-    world_size.offer(env_int(env, "WORLD_SIZE"), "WORLD_SIZE");
-    local_rank.offer(env_int(env, "LOCAL_RANK"), "LOCAL_RANK");
-    local_world_size.offer(env_int(env, "LOCAL_WORLD_SIZE"), "LOCAL_WORLD_SIZE");
-    if (const std::string* use_agent = find(env, "TORCHELASTIC_USE_AGENT_STORE");
-        use_agent && truthy(*use_agent)) {
-      info.agent_store = true;
-      info.restart_count = env_int(env, "TORCHELASTIC_RESTART_COUNT").value_or(0);
-      if (info.restart_count < 0) {
-        throw std::invalid_argument(
-            fmt::format("TORCHELASTIC_RESTART_COUNT={} is negative", info.restart_count));
-      }
-      // torchrun's workers prefix the agent's store the same way (torch/distributed/elastic).
-      info.store_prefix = fmt::format("/worker/attempt_{}", info.restart_count);
-    }
-    if (info.source == "default") info.source = "torchrun";
-  } else if (openmpi) {
-    rank.offer(env_int(env, "OMPI_COMM_WORLD_RANK"), "OMPI_COMM_WORLD_RANK");
-    world_size.offer(env_int(env, "OMPI_COMM_WORLD_SIZE"), "OMPI_COMM_WORLD_SIZE");
-    local_rank.offer(env_int(env, "OMPI_COMM_WORLD_LOCAL_RANK"), "OMPI_COMM_WORLD_LOCAL_RANK");
-    local_world_size.offer(env_int(env, "OMPI_COMM_WORLD_LOCAL_SIZE"), "OMPI_COMM_WORLD_LOCAL_SIZE");
-    if (info.source == "default") info.source = "openmpi";
-  } else if (slurm) {
-    rank.offer(env_int(env, "SLURM_PROCID"), "SLURM_PROCID");
-    world_size.offer(env_int(env, "SLURM_NTASKS"), "SLURM_NTASKS");
-    local_rank.offer(env_int(env, "SLURM_LOCALID"), "SLURM_LOCALID");
-    for (const char* name : {"SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE"}) {
-      if (const std::string* list = find(env, name)) {
-        const int node = env_int(env, "SLURM_NODEID").value_or(0);
-        local_world_size.offer(slurm_tasks_on_node(*list, node, name), name);
-        break;
-      }
-    }
-    if (info.source == "default") info.source = "slurm";
+}
+
+}  // namespace
+
+RendezvousSource launcher_of(const Environment& env) {
+  if (find(env, "RANK")) return RendezvousSource::Torchrun;
+  if (find(env, "OMPI_COMM_WORLD_RANK")) return RendezvousSource::OpenMpi;
+  const std::string* tasks = find(env, "SLURM_NTASKS");
+  if (find(env, "SLURM_PROCID") && tasks && *tasks != "1") return RendezvousSource::Slurm;
+  return RendezvousSource::Default;
+}
+
+RendezvousInfo resolve_rendezvous(const RendezvousOptions& options, const Environment& env) {
+  RendezvousInfo info;
+  info.timeout = options.timeout;
+  Offers offers;
+  offer_options(options, offers);
+  require_rank_with_world_size(env);
+  const RendezvousSource launcher = launcher_of(env);
+  switch (launcher) {
+    case RendezvousSource::Torchrun:
+      offer_torchrun(env, offers, info);
+      break;
+    case RendezvousSource::OpenMpi:
+      offer_openmpi(env, offers);
+      break;
+    case RendezvousSource::Slurm:
+      offer_slurm(env, offers);
+      break;
+    case RendezvousSource::Default:
+    case RendezvousSource::Options:
+      break;
   }
   // MASTER_ADDR/MASTER_PORT complete any of the sources above.
-  addr.offer(env_string(env, "MASTER_ADDR"), "MASTER_ADDR");
-  port.offer(env_int(env, "MASTER_PORT"), "MASTER_PORT");
-  if (slurm) addr.offer(env_string(env, "SLURM_LAUNCH_NODE_IPADDR"), "SLURM_LAUNCH_NODE_IPADDR");
+  offers.addr.offer(env_string(env, "MASTER_ADDR"), "MASTER_ADDR");
+  offers.port.offer(env_int(env, "MASTER_PORT"), "MASTER_PORT");
+  if (launcher == RendezvousSource::Slurm) {
+    offers.addr.offer(env_string(env, "SLURM_LAUNCH_NODE_IPADDR"), "SLURM_LAUNCH_NODE_IPADDR");
+  }
+  const bool explicit_options = options.rank || options.world_size;
+  info.source = kRendezvousSourceNames.name(explicit_options ? RendezvousSource::Options : launcher);
 
-  // 3. Defaults: one process; without a local layout, all ranks on this host.
-  info.world_size = world_size.value.value_or(1);
-  info.rank = rank.value.value_or(0);
-  if (world_size.value && info.world_size < 1) {
-    throw std::invalid_argument(fmt::format("{}={} is not a valid world size; it must be at least 1",
-                                            world_size.origin, info.world_size));
-  }
-  if (rank.value && (info.rank < 0 || info.rank >= info.world_size)) {
-    throw std::invalid_argument(fmt::format(
-        "{}={} is outside [0, {}) given by {}; ranks count from 0 to world size - 1", rank.origin, info.rank,
-        info.world_size, world_size.value ? world_size.origin : "the default world size"));
-  }
-  if (!rank.value && world_size.value && info.world_size > 1) {
-    throw std::invalid_argument(fmt::format("{}={} but no rank is given; set RANK or options.rank as well",
-                                            world_size.origin, info.world_size));
-  }
-  info.local_world_size = local_world_size.value.value_or(info.world_size);
-  info.local_rank =
-      local_rank.value.value_or(local_world_size.value ? info.rank % info.local_world_size : info.rank);
-  if (local_world_size.value && (info.local_world_size < 1 || info.local_world_size > info.world_size)) {
-    throw std::invalid_argument(fmt::format("{}={} is outside [1, {}] (the world size)",
-                                            local_world_size.origin, info.local_world_size, info.world_size));
-  }
-  if (info.local_rank < 0 || info.local_rank >= info.local_world_size) {
-    throw std::invalid_argument(fmt::format("{}={} is outside [0, {}) (the local world size)",
-                                            local_rank.value ? local_rank.origin : "local rank",
-                                            info.local_rank, info.local_world_size));
-  }
-  if (addr.value) info.master_addr = *addr.value;
-  if (port.value) {
-    // Port 0 ("any free port") cannot be shared with other ranks; it only makes sense alone.
-    const int lowest = info.world_size == 1 ? 0 : 1;
-    if (*port.value < lowest || *port.value > 65535) {
-      throw std::invalid_argument(
-          fmt::format("{}={} is not a TCP port; expected {}..65535", port.origin, *port.value, lowest));
-    }
-    info.master_port = *port.value;
-  }
+  settle_world(offers, info);
+  settle_local(offers, info);
+  settle_address(offers, info);
   return info;
 }
 

@@ -9,9 +9,22 @@
 #include <optional>
 #include <string>
 
+#include "dtrain/util/EnumNames.h"
+
 namespace dtrain::comm {
 
 using Environment = std::map<std::string, std::string>;
+
+// Where a worker's rank and world size come from: explicit options, the launcher that started it,
+// or nowhere (one process).
+enum class RendezvousSource { Default, Options, Torchrun, OpenMpi, Slurm };
+inline constexpr util::EnumNames<RendezvousSource, 5> kRendezvousSourceNames{{{
+    {RendezvousSource::Default, "default"},
+    {RendezvousSource::Options, "options"},
+    {RendezvousSource::Torchrun, "torchrun"},
+    {RendezvousSource::OpenMpi, "openmpi"},
+    {RendezvousSource::Slurm, "slurm"},
+}}};
 
 struct RendezvousOptions {
   std::optional<int> rank;
@@ -36,9 +49,18 @@ struct RendezvousInfo {
   bool agent_store = false;
   std::string store_prefix;
   int restart_count = 0;
-  std::string source = "default";  // "options", "torchrun", "openmpi", "slurm", "default"
+  std::string source = "default";  // kRendezvousSourceNames: "options", "torchrun", "openmpi", ...
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
 };
+
+// Which launcher started this process, told by the variables it sets, in the order that
+// resolve_rendezvous prefers them: Torchrun (RANK: torchrun or dtrain launch), OpenMpi
+// (OMPI_COMM_WORLD_RANK: mpirun), Slurm (SLURM_PROCID in a step of more than one task: srun);
+// else Default. A Slurm step of one task (a shell from `srun --pty bash`) is one process that a
+// user may start a job from, not a worker of a job. The one place that tells launchers apart:
+// resolve_rendezvous reads the variables of the source it names, and `dtrain train` starts
+// workers of its own only where it says Default.
+RendezvousSource launcher_of(const Environment& env);
 
 // Throws std::invalid_argument naming the variable or option that is malformed or inconsistent.
 RendezvousInfo resolve_rendezvous(const RendezvousOptions& options, const Environment& env);

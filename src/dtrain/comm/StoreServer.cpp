@@ -1,6 +1,13 @@
+// StoreServer over c10d's TCPStore as a server; a port that cannot be bound is reported without
+// c10d's C++ backtrace.
 #include "dtrain/comm/StoreServer.h"
 
+#include <fmt/format.h>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <stdexcept>
+
+#include "dtrain/comm/ErrorText.h"
 
 namespace dtrain::comm {
 
@@ -15,7 +22,11 @@ StoreServer::StoreServer(const std::string& host, int port, std::chrono::millise
   options.isServer = true;
   options.waitWorkers = false;
   options.timeout = timeout;
-  impl_->store = c10::make_intrusive<::c10d::TCPStore>(host, options);
+  try {
+    impl_->store = c10::make_intrusive<::c10d::TCPStore>(host, options);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(fmt::format("cannot host a store at {}:{}: {}", host, port, error_text(e)));
+  }
 }
 
 StoreServer::~StoreServer() = default;

@@ -3,20 +3,15 @@
 
 #include <unistd.h>
 
-#include <cstdlib>
-#include <cstring>
 #include <iostream>
 
 namespace dtrain::io {
 
 Console::Console(std::ostream& out, Mode mode) : out_(out), mode_(mode) {}
 
-std::shared_ptr<Console> Console::standard_error() {
+std::shared_ptr<Console> Console::standard_error(bool relay_status) {
   if (::isatty(STDERR_FILENO) == 1) return std::make_shared<Console>(std::cerr, Mode::Terminal);
-  // The name is comm::kStatusRelayVariable; io does not depend on comm.
-  const char* relay = std::getenv("DTRAIN_STATUS_RELAY");
-  const bool relayed = relay != nullptr && std::strcmp(relay, "1") == 0;
-  return std::make_shared<Console>(std::cerr, relayed ? Mode::Relay : Mode::Plain);
+  return std::make_shared<Console>(std::cerr, relay_status ? Mode::Relay : Mode::Plain);
 }
 
 // Each call writes its whole text at once: std::cerr is unbuffered, and mpirun --tag-output tags

@@ -21,9 +21,10 @@ class Console {
   Console(std::ostream& out, Mode mode);
   Console(std::ostream& out, bool is_terminal) : Console(out, is_terminal ? Mode::Terminal : Mode::Plain) {}
 
-  // std::cerr: Terminal when file descriptor 2 is one, else Relay when the launcher asked for it
-  // (comm::kStatusRelayVariable, DTRAIN_STATUS_RELAY=1), else Plain.
-  static std::shared_ptr<Console> standard_error();
+  // std::cerr: Terminal when file descriptor 2 is one, else Relay when `relay_status` (the
+  // launcher asked for it: launch::status_relay_requested(), DTRAIN_STATUS_RELAY=1), else Plain.
+  // io reads no environment variable: the caller (cli/) does and passes the answer in.
+  static std::shared_ptr<Console> standard_error(bool relay_status);
 
   // Whether a status line is shown somewhere (Terminal or Relay).
   bool is_terminal() const { return mode_ != Mode::Plain; }

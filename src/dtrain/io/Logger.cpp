@@ -43,12 +43,13 @@ Logger::Logger(LoggerOptions options) : options_(std::move(options)) {
   }
 }
 
-std::shared_ptr<Logger> Logger::for_rank(const std::filesystem::path& log_file, int rank, int world_size) {
+std::shared_ptr<Logger> Logger::for_rank(const std::filesystem::path& log_file, int rank, int world_size,
+                                         bool relay_status) {
   LoggerOptions options;
   options.rank = rank;
   options.world_size = world_size;
   options.file = log_file;
-  if (rank == 0) options.console = Console::standard_error();
+  if (rank == 0) options.console = Console::standard_error(relay_status);
   return std::make_shared<Logger>(std::move(options));
 }
 

@@ -28,8 +28,10 @@ class Logger {
  public:
   explicit Logger(LoggerOptions options);
 
-  // The usual set-up: site_<rank>/log.txt, and stderr for rank 0.
-  static std::shared_ptr<Logger> for_rank(const std::filesystem::path& log_file, int rank, int world_size);
+  // The usual set-up: site_<rank>/log.txt, and stderr for rank 0 (Console::standard_error with
+  // relay_status: whether a launcher asked for the status line to be relayed).
+  static std::shared_ptr<Logger> for_rank(const std::filesystem::path& log_file, int rank, int world_size,
+                                          bool relay_status);
 
   void info(const std::string& message) { log(LogLevel::Info, message); }
   void warning(const std::string& message) { log(LogLevel::Warning, message); }

@@ -1,16 +1,23 @@
-// comm::launch() with real processes: torchrun's environment per rank, failure propagation with
+// launch::launch() with real processes: torchrun's environment per rank, failure propagation with
 // the failed rank's log tail, restarts, signal forwarding, exec failures, output routing, the
-// mpirun delegation, and (with the gloo backend) workers that really talk through the agent store.
+// mpirun delegation, (with the gloo backend) workers that really talk through the agent store, and
+// a failure on another node stopping this node's workers.
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -18,15 +25,19 @@
 #include <string>
 #include <thread>
 
-#include "dtrain/comm/Launcher.h"
+#include "dtrain/launch/Launcher.h"
+#include "dtrain/util/Clock.h"
 
 extern char** environ;
 
-namespace dtrain::comm {
+namespace dtrain::launch {
 namespace {
 
+using comm::Environment;
+
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
+using util::Clock;
+using util::seconds_since;
 
 std::string read_file(const fs::path& path) {
   std::ifstream in(path);
@@ -99,8 +110,20 @@ std::string fmt_command(const std::string& program, const std::string& args) {
   return "OMP_NUM_THREADS=1 " + program + " " + args;
 }
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
+// A port no one listens on now (the kernel's pick for port 0), for a job that needs an agreed
+// --master-port.
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+    ADD_FAILURE() << "no free port: " << std::strerror(errno);
+  }
+  ::close(fd);
+  return ntohs(address.sin_port);
 }
 
 TEST_F(LauncherTest, EveryRankGetsTorchrunsEnvironment) {
@@ -432,6 +455,13 @@ TEST_F(LauncherTest, MpiBackendDelegatesToMpirun) {
   }
 }
 
+TEST(StatusRelay, RequestedOnlyWhenTheVariableIsOne) {
+  EXPECT_TRUE(status_relay_requested({{kStatusRelayVariable, "1"}}));
+  EXPECT_FALSE(status_relay_requested({}));
+  EXPECT_FALSE(status_relay_requested({{kStatusRelayVariable, "0"}}));
+  EXPECT_FALSE(status_relay_requested({{kStatusRelayVariable, ""}}));
+}
+
 // Real workers over gloo: they find the store the launcher hosts, under the prefix of their attempt.
 TEST_F(LauncherTest, GlooWorkersMeetThroughTheAgentStoreAcrossRestarts) {
   auto o = options(2, "");
@@ -452,6 +482,39 @@ TEST_F(LauncherTest, GlooWorkersMeetThroughTheAgentStoreAcrossRestarts) {
             std::string::npos);
   // Rank 0's stdout of both attempts reached the launcher's stdout.
   EXPECT_NE(launcher_stdout().find("prefix /worker/attempt_1"), std::string::npos);
+}
+
+// Two nodes on this host: node 1 runs in its own process (dtrain_launch_node), node 0 here. A
+// worker that fails on node 1 stops node 0's workers at once, through the store node 0 hosts.
+TEST_F(LauncherTest, FailureOnAnotherNodeStopsThisNodesWorkers) {
+  const int port = free_port();
+  auto o = options(1, "if [ \"$RANK\" = 1 ]; then echo boom >&2; exit 3; fi; exec sleep 60");
+  o.nnodes = 2;
+  o.master_port = port;
+  const std::string node1 = std::string(DTRAIN_LAUNCH_NODE) + " 1 2 " + std::to_string(port) + " " +
+                            (dir_ / "node1-logs").string() + " -- /bin/sh -c '" + o.command[2] + "' > " +
+                            (dir_ / "node1.out").string() + " 2>&1";
+  int node1_status = -1;
+  // Node 1 starts once node 0 hosts the store.
+  std::thread other_node([&] {
+    const auto deadline = Clock::now() + std::chrono::seconds(60);
+    while (launcher_stderr().find("rendezvous store at") == std::string::npos && Clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    node1_status = std::system(node1.c_str());
+  });
+  const auto start = Clock::now();
+  const LaunchResult result = launch(o);
+  const double elapsed = seconds_since(start);
+  other_node.join();
+  EXPECT_LT(elapsed, 30.0) << "rank 0 was not stopped";
+  EXPECT_EQ(result.exit_code, 3) << result.failure << launcher_stderr();
+  EXPECT_EQ(result.failed_rank, 1);
+  EXPECT_NE(result.failure.find("rank 1 on another node failed with exit code 3"), std::string::npos)
+      << result.failure;
+  ASSERT_TRUE(WIFEXITED(node1_status)) << read_file(dir_ / "node1.out");
+  EXPECT_EQ(WEXITSTATUS(node1_status), 3) << read_file(dir_ / "node1.out");
+  EXPECT_NE(read_file(dir_ / "node1-logs" / "rank_1.log").find("boom"), std::string::npos);
 }
 
 // The same worker under PyTorch's own launcher: dtrain workers are torchrun-compatible.
@@ -477,4 +540,4 @@ TEST_F(LauncherTest, TorchrunStartsTheSameWorker) {
 }
 
 }  // namespace
-}  // namespace dtrain::comm
+}  // namespace dtrain::launch

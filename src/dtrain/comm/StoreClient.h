@@ -1,0 +1,38 @@
+// StoreClient: a connection to the rendezvous key-value store (c10d's TCPStore) that another
+// process or a StoreServer hosts, for code outside comm/ that needs the store itself: the
+// launchers of a multi-node job tell each other of a failed worker through it.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace dtrain::comm {
+
+class StoreClient {
+ public:
+  // Connects to host:port, retrying until `timeout`; throws std::runtime_error naming the
+  // address when no store answers by then. `timeout` also bounds get().
+  StoreClient(const std::string& host, int port, std::chrono::milliseconds timeout = std::chrono::minutes(5));
+  ~StoreClient();
+  StoreClient(const StoreClient&) = delete;
+  StoreClient& operator=(const StoreClient&) = delete;
+
+  void set(const std::string& key, const std::string& value);
+  // Sets `key` to `value` unless it holds a value already; returns what it holds afterwards, so
+  // the first of several writers wins and every writer learns which value that was.
+  std::string set_if_absent(const std::string& key, const std::string& value);
+  // The value of `key`, waiting for it to be set.
+  std::string get(const std::string& key);
+  // Whether every key is set, without waiting.
+  bool check(const std::vector<std::string>& keys);
+  // Until every key is set; throws std::runtime_error naming the keys still missing after `timeout`.
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dtrain::comm

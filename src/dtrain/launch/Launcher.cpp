@@ -1,0 +1,166 @@
+// The launcher behind `dtrain launch`: the options checked, the log directory and one RankLog per
+// local rank, the store hosted (or joined), and attempts run until one succeeds or the restarts
+// run out. How one attempt starts and watches its workers is in Attempt.cpp and Monitor.cpp.
+#include "dtrain/launch/Launcher.h"
+
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <stdexcept>
+
+#include "dtrain/launch/Attempt.h"
+#include "dtrain/launch/Job.h"
+#include "dtrain/launch/WorkerEnvironment.h"
+
+namespace dtrain::launch {
+namespace {
+
+namespace fs = std::filesystem;
+
+void validate(const LaunchOptions& o) {
+  auto fail = [](const std::string& message) { throw std::invalid_argument("dtrain launch: " + message); };
+  if (o.command.empty() || o.command.front().empty()) {
+    fail(
+        "expected a command to run after '--', found none; e.g. dtrain launch --nproc-per-node 2 -- ./train");
+  }
+  if (o.nproc_per_node < 1) {
+    fail(fmt::format("--nproc-per-node must be at least 1, found {}", o.nproc_per_node));
+  }
+  if (o.nnodes < 1) fail(fmt::format("--nnodes must be at least 1, found {}", o.nnodes));
+  if (o.node_rank < 0 || o.node_rank >= o.nnodes) {
+    fail(fmt::format("--node-rank must be in [0, {}) for --nnodes {}, found {}", o.nnodes, o.nnodes,
+                     o.node_rank));
+  }
+  if (o.master_port < 0 || o.master_port > 65535) {
+    fail(fmt::format("--master-port must be in [0, 65535], found {}", o.master_port));
+  }
+  if (o.max_restarts < 0) fail(fmt::format("--max-restarts must be at least 0, found {}", o.max_restarts));
+  if (o.threads < 0)
+    fail(fmt::format("--threads must be at least 0 (0 = cores / ranks), found {}", o.threads));
+  if (o.backend != "gloo" && o.backend != "mpi" && o.backend != "nccl") {
+    fail(fmt::format("--backend must be gloo, nccl or mpi, found '{}'", o.backend));
+  }
+  if (o.backend == "mpi" && o.nnodes > 1) {
+    fail(
+        fmt::format("--backend mpi runs mpirun on this node only, found --nnodes {}; for several hosts run "
+                    "mpirun with a hostfile directly",
+                    o.nnodes));
+  }
+  if (o.nnodes > 1 && o.backend != "mpi") {
+    if (o.master_port == 0) {
+      fail(fmt::format("a job over {} nodes needs an agreed --master-port on every node, found none",
+                       o.nnodes));
+    }
+  }
+  if (o.master_addr.empty()) fail("--master-addr must not be empty");
+  if (o.stop_grace.count() < 0 || o.rendezvous_timeout.count() <= 0) {
+    fail("the stop grace period must be at least 0 and the rendezvous timeout positive");
+  }
+}
+
+// --log-dir, created if needed, or a fresh directory under $TMPDIR.
+std::string prepare_log_dir(const LaunchOptions& options) {
+  std::error_code ec;
+  if (!options.log_dir.empty()) {
+    fs::create_directories(options.log_dir, ec);
+    if (ec) {
+      throw std::invalid_argument(
+          fmt::format("dtrain launch: cannot create the log directory {}: {}; choose a writable --log-dir",
+                      options.log_dir, ec.message()));
+    }
+    return fs::absolute(options.log_dir).lexically_normal().string();
+  }
+  const auto tmp = options.environment.find("TMPDIR");
+  std::string base = tmp != options.environment.end() && !tmp->second.empty() ? tmp->second : "/tmp";
+  std::string pattern = base + "/dtrain-launch-XXXXXX";
+  if (::mkdtemp(pattern.data()) == nullptr) {
+    throw std::invalid_argument(
+        fmt::format("dtrain launch: cannot create a log directory under {}: {}; set TMPDIR or --log-dir",
+                    base, std::strerror(errno)));
+  }
+  return pattern;
+}
+
+bool draws_status_line(const LaunchOptions& options) {
+  return options.status_line.value_or(options.diagnostics_fd >= 0 && ::isatty(options.diagnostics_fd));
+}
+
+class Launcher {
+ public:
+  Launcher(const LaunchOptions& options, SignalForwarding& signals)
+      : diagnostics_(options.diagnostics_fd, draws_status_line(options)),
+        job_{options, signals, diagnostics_} {
+    job_.launcher_pid = ::getpid();
+    job_.first_rank = first_rank(options);
+  }
+
+  LaunchResult run() {
+    LaunchResult result;
+    prepare();
+    result.log_dir = job_.log_dir;
+    const int max_restarts = job_.options.max_restarts;
+    for (int attempt = 0;; ++attempt) {
+      const AttemptOutcome outcome = run_attempt(job_, attempt);
+      diagnostics_.end_status();
+      result.restarts = attempt;
+      result.exit_code = outcome.exit_code;
+      result.failed_rank = outcome.failed_rank;
+      result.failure = outcome.failure;
+      result.signal = outcome.signal;
+      if (outcome.succeeded) return result;
+      if (!outcome.signal) diagnostics_.write(outcome.failure);
+      if (outcome.signal || !outcome.retryable || attempt >= max_restarts) return result;
+      diagnostics_.write(fmt::format("dtrain launch: restarting all workers (restart {} of {})\n",
+                                     attempt + 1, max_restarts));
+    }
+  }
+
+ private:
+  // The log directory with a log per rank this node carries output for, and, unless mpirun brings
+  // its own rendezvous, the store.
+  void prepare() {
+    const LaunchOptions& options = job_.options;
+    job_.log_dir = prepare_log_dir(options);
+    diagnostics_.write(fmt::format("dtrain launch: logs in {}\n", job_.log_dir));
+    const bool mpi = options.backend == "mpi";
+    // With mpirun this node runs every rank; otherwise its own ranks.
+    const int local_ranks = mpi ? options.nnodes * options.nproc_per_node : options.nproc_per_node;
+    for (int r = job_.first_rank; r < job_.first_rank + local_ranks; ++r) {
+      job_.logs.push_back(std::make_unique<RankLog>(r, fmt::format("{}/rank_{}.log", job_.log_dir, r),
+                                                    r == 0 ? options.output_fd : -1, diagnostics_,
+                                                    static_cast<size_t>(options.tail_lines)));
+    }
+    if (mpi) return;
+    // Node 0 hosts the store like torchrun's agent; the workers join it as clients under the
+    // prefix of their attempt. Other nodes join it too, to hear of a failure on another node.
+    job_.store = std::make_unique<NodeStore>(options);
+    if (options.node_rank == 0) {
+      diagnostics_.write(
+          fmt::format("dtrain launch: rendezvous store at {}:{}\n", options.master_addr, job_.store->port()));
+    }
+  }
+
+  Diagnostics diagnostics_;
+  Job job_;
+};
+
+}  // namespace
+
+bool status_relay_requested(const comm::Environment& env) {
+  const auto relay = env.find(kStatusRelayVariable);
+  return relay != env.end() && relay->second == "1";
+}
+
+LaunchResult launch(const LaunchOptions& options) {
+  validate(options);
+  SignalForwarding signals;
+  Launcher launcher(options, signals);
+  return launcher.run();
+}
+
+}  // namespace dtrain::launch

@@ -1,0 +1,54 @@
+// NodeStore over comm's StoreServer and StoreClient: a failure is one key per attempt,
+// "<rank> <exit code>", set only by the first node to fail.
+#include "dtrain/launch/NodeStore.h"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <stdexcept>
+
+namespace dtrain::launch {
+namespace {
+
+std::string failure_key(int attempt) {
+  return fmt::format("/dtrain_launch/attempt_{}/failure", attempt);
+}
+
+}  // namespace
+
+NodeStore::NodeStore(const LaunchOptions& options) {
+  const bool host = options.node_rank == 0;
+  try {
+    if (host) {
+      server_ = std::make_unique<comm::StoreServer>(options.master_addr, options.master_port,
+                                                    options.rendezvous_timeout);
+    }
+    port_ = host ? server_->port() : options.master_port;
+    if (options.nnodes > 1) {
+      client_ = std::make_unique<comm::StoreClient>(options.master_addr, port_, options.rendezvous_timeout);
+    }
+  } catch (const std::exception& e) {
+    throw std::runtime_error(
+        fmt::format("dtrain launch: cannot {} the rendezvous store at {}:{}: {}; {}", host ? "host" : "reach",
+                    options.master_addr, options.master_port, e.what(),
+                    host ? "choose a free --master-port" : "start node 0 first and check --master-addr"));
+  }
+}
+
+void NodeStore::announce_failure(int attempt, NodeFailure failure) {
+  client_->set_if_absent(failure_key(attempt), fmt::format("{} {}", failure.rank, failure.exit_code));
+}
+
+std::optional<NodeFailure> NodeStore::failure(int attempt) {
+  try {
+    if (!client_->check({failure_key(attempt)})) return std::nullopt;
+    NodeFailure failure;
+    std::sscanf(client_->get(failure_key(attempt)).c_str(), "%d %d", &failure.rank, &failure.exit_code);
+    return failure;
+  } catch (const std::exception&) {
+    // Node 0's launcher is gone: its workers, and so this job, are gone with it.
+    return NodeFailure{};
+  }
+}
+
+}  // namespace dtrain::launch

@@ -1,0 +1,118 @@
+// torchrun's environment, variable for variable, so that a worker cannot tell dtrain launch from
+// torchrun with an agent store; mpirun gets the same settings through -x.
+#include "dtrain/launch/WorkerEnvironment.h"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <thread>
+#include <utility>
+
+namespace dtrain::launch {
+namespace {
+
+int available_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+}  // namespace
+
+int first_rank(const LaunchOptions& options) {
+  return options.backend == "mpi" ? 0 : options.node_rank * options.nproc_per_node;
+}
+
+int threads_per_worker(const LaunchOptions& options) {
+  if (options.threads > 0) return options.threads;
+  const auto user = options.environment.find("OMP_NUM_THREADS");
+  if (user != options.environment.end()) {
+    try {
+      const int value = std::stoi(user->second);
+      if (value > 0) return value;
+    } catch (const std::exception&) {
+    }
+  }
+  const int local =
+      options.backend == "mpi" ? options.nnodes * options.nproc_per_node : options.nproc_per_node;
+  return std::max(1, available_cores() / local);
+}
+
+std::string error_file(const std::string& log_dir, int rank) {
+  return fmt::format("{}/rank_{}.error.json", log_dir, rank);
+}
+
+comm::Environment torchrun_environment(const Job& job, int attempt, int local_rank) {
+  const LaunchOptions& options = job.options;
+  comm::Environment env = options.environment;
+  const int world_size = options.nnodes * options.nproc_per_node;
+  const int rank = options.node_rank * options.nproc_per_node + local_rank;
+  env["RANK"] = std::to_string(rank);
+  env["LOCAL_RANK"] = std::to_string(local_rank);
+  env["WORLD_SIZE"] = std::to_string(world_size);
+  env["LOCAL_WORLD_SIZE"] = std::to_string(options.nproc_per_node);
+  env["GROUP_RANK"] = std::to_string(options.node_rank);
+  env["GROUP_WORLD_SIZE"] = std::to_string(options.nnodes);
+  env["ROLE_RANK"] = std::to_string(rank);
+  env["ROLE_WORLD_SIZE"] = std::to_string(world_size);
+  env["ROLE_NAME"] = "default";
+  env["MASTER_ADDR"] = options.master_addr;
+  env["MASTER_PORT"] = std::to_string(job.store->port());
+  env["TORCHELASTIC_RESTART_COUNT"] = std::to_string(attempt);
+  env["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(options.max_restarts);
+  env["TORCHELASTIC_RUN_ID"] = options.run_id;
+  env["TORCHELASTIC_USE_AGENT_STORE"] = "True";
+  env["TORCHELASTIC_ERROR_FILE"] = error_file(job.log_dir, rank);
+  env["OMP_NUM_THREADS"] = std::to_string(threads_per_worker(options));
+  if (job.diagnostics.status_line()) {
+    env[kStatusRelayVariable] = "1";
+  } else {
+    env.erase(kStatusRelayVariable);  // from an enclosing launcher, which does not see these lines
+  }
+  return env;
+}
+
+std::vector<std::string> mpirun_arguments(const Job& job, int attempt) {
+  const LaunchOptions& options = job.options;
+  const int nproc = options.nproc_per_node;
+  std::vector<std::string> args{options.mpirun, "-n", std::to_string(nproc)};
+  if (nproc > available_cores()) args.push_back("--oversubscribe");
+  args.push_back("--tag-output");
+  for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
+           {"OMP_NUM_THREADS", std::to_string(threads_per_worker(options))},
+           {"TORCHELASTIC_RESTART_COUNT", std::to_string(attempt)},
+           {"TORCHELASTIC_MAX_RESTARTS", std::to_string(options.max_restarts)},
+           {"TORCHELASTIC_RUN_ID", options.run_id}}) {
+    args.push_back("-x");
+    args.push_back(key + "=" + value);
+  }
+  if (job.diagnostics.status_line()) {
+    args.push_back("-x");
+    args.push_back(std::string(kStatusRelayVariable) + "=1");
+  }
+  args.insert(args.end(), options.command.begin(), options.command.end());
+  return args;
+}
+
+comm::Environment mpirun_environment(const Job& job) {
+  comm::Environment env = job.options.environment;
+  // A launcher started from inside another torchrun job must not hand its rendezvous to MPI
+  // ranks, which take their ranks from OpenMPI's variables.
+  for (const char* key : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
+                          "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE",
+                          "TORCHELASTIC_ERROR_FILE", kStatusRelayVariable}) {
+    env.erase(key);
+  }
+  env["OMP_NUM_THREADS"] = std::to_string(threads_per_worker(job.options));
+  if (::geteuid() == 0) {
+    env["OMPI_ALLOW_RUN_AS_ROOT"] = "1";
+    env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1";
+  }
+  return env;
+}
+
+}  // namespace dtrain::launch
