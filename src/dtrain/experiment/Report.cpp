@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -12,6 +11,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "dtrain/experiment/Gnuplot.h"
 #include "dtrain/io/AtomicFile.h"
 #include "dtrain/io/JsonFile.h"
 
@@ -78,41 +78,6 @@ bool write_series(const fs::path& path, const RunData& run, const std::string& x
   return n > 0;
 }
 
-struct Curve {
-  std::string file;
-  std::string title;
-  std::string style;
-};
-
-// A text for a single-quoted gnuplot string: a quote inside is doubled.
-std::string gp(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    out += c;
-    if (c == '\'') out += '\'';
-  }
-  return out;
-}
-
-std::string plot_command(const std::string& png, const std::string& title, const std::string& xlabel,
-                         const std::string& ylabel, const std::vector<Curve>& curves) {
-  std::string s = fmt::format(
-      "set output '{}'\nset title '{}'\nset xlabel '{}'\nset ylabel '{}'\nset key outside right top\n"
-      "set grid\n",
-      gp(png), gp(title), gp(xlabel), gp(ylabel));
-  s += "plot ";
-  for (std::size_t i = 0; i < curves.size(); ++i) {
-    const auto& c = curves[i];
-    if (c.style.rfind("labels", 0) == 0) {  // text at the points: the data file's third column
-      s += fmt::format("{}'{}' using 1:2:3 with {}", i ? ", " : "", gp(c.file), c.style);
-    } else {
-      s += fmt::format("{}'{}' using 1:2 with {} lw 2 title '{}'", i ? ", " : "", gp(c.file), c.style,
-                       gp(c.title));
-    }
-  }
-  return s + "\n";
-}
-
 std::string base64(const std::string& bytes) {
   static const char* table = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
   std::string out;
@@ -165,19 +130,6 @@ std::string md_table(const std::vector<std::vector<std::string>>& rows) {
 }
 
 }  // namespace
-
-void run_gnuplot(const fs::path& script, const std::string& gnuplot) {
-  const std::string command = fmt::format("{} '{}' 2>&1", gnuplot, script.string());
-  FILE* pipe = popen(command.c_str(), "r");
-  if (!pipe) throw std::runtime_error("cannot start gnuplot (" + gnuplot + ")");
-  std::string output;
-  char buf[512];
-  while (fgets(buf, sizeof buf, pipe)) output += buf;
-  if (pclose(pipe) != 0) {
-    throw std::runtime_error(fmt::format("gnuplot failed on {} ({}); install gnuplot-nox. Output: {}",
-                                         script.string(), gnuplot, output));
-  }
-}
 
 fs::path write_report(const fs::path& dir, const ReportOptions& options) {
   const auto runs = load_runs(dir);

@@ -9,14 +9,13 @@
 #include <filesystem>
 #include <string>
 
+#include "dtrain/experiment/Gnuplot.h"  // run_gnuplot, which the bench command's plots use too
+
 namespace dtrain::experiment {
 
 struct ReportOptions {
   std::string gnuplot = "gnuplot";  // the program that draws the PNG plots
 };
-
-// Runs gnuplot on a script; throws std::runtime_error with gnuplot's output when it fails.
-void run_gnuplot(const std::filesystem::path& script, const std::string& gnuplot = "gnuplot");
 
 // Writes <dir>/report.md, <dir>/report.html and <dir>/plots/*.png; returns report.md's path.
 // Throws std::invalid_argument when dir holds neither a run (results.json) nor an experiment.
