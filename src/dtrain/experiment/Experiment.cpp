@@ -1,19 +1,16 @@
+// run_experiment: every run checked before the first starts, run one after another through
+// `dtrain train`, then checked to be comparable and summarised in the experiment's results.json.
 #include "dtrain/experiment/Experiment.h"
 
 #include <fmt/format.h>
-#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <chrono>
-#include <fstream>
-#include <sstream>
 #include <stdexcept>
 
 #include "dtrain/comm/Launcher.h"
-#include "dtrain/config/ConfigError.h"
 #include "dtrain/config/Environment.h"
 #include "dtrain/config/RunConfigYaml.h"
-#include "dtrain/config/YamlFile.h"
 #include "dtrain/io/AtomicFile.h"
 #include "dtrain/io/JsonFile.h"
 #include "dtrain/io/RunDir.h"
@@ -22,53 +19,6 @@ namespace dtrain::experiment {
 namespace {
 
 namespace fs = std::filesystem;
-
-[[noreturn]] void reject(const std::string& source, const YAML::Node& node, const std::string& key,
-                         const std::string& message) {
-  throw config::ConfigError(config::yaml_location(source, node), key,
-                            key.empty() ? message : key + ": " + message);
-}
-
-std::string scalar(const std::string& source, const YAML::Node& node, const std::string& key) {
-  if (!node.IsScalar()) reject(source, node, key, "expected a string");
-  return node.as<std::string>();
-}
-
-std::vector<std::string> strings(const std::string& source, const YAML::Node& node, const std::string& key) {
-  if (!node.IsSequence())
-    reject(source, node, key, "expected a list of key=value overrides, e.g. [optim.lr=0.1]");
-  std::vector<std::string> out;
-  for (const auto& item : node) out.push_back(scalar(source, item, key));
-  return out;
-}
-
-// YAML text of a sweep value, as an override's right-hand side.
-std::string value_text(const YAML::Node& node) {
-  if (node.IsScalar()) return node.Scalar();
-  YAML::Emitter out;
-  out << YAML::Flow << node;
-  return out.c_str();
-}
-
-// Keeps folder names portable: letters, digits and . _ = , - only.
-std::string folder_safe(const std::string& text) {
-  std::string out = text;
-  for (auto& c : out) {
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '=' || c == ',' ||
-          c == '-')) {
-      c = '_';
-    }
-  }
-  return out;
-}
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::invalid_argument(fmt::format("{}: cannot read the experiment file", path.string()));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 bool finished(const fs::path& run_dir) {
   return fs::exists(run_dir / "results.json");
@@ -95,108 +45,6 @@ fs::path unfinished_folder(const fs::path& out_dir, const std::string& name) {
 }
 
 }  // namespace
-
-ExperimentSpec load_experiment(const fs::path& path) {
-  ExperimentSpec spec;
-  spec.source_path = path;
-  spec.source_text = read_text(path);
-  const std::string source = path.string();
-  const YAML::Node root = config::load_yaml_file(source);
-  if (!root.IsMap()) reject(source, root, "", "expected a mapping with base, runs and optionally sweep");
-  bool has_base = false;
-  for (const auto& item : root) {
-    const auto key = item.first.as<std::string>();
-    const auto& value = item.second;
-    if (key == "name") {
-      spec.name = scalar(source, value, key);
-    } else if (key == "out_dir") {
-      spec.out_dir = scalar(source, value, key);
-    } else if (key == "base") {
-      spec.base = path.parent_path() / scalar(source, value, key);
-      has_base = true;
-    } else if (key == "overrides") {
-      spec.overrides = strings(source, value, key);
-    } else if (key == "runs") {
-      if (!value.IsSequence()) reject(source, value, key, "expected a list of {name, overrides} entries");
-      for (const auto& run : value) {
-        if (!run.IsMap() || !run["name"])
-          reject(source, run, key, "each run needs a name (and optionally overrides)");
-        RunSpec r;
-        for (const auto& field : run) {
-          const auto f = field.first.as<std::string>();
-          if (f == "name") {
-            r.name = scalar(source, field.second, "runs.name");
-          } else if (f == "overrides") {
-            r.overrides = strings(source, field.second, "runs.overrides");
-          } else {
-            reject(source, field.first, "runs." + f, "unknown key; a run has name and overrides");
-          }
-        }
-        if (r.name.empty() || folder_safe(r.name) != r.name) {
-          reject(source, run["name"], "runs.name",
-                 "expected a name of letters, digits, '.', '_', '=', ',' or '-'");
-        }
-        for (const auto& other : spec.runs) {
-          if (other.name == r.name)
-            reject(source, run["name"], "runs.name", "duplicate run name '" + r.name + "'");
-        }
-        spec.runs.push_back(std::move(r));
-      }
-    } else if (key == "sweep") {
-      if (!value.IsMap()) reject(source, value, key, "expected a mapping of dotted keys to lists of values");
-      for (const auto& entry : value) {
-        const auto k = entry.first.as<std::string>();
-        if (!entry.second.IsSequence() || entry.second.size() == 0) {
-          reject(source, entry.second, "sweep." + k, "expected a non-empty list of values");
-        }
-        std::vector<std::string> values;
-        for (const auto& v : entry.second) values.push_back(value_text(v));
-        spec.sweep.emplace_back(k, std::move(values));
-      }
-    } else {
-      reject(source, item.first, key,
-             "unknown key; an experiment has name, out_dir, base, overrides, runs, sweep");
-    }
-  }
-  if (!has_base)
-    reject(source, root, "base", "missing: the base run configuration, e.g. base: quickstart.yaml");
-  return spec;
-}
-
-std::vector<RunSpec> expand_runs(const ExperimentSpec& spec) {
-  std::vector<RunSpec> bases = spec.runs;
-  if (bases.empty()) bases.push_back({"base", {}});
-  // Every combination of the sweep, first key slowest.
-  std::vector<std::vector<std::pair<std::string, std::string>>> combos{{}};
-  for (const auto& [key, values] : spec.sweep) {
-    std::vector<std::vector<std::pair<std::string, std::string>>> next;
-    for (const auto& combo : combos) {
-      for (const auto& v : values) {
-        auto extended = combo;
-        extended.emplace_back(key, v);
-        next.push_back(std::move(extended));
-      }
-    }
-    combos = std::move(next);
-  }
-  std::vector<RunSpec> runs;
-  for (const auto& base : bases) {
-    for (const auto& combo : combos) {
-      RunSpec run;
-      run.name = base.name;
-      run.overrides = spec.overrides;
-      run.overrides.insert(run.overrides.end(), base.overrides.begin(), base.overrides.end());
-      std::string suffix;
-      for (const auto& [k, v] : combo) {
-        run.overrides.push_back(k + "=" + v);
-        suffix += (suffix.empty() ? "" : ",") + k + "=" + v;
-      }
-      if (!suffix.empty()) run.name += "__" + folder_safe(suffix);
-      runs.push_back(std::move(run));
-    }
-  }
-  return runs;
-}
 
 nlohmann::json run_experiment(const ExperimentSpec& spec, const ExperimentOptions& options) {
   const auto runs = expand_runs(spec);
