@@ -1,19 +1,18 @@
+// run_experiment: every run checked before the first starts, run one after another through
+// `dtrain train` (each in its own folder, continued from its checkpoint when interrupted), then
+// checked to be comparable and summarised in the experiment's results.json.
 #include "dtrain/experiment/Experiment.h"
 
 #include <fmt/format.h>
-#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <chrono>
-#include <fstream>
-#include <sstream>
 #include <stdexcept>
 
 #include "dtrain/comm/Launcher.h"
-#include "dtrain/config/ConfigError.h"
 #include "dtrain/config/Environment.h"
 #include "dtrain/config/RunConfigYaml.h"
-#include "dtrain/config/YamlFile.h"
+#include "dtrain/experiment/ExperimentChecks.h"
 #include "dtrain/io/AtomicFile.h"
 #include "dtrain/io/JsonFile.h"
 #include "dtrain/io/RunDir.h"
@@ -23,55 +22,21 @@ namespace {
 
 namespace fs = std::filesystem;
 
-[[noreturn]] void reject(const std::string& source, const YAML::Node& node, const std::string& key,
-                         const std::string& message) {
-  throw config::ConfigError(config::yaml_location(source, node), key,
-                            key.empty() ? message : key + ": " + message);
-}
-
-std::string scalar(const std::string& source, const YAML::Node& node, const std::string& key) {
-  if (!node.IsScalar()) reject(source, node, key, "expected a string");
-  return node.as<std::string>();
-}
-
-std::vector<std::string> strings(const std::string& source, const YAML::Node& node, const std::string& key) {
-  if (!node.IsSequence())
-    reject(source, node, key, "expected a list of key=value overrides, e.g. [optim.lr=0.1]");
-  std::vector<std::string> out;
-  for (const auto& item : node) out.push_back(scalar(source, item, key));
-  return out;
-}
-
-// YAML text of a sweep value, as an override's right-hand side.
-std::string value_text(const YAML::Node& node) {
-  if (node.IsScalar()) return node.Scalar();
-  YAML::Emitter out;
-  out << YAML::Flow << node;
-  return out.c_str();
-}
-
-// Keeps folder names portable: letters, digits and . _ = , - only.
-std::string folder_safe(const std::string& text) {
-  std::string out = text;
-  for (auto& c : out) {
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '=' || c == ',' ||
-          c == '-')) {
-      c = '_';
-    }
-  }
-  return out;
-}
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::invalid_argument(fmt::format("{}: cannot read the experiment file", path.string()));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 bool finished(const fs::path& run_dir) {
   return fs::exists(run_dir / "results.json");
+}
+
+// Every run's configuration, loaded before the first one starts; an error names the run.
+std::vector<config::RunConfig> load_configs(const ExperimentSpec& spec, const std::vector<RunSpec>& runs) {
+  std::vector<config::RunConfig> configs;
+  for (const auto& run : runs) {
+    try {
+      configs.push_back(config::load_run_config(spec.base.string(), run.overrides));
+    } catch (const std::exception& e) {
+      throw std::invalid_argument(fmt::format("experiment run '{}': {}", run.name, e.what()));
+    }
+  }
+  return configs;
 }
 
 // The newest <out_dir>/*_<name> folder that has experiment.yaml but no complete results.json.
@@ -94,204 +59,73 @@ fs::path unfinished_folder(const fs::path& out_dir, const std::string& name) {
   return *std::max_element(candidates.begin(), candidates.end());
 }
 
-}  // namespace
-
-ExperimentSpec load_experiment(const fs::path& path) {
-  ExperimentSpec spec;
-  spec.source_path = path;
-  spec.source_text = read_text(path);
-  const std::string source = path.string();
-  const YAML::Node root = config::load_yaml_file(source);
-  if (!root.IsMap()) reject(source, root, "", "expected a mapping with base, runs and optionally sweep");
-  bool has_base = false;
-  for (const auto& item : root) {
-    const auto key = item.first.as<std::string>();
-    const auto& value = item.second;
-    if (key == "name") {
-      spec.name = scalar(source, value, key);
-    } else if (key == "out_dir") {
-      spec.out_dir = scalar(source, value, key);
-    } else if (key == "base") {
-      spec.base = path.parent_path() / scalar(source, value, key);
-      has_base = true;
-    } else if (key == "overrides") {
-      spec.overrides = strings(source, value, key);
-    } else if (key == "runs") {
-      if (!value.IsSequence()) reject(source, value, key, "expected a list of {name, overrides} entries");
-      for (const auto& run : value) {
-        if (!run.IsMap() || !run["name"])
-          reject(source, run, key, "each run needs a name (and optionally overrides)");
-        RunSpec r;
-        for (const auto& field : run) {
-          const auto f = field.first.as<std::string>();
-          if (f == "name") {
-            r.name = scalar(source, field.second, "runs.name");
-          } else if (f == "overrides") {
-            r.overrides = strings(source, field.second, "runs.overrides");
-          } else {
-            reject(source, field.first, "runs." + f, "unknown key; a run has name and overrides");
-          }
-        }
-        if (r.name.empty() || folder_safe(r.name) != r.name) {
-          reject(source, run["name"], "runs.name",
-                 "expected a name of letters, digits, '.', '_', '=', ',' or '-'");
-        }
-        for (const auto& other : spec.runs) {
-          if (other.name == r.name)
-            reject(source, run["name"], "runs.name", "duplicate run name '" + r.name + "'");
-        }
-        spec.runs.push_back(std::move(r));
-      }
-    } else if (key == "sweep") {
-      if (!value.IsMap()) reject(source, value, key, "expected a mapping of dotted keys to lists of values");
-      for (const auto& entry : value) {
-        const auto k = entry.first.as<std::string>();
-        if (!entry.second.IsSequence() || entry.second.size() == 0) {
-          reject(source, entry.second, "sweep." + k, "expected a non-empty list of values");
-        }
-        std::vector<std::string> values;
-        for (const auto& v : entry.second) values.push_back(value_text(v));
-        spec.sweep.emplace_back(k, std::move(values));
-      }
-    } else {
-      reject(source, item.first, key,
-             "unknown key; an experiment has name, out_dir, base, overrides, runs, sweep");
-    }
-  }
-  if (!has_base)
-    reject(source, root, "base", "missing: the base run configuration, e.g. base: quickstart.yaml");
-  return spec;
-}
-
-std::vector<RunSpec> expand_runs(const ExperimentSpec& spec) {
-  std::vector<RunSpec> bases = spec.runs;
-  if (bases.empty()) bases.push_back({"base", {}});
-  // Every combination of the sweep, first key slowest.
-  std::vector<std::vector<std::pair<std::string, std::string>>> combos{{}};
-  for (const auto& [key, values] : spec.sweep) {
-    std::vector<std::vector<std::pair<std::string, std::string>>> next;
-    for (const auto& combo : combos) {
-      for (const auto& v : values) {
-        auto extended = combo;
-        extended.emplace_back(key, v);
-        next.push_back(std::move(extended));
-      }
-    }
-    combos = std::move(next);
-  }
-  std::vector<RunSpec> runs;
-  for (const auto& base : bases) {
-    for (const auto& combo : combos) {
-      RunSpec run;
-      run.name = base.name;
-      run.overrides = spec.overrides;
-      run.overrides.insert(run.overrides.end(), base.overrides.begin(), base.overrides.end());
-      std::string suffix;
-      for (const auto& [k, v] : combo) {
-        run.overrides.push_back(k + "=" + v);
-        suffix += (suffix.empty() ? "" : ",") + k + "=" + v;
-      }
-      if (!suffix.empty()) run.name += "__" + folder_safe(suffix);
-      runs.push_back(std::move(run));
-    }
-  }
-  return runs;
-}
-
-nlohmann::json run_experiment(const ExperimentSpec& spec, const ExperimentOptions& options) {
-  const auto runs = expand_runs(spec);
-  // Every run's configuration is checked before the first one starts.
-  std::vector<config::RunConfig> configs;
-  for (const auto& run : runs) {
-    try {
-      configs.push_back(config::load_run_config(spec.base.string(), run.overrides));
-    } catch (const std::exception& e) {
-      throw std::invalid_argument(fmt::format("experiment run '{}': {}", run.name, e.what()));
-    }
-  }
-
+// The folder given, else the newest unfinished one (unless fresh), else a new dated one; created,
+// with the experiment file saved in it.
+fs::path experiment_folder(const ExperimentSpec& spec, const ExperimentOptions& options) {
   fs::path dir = options.directory;
   if (dir.empty() && !options.fresh) dir = unfinished_folder(spec.out_dir, spec.name);
   if (dir.empty())
     dir = fs::path(spec.out_dir) / io::run_folder_name(std::chrono::system_clock::now(), spec.name);
   fs::create_directories(dir);
   if (!fs::exists(dir / "experiment.yaml")) io::write_file_atomic(dir / "experiment.yaml", spec.source_text);
+  return dir;
+}
 
+// `dtrain train <base> <overrides> --run-dir <run_dir>` on cfg.nproc workers; an interrupted run
+// continues from its last checkpoint. Throws naming the run when it fails.
+void train(const ExperimentSpec& spec, const ExperimentOptions& options, const RunSpec& run,
+           const config::RunConfig& cfg, const fs::path& run_dir, const comm::Environment& environment) {
+  comm::LaunchOptions launch;
+  launch.nproc_per_node = cfg.nproc;
+  launch.backend = cfg.parallel.backend == "mpi" ? "mpi" : "gloo";
+  launch.threads = cfg.train.threads;
+  launch.log_dir = (run_dir / "launch").string();
+  launch.environment = environment;
+  launch.output_fd = 2;  // the runs' result lines stay off the experiment's stdout
+  launch.command = {options.dtrain_executable, "train", spec.base.string()};
+  launch.command.insert(launch.command.end(), run.overrides.begin(), run.overrides.end());
+  launch.command.insert(launch.command.end(), {"--run-dir", run_dir.string()});
+  if (fs::exists(run_dir / "checkpoints" / "latest")) {
+    launch.command.insert(launch.command.end(), {"--resume", run_dir.string()});
+  }
+  const auto result = comm::launch(launch);
+  if (result.exit_code != 0) {
+    throw std::runtime_error(fmt::format("experiment run '{}' failed with exit code {}: {}", run.name,
+                                         result.exit_code, result.failure));
+  }
+}
+
+nlohmann::json run_entry(const RunSpec& run, bool skipped, const fs::path& run_dir) {
+  nlohmann::json entry;
+  entry["name"] = run.name;
+  entry["overrides"] = run.overrides;
+  entry["skipped"] = skipped;
+  entry["results"] = io::read_json_file(run_dir / "results.json");
+  return entry;
+}
+
+}  // namespace
+
+nlohmann::json run_experiment(const ExperimentSpec& spec, const ExperimentOptions& options) {
+  const auto runs = expand_runs(spec);
+  const auto configs = load_configs(spec, runs);
+  const auto dir = experiment_folder(spec, options);
   nlohmann::json all;
   all["experiment"] = spec.name;
   all["directory"] = dir.string();
   all["base"] = spec.base.string();
   all["runs"] = nlohmann::json::array();
   const auto environment = config::process_environment();
+  std::vector<FinishedRun> finished_runs;
   for (std::size_t i = 0; i < runs.size(); ++i) {
-    const auto& run = runs[i];
-    const auto& cfg = configs[i];
-    const fs::path run_dir = dir / run.name;
+    const fs::path run_dir = dir / runs[i].name;
     const bool skipped = finished(run_dir);
-    if (!skipped) {
-      comm::LaunchOptions launch;
-      launch.nproc_per_node = cfg.nproc;
-      launch.backend = cfg.parallel.backend == "mpi" ? "mpi" : "gloo";
-      launch.threads = cfg.train.threads;
-      launch.log_dir = (run_dir / "launch").string();
-      launch.environment = environment;
-      launch.output_fd = 2;  // the runs' result lines stay off the experiment's stdout
-      launch.command = {options.dtrain_executable, "train", spec.base.string()};
-      launch.command.insert(launch.command.end(), run.overrides.begin(), run.overrides.end());
-      launch.command.insert(launch.command.end(), {"--run-dir", run_dir.string()});
-      // An interrupted run continues from its last checkpoint.
-      if (fs::exists(run_dir / "checkpoints" / "latest")) {
-        launch.command.insert(launch.command.end(), {"--resume", run_dir.string()});
-      }
-      const auto result = comm::launch(launch);
-      if (result.exit_code != 0) {
-        throw std::runtime_error(fmt::format("experiment run '{}' failed with exit code {}: {}", run.name,
-                                             result.exit_code, result.failure));
-      }
-    }
-    nlohmann::json entry;
-    entry["name"] = run.name;
-    entry["overrides"] = run.overrides;
-    entry["skipped"] = skipped;
-    entry["results"] = io::read_json_file(run_dir / "results.json");
-    all["runs"].push_back(std::move(entry));
+    if (!skipped) train(spec, options, runs[i], configs[i], run_dir, environment);
+    all["runs"].push_back(run_entry(runs[i], skipped, run_dir));
+    finished_runs.push_back({runs[i].name, configs[i], all["runs"].back()["results"]});
   }
-
-  // Runs with the same model must have started from the same weights.
-  std::map<std::string, std::pair<std::string, std::string>> first_hash;  // model -> (hash, run)
-  for (std::size_t i = 0; i < runs.size(); ++i) {
-    const auto model = config::to_json(configs[i])["model"].dump() + configs[i].data.dataset;
-    const auto hash = all["runs"][i]["results"].value("initial_parameter_hash", "");
-    auto [it, inserted] = first_hash.emplace(model, std::make_pair(hash, runs[i].name));
-    if (!inserted && it->second.first != hash) {
-      throw std::runtime_error(
-          fmt::format("experiment: runs '{}' and '{}' use the same model but started from different weights "
-                      "({} against {}); "
-                      "give them the same train.seed",
-                      it->second.second, runs[i].name, it->second.first, hash));
-    }
-  }
-  // Runs with the same data, partition settings, seed and number of workers must have split the
-  // training set the same way.
-  std::map<std::string, std::pair<std::string, std::string>> first_partition;  // key -> (hash, run)
-  for (std::size_t i = 0; i < runs.size(); ++i) {
-    auto data = config::to_json(configs[i])["data"];
-    for (const char* key : {"batch_size", "eval_batch_size", "drop_last", "normalize", "random_crop_padding",
-                            "horizontal_flip", "loader_threads", "prefetch", "test_subset_size"}) {
-      data.erase(key);
-    }
-    const auto& results = all["runs"][i]["results"];
-    const auto key = data.dump() + "/" + std::to_string(configs[i].train.seed) + "/" +
-                     std::to_string(results.value("world_size", 1));
-    const auto hash = results.value("data_partition_hash", "");
-    auto [it, inserted] = first_partition.emplace(key, std::make_pair(hash, runs[i].name));
-    if (!inserted && it->second.first != hash) {
-      throw std::runtime_error(
-          fmt::format("experiment: runs '{}' and '{}' have the same data, seed and workers but split the "
-                      "training set differently ({} against {})",
-                      it->second.second, runs[i].name, it->second.first, hash));
-    }
-  }
+  check_initial_weights(finished_runs);
+  check_data_partitions(finished_runs);
   all["initial_weights_identical"] = true;
   all["data_partitions_identical"] = true;
   all["complete"] = true;

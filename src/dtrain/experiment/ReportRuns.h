@@ -1,0 +1,60 @@
+// The report's model of the runs it shows: what each run's results.json and metrics.jsonl say, read
+// once into plain structs, so that the tables and the figures are pure functions of it (and can be
+// tested with hand-made runs).
+#pragma once
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace dtrain::experiment {
+
+// What the report uses of a run's results.json; fields the file lacks keep these defaults.
+struct RunResults {
+  std::string model;               // model
+  std::string strategy;            // strategy
+  std::string backend;             // backend
+  std::string precision = "fp32";  // precision
+  int world_size = 1;              // world_size: workers
+  std::int64_t steps = 1;          // steps: optimizer steps (per-step figures divide by at least 1)
+  int epochs = 1;                  // epochs completed
+  int batch_size = 0;              // config.data.batch_size: per worker
+  double top1 = 0;                 // final.top1: the final evaluation
+  double top5 = 0;                 // final.top5
+  double loss = 0;                 // final.loss
+  double samples_per_second = 0;   // samples_per_second: the whole job's training throughput
+  double train_seconds = 0;        // train_seconds: training time without evaluation
+  double comm_wait_seconds = 0;    // comm_wait_seconds: time blocked on collectives
+  double comm_bytes = 0;           // comm.total.bytes: bytes each rank handed to collectives
+};
+
+// One line of metrics.jsonl: its numeric fields ("step", "epoch", "wall_time", "train/loss",
+// "val/top1", ...). Fields that are null or not numbers are left out.
+using MetricRecord = std::map<std::string, double>;
+
+struct ReportRun {
+  std::string name;
+  RunResults results;
+  std::vector<MetricRecord> metrics;  // metrics.jsonl, in file order
+};
+
+// The fields of a results.json document the report uses.
+RunResults parse_run_results(const nlohmann::json& results);
+
+// metrics.jsonl's records; none when the file does not exist. Throws std::runtime_error naming
+// file:line for a line that is not a JSON object.
+std::vector<MetricRecord> read_metrics(const std::filesystem::path& path);
+
+// The run in run_dir (results.json and metrics.jsonl), shown under `name`.
+ReportRun read_run(const std::string& name, const std::filesystem::path& run_dir);
+
+// The runs of a run folder (one) or of a finished experiment folder (every run its results.json
+// lists, in that order). Throws std::invalid_argument when dir holds neither, and
+// std::runtime_error naming the file when a results.json is missing or not valid JSON.
+std::vector<ReportRun> read_report_runs(const std::filesystem::path& dir);
+
+}  // namespace dtrain::experiment

@@ -1,0 +1,77 @@
+// The report's series as points, computed from the runs alone; ReportFigures.cpp writes them out
+// for gnuplot.
+#include "dtrain/experiment/ReportSeries.h"
+
+#include <algorithm>
+#include <map>
+
+#include "dtrain/experiment/ReportTables.h"
+
+namespace dtrain::experiment {
+namespace {
+
+double field(const MetricRecord& record, const std::string& key) {
+  const auto it = record.find(key);
+  return it == record.end() ? 0.0 : it->second;
+}
+
+// One model's series from the best (highest throughput, shortest time) run at each worker count.
+ScalingSeries model_scaling(const std::vector<ReportRun>& runs, const std::string& model, double one_worker) {
+  std::map<int, double> best_rate, best_time;  // workers -> samples/s, seconds
+  for (const auto& run : runs) {
+    const auto& r = run.results;
+    if (r.model != model) continue;
+    auto& rate = best_rate[r.world_size];
+    rate = std::max(rate, r.samples_per_second);
+    const auto it = best_time.find(r.world_size);
+    if (r.train_seconds > 0 && (it == best_time.end() || r.train_seconds < it->second)) {
+      best_time[r.world_size] = r.train_seconds;
+    }
+  }
+  ScalingSeries series;
+  series.model = model;
+  for (const auto& [w, rate] : best_rate) {
+    series.throughput.push_back({static_cast<double>(w), rate});
+    series.efficiency.push_back(scaling_efficiency(rate, w, one_worker));
+    series.ideal.push_back({static_cast<double>(w), w * one_worker});
+  }
+  const double one_worker_time = best_time.count(1) ? best_time[1] : 0.0;
+  for (const auto& [w, t] : best_time) {
+    series.time.push_back({static_cast<double>(w), t});
+    if (one_worker_time > 0) series.ideal_time.push_back({static_cast<double>(w), one_worker_time / w});
+  }
+  return series;
+}
+
+}  // namespace
+
+std::vector<Point> learning_curve(const ReportRun& run, const std::string& x_key, const std::string& y_key) {
+  std::vector<Point> points;
+  const bool since_start = x_key == "wall_time";
+  const double t0 = since_start && !run.metrics.empty() ? field(run.metrics.front(), "wall_time") : 0.0;
+  for (const auto& record : run.metrics) {
+    const auto y = record.find(y_key);
+    if (y == record.end()) continue;
+    points.push_back({field(record, x_key) - t0, y->second});
+  }
+  return points;
+}
+
+std::vector<ScalingSeries> scaling_series(const std::vector<ReportRun>& runs) {
+  std::vector<ScalingSeries> out;
+  for (const auto& [model, one_worker] : one_worker_throughput(runs)) {
+    out.push_back(model_scaling(runs, model, one_worker));
+  }
+  return out;
+}
+
+std::vector<CommBar> comm_bars(const std::vector<ReportRun>& runs) {
+  std::vector<CommBar> bars;
+  for (const auto& run : runs) {
+    bars.push_back({run.name + " (" + run.results.strategy + ")", comm_mb_per_step(run.results),
+                    comm_wait_ms_per_step(run.results)});
+  }
+  return bars;
+}
+
+}  // namespace dtrain::experiment

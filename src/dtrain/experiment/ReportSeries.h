@@ -1,0 +1,44 @@
+// The series the report's figures draw, as points: a run's learning curves from metrics.jsonl,
+// throughput and training time against workers with their ideal lines, and communication per step
+// by run.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "dtrain/experiment/ReportRuns.h"
+
+namespace dtrain::experiment {
+
+struct Point {
+  double x = 0;
+  double y = 0;
+};
+
+// (x_key, y_key) of every metrics record that has y_key, in order; x is 0 where a record lacks
+// x_key. x_key "wall_time" gives seconds since the run's first record.
+std::vector<Point> learning_curve(const ReportRun& run, const std::string& x_key, const std::string& y_key);
+
+// One model's throughput and training time against workers.
+struct ScalingSeries {
+  std::string model;
+  std::vector<Point> throughput;   // (workers, best samples/s), workers ascending
+  std::vector<double> efficiency;  // the scaling efficiency of each throughput point
+  std::vector<Point> ideal;        // (workers, workers x best one-worker samples/s)
+  std::vector<Point> time;         // (workers, shortest training seconds) over runs that recorded one
+  std::vector<Point> ideal_time;   // (workers, one worker's training seconds / workers); empty without it
+};
+
+// For every model with a one-worker run, in name order.
+std::vector<ScalingSeries> scaling_series(const std::vector<ReportRun>& runs);
+
+// One bar per run: "<run> (<strategy>)" and its communication per step.
+struct CommBar {
+  std::string label;
+  double mb_per_step = 0;
+  double wait_ms_per_step = 0;
+};
+
+std::vector<CommBar> comm_bars(const std::vector<ReportRun>& runs);
+
+}  // namespace dtrain::experiment

@@ -1,0 +1,113 @@
+// The report's tables and the per-run numbers in them, computed from the runs' results alone.
+#include "dtrain/experiment/ReportTables.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <set>
+#include <utility>
+
+namespace dtrain::experiment {
+namespace {
+
+std::int64_t steps_or_one(const RunResults& run) {
+  return std::max<std::int64_t>(1, run.steps);
+}
+
+std::vector<std::string> run_row(const ReportRun& run, const std::map<std::string, double>& one_worker) {
+  const auto& r = run.results;
+  const auto efficiency = scaling_efficiency(r, one_worker);
+  return {run.name,
+          r.strategy,
+          r.backend,
+          std::to_string(r.world_size),
+          r.model,
+          std::to_string(steps_or_one(r)),
+          fmt::format("{:.4f}", r.top1),
+          fmt::format("{:.4f}", r.top5),
+          fmt::format("{:.4f}", r.loss),
+          fmt::format("{:.0f}", r.samples_per_second),
+          efficiency ? fmt::format("{:.2f}", *efficiency) : "",
+          fmt::format("{:.3f}", comm_mb_per_step(r)),
+          fmt::format("{:.3f}", comm_wait_ms_per_step(r))};
+}
+
+}  // namespace
+
+std::map<std::string, double> one_worker_throughput(const std::vector<ReportRun>& runs) {
+  std::map<std::string, double> best;
+  for (const auto& run : runs) {
+    if (run.results.world_size != 1) continue;
+    auto& rate = best[run.results.model];
+    rate = std::max(rate, run.results.samples_per_second);
+  }
+  return best;
+}
+
+double scaling_efficiency(double samples_per_second, int workers, double one_worker) {
+  return one_worker > 0 ? samples_per_second / (workers * one_worker) : 0.0;
+}
+
+std::optional<double> scaling_efficiency(const RunResults& run,
+                                         const std::map<std::string, double>& one_worker) {
+  const auto base = one_worker.find(run.model);
+  if (base == one_worker.end() || base->second <= 0) return std::nullopt;
+  return scaling_efficiency(run.samples_per_second, run.world_size, base->second);
+}
+
+double comm_mb_per_step(const RunResults& run) {
+  return run.comm_bytes / steps_or_one(run) / 1e6;
+}
+
+double comm_wait_ms_per_step(const RunResults& run) {
+  return 1e3 * run.comm_wait_seconds / steps_or_one(run);
+}
+
+std::vector<int> worker_counts(const std::vector<ReportRun>& runs) {
+  std::set<int> counts;
+  for (const auto& run : runs) counts.insert(run.results.world_size);
+  return {counts.begin(), counts.end()};
+}
+
+Table run_table(const std::vector<ReportRun>& runs) {
+  Table table{{"run", "strategy", "backend", "workers", "model", "steps", "test top-1", "test top-5",
+               "test loss", "samples/s", "scaling eff.", "comm MB/step", "wait ms/step"}};
+  const auto one_worker = one_worker_throughput(runs);
+  for (const auto& run : runs) table.push_back(run_row(run, one_worker));
+  return table;
+}
+
+Table throughput_table(const std::vector<ReportRun>& runs) {
+  using Column = std::pair<std::string, int>;  // (precision, workers)
+  using Row = std::pair<std::string, int>;     // (model, batch per worker)
+  std::set<Column> columns;
+  std::map<Row, std::map<Column, double>> cells;  // the best samples/s
+  for (const auto& run : runs) {
+    const auto& r = run.results;
+    const Column column{r.precision, r.world_size};
+    columns.insert(column);
+    auto& cell = cells[{r.model, r.batch_size}][column];
+    cell = std::max(cell, r.samples_per_second);
+  }
+  Table table{{"model", "batch per worker"}};
+  for (const auto& [precision, w] : columns) {
+    table[0].push_back(fmt::format("{}, {} worker{} (samples/s)", precision, w, w == 1 ? "" : "s"));
+  }
+  for (const auto& [row, by_column] : cells) {
+    std::vector<std::string> cells_of_row{row.first, std::to_string(row.second)};
+    for (const auto& column : columns) {
+      const auto it = by_column.find(column);
+      cells_of_row.push_back(it == by_column.end() ? "" : fmt::format("{:.0f}", it->second));
+    }
+    table.push_back(std::move(cells_of_row));
+  }
+  return table;
+}
+
+bool shows_throughput_table(const std::vector<ReportRun>& runs) {
+  std::set<std::pair<std::string, int>> rows;
+  for (const auto& run : runs) rows.emplace(run.results.model, run.results.batch_size);
+  return rows.size() > 1 || worker_counts(runs).size() > 1;
+}
+
+}  // namespace dtrain::experiment

@@ -1,0 +1,47 @@
+// The report's numbers and tables: scaling efficiency and communication per step for each run, the
+// table of every run, and seed 003's throughput table (model x batch against precision x workers).
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dtrain/experiment/ReportRuns.h"
+
+namespace dtrain::experiment {
+
+// Rows of cells, the first row the header; rendered as Markdown or HTML by ReportPage.h.
+using Table = std::vector<std::vector<std::string>>;
+
+// Model -> the best samples/s among that model's one-worker runs (models without one are absent).
+std::map<std::string, double> one_worker_throughput(const std::vector<ReportRun>& runs);
+
+// samples_per_second / (workers x one_worker): 1 is perfect scaling. 0 when one_worker is 0.
+double scaling_efficiency(double samples_per_second, int workers, double one_worker);
+
+// The run's scaling efficiency against the best one-worker run of its model; none without one.
+std::optional<double> scaling_efficiency(const RunResults& run,
+                                         const std::map<std::string, double>& one_worker);
+
+// MB each rank handed to collectives per optimizer step (1e6 bytes; steps counted as at least 1).
+double comm_mb_per_step(const RunResults& run);
+
+// Milliseconds per optimizer step blocked on communication (steps counted as at least 1).
+double comm_wait_ms_per_step(const RunResults& run);
+
+// The distinct worker counts of the runs.
+std::vector<int> worker_counts(const std::vector<ReportRun>& runs);
+
+// One row per run: run, strategy, backend, workers, model, steps, test top-1, test top-5, test
+// loss, samples/s, scaling eff., comm MB/step, wait ms/step.
+Table run_table(const std::vector<ReportRun>& runs);
+
+// Seed 003's table: rows model x batch per worker (sorted), columns precision x workers (sorted),
+// cells the best samples/s of the runs there, empty where no run is.
+Table throughput_table(const std::vector<ReportRun>& runs);
+
+// The throughput table compares something: several model x batch rows, or several worker counts.
+bool shows_throughput_table(const std::vector<ReportRun>& runs);
+
+}  // namespace dtrain::experiment
