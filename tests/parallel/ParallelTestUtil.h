@@ -74,7 +74,7 @@ using dtrain::testing::run_threads;
 using WorldRunner = std::function<void(int n, const std::function<void(comm::CommunicatorPtr)>& fn)>;
 
 inline void run_in_process_world(int n, const std::function<void(comm::CommunicatorPtr)>& fn) {
-  dtrain::testing::run_world(n, fn, {"in-process"});
+  dtrain::testing::run_world(n, fn, dtrain::testing::WorldOptions::on("in-process"));
 }
 
 // max |a - b| / max |b| over each pair of tensors: relative to the tensor's scale, so entries near

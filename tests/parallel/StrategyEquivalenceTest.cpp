@@ -158,7 +158,7 @@ TEST_P(StrategyEquivalence, EqualsOneProcessOnTheGlobalBatch) {
         }
         ends[r] = values(strategy->model_state());
       },
-      {c.backend});
+      dtrain::testing::WorldOptions::on(c.backend));
   for (int r = 0; r < c.ranks; ++r) {
     EXPECT_LE(testing::max_relative_difference(ends[r], expected), 1e-5) << "rank " << r;
     // The reported loss is the global batch's mean, the same on every rank.

@@ -47,6 +47,12 @@ struct WorldOptions {
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};
   // Further gloo settings; name and timeout are taken from above.
   comm::BackendOptions gloo;
+
+  static WorldOptions on(std::string backend) {
+    WorldOptions options;
+    options.backend = std::move(backend);
+    return options;
+  }
 };
 
 inline comm::RendezvousInfo thread_rank_info(int rank, int size, int port,

@@ -9,13 +9,13 @@
 #include <chrono>
 #include <stdexcept>
 
-#include "dtrain/comm/Launcher.h"
 #include "dtrain/config/Environment.h"
 #include "dtrain/config/RunConfigYaml.h"
 #include "dtrain/experiment/ExperimentChecks.h"
 #include "dtrain/io/AtomicFile.h"
 #include "dtrain/io/JsonFile.h"
 #include "dtrain/io/RunDir.h"
+#include "dtrain/launch/Launcher.h"
 
 namespace dtrain::experiment {
 namespace {
@@ -75,20 +75,20 @@ fs::path experiment_folder(const ExperimentSpec& spec, const ExperimentOptions& 
 // continues from its last checkpoint. Throws naming the run when it fails.
 void train(const ExperimentSpec& spec, const ExperimentOptions& options, const RunSpec& run,
            const config::RunConfig& cfg, const fs::path& run_dir, const comm::Environment& environment) {
-  comm::LaunchOptions launch;
-  launch.nproc_per_node = cfg.nproc;
-  launch.backend = cfg.parallel.backend == "mpi" ? "mpi" : "gloo";
-  launch.threads = cfg.train.threads;
-  launch.log_dir = (run_dir / "launch").string();
-  launch.environment = environment;
-  launch.output_fd = 2;  // the runs' result lines stay off the experiment's stdout
-  launch.command = {options.dtrain_executable, "train", spec.base.string()};
-  launch.command.insert(launch.command.end(), run.overrides.begin(), run.overrides.end());
-  launch.command.insert(launch.command.end(), {"--run-dir", run_dir.string()});
+  launch::LaunchOptions job;
+  job.nproc_per_node = cfg.nproc;
+  job.backend = cfg.parallel.backend == "mpi" ? "mpi" : "gloo";
+  job.threads = cfg.train.threads;
+  job.log_dir = (run_dir / "launch").string();
+  job.environment = environment;
+  job.output_fd = 2;  // the runs' result lines stay off the experiment's stdout
+  job.command = {options.dtrain_executable, "train", spec.base.string()};
+  job.command.insert(job.command.end(), run.overrides.begin(), run.overrides.end());
+  job.command.insert(job.command.end(), {"--run-dir", run_dir.string()});
   if (fs::exists(run_dir / "checkpoints" / "latest")) {
-    launch.command.insert(launch.command.end(), {"--resume", run_dir.string()});
+    job.command.insert(job.command.end(), {"--resume", run_dir.string()});
   }
-  const auto result = comm::launch(launch);
+  const auto result = launch::launch(job);
   if (result.exit_code != 0) {
     throw std::runtime_error(fmt::format("experiment run '{}' failed with exit code {}: {}", run.name,
                                          result.exit_code, result.failure));
