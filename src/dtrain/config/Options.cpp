@@ -50,6 +50,14 @@ std::optional<std::string> ChoiceSet::resolve(const std::string& text) const {
   return std::nullopt;
 }
 
+const Choice* ChoiceSet::find(const std::string& text) const {
+  const auto name = resolve(text);
+  for (const auto& c : choices_) {
+    if (name && c.name == *name) return &c;
+  }
+  return nullptr;
+}
+
 std::string ChoiceSet::list() const {
   std::string out;
   for (const auto& c : choices_) out += (out.empty() ? "" : ", ") + c.name;

@@ -43,11 +43,18 @@ enum class Text { Any, NonEmpty, Name };
 
 // One value of a closed set, with a line of help and other spellings it accepts.
 struct Choice {
-  Choice(std::string name, std::string help = "", std::vector<std::string> aliases = {})
-      : name(std::move(name)), help(std::move(help)), aliases(std::move(aliases)) {}
+  Choice(std::string name, std::string help = "", std::vector<std::string> aliases = {},
+         std::vector<std::string> sections = {})
+      : name(std::move(name)),
+        help(std::move(help)),
+        aliases(std::move(aliases)),
+        sections(std::move(sections)) {}
   std::string name;
   std::string help;
   std::vector<std::string> aliases;
+  // The option sections beside the choice that apply when it is chosen (a strategy's
+  // parallel.<section>.*); the others must be left out.
+  std::vector<std::string> sections;
 };
 
 // A closed set of names. Matching ignores case and accepts aliases, and a match stands for the
@@ -64,6 +71,8 @@ class ChoiceSet {
   bool empty() const { return choices_.empty(); }
   // The canonical name `text` stands for, or nothing.
   std::optional<std::string> resolve(const std::string& text) const;
+  // The choice `text` stands for, or null.
+  const Choice* find(const std::string& text) const;
   // "sgd, adam, adamw, lbfgs"
   std::string list() const;
 

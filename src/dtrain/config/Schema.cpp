@@ -99,13 +99,16 @@ void describe_parallel(OptionVisitor& v, ParallelConfig& p) {
   v.number("timeout_s", p.timeout_s, kPositive);
   v.integer("poll_wait_us", p.poll_wait_us, at_least(0));
   v.integer("gloo_threads", p.gloo_threads, at_least(1));
-  // Each strategy's own section; only the chosen strategy's applies (read after `strategy`).
+  // Each strategy's own section; only those the chosen strategy reads apply (read after `strategy`).
+  const Choice* chosen = registered(kStrategyKey).find(p.strategy);
   for (const auto& name : p.options.names()) {
+    const bool used =
+        chosen && std::find(chosen->sections.begin(), chosen->sections.end(), name) != chosen->sections.end();
     const std::string unused = "options of strategy " + name + ", but parallel.strategy is " + p.strategy +
                                "; remove the section (on the command line: parallel." + name +
                                "=null) or set parallel.strategy: " + name;
     v.section(
-        name.c_str(), [&] { p.options.at(name).describe(v); }, name == p.strategy ? nullptr : unused.c_str());
+        name.c_str(), [&] { p.options.at(name).describe(v); }, used ? nullptr : unused.c_str());
   }
 }
 

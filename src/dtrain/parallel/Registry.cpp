@@ -26,7 +26,9 @@ Strategies& strategies() {
 }  // namespace
 
 bool register_strategy(StrategyInfo info) {
-  config::register_choice(config::kStrategyKey, config::Choice{info.name, info.help, {}});
+  std::vector<std::string> sections;
+  if (!info.options_section.empty()) sections.push_back(info.options_section);
+  config::register_choice(config::kStrategyKey, config::Choice{info.name, info.help, info.aliases, sections});
   auto& s = strategies();
   std::lock_guard<std::mutex> lock(s.mutex);
   s.list.push_back(std::move(info));

@@ -23,6 +23,11 @@ struct StrategyInfo {
   // Refuses to run without a communicator (a world of one still communicates nothing).
   bool needs_communicator = true;
   std::function<std::unique_ptr<Strategy>(StrategyContext)> create;
+  // The option section it reads, parallel.<options_section>.*: its own when it registers one, or
+  // another strategy's (rankdad reads dad's); empty for none.
+  std::string options_section{};
+  // Other names it answers to (seed 000's "dsgd" for data_parallel).
+  std::vector<std::string> aliases{};
 };
 
 // Registers a strategy without options of its own; returns true, for a static initialiser.
@@ -35,6 +40,7 @@ template <class Options>
 bool register_strategy(StrategyInfo info, Options defaults,
                        void (*describe)(config::OptionVisitor&, Options&)) {
   config::register_section("parallel", info.name, std::move(defaults), describe);
+  info.options_section = info.name;
   return register_strategy(std::move(info));
 }
 

@@ -37,6 +37,18 @@ struct StrategyContext {
   config::ParallelConfig parallel;
 };
 
+// Where one step's wall time went on this rank (seed 000's batch timer). Forward and backward are
+// computation; communication is time blocked waiting for this strategy's collectives (what overlaps
+// with computation is not counted twice); update is the optimizer step and whatever the strategy
+// computes from what it received (e.g. dAD rebuilding gradients).
+struct StepTiming {
+  double forward = 0.0;
+  double backward = 0.0;
+  double communication = 0.0;
+  double update = 0.0;
+  double total() const { return forward + backward + communication + update; }
+};
+
 struct StepResult {
   // Mean loss over the whole step's batch: this rank's batch for `local`, the global batch (mean
   // over ranks) for strategies that synchronise. From the last closure evaluation when the
@@ -48,6 +60,9 @@ struct StepResult {
   std::int64_t samples = 0;        // this rank's samples in the step
   double compute_seconds = 0.0;    // wall time of the step not spent blocked on communication
   double comm_wait_seconds = 0.0;  // blocked on this strategy's communication
+  StepTiming timing;
+  // Bytes this rank put on the wire for the step under the algorithms the backend actually ran.
+  std::uint64_t bytes_sent = 0;
 };
 
 // A model the trainer evaluates: the model itself for most strategies; for decentralized training

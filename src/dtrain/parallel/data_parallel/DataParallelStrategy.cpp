@@ -88,7 +88,8 @@ DTRAIN_REGISTER_STRATEGY(
                  /*exact=*/true, /*needs_communicator=*/true,
                  [](StrategyContext c) -> std::unique_ptr<Strategy> {
                    return std::make_unique<DataParallelStrategy>(std::move(c));
-                 }},
+                 },
+                 /*options_section=*/"", /*aliases=*/{"dsgd", "ddp"}},
     DataParallelStrategyOptions{}, describe_options);
 
 }  // namespace dtrain::parallel
