@@ -32,6 +32,10 @@ const std::vector<Row>& rows() {
       {"data_parallel", {}, {2, 3, 4}, {"mlp", "lenet5"}},
       // A bucket per parameter: buckets complete out of order and must launch in order.
       {"data_parallel", {"parallel.data_parallel.bucket_mb=0.001"}, {3}, {"lenet5"}},
+      // Linear layers through dAD, the convolutions (lenet5) through the buckets.
+      {"dad", {}, {2, 3}, {"mlp", "lenet5"}},
+      // Every layer as the cheapest of its gradient and dAD.
+      {"dad", {"parallel.dad.auto=true"}, {2}, {"mlp"}},
   };
   return table;
 }

@@ -111,6 +111,8 @@ nlohmann::json results_json(const config::RunConfig& cfg, const train::Trainer& 
   if (!r.final_others.empty()) {
     for (const auto& [name, m] : r.final_others) j["final_by_model"][name] = metrics_json(m);
   }
+  j["strategy_notes"] = nlohmann::json::object();
+  for (const auto& [name, note] : r.strategy_notes) j["strategy_notes"][name] = note;
   j["strategy_metrics"] = nlohmann::json::object();
   for (const auto& [name, value] : r.final_strategy_metrics) j["strategy_metrics"][name] = value;
   j["samples_per_second"] = r.samples_per_second;

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "dtrain/models/Architectures.h"
+#include "dtrain/models/Linear.h"
 
 namespace dtrain::models::detail {
 
@@ -134,7 +135,7 @@ NetworkPtr build_resnet(const config::ModelConfig& config, const InputSpec& inpu
   layers->push_back(torch::nn::AdaptiveAvgPool2d(torch::nn::AdaptiveAvgPool2dOptions(1)));
   layers->push_back(torch::nn::Flatten());
   if (config.dropout > 0.0) layers->push_back(torch::nn::Dropout(config.dropout));
-  layers->push_back(torch::nn::Linear(in, input.num_classes));
+  layers->push_back(Linear(in, input.num_classes));
   auto network = std::make_shared<Network>(kind, layers);
   initialise(*network);
   return network;

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "dtrain/models/Architectures.h"
+#include "dtrain/models/Linear.h"
 
 namespace dtrain::models::detail {
 
@@ -57,14 +58,14 @@ NetworkPtr build_mlp(const config::ModelConfig& config, const InputSpec& input) 
       throw std::invalid_argument(fmt::format(
           "model.hidden: expected positive layer widths, found {}; e.g. model.hidden: [256, 128]", hidden));
     }
-    layers->push_back(torch::nn::Linear(width, hidden));
+    layers->push_back(Linear(width, hidden));
     layers->push_back(activation_by_name(config.activation));
     width = hidden;
   }
   // Validate the activation even for a network without hidden layers (a linear model).
   if (config.hidden.empty()) activation_by_name(config.activation);
   if (config.dropout > 0.0) layers->push_back(torch::nn::Dropout(config.dropout));
-  layers->push_back(torch::nn::Linear(width, input.num_classes));
+  layers->push_back(Linear(width, input.num_classes));
   return std::make_shared<Network>("mlp", layers);
 }
 
@@ -76,16 +77,16 @@ NetworkPtr build_mnistnet(const config::ModelConfig& config, const InputSpec& in
   require_classes("mnistnet", input);
   torch::nn::Sequential layers;
   layers->push_back(torch::nn::Flatten());
-  layers->push_back(torch::nn::Linear(flat_size(input), 2048));
+  layers->push_back(Linear(flat_size(input), 2048));
   layers->push_back(torch::nn::ReLU());
   std::int64_t width = 2048;
   for (std::int64_t next : {1024, 512, 256}) {
-    layers->push_back(torch::nn::Linear(width, next));
+    layers->push_back(Linear(width, next));
     layers->push_back(torch::nn::BatchNorm1d(next));
     layers->push_back(torch::nn::ReLU());
     width = next;
   }
-  layers->push_back(torch::nn::Linear(width, input.num_classes));
+  layers->push_back(Linear(width, input.num_classes));
   layers->push_back(torch::nn::LogSoftmax(torch::nn::LogSoftmaxOptions(1)));
   return std::make_shared<Network>("mnistnet", layers);
 }
@@ -117,12 +118,12 @@ NetworkPtr build_lenet5(const config::ModelConfig& config, const InputSpec& inpu
   layers->push_back(torch::nn::ReLU());
   layers->push_back(torch::nn::MaxPool2d(torch::nn::MaxPool2dOptions(2)));
   layers->push_back(torch::nn::Flatten());
-  layers->push_back(torch::nn::Linear(16 * out_h * out_w, 120));
+  layers->push_back(Linear(16 * out_h * out_w, 120));
   layers->push_back(torch::nn::ReLU());
-  layers->push_back(torch::nn::Linear(120, 84));
+  layers->push_back(Linear(120, 84));
   layers->push_back(torch::nn::ReLU());
   if (config.dropout > 0.0) layers->push_back(torch::nn::Dropout(config.dropout));
-  layers->push_back(torch::nn::Linear(84, input.num_classes));
+  layers->push_back(Linear(84, input.num_classes));
   auto network = std::make_shared<Network>("lenet5", layers);
   network->set_channels_last_on_cpu(true);
   return network;

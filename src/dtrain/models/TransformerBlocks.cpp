@@ -20,8 +20,8 @@ torch::Tensor small_normal(torch::IntArrayRef shape) {
 
 SelfAttentionImpl::SelfAttentionImpl(const AttentionOptions& options) : options_(options) {
   TORCH_INTERNAL_ASSERT(options.heads > 0 && options.dim % options.heads == 0);
-  qkv_ = register_module("qkv", torch::nn::Linear(options.dim, 3 * options.dim));
-  projection_ = register_module("projection", torch::nn::Linear(options.dim, options.dim));
+  qkv_ = register_module("qkv", Linear(options.dim, 3 * options.dim));
+  projection_ = register_module("projection", Linear(options.dim, options.dim));
   attention_dropout_ = register_module("attention_dropout", torch::nn::Dropout(options.dropout));
 }
 
@@ -49,8 +49,8 @@ EncoderBlockImpl::EncoderBlockImpl(const AttentionOptions& options) {
   norm1_ = register_module("norm1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({options.dim})));
   attention_ = register_module("attention", SelfAttention(options));
   norm2_ = register_module("norm2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({options.dim})));
-  fc1_ = register_module("fc1", torch::nn::Linear(options.dim, options.mlp_hidden));
-  fc2_ = register_module("fc2", torch::nn::Linear(options.mlp_hidden, options.dim));
+  fc1_ = register_module("fc1", Linear(options.dim, options.mlp_hidden));
+  fc2_ = register_module("fc2", Linear(options.mlp_hidden, options.dim));
   dropout_ = register_module("dropout", torch::nn::Dropout(options.dropout));
 }
 
@@ -65,7 +65,7 @@ PatchEmbeddingImpl::PatchEmbeddingImpl(std::int64_t channels, std::int64_t heigh
     : patch_(patch) {
   TORCH_INTERNAL_ASSERT(patch > 0 && height % patch == 0 && width % patch == 0);
   const auto patches = (height / patch) * (width / patch);
-  projection_ = register_module("projection", torch::nn::Linear(channels * patch * patch, dim));
+  projection_ = register_module("projection", Linear(channels * patch * patch, dim));
   class_token_ = register_parameter("class_token", small_normal({1, 1, dim}));
   position_ = register_parameter("position", small_normal({1, patches + 1, dim}));
   dropout_ = register_module("dropout", torch::nn::Dropout(dropout));
@@ -93,7 +93,7 @@ torch::Tensor PatchEmbeddingImpl::forward(torch::Tensor images) {
 
 RowEmbeddingImpl::RowEmbeddingImpl(std::int64_t channels, std::int64_t height, std::int64_t width,
                                    std::int64_t dim, double dropout) {
-  projection_ = register_module("projection", torch::nn::Linear(channels * width, dim));
+  projection_ = register_module("projection", Linear(channels * width, dim));
   position_ = register_parameter("position", small_normal({1, height, dim}));
   dropout_ = register_module("dropout", torch::nn::Dropout(dropout));
 }
@@ -136,7 +136,7 @@ torch::Tensor TokenEmbeddingImpl::forward(torch::Tensor tokens) {
 ClassifierHeadImpl::ClassifierHeadImpl(std::int64_t dim, std::int64_t classes, Pooling pooling)
     : pooling_(pooling) {
   norm_ = register_module("norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({dim})));
-  fc_ = register_module("fc", torch::nn::Linear(dim, classes));
+  fc_ = register_module("fc", Linear(dim, classes));
 }
 
 torch::Tensor ClassifierHeadImpl::forward(torch::Tensor x) {
@@ -147,7 +147,7 @@ torch::Tensor ClassifierHeadImpl::forward(torch::Tensor x) {
 
 LanguageModelHeadImpl::LanguageModelHeadImpl(std::int64_t dim, std::int64_t vocab_size) {
   norm_ = register_module("norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({dim})));
-  fc_ = register_module("fc", torch::nn::Linear(dim, vocab_size));
+  fc_ = register_module("fc", Linear(dim, vocab_size));
 }
 
 torch::Tensor LanguageModelHeadImpl::forward(torch::Tensor x) {

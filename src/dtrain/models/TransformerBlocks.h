@@ -11,6 +11,8 @@
 
 #include <cstdint>
 
+#include "dtrain/models/Linear.h"
+
 namespace dtrain::models {
 
 struct AttentionOptions {
@@ -30,8 +32,8 @@ class SelfAttentionImpl : public torch::nn::Module {
 
  private:
   AttentionOptions options_;
-  torch::nn::Linear qkv_{nullptr};
-  torch::nn::Linear projection_{nullptr};
+  Linear qkv_{nullptr};
+  Linear projection_{nullptr};
   torch::nn::Dropout attention_dropout_{nullptr};
 };
 TORCH_MODULE(SelfAttention);
@@ -46,8 +48,8 @@ class EncoderBlockImpl : public torch::nn::Module {
   torch::nn::LayerNorm norm1_{nullptr};
   SelfAttention attention_{nullptr};
   torch::nn::LayerNorm norm2_{nullptr};
-  torch::nn::Linear fc1_{nullptr};
-  torch::nn::Linear fc2_{nullptr};
+  Linear fc1_{nullptr};
+  Linear fc2_{nullptr};
   torch::nn::Dropout dropout_{nullptr};
 };
 TORCH_MODULE(EncoderBlock);
@@ -62,7 +64,7 @@ class PatchEmbeddingImpl : public torch::nn::Module {
 
  private:
   std::int64_t patch_;
-  torch::nn::Linear projection_{nullptr};
+  Linear projection_{nullptr};
   torch::Tensor class_token_;
   torch::Tensor position_;
   torch::nn::Dropout dropout_{nullptr};
@@ -78,7 +80,7 @@ class RowEmbeddingImpl : public torch::nn::Module {
   torch::Tensor forward(torch::Tensor images);
 
  private:
-  torch::nn::Linear projection_{nullptr};
+  Linear projection_{nullptr};
   torch::Tensor position_;
   torch::nn::Dropout dropout_{nullptr};
 };
@@ -109,7 +111,7 @@ class ClassifierHeadImpl : public torch::nn::Module {
  private:
   Pooling pooling_;
   torch::nn::LayerNorm norm_{nullptr};
-  torch::nn::Linear fc_{nullptr};
+  Linear fc_{nullptr};
 };
 TORCH_MODULE(ClassifierHead);
 
@@ -121,7 +123,7 @@ class LanguageModelHeadImpl : public torch::nn::Module {
 
  private:
   torch::nn::LayerNorm norm_{nullptr};
-  torch::nn::Linear fc_{nullptr};
+  Linear fc_{nullptr};
 };
 TORCH_MODULE(LanguageModelHead);
 

@@ -114,6 +114,9 @@ class Strategy {
   // Figures of the strategy's own for the log (e.g. consensus error), by name. Collective where
   // they need communication: the trainer calls it on every rank at every evaluation.
   virtual std::map<std::string, double> metrics() { return {}; }
+  // Facts about how the strategy set itself up, for the log and results.json (e.g. dAD's choice
+  // per layer); settled after the first step.
+  virtual std::map<std::string, std::string> notes() const { return {}; }
 
  protected:
   Strategy() = default;

@@ -55,6 +55,7 @@ struct TrainResult {
   comm::CommStats comm;           // this rank's communication by the strategy (its own traffic only)
   std::map<std::string, EvalMetrics> final_others;       // see EvalEvent::others
   std::map<std::string, double> final_strategy_metrics;  // see EvalEvent::strategy_metrics
+  std::map<std::string, std::string> strategy_notes;     // Strategy::notes(): how it set itself up
   bool stopped_early = false;
   std::string stop_reason;
 };

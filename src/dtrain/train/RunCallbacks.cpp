@@ -41,6 +41,12 @@ void MetricsLog::on_train_begin(Trainer& trainer) {
 }
 
 void MetricsLog::on_step_end(Trainer& trainer, const StepEvent& e) {
+  // How the strategy set itself up is settled by its first step: logged once.
+  if (!notes_logged_ && logger_ && trainer.rank() == 0) {
+    for (const auto& [name, note] : trainer.strategy().notes())
+      logger_->info(fmt::format("{}: {}", name, note));
+    notes_logged_ = true;
+  }
   loss_sum_ += e.loss;
   seconds_ += e.step_seconds;
   compute_ += e.compute_seconds;

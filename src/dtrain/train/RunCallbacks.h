@@ -34,6 +34,7 @@ class MetricsLog final : public Callback {
   // The interval since the last logged step.
   double loss_sum_ = 0, seconds_ = 0, compute_ = 0, wait_ = 0;
   std::int64_t samples_ = 0, steps_ = 0;
+  bool notes_logged_ = false;
 };
 
 // The progress bar on rank 0's console.

@@ -252,6 +252,7 @@ TrainResult Trainer::fit() {
   result.final_strategy_metrics = last_eval_.strategy_metrics;
   result.samples_per_second = timed_seconds_ > 0 ? static_cast<double>(timed_samples_) / timed_seconds_ : 0.0;
   result.comm = strategy_->comm_stats();
+  result.strategy_notes = strategy_->notes();
   result.stopped_early = stop_requested_;
   result.stop_reason = stop_reason_;
   for (auto& c : callbacks_) c->on_train_end(*this, result);

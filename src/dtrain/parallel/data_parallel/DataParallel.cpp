@@ -107,7 +107,7 @@ struct GradientReadyHook final : torch::autograd::FunctionPostHook {
 }  // namespace
 
 void DataParallel::Impl::build_buckets() {
-  auto layout = detail::build_buckets(*module, options.bucket_mb, options.compression, kMaxCarriedValues);
+  auto layout = detail::build_buckets(*module, options, kMaxCarriedValues);
   params = std::move(layout.params);
   buckets = std::move(layout.buckets);
   carry_slots = layout.carry_slots;

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,9 @@ struct DataParallelOptions {
   // Check at construction that every rank has the same parameter and buffer names, shapes and
   // dtypes, and fail naming the first difference.
   bool check_same_module = true;
+  // Parameters (by dotted name) left out of the buckets: whoever excludes them synchronises their
+  // gradients itself (dAD rebuilds the Linear layers' weight gradients from shared activations).
+  std::set<std::string> exclude;
 };
 
 // Where the time of the last synchronised step went, for the trainer's compute/communication split.

@@ -21,16 +21,17 @@ torch::ScalarType wire_dtype(GradCompression compression) {
 // The slots of the trainable parameters in reverse registration order, which approximates the
 // order backward produces gradients in, so the first bucket completes first; and which slots
 // share a bucket.
-std::vector<std::vector<int>> plan_buckets(const torch::nn::Module& module, double bucket_mb,
+std::vector<std::vector<int>> plan_buckets(const torch::nn::Module& module,
+                                           const DataParallelOptions& options,
                                            std::vector<ParamSlot>& params) {
-  const double capacity = bucket_mb * 1024.0 * 1024.0;
+  const double capacity = options.bucket_mb * 1024.0 * 1024.0;
   const auto named = module.named_parameters(/*recurse=*/true);
   std::vector<std::vector<int>> members;
   double bytes = 0;
   for (auto it = named.end(); it != named.begin();) {
     --it;
     const auto& param = it->value();
-    if (!param.requires_grad()) continue;
+    if (!param.requires_grad() || options.exclude.count(it->key())) continue;
     const int index = static_cast<int>(params.size());
     ParamSlot slot;
     slot.name = it->key();
@@ -88,10 +89,11 @@ Bucket allocate_bucket(BucketLayout& layout, const std::vector<int>& members, bo
 
 }  // namespace
 
-BucketLayout build_buckets(const torch::nn::Module& module, double bucket_mb, GradCompression compression,
+BucketLayout build_buckets(const torch::nn::Module& module, const DataParallelOptions& options,
                            std::int64_t carry_slots) {
   BucketLayout layout;
-  const auto members = plan_buckets(module, bucket_mb, layout.params);
+  const auto compression = options.compression;
+  const auto members = plan_buckets(module, options, layout.params);
   torch::NoGradGuard no_grad;
   for (std::size_t b = 0; b < members.size(); ++b) {
     layout.buckets.push_back(

@@ -46,10 +46,10 @@ struct BucketLayout {
   bool carry_inline = false;
 };
 
-// Lays out `module`'s trainable parameters in buckets of at most `bucket_mb` megabytes and points
-// every parameter's grad() into its bucket (a gradient already present is copied in). With
-// compression, each bucket gets a 16-bit wire copy.
-BucketLayout build_buckets(const torch::nn::Module& module, double bucket_mb, GradCompression compression,
+// Lays out `module`'s trainable parameters, except options.exclude, in buckets of at most
+// options.bucket_mb megabytes and points every parameter's grad() into its bucket (a gradient
+// already present is copied in). With compression, each bucket gets a 16-bit wire copy.
+BucketLayout build_buckets(const torch::nn::Module& module, const DataParallelOptions& options,
                            std::int64_t carry_slots);
 
 // A tensor over `numel(sizes)` elements of `buffer` from `offset`, sharing its storage without

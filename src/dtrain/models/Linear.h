@@ -1,0 +1,35 @@
+// models::Linear: torch::nn::Linear with a tap, the forward hook LibTorch's C++ modules lack.
+// Every Linear layer of dtrain's models is one, so a strategy can see each layer's input and, by a
+// hook on the output, the gradient that flows back into it: what dAD and rank-dAD share instead
+// of the weight gradient (seed 000). Its parameters and their names are those of torch::nn::Linear.
+#pragma once
+
+#include <torch/nn/modules/linear.h>
+
+#include <functional>
+
+namespace dtrain::models {
+
+class LinearImpl : public torch::nn::LinearImpl {
+ public:
+  using torch::nn::LinearImpl::LinearImpl;
+
+  // Called after every forward with the input (..., in_features) and the output
+  // (..., out_features); the output is still in the autograd graph, so the tap may register a
+  // hook on it. Null: no tap.
+  using Tap = std::function<void(const torch::Tensor& input, const torch::Tensor& output)>;
+  void set_tap(Tap tap) { tap_ = std::move(tap); }
+  bool tapped() const { return static_cast<bool>(tap_); }
+
+  torch::Tensor forward(const torch::Tensor& input) {
+    auto output = torch::nn::LinearImpl::forward(input);
+    if (tap_) tap_(input, output);
+    return output;
+  }
+
+ private:
+  Tap tap_;
+};
+TORCH_MODULE(Linear);
+
+}  // namespace dtrain::models

@@ -1,0 +1,198 @@
+// The dAD / rank-dAD step: forward and backward with the taps recording every Linear layer and the
+// other parameters' buckets all-reducing during backward, finish(), then one exchange for all
+// Linear layers (DadExchange), then the same update on every rank.
+#include "dtrain/parallel/dad/DadStrategy.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include "dtrain/parallel/MicroBatches.h"
+#include "dtrain/parallel/ModuleSync.h"
+#include "dtrain/parallel/Registry.h"
+#include "dtrain/parallel/dad/LayerPlan.h"
+#include "dtrain/util/Clock.h"
+
+namespace dtrain::parallel {
+namespace {
+
+std::int64_t bucket_bytes(double megabytes) {
+  return static_cast<std::int64_t>(megabytes * 1024 * 1024);
+}
+
+// The largest of every rank's `values` (one small all-gather), so that all ranks plan alike.
+std::vector<std::int64_t> largest_over_ranks(comm::Communicator& comm,
+                                             const std::vector<std::int64_t>& values) {
+  auto local = torch::tensor(values, torch::kLong);
+  if (comm.size() > 1 && local.numel() > 0) {
+    auto all = torch::empty({comm.size() * local.numel()}, torch::kLong);
+    comm.allgather(local, all);
+    local = std::get<0>(all.view({comm.size(), local.numel()}).max(0));
+  }
+  return {local.data_ptr<std::int64_t>(), local.data_ptr<std::int64_t>() + local.numel()};
+}
+
+std::string describe_choice(LayerMethod chosen, const LayerShape& shape, int rank, int world,
+                            int element_size) {
+  auto bytes = [&](LayerMethod m) { return estimated_bytes(m, shape, rank, world, element_size); };
+  return fmt::format(
+      "{} ({} x {}, {} rows; bytes per step: gradient {:.0f}, dad {:.0f}, rankdad r={} {:.0f})",
+      to_string(chosen), shape.out_features, shape.in_features, shape.rows, bytes(LayerMethod::Gradient),
+      bytes(LayerMethod::Dad), rank, bytes(LayerMethod::RankDad));
+}
+
+}  // namespace
+
+void describe_options(config::OptionVisitor& v, DadOptions& o) {
+  v.integer("rank", o.rank, config::at_least(1));
+  v.integer("power_iterations", o.power_iterations, config::at_least(1));
+  v.number("tolerance", o.tolerance, config::kNonNegative);
+  v.boolean("auto", o.automatic);
+  v.number("bucket_mb", o.bucket_mb, config::kPositive);
+}
+
+DadStrategy::DadStrategy(StrategyContext context, Mode mode)
+    : ReplicaStrategy(std::move(context)),
+      mode_(mode),
+      options_(parallel_config().options.get<DadOptions>("dad")),
+      taps_(model()),
+      generator_(at::make_generator<at::CPUGeneratorImpl>(0x5eedULL + communicator()->rank())) {
+  const auto before = communicator()->stats();
+  verify_same_module(*communicator(), model());
+  broadcast_coalesced(*communicator(), module_state(model()), /*root=*/0, bucket_bytes(options_.bucket_mb));
+  count_own_communication(before);
+}
+
+void DadStrategy::plan(int accumulation_steps) {
+  auto& layers = taps_.layers();
+  std::vector<std::int64_t> rows;
+  for (const auto& layer : layers) rows.push_back(layer.rows() * accumulation_steps);
+  rows = largest_over_ranks(*communicator(), rows);
+  const int world = communicator()->size();
+  const int element_size = static_cast<int>(model().parameters().front().element_size());
+  const std::vector<LayerMethod> allowed =
+      mode_ == Mode::Dad
+          ? std::vector<LayerMethod>{LayerMethod::Gradient, LayerMethod::Dad}
+          : std::vector<LayerMethod>{LayerMethod::Gradient, LayerMethod::Dad, LayerMethod::RankDad};
+  const auto fixed = mode_ == Mode::Dad ? LayerMethod::Dad : LayerMethod::RankDad;
+  methods_.clear();
+  std::size_t i = 0;
+  for (auto& layer : layers) {
+    const LayerShape shape{layer.in_features, layer.out_features, rows[i++], layer.module->bias.defined()};
+    const auto method =
+        options_.automatic ? cheapest(allowed, shape, options_.rank, world, element_size) : fixed;
+    methods_.push_back(method);
+    notes_["dad/" + layer.name] = describe_choice(method, shape, options_.rank, world, element_size);
+    // A layer whose gradient travels whole needs nothing recorded.
+    if (method == LayerMethod::Gradient) layer.module->set_tap(nullptr);
+  }
+}
+
+void DadStrategy::build_reducer() {
+  DataParallelOptions reducer;
+  reducer.bucket_mb = options_.bucket_mb;
+  reducer.broadcast_initial_state = false;  // done at construction
+  reducer.check_same_module = false;
+  std::size_t i = 0;
+  for (const auto& layer : taps_.layers()) {
+    const auto method = methods_[i++];
+    if (method == LayerMethod::Gradient) continue;
+    reducer.exclude.insert(layer.name.empty() ? "weight" : layer.name + ".weight");
+    // dAD rebuilds the bias gradient from the gathered Δ; rank-dAD's travels in the buckets.
+    if (method == LayerMethod::Dad)
+      reducer.exclude.insert(layer.name.empty() ? "bias" : layer.name + ".bias");
+  }
+  dp_ = std::make_unique<DataParallel>(model_ptr(), communicator(), reducer);
+}
+
+std::vector<ExchangeLayer> DadStrategy::exchange_layers() {
+  std::vector<ExchangeLayer> out;
+  std::size_t i = 0;
+  for (auto& layer : taps_.layers()) {
+    const auto method = methods_[i++];
+    if (method != LayerMethod::Gradient) out.push_back({&layer, method});
+  }
+  return out;
+}
+
+StepResult DadStrategy::train_step(const data::Batch& batch) {
+  const auto start = util::Clock::now();
+  const auto before = communicator()->stats();
+  StepResult result;
+  result.samples = batch.size();
+  const int accumulation = parallel_config().accumulation_steps;
+  const PowerIterationOptions power{options_.rank, options_.power_iterations, options_.tolerance};
+  // BatchNorm statistics as data_parallel keeps them: rank 0's, before every step.
+  if (!model().buffers(/*recurse=*/true).empty()) {
+    const auto t0 = util::Clock::now();
+    broadcast_coalesced(*communicator(), model().buffers(/*recurse=*/true), 0,
+                        bucket_bytes(options_.bucket_mb));
+    result.timing.communication += util::seconds_since(t0);
+  }
+  auto network = model_ptr();
+  double forward_seconds = 0.0, closure_seconds = 0.0;
+  const ForwardFn forward = [&](const torch::Tensor& x) {
+    const auto t0 = util::Clock::now();
+    auto out = network->forward(x);
+    forward_seconds += util::seconds_since(t0);
+    return out;
+  };
+  optimizer().step([&]() -> torch::Tensor {
+    const auto closure_start = util::Clock::now();
+    optimizer().zero_grad();
+    taps_.clear();
+    auto step = forward_backward(forward, loss(), batch.inputs, batch.targets, accumulation,
+                                 [&](int, bool last, const torch::Tensor& loss_so_far) {
+                                   if (!dp_) {
+                                     plan(accumulation);
+                                     build_reducer();
+                                   }
+                                   dp_->set_sync(last);
+                                   if (last) dp_->carry_values(loss_so_far);
+                                 });
+    dp_->finish();
+    const double waited = dp_->last_sync_timing().finish_wait_seconds;
+    last_exchange_ = exchange_and_rebuild(communicator().get(), exchange_layers(), power, generator_);
+    result.timing.communication += waited + last_exchange_.communication;
+    result.timing.update += last_exchange_.compute;
+    result.timing.backward +=
+        util::seconds_since(closure_start) - waited - last_exchange_.communication - last_exchange_.compute;
+    auto global_loss = dp_->carried_values().reshape({});
+    result.outputs = step.outputs;
+    result.loss = global_loss.item<double>();
+    closure_seconds += util::seconds_since(closure_start);
+    return global_loss;
+  });
+  // The closure's compute less the forward passes is backward; what follows it is the update.
+  result.timing.forward = forward_seconds;
+  result.timing.backward = std::max(0.0, result.timing.backward - forward_seconds);
+  result.timing.update +=
+      std::max(0.0, util::seconds_since(start) - closure_seconds - result.timing.communication);
+  result.comm_wait_seconds = result.timing.communication;
+  result.compute_seconds = result.timing.forward + result.timing.backward + result.timing.update;
+  result.bytes_sent = comm::difference(communicator()->stats(), before).total().wire_bytes;
+  count_own_communication(before);
+  return result;
+}
+
+std::map<std::string, double> DadStrategy::metrics() {
+  std::map<std::string, double> out{
+      {"dad/layers_gradient", 0}, {"dad/layers_dad", 0}, {"dad/layers_rankdad", 0}};
+  for (const auto method : methods_) out["dad/layers_" + to_string(method)] += 1;
+  if (mode_ == Mode::RankDad) out["dad/mean_rank"] = last_exchange_.mean_rank;
+  return out;
+}
+
+DTRAIN_REGISTER_STRATEGY(
+    dad,
+    StrategyInfo{
+        "dad",
+        "distributed auto-differentiation: Linear layers share their inputs and output gradients, the "
+        "rest all-reduce in buckets (exact)",
+        /*exact=*/true, /*needs_communicator=*/true,
+        [](StrategyContext c) -> std::unique_ptr<Strategy> {
+          return std::make_unique<DadStrategy>(std::move(c), DadStrategy::Mode::Dad);
+        }},
+    DadOptions{}, describe_options);
+
+}  // namespace dtrain::parallel

@@ -1,0 +1,65 @@
+// The `dad` and `rankdad` strategies (seed 000; arXiv 2102.09631): every rank holds the whole
+// model, and for each Linear layer the ranks share what its weight gradient Δᵀ X is made of
+// instead of the gradient: the rows of X and Δ (dAD, exact), or a rank-r factorisation of this
+// rank's Δᵀ X (rank-dAD). Every other parameter (convolutions, norms, embeddings, and rank-dAD's
+// biases) goes through data_parallel's gradient buckets, overlapped with backward. With
+// parallel.dad.auto each layer sends whichever of these is cheapest (LayerPlan.h).
+#pragma once
+
+#include <ATen/core/Generator.h>
+
+#include <memory>
+#include <vector>
+
+#include "dtrain/parallel/ReplicaStrategy.h"
+#include "dtrain/parallel/dad/DadExchange.h"
+#include "dtrain/parallel/dad/LinearTaps.h"
+#include "dtrain/parallel/data_parallel/DataParallel.h"
+
+namespace dtrain::parallel {
+
+// parallel.dad.*, read by dad and rankdad.
+struct DadOptions {
+  int rank = 4;               // rank-dAD's components per layer at most
+  int power_iterations = 10;  // rank-dAD: power iterations per component at most
+  double tolerance = 1e-3;    // rank-dAD: a component stops moving at this (relative)
+  bool automatic = false;     // "auto": per layer the cheapest of gradient, dAD (and rank-dAD)
+  double bucket_mb = 25.0;    // the buckets of every other parameter
+};
+
+void describe_options(config::OptionVisitor& visitor, DadOptions& options);
+
+class DadStrategy final : public ReplicaStrategy {
+ public:
+  enum class Mode { Dad, RankDad };
+
+  // Collective: checks the ranks' models agree and broadcasts rank 0's weights.
+  DadStrategy(StrategyContext context, Mode mode);
+
+  std::string name() const override { return mode_ == Mode::Dad ? "dad" : "rankdad"; }
+  StepResult train_step(const data::Batch& batch) override;
+  // dad/layers_<method>: Linear layers per method; dad/mean_rank: rank-dAD's agreed rank in the
+  // last step, averaged over its layers.
+  std::map<std::string, double> metrics() override;
+  // dad/<layer>: the method chosen for each Linear layer, with the bytes it was expected to cost.
+  std::map<std::string, std::string> notes() const override { return notes_; }
+
+  const std::vector<LayerMethod>& methods() const { return methods_; }
+
+ private:
+  // On the first step, after its first forward: each layer's method, agreed by every rank.
+  void plan(int accumulation_steps);
+  void build_reducer();
+  std::vector<ExchangeLayer> exchange_layers();
+
+  Mode mode_;
+  DadOptions options_;
+  LinearTaps taps_;
+  std::vector<LayerMethod> methods_;  // per tapped layer, once planned
+  std::unique_ptr<DataParallel> dp_;
+  at::Generator generator_;
+  ExchangeTiming last_exchange_;
+  std::map<std::string, std::string> notes_;
+};
+
+}  // namespace dtrain::parallel

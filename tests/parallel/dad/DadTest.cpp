@@ -1,0 +1,188 @@
+// dAD and rank-dAD: dad gives data_parallel's gradient (short last batches included) on mlp and a
+// small vit; rankdad at full rank gives dad's; parallel.dad.auto picks the predicted method per
+// layer; dAD sends N (d_in + d_out) values per Linear layer and rank-dAD r (d_in + d_out).
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "dtrain/config/RunConfigYaml.h"
+#include "dtrain/models/ModelFactory.h"
+#include "dtrain/parallel/Registry.h"
+#include "dtrain/parallel/dad/DadStrategy.h"
+#include "dtrain/parallel/dad/LayerPlan.h"
+#include "parallel/ParallelTestUtil.h"
+#include "support/ThreadWorld.h"
+
+namespace dtrain::parallel {
+namespace {
+
+// Small models; `overrides` come last and win.
+config::RunConfig config_with(const std::string& model, const std::vector<std::string>& overrides) {
+  std::vector<std::string> all{"model.name=" + model, "optim.name=sgd", "optim.lr=0.05",
+                               "optim.momentum=0.9"};
+  if (model == "vit")
+    all.insert(all.end(), {"model.patch=7", "model.dim=16", "model.depth=1", "model.heads=2"});
+  if (model == "mlp") all.push_back("model.hidden=[24]");
+  all.insert(all.end(), overrides.begin(), overrides.end());
+  return config::parse_run_config("", "<dad test>", all);
+}
+
+models::NetworkPtr build(const config::RunConfig& cfg, std::uint64_t seed,
+                         torch::Dtype dtype = torch::kFloat) {
+  torch::manual_seed(seed);
+  auto model = models::create_model(cfg.model, models::InputSpec::image(1, 28, 28, 10));
+  model->to(dtype);
+  return model;
+}
+
+std::unique_ptr<Strategy> make(const config::RunConfig& cfg, models::NetworkPtr model,
+                               comm::CommunicatorPtr comm) {
+  return create_strategy(StrategyContext{std::move(model), optim::optimizer_factory(cfg.optim),
+                                         optim::create_loss(cfg.optim.loss), std::move(comm), cfg.parallel});
+}
+
+// Per step and rank a batch; with `short_last`, the last rank's batch of the last step has 1 row.
+std::vector<std::vector<data::Batch>> batches(int steps, int world, bool short_last, torch::Dtype dtype,
+                                              int rows_per_rank = 4) {
+  torch::manual_seed(77);
+  std::vector<std::vector<data::Batch>> out(steps);
+  for (int s = 0; s < steps; ++s) {
+    for (int r = 0; r < world; ++r) {
+      const int rows = short_last && s + 1 == steps && r + 1 == world ? 1 : rows_per_rank;
+      out[s].push_back({torch::randn({rows, 1, 28, 28}).to(dtype), torch::randint(0, 10, {rows})});
+    }
+  }
+  return out;
+}
+
+// The parameters after `steps` steps of `strategy` on `world` ranks (gloo threads).
+std::vector<torch::Tensor> train(const config::RunConfig& cfg, int world,
+                                 const std::vector<std::vector<data::Batch>>& data, torch::Dtype dtype,
+                                 const std::string& backend = "gloo") {
+  std::vector<models::NetworkPtr> models;
+  for (int r = 0; r < world; ++r) models.push_back(build(cfg, 5 + r, dtype));
+  std::vector<std::vector<torch::Tensor>> ends(world);
+  dtrain::testing::run_world(
+      world,
+      [&](comm::CommunicatorPtr comm) {
+        auto strategy = make(cfg, models[comm->rank()], comm);
+        for (const auto& step : data) strategy->train_step(step[comm->rank()]);
+        for (const auto& entry : strategy->model_state()) ends[comm->rank()].push_back(entry.second.clone());
+      },
+      dtrain::testing::WorldOptions::on(backend));
+  for (int r = 1; r < world; ++r)
+    EXPECT_EQ(testing::max_relative_difference(ends[r], ends[0]), 0.0) << "rank " << r;
+  return ends[0];
+}
+
+struct DadCase {
+  std::string model;
+  int world;
+  bool short_last;
+};
+
+class DadEqualsDataParallel : public ::testing::TestWithParam<DadCase> {};
+
+TEST_P(DadEqualsDataParallel, AfterTwentySgdSteps) {
+  const auto& c = GetParam();
+  const auto data = batches(20, c.world, c.short_last, torch::kFloat);
+  const auto expected =
+      train(config_with(c.model, {"parallel.strategy=data_parallel"}), c.world, data, torch::kFloat);
+  const auto got = train(config_with(c.model, {"parallel.strategy=dad"}), c.world, data, torch::kFloat);
+  EXPECT_LE(testing::max_relative_difference(got, expected), 1e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, DadEqualsDataParallel,
+                         ::testing::Values(DadCase{"mlp", 2, false}, DadCase{"mlp", 3, true},
+                                           DadCase{"vit", 2, true}, DadCase{"vit", 3, false},
+                                           DadCase{"lenet5", 2, true}),
+                         [](const auto& info) {
+                           return info.param.model + "_" + std::to_string(info.param.world) + "ranks" +
+                                  (info.param.short_last ? "_short_last_batch" : "");
+                         });
+
+TEST(RankDad, AtFullRankEqualsDad) {
+  // Rank 64 is above every layer's rank (4 rows per rank); in float64 with converged iterations the
+  // factors rebuild Δᵀ X exactly.
+  const auto data = batches(5, 2, /*short_last=*/true, torch::kDouble);
+  const auto dad =
+      train(config_with("mlp", {"parallel.strategy=dad"}), 2, data, torch::kDouble, "in-process");
+  const auto full =
+      train(config_with("mlp", {"parallel.strategy=rankdad", "parallel.dad.rank=64",
+                                "parallel.dad.power_iterations=500", "parallel.dad.tolerance=1e-12"}),
+            2, data, torch::kDouble, "in-process");
+  EXPECT_LE(testing::max_relative_difference(full, dad), 1e-5);
+  // At rank 1 the mathematics changes: the parameters move elsewhere.
+  const auto low = train(config_with("mlp", {"parallel.strategy=rankdad", "parallel.dad.rank=1"}), 2, data,
+                         torch::kDouble, "in-process");
+  EXPECT_GT(testing::max_relative_difference(low, dad), 1e-3);
+}
+
+TEST(DadAuto, PicksTheMethodThatSendsFewestBytes) {
+  // 2 ranks, float32, 64 rows: a wide first layer is cheaper as rows (dAD) or factors, a two-class
+  // head as its gradient (2050 values against rank-dAD's 4 x 1026 + 2).
+  const LayerShape wide{784, 1024, 64, true};
+  const LayerShape head{1024, 2, 64, true};
+  EXPECT_DOUBLE_EQ(estimated_bytes(LayerMethod::Gradient, wide, 4, 2, 4), (784.0 * 1024 + 1024) * 4);
+  EXPECT_DOUBLE_EQ(estimated_bytes(LayerMethod::Dad, wide, 4, 2, 4), 64.0 * (784 + 1024) * 4);
+  EXPECT_DOUBLE_EQ(estimated_bytes(LayerMethod::RankDad, wide, 4, 2, 4), (4.0 * (784 + 1024) + 1024) * 4);
+  const std::vector<LayerMethod> exact{LayerMethod::Gradient, LayerMethod::Dad};
+  const std::vector<LayerMethod> any{LayerMethod::Gradient, LayerMethod::Dad, LayerMethod::RankDad};
+  EXPECT_EQ(cheapest(exact, wide, 4, 2, 4), LayerMethod::Dad);
+  EXPECT_EQ(cheapest(exact, head, 4, 2, 4), LayerMethod::Gradient);
+  EXPECT_EQ(cheapest(any, wide, 4, 2, 4), LayerMethod::RankDad);
+  EXPECT_EQ(cheapest(any, head, 4, 2, 4), LayerMethod::Gradient);
+  // Rows fewer than the rank: dAD is exact and no dearer, and wins the tie over rank-dAD.
+  EXPECT_EQ(cheapest(any, LayerShape{784, 1024, 2, false}, 4, 2, 4), LayerMethod::Dad);
+}
+
+TEST(DadAuto, ChoosesPerLayerOnTheFirstStepAndStaysExact) {
+  // mlp 784 -> 1024 -> 10 with 16 rows per rank: dAD for the first layer (16 x 1808 values against
+  // 803,840), the gradient for the head (10,250 against 16 x 1034).
+  auto cfg = config_with("mlp", {"parallel.strategy=dad", "parallel.dad.auto=true", "model.hidden=[1024]"});
+  const auto data = batches(3, 2, false, torch::kFloat, 16);
+  std::vector<models::NetworkPtr> models{build(cfg, 5), build(cfg, 6)};
+  std::vector<std::vector<LayerMethod>> methods(2);
+  std::vector<std::map<std::string, std::string>> notes(2);
+  dtrain::testing::run_world(2, [&](comm::CommunicatorPtr comm) {
+    auto strategy = make(cfg, models[comm->rank()], comm);
+    for (const auto& step : data) strategy->train_step(step[comm->rank()]);
+    methods[comm->rank()] = dynamic_cast<DadStrategy&>(*strategy).methods();
+    notes[comm->rank()] = strategy->notes();
+  });
+  const std::vector<LayerMethod> expected{LayerMethod::Dad, LayerMethod::Gradient};
+  EXPECT_EQ(methods[0], expected);
+  EXPECT_EQ(methods[1], expected);
+  ASSERT_EQ(notes[0].size(), 2u);
+  EXPECT_EQ(notes[0].begin()->second.rfind("dad (1024 x 784, 16 rows", 0), 0u) << notes[0].begin()->second;
+  // Both methods are exact: the parameters are data_parallel's.
+  const auto dp = train(config_with("mlp", {"parallel.strategy=data_parallel", "model.hidden=[1024]"}), 2,
+                        data, torch::kFloat);
+  EXPECT_LE(testing::max_relative_difference(train(cfg, 2, data, torch::kFloat), dp), 1e-5);
+}
+
+TEST(DadBytes, DadSendsNRowsAndRankDadRColumnsPerLayer) {
+  // mlp 784 -> 24 -> 10, 4 rows per rank, float32: dAD's all-gather carries 4 (784 + 24) + 4 (24 + 10)
+  // values per rank and step; rank-dAD at rank 2, 2 (784 + 24) + 2 (24 + 10).
+  for (const auto& [strategy, values] : std::vector<std::pair<std::string, std::int64_t>>{
+           {"dad", 4 * (784 + 24) + 4 * (24 + 10)}, {"rankdad", 2 * (784 + 24) + 2 * (24 + 10)}}) {
+    SCOPED_TRACE(strategy);
+    auto cfg = config_with("mlp", {"parallel.strategy=" + strategy, "parallel.dad.rank=2"});
+    const auto data = batches(3, 2, false, torch::kFloat);
+    std::vector<models::NetworkPtr> models{build(cfg, 5), build(cfg, 5)};
+    std::vector<comm::CommStats> stats(2);
+    dtrain::testing::run_world(2, [&](comm::CommunicatorPtr comm) {
+      auto s = make(cfg, models[comm->rank()], comm);
+      const auto before = s->comm_stats();
+      for (const auto& step : data) s->train_step(step[comm->rank()]);
+      stats[comm->rank()] = comm::difference(s->comm_stats(), before);
+    });
+    // Per step one all-gather of the 2 layers' counts (int64) and one of the values (float32); on the
+    // first step one more of the 2 layers' rows, which fixes the plan. An all-gather's payload is
+    // its output, the world's share.
+    EXPECT_EQ(stats[0].ops.at("allgather").calls, 2u * 3 + 1);
+    EXPECT_EQ(stats[0].ops.at("allgather").bytes, 2u * (3 * (2 * 8 + values * 4) + 2 * 8));
+  }
+}
+
+}  // namespace
+}  // namespace dtrain::parallel
