@@ -29,6 +29,7 @@
 # adds D with netem to what each host sends: one way D, round trip 2*D. A limit the kernel cannot apply
 # (no sch_tbf or sch_netem) is an error, never ignored.
 set -euo pipefail
+shopt -s inherit_errexit  # a failure inside $(...) ends the script too
 
 SELF=$(readlink -f "${BASH_SOURCE[0]}")
 STATE_ROOT=/run/dtrain-netns
