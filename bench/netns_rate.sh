@@ -86,10 +86,10 @@ measure_comm() {  # rate backend
   bench/netns.sh run 2 $(limit_args "$rate") --timeout 300 --log-dir "$work/$backend" -- sh -c '
     if [ '"$backend"' = gloo ]; then
       exec $DTRAIN launch --nnodes 2 --node-rank "$HOST_INDEX" --nproc-per-node 1 --threads 1 \
-        --master-addr "$MASTER_ADDR" --master-port 29500 -- '"$bench"'
+        --master-addr "$MASTER_ADDR" --master-port 29500 --log-dir "'"$work/$backend"'/ranks-h$HOST_INDEX" -- '"$bench"'
     elif [ "$HOST_INDEX" = 0 ]; then
       OMPI_MCA_orte_default_dash_host=$(paste -sd, "$DTRAIN_NETNS_HOSTFILE") \
-        exec $DTRAIN launch --backend mpi --nproc-per-node 2 --threads 1 -- '"$bench"'
+        exec $DTRAIN launch --backend mpi --nproc-per-node 2 --threads 1 --log-dir "'"$work/$backend"'/ranks" -- '"$bench"'
     fi' 2>"$work/netns.err" || failed "$backend"
   grep -h '^{"op"' "$work/$backend/h0.log" | tail -n 1 |
     $PY -c "import json, sys; r = json.load(sys.stdin); print(json.dumps({'rate': '$rate', 'what': '$backend',

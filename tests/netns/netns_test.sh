@@ -101,6 +101,9 @@ test_training() {  # backend
   if ! "$DTRAIN" info | grep -q "^backends .*\b$backend\b"; then
     skip "this dtrain was built without the $backend backend ($("$DTRAIN" info | grep '^backends'))"
   fi
+  if ! compgen -G "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte*" >/dev/null; then
+    skip "Fashion-MNIST is not installed (the quickstart's data set); install dataset-fashion-mnist"
+  fi
   train_reference "$backend" "$work/one-host"
   echo "one host, 4 ranks ($backend): $(md5sum <"$work/one-host/model.pt" | cut -c1-32)"
 
