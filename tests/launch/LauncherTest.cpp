@@ -517,6 +517,35 @@ TEST_F(LauncherTest, FailureOnAnotherNodeStopsThisNodesWorkers) {
   EXPECT_NE(read_file(dir_ / "node1-logs" / "rank_1.log").find("boom"), std::string::npos);
 }
 
+// Node 0's workers finish first; node 1's are still running when they do. Node 0's launcher waits
+// for node 1 before its store goes (Note [Exit barrier]), so node 1 does not take the store's end
+// for a failure on node 0, and both nodes succeed.
+TEST_F(LauncherTest, NodeFinishingAfterNodeZeroStillSucceeds) {
+  const int port = free_port();
+  // Node 1's launcher runs with this process's environment, which has no TEST_DIR.
+  const std::string started = (dir_ / "started_1").string();
+  auto o = options(1, "if [ \"$RANK\" = 1 ]; then touch " + started + "; sleep 1; exit 0; fi; while [ ! -e " +
+                          started + " ]; do sleep 0.01; done; exit 0");
+  o.nnodes = 2;
+  o.master_port = port;
+  const std::string node1 = std::string(DTRAIN_LAUNCH_NODE) + " 1 2 " + std::to_string(port) + " " +
+                            (dir_ / "node1-logs").string() + " -- /bin/sh -c '" + o.command[2] + "' > " +
+                            (dir_ / "node1.out").string() + " 2>&1";
+  int node1_status = -1;
+  std::thread other_node([&] {
+    const auto deadline = Clock::now() + std::chrono::seconds(60);
+    while (launcher_stderr().find("rendezvous store at") == std::string::npos && Clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    node1_status = std::system(node1.c_str());
+  });
+  const LaunchResult result = launch(o);
+  other_node.join();
+  EXPECT_EQ(result.exit_code, 0) << result.failure << launcher_stderr();
+  ASSERT_TRUE(WIFEXITED(node1_status)) << read_file(dir_ / "node1.out");
+  EXPECT_EQ(WEXITSTATUS(node1_status), 0) << read_file(dir_ / "node1.out");
+}
+
 // The same worker under PyTorch's own launcher: dtrain workers are torchrun-compatible.
 TEST_F(LauncherTest, TorchrunStartsTheSameWorker) {
   const char* python = "/usr/bin/python3";

@@ -12,10 +12,12 @@
 #include <filesystem>
 #include <memory>
 #include <stdexcept>
+#include <thread>
 
 #include "dtrain/launch/Attempt.h"
 #include "dtrain/launch/Job.h"
 #include "dtrain/launch/WorkerEnvironment.h"
+#include "dtrain/util/Clock.h"
 
 namespace dtrain::launch {
 namespace {
@@ -112,7 +114,10 @@ class Launcher {
       result.failed_rank = outcome.failed_rank;
       result.failure = outcome.failure;
       result.signal = outcome.signal;
-      if (outcome.succeeded) return result;
+      if (outcome.succeeded) {
+        exit_barrier(attempt);
+        return result;
+      }
       if (!outcome.signal) diagnostics_.write(outcome.failure);
       if (outcome.signal || !outcome.retryable || attempt >= max_restarts) return result;
       diagnostics_.write(fmt::format("dtrain launch: restarting all workers (restart {} of {})\n",
@@ -142,6 +147,42 @@ class Launcher {
     if (options.node_rank == 0) {
       diagnostics_.write(
           fmt::format("dtrain launch: rendezvous store at {}:{}\n", options.master_addr, job_.store->port()));
+    }
+  }
+
+  // Note [Exit barrier]
+  // Node 0 hosts the store, and the other nodes' launchers take its end for the end of the job:
+  // a failure on node 0 (NodeStore::failure). So node 0 must not leave while another node's
+  // workers still run, or a node whose workers are only slower to exit than node 0's would stop
+  // them and fail a job that succeeded. As torchrun's agents do, every node whose workers all
+  // succeeded says so in the store, and node 0 waits for every node before it returns: until a
+  // failure is announced (that node reports it), a signal, or the rendezvous timeout.
+  void exit_barrier(int attempt) {
+    NodeStore* store = job_.store.get();
+    if (store == nullptr || !store->shared()) return;
+    const LaunchOptions& options = job_.options;
+    try {
+      store->announce_done(attempt, options.node_rank);
+      if (options.node_rank != 0) return;
+      const auto deadline = util::Clock::now() + options.rendezvous_timeout;
+      while (!store->all_done(attempt, options.nnodes)) {
+        if (const auto peer = store->failure(attempt)) {
+          diagnostics_.write(fmt::format(
+              "dtrain launch: rank {} on another node failed with exit code {} after this node's workers "
+              "finished\n",
+              peer->rank, peer->exit_code));
+          return;
+        }
+        if (job_.signals.take() != 0 || util::Clock::now() >= deadline) {
+          diagnostics_.write(
+              "dtrain launch: this node's workers finished; not waiting for the other nodes\n");
+          return;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    } catch (const std::exception& e) {
+      diagnostics_.write(
+          fmt::format("dtrain launch: could not wait for the other nodes to finish: {}\n", e.what()));
     }
   }
 

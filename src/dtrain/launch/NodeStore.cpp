@@ -6,12 +6,17 @@
 
 #include <cstdio>
 #include <stdexcept>
+#include <vector>
 
 namespace dtrain::launch {
 namespace {
 
 std::string failure_key(int attempt) {
   return fmt::format("/dtrain_launch/attempt_{}/failure", attempt);
+}
+
+std::string done_key(int attempt, int node_rank) {
+  return fmt::format("/dtrain_launch/attempt_{}/done_{}", attempt, node_rank);
 }
 
 }  // namespace
@@ -49,6 +54,16 @@ std::optional<NodeFailure> NodeStore::failure(int attempt) {
     // Node 0's launcher is gone: its workers, and so this job, are gone with it.
     return NodeFailure{};
   }
+}
+
+void NodeStore::announce_done(int attempt, int node_rank) {
+  client_->set(done_key(attempt, node_rank), "1");
+}
+
+bool NodeStore::all_done(int attempt, int nnodes) {
+  std::vector<std::string> keys;
+  for (int node = 0; node < nnodes; ++node) keys.push_back(done_key(attempt, node));
+  return client_->check(keys);
 }
 
 }  // namespace dtrain::launch

@@ -39,6 +39,12 @@ class NodeStore {
   // and with it the job: that is a failure of an unknown rank.
   std::optional<NodeFailure> failure(int attempt);
 
+  // The exit barrier, see Note [Exit barrier]: this node's workers of `attempt` all succeeded;
+  // and whether every one of `nnodes` nodes has said so. Throw std::runtime_error when the store
+  // cannot be reached.
+  void announce_done(int attempt, int node_rank);
+  bool all_done(int attempt, int nnodes);
+
  private:
   std::unique_ptr<comm::StoreServer> server_;
   std::unique_ptr<comm::StoreClient> client_;

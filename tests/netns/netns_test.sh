@@ -1,0 +1,178 @@
+#!/usr/bin/env bash
+# Several hosts on one machine (bench/netns.sh), end to end. Modes:
+#   gloo     2 hosts x 2 ranks, `dtrain launch --nnodes 2 --node-rank i` in each host's namespace
+#   mpi      2 hosts x 2 ranks, `dtrain launch --backend mpi` (mpirun) in host 0, which starts host 1's
+#            ranks through netns.sh's launch agent (`ip netns exec`, in place of ssh)
+#   cleanup  an instance interrupted by SIGTERM, and one whose host fails, leave nothing behind
+# gloo and mpi train the quickstart config briefly (mlp, 20 steps, 1 Gbit/s links) and require the
+# final weights (model.pt) to equal, byte for byte, those of one host running 4 ranks of the same
+# backend: rank r gets the same data shard and the all-reduce the same reduction order wherever it
+# runs, and every worker has one intra-op thread. They also require that at least one gradient's
+# worth per step crossed the link in each direction, so the hosts really were apart.
+# Exits 77 (CTest's SKIP_RETURN_CODE) with the reason where namespaces cannot be made.
+#   tests/netns/netns_test.sh gloo|mpi|cleanup DTRAIN SOURCE_DIR
+set -euo pipefail
+MODE=${1:?mode: gloo, mpi or cleanup}
+DTRAIN=$(readlink -f "${2:?path of the dtrain binary}")
+cd "${3:?the source directory}"
+NETNS=$PWD/bench/netns.sh
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+STEPS=20
+OVERRIDES=(model.name=mlp "train.max_steps=$STEPS" data.subset_size=2560 data.test_subset_size=500
+  train.checkpoint_every_epochs=0 train.log_every_steps=10)
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/dtrain-netns-test-XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+fail() {
+  echo "FAIL: $*" >&2
+  exit 1
+}
+skip() {
+  echo "SKIPPED: $*" >&2
+  exit 77
+}
+
+# The instance id a netns.sh run printed, and a check that none of it is left.
+instance_of() { sed -n 's/^netns.sh: \(dtrain-[0-9]*\): .*/\1/p' "$1" | head -n 1 | grep .; }
+check_removed() {  # id
+  local left
+  [[ $1 =~ ^dtrain-[0-9]+$ ]] || fail "not an instance id: '$1'"
+  left=$(ip netns list | awk '{print $1}' | grep "^$1-" || true)
+  [ -z "$left" ] || fail "$1: namespaces left behind: $left"
+  ! compgen -G "/etc/netns/$1-*" >/dev/null || fail "$1: /etc/netns/$1-* left behind"
+  [ ! -e "/run/dtrain-netns/$1" ] || fail "$1: /run/dtrain-netns/$1 left behind"
+  echo "$1: nothing left (no namespace, veth, bridge, /etc/netns or state)"
+}
+
+# Namespaces and a tbf rate limit can be made, or the test is skipped (not failed).
+RATE=(--rate 1gbit)
+probe() {
+  local id
+  [ "$(id -u)" -eq 0 ] || skip "needs root to create network namespaces (ip netns add)"
+  command -v ip >/dev/null || skip "no 'ip' command (iproute2)"
+  if ! id=$("$NETNS" up 1 2>"$work/probe.err"); then
+    skip "network namespaces cannot be made here: $(grep -v '^netns.sh: dtrain' "$work/probe.err" | head -n 3)"
+  fi
+  "$NETNS" down "$id" 2>/dev/null
+  if ! id=$("$NETNS" up 1 --rate 1gbit 2>"$work/probe.err"); then
+    echo "NOTE: tc tbf is unavailable here ($(tail -n 1 "$work/probe.err")); the hosts' links are unlimited" >&2
+    RATE=()
+  else
+    "$NETNS" down "$id" 2>/dev/null
+  fi
+}
+
+train_reference() {  # backend dir: one host, four ranks, in this namespace over loopback
+  local backend=$1 dir=$2
+  "$DTRAIN" launch --backend "$backend" --nproc-per-node 4 --threads 1 --log-dir "$dir.logs" -- \
+    "$DTRAIN" train configs/quickstart.yaml "${OVERRIDES[@]}" "parallel.backend=$backend" --run-dir "$dir" \
+    >"$dir.out" 2>"$dir.err" || { tail -n 30 "$dir.err"; fail "the one-host $backend run failed"; }
+}
+
+# What each host runs (netns.sh run sets HOST_INDEX, MASTER_ADDR, DTRAIN_NETNS_HOSTFILE). Host 0
+# reports what crossed its link: its eth0's byte counters after the job.
+write_host_job() {
+  cat >"$work/host_job.sh" <<'EOF'
+#!/bin/sh
+# host_job.sh BACKEND DTRAIN RUN_DIR OVERRIDES...
+set -e
+backend=$1 dtrain=$2 run_dir=$3
+shift 3
+if [ "$backend" = gloo ]; then
+  "$dtrain" launch --nnodes 2 --node-rank "$HOST_INDEX" --nproc-per-node 2 --threads 1 \
+    --master-addr "$MASTER_ADDR" --master-port 29500 --timeout 120 --log-dir "$run_dir.logs-h$HOST_INDEX" -- \
+    "$dtrain" train configs/quickstart.yaml "$@" parallel.backend=gloo --run-dir "$run_dir"
+elif [ "$HOST_INDEX" = 0 ]; then
+  # Two slots on each host, filled in order: ranks 0, 1 here and 2, 3 on host 1.
+  OMPI_MCA_orte_default_dash_host=$(sed 's/$/:2/' "$DTRAIN_NETNS_HOSTFILE" | paste -sd,) \
+    "$dtrain" launch --backend mpi --nproc-per-node 4 --threads 1 --log-dir "$run_dir.logs" -- \
+    "$dtrain" train configs/quickstart.yaml "$@" parallel.backend=mpi --run-dir "$run_dir"
+fi
+if [ "$HOST_INDEX" = 0 ]; then
+  echo "link-bytes $(hostname) tx $(cat /sys/class/net/eth0/statistics/tx_bytes) rx $(cat /sys/class/net/eth0/statistics/rx_bytes)"
+fi
+EOF
+  chmod +x "$work/host_job.sh"
+}
+
+test_training() {  # backend
+  local backend=$1 id params tx rx
+  if ! "$DTRAIN" info | grep -q "^backends .*\b$backend\b"; then
+    skip "this dtrain was built without the $backend backend ($("$DTRAIN" info | grep '^backends'))"
+  fi
+  if ! compgen -G "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte*" >/dev/null; then
+    skip "Fashion-MNIST is not installed (the quickstart's data set); install dataset-fashion-mnist"
+  fi
+  train_reference "$backend" "$work/one-host"
+  echo "one host, 4 ranks ($backend): $(md5sum <"$work/one-host/model.pt" | cut -c1-32)"
+
+  write_host_job
+  "$NETNS" run 2 "${RATE[@]}" --timeout 300 --log-dir "$work/hosts" -- \
+    "$work/host_job.sh" "$backend" "$DTRAIN" "$work/two-hosts" "${OVERRIDES[@]}" 2>"$work/netns.err" ||
+    {
+      tail -n 20 "$work/netns.err" "$work"/hosts/h*.log
+      fail "the two-host $backend run failed"
+    }
+  cat "$work/netns.err"
+  id=$(instance_of "$work/netns.err")
+  check_removed "$id"
+  echo "two hosts x 2 ranks ($backend): $(md5sum <"$work/two-hosts/model.pt" | cut -c1-32)"
+
+  # The hosts were apart: each direction of host 0's link carried at least one full gradient per step.
+  params=$(grep -o '"parameters": *[0-9]*' "$work/two-hosts/results.json" | grep -o '[0-9]*$')
+  [ "${params:-0}" -gt 0 ] || fail "no parameter count in $work/two-hosts/results.json"
+  read -r tx rx < <(awk '/^link-bytes/ {print $4, $6}' "$work/hosts/h0.log")
+  echo "host 0's link: sent $tx bytes, received $rx bytes; a gradient is $((params * 4)) bytes, $STEPS steps"
+  if [ "$tx" -lt $((params * 4 * STEPS)) ] || [ "$rx" -lt $((params * 4 * STEPS)) ]; then
+    fail "less than a gradient per step crossed between the hosts: did ranks 2 and 3 run on host 1?"
+  fi
+
+  if ! cmp -s "$work/one-host/model.pt" "$work/two-hosts/model.pt"; then
+    /usr/bin/python3 - "$work/one-host/model.pt" "$work/two-hosts/model.pt" <<'EOF' || true
+import sys, torch
+a, b = (torch.load(p) for p in sys.argv[1:])
+for k in a:
+    print(f"{k}: max |difference| {(a[k].double() - b[k].double()).abs().max().item():.3g}")
+EOF
+    fail "two hosts x 2 ranks ($backend) ended with other weights than one host x 4 ranks"
+  fi
+  echo "PASS: two hosts x 2 ranks over $backend end with the weights of one host x 4 ranks, bit for bit"
+}
+
+test_cleanup() {
+  local pid id
+  # Interrupted: SIGTERM to netns.sh while its hosts run.
+  "$NETNS" run 2 --timeout 60 -- sleep 30 2>"$work/interrupted.err" &
+  pid=$!
+  for _ in $(seq 100); do
+    grep -q 'host dtrain-[0-9]*-h1' "$work/interrupted.err" 2>/dev/null && break
+    sleep 0.1
+  done
+  id=$(instance_of "$work/interrupted.err") || fail "netns.sh run did not start"
+  ip netns list | grep -q "^$id-h1" || fail "$id-h1 was not created"
+  kill -TERM "$pid"
+  local status=0
+  wait "$pid" || status=$?
+  [ "$status" -ne 0 ] || fail "an interrupted netns.sh run exited 0"
+  echo "interrupted run exited with status $status"
+  check_removed "$id"
+
+  # Failed: host 1 fails while host 0 would wait for it; the failure stops host 0 at once.
+  status=0
+  SECONDS=0
+  # shellcheck disable=SC2016  # for the hosts' shell
+  "$NETNS" run 2 --timeout 60 -- sh -c '[ "$HOST_INDEX" = 0 ] && exec sleep 30; exit 3' \
+    2>"$work/failed.err" || status=$?
+  [ "$status" -eq 3 ] || fail "a run whose host exits 3 exited with $status"
+  [ "$SECONDS" -lt 20 ] || fail "host 0 was not stopped when host 1 failed (${SECONDS} s)"
+  check_removed "$(instance_of "$work/failed.err")"
+  echo "PASS: interrupted and failed runs leave nothing behind"
+}
+
+probe
+case $MODE in
+  gloo | mpi) test_training "$MODE" ;;
+  cleanup) test_cleanup ;;
+  *) fail "unknown mode '$MODE'; expected gloo, mpi or cleanup" ;;
+esac
