@@ -58,6 +58,12 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   return name;
 }
 
+// For ctest's listing: the case's name rather than its bytes.
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.row.strategy << " on " << c.ranks << " ranks, " << c.model << ", " << c.optimizer << ", "
+      << c.backend;
+}
+
 std::vector<Case> cases() {
   std::vector<Case> out;
   for (const auto& row : rows()) {

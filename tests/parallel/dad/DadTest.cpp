@@ -80,6 +80,10 @@ struct DadCase {
   bool short_last;
 };
 
+void PrintTo(const DadCase& c, std::ostream* os) {
+  *os << c.model << " on " << c.world << " ranks" << (c.short_last ? ", short last batch" : "");
+}
+
 class DadEqualsDataParallel : public ::testing::TestWithParam<DadCase> {};
 
 TEST_P(DadEqualsDataParallel, AfterTwentySgdSteps) {
