@@ -38,8 +38,9 @@ method_args() {  # method
 run() {  # rate model method
   local rate=$1 model=$2 method=$3 out=$work/$1-$2-$3
   mkdir -p "$out"
-  local args="configs/bench/fmnist_mlp.yaml out_dir=$out/runs train.max_steps=$STEPS train.epochs=100
-    data.test_subset_size=2000 train.eval_every_epochs=1000 train.threads=1 $(model_args "$model") $(method_args "$method")"
+  local args="configs/bench/fmnist_mlp.yaml out_dir=$out/runs train.max_steps=$STEPS train.epochs=100"
+  args="$args data.test_subset_size=2000 train.eval_every_epochs=1000 train.threads=1"
+  args="$args $(model_args "$model") $(method_args "$method")"
   if [ "$rate" = none ]; then
     # shellcheck disable=SC2086
     "$DTRAIN" train $args --nproc 2 >"$out/h0.log" 2>"$out/err" || { tail -n 20 "$out/err"; exit 1; }

@@ -142,7 +142,8 @@ TEST(DadAuto, PicksTheMethodThatSendsFewestBytes) {
 TEST(DadAuto, ChoosesPerLayerOnTheFirstStepAndStaysExact) {
   // mlp 784 -> 1024 -> 10 with 16 rows per rank: dAD for the first layer (16 x 1808 values against
   // 803,840), the gradient for the head (10,250 against 16 x 1034).
-  auto cfg = config_with("mlp", {"parallel.strategy=dad", "parallel.dad.auto=true", "model.hidden=[1024]"});
+  auto cfg = config_with("mlp", {"parallel.strategy=dad", "parallel.dad.auto=true", "model.hidden=[1024]",
+                                 "parallel.dad.auto_trial_steps=0"});
   const auto data = batches(3, 2, false, torch::kFloat, 16);
   std::vector<models::NetworkPtr> models{build(cfg, 5), build(cfg, 6)};
   std::vector<std::vector<LayerMethod>> methods(2);
@@ -162,6 +163,34 @@ TEST(DadAuto, ChoosesPerLayerOnTheFirstStepAndStaysExact) {
   const auto dp = train(config_with("mlp", {"parallel.strategy=data_parallel", "model.hidden=[1024]"}), 2,
                         data, torch::kFloat);
   EXPECT_LE(testing::max_relative_difference(train(cfg, 2, data, torch::kFloat), dp), 1e-5);
+}
+
+TEST(DadAuto, TimesEachPlanKeepsTheSameOneOnEveryRankAndStaysExact) {
+  // Plans: cheapest in bytes (dAD, gradient), all gradient, all dAD; two steps each after the first.
+  auto cfg = config_with("mlp", {"parallel.strategy=dad", "parallel.dad.auto=true", "model.hidden=[1024]",
+                                 "parallel.dad.auto_trial_steps=2"});
+  const auto data = batches(9, 2, false, torch::kFloat, 16);
+  std::vector<models::NetworkPtr> models{build(cfg, 5), build(cfg, 6)};
+  std::vector<std::vector<LayerMethod>> kept(2);
+  std::vector<std::string> summary(2);
+  std::vector<std::vector<torch::Tensor>> ends(2);
+  dtrain::testing::run_world(2, [&](comm::CommunicatorPtr comm) {
+    auto strategy = make(cfg, models[comm->rank()], comm);
+    for (const auto& step : data) strategy->train_step(step[comm->rank()]);
+    kept[comm->rank()] = dynamic_cast<DadStrategy&>(*strategy).methods();
+    summary[comm->rank()] = strategy->notes().at("dad/auto");
+    for (const auto& entry : strategy->model_state()) ends[comm->rank()].push_back(entry.second.clone());
+  });
+  EXPECT_EQ(kept[0], kept[1]);
+  EXPECT_EQ(summary[0], summary[1]);
+  for (const char* plan : {"cheapest in bytes ", "all gradient ", "all dad "}) {
+    EXPECT_NE(summary[0].find(plan), std::string::npos) << summary[0];
+  }
+  EXPECT_NE(summary[0].find("; kept "), std::string::npos) << summary[0];
+  // Every plan is exact: whichever ran when, the parameters are data_parallel's.
+  const auto dp = train(config_with("mlp", {"parallel.strategy=data_parallel", "model.hidden=[1024]"}), 2,
+                        data, torch::kFloat);
+  EXPECT_LE(testing::max_relative_difference(ends[0], dp), 1e-5);
 }
 
 TEST(DadBytes, DadSendsNRowsAndRankDadRColumnsPerLayer) {

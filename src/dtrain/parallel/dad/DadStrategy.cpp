@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include <algorithm>
+
 #include "dtrain/parallel/MicroBatches.h"
 #include "dtrain/parallel/ModuleSync.h"
 #include "dtrain/parallel/Registry.h"
@@ -48,6 +50,7 @@ void describe_options(config::OptionVisitor& v, DadOptions& o) {
   v.integer("power_iterations", o.power_iterations, config::at_least(1));
   v.number("tolerance", o.tolerance, config::kNonNegative);
   v.boolean("auto", o.automatic);
+  v.integer("auto_trial_steps", o.auto_trial_steps, config::at_least(0));
   v.number("bucket_mb", o.bucket_mb, config::kPositive);
 }
 
@@ -74,17 +77,58 @@ void DadStrategy::plan(int accumulation_steps) {
       mode_ == Mode::Dad
           ? std::vector<LayerMethod>{LayerMethod::Gradient, LayerMethod::Dad}
           : std::vector<LayerMethod>{LayerMethod::Gradient, LayerMethod::Dad, LayerMethod::RankDad};
-  const auto fixed = mode_ == Mode::Dad ? LayerMethod::Dad : LayerMethod::RankDad;
-  methods_.clear();
+  PlanTrial::Plan by_bytes;
   std::size_t i = 0;
-  for (auto& layer : layers) {
-    const LayerShape shape{layer.in_features, layer.out_features, rows[i++], layer.module->bias.defined()};
-    const auto method =
-        options_.automatic ? cheapest(allowed, shape, options_.rank, world, element_size) : fixed;
-    methods_.push_back(method);
-    notes_["dad/" + layer.name] = describe_choice(method, shape, options_.rank, world, element_size);
-    // A layer whose gradient travels whole needs nothing recorded.
-    if (method == LayerMethod::Gradient) layer.module->set_tap(nullptr);
+  for (const auto& layer : layers) {
+    shapes_.push_back({layer.in_features, layer.out_features, rows[i++], layer.module->bias.defined()});
+    by_bytes.push_back(options_.automatic
+                           ? cheapest(allowed, shapes_.back(), options_.rank, world, element_size)
+                           : (mode_ == Mode::Dad ? LayerMethod::Dad : LayerMethod::RankDad));
+  }
+  std::vector<PlanTrial::Plan> plans{by_bytes};
+  std::vector<std::string> names{options_.automatic ? "cheapest in bytes" : name()};
+  if (options_.automatic && options_.auto_trial_steps > 0) {
+    for (const auto method : allowed) {
+      const PlanTrial::Plan uniform(layers.size(), method);
+      if (std::find(plans.begin(), plans.end(), uniform) != plans.end()) continue;
+      plans.push_back(uniform);
+      names.push_back("all " + to_string(method));
+    }
+  }
+  trial_ = std::make_unique<PlanTrial>(std::move(plans), std::move(names), options_.auto_trial_steps);
+  methods_ = trial_->current();
+  note_methods();
+}
+
+void DadStrategy::note_methods() {
+  const int world = communicator()->size();
+  const int element_size = static_cast<int>(model().parameters().front().element_size());
+  std::size_t i = 0;
+  for (const auto& layer : taps_.layers()) {
+    notes_["dad/" + layer.name] =
+        describe_choice(methods_[i], shapes_[i], options_.rank, world, element_size);
+    ++i;
+  }
+}
+
+void DadStrategy::use(const PlanTrial::Plan& methods) {
+  if (methods == methods_) return;
+  methods_ = methods;
+  dp_.reset();  // its hooks go; the new one's buckets hold the gradients the plan all-reduces
+  build_reducer();
+}
+
+void DadStrategy::advance_trial(double step_seconds) {
+  if (!trial_ || trial_->settled()) return;
+  trial_->record(step_seconds, *communicator());
+  use(trial_->current());
+  if (!trial_->settled()) return;
+  note_methods();
+  notes_["dad/auto"] = trial_->summary();
+  // A layer whose gradient travels whole needs nothing recorded from now on.
+  std::size_t i = 0;
+  for (auto& layer : taps_.layers()) {
+    if (methods_[i++] == LayerMethod::Gradient) layer.module->set_tap(nullptr);
   }
 }
 
@@ -116,6 +160,7 @@ std::vector<ExchangeLayer> DadStrategy::exchange_layers() {
 }
 
 StepResult DadStrategy::train_step(const data::Batch& batch) {
+  const bool planned = dp_ != nullptr;  // the planning step is the trial's warm-up
   const auto start = util::Clock::now();
   const auto before = communicator()->stats();
   StepResult result;
@@ -171,6 +216,7 @@ StepResult DadStrategy::train_step(const data::Batch& batch) {
   result.comm_wait_seconds = result.timing.communication;
   result.compute_seconds = result.timing.forward + result.timing.backward + result.timing.update;
   result.bytes_sent = comm::difference(communicator()->stats(), before).total().wire_bytes;
+  if (planned) advance_trial(util::seconds_since(start));
   count_own_communication(before);
   return result;
 }

@@ -13,6 +13,7 @@
 
 #include "dtrain/parallel/ReplicaStrategy.h"
 #include "dtrain/parallel/dad/DadExchange.h"
+#include "dtrain/parallel/dad/LayerPlan.h"
 #include "dtrain/parallel/dad/LinearTaps.h"
 #include "dtrain/parallel/data_parallel/DataParallel.h"
 
@@ -24,6 +25,7 @@ struct DadOptions {
   int power_iterations = 10;  // rank-dAD: power iterations per component at most
   double tolerance = 1e-3;    // rank-dAD: a component stops moving at this (relative)
   bool automatic = false;     // "auto": per layer the cheapest of gradient, dAD (and rank-dAD)
+  int auto_trial_steps = 3;   // auto: steps each candidate plan is timed (0: choose by bytes alone)
   double bucket_mb = 25.0;    // the buckets of every other parameter
 };
 
@@ -47,15 +49,22 @@ class DadStrategy final : public ReplicaStrategy {
   const std::vector<LayerMethod>& methods() const { return methods_; }
 
  private:
-  // On the first step, after its first forward: each layer's method, agreed by every rank.
+  // On the first step, after its first forward: each layer's method, agreed by every rank (with
+  // auto, the plans to try; Note [Measuring auto's plans]).
   void plan(int accumulation_steps);
   void build_reducer();
+  // After a step of auto's trial: the next plan, or the one kept.
+  void advance_trial(double step_seconds);
+  void use(const PlanTrial::Plan& methods);
+  void note_methods();
   std::vector<ExchangeLayer> exchange_layers();
 
   Mode mode_;
   DadOptions options_;
   LinearTaps taps_;
   std::vector<LayerMethod> methods_;  // per tapped layer, once planned
+  std::vector<LayerShape> shapes_;    // per tapped layer, rows agreed over ranks
+  std::unique_ptr<PlanTrial> trial_;
   std::unique_ptr<DataParallel> dp_;
   at::Generator generator_;
   ExchangeTiming last_exchange_;

@@ -2,6 +2,10 @@
 #include "dtrain/parallel/dad/LayerPlan.h"
 
 #include <c10/util/Exception.h>
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <algorithm>
 
 namespace dtrain::parallel {
 
@@ -39,6 +43,47 @@ LayerMethod cheapest(const std::vector<LayerMethod>& allowed, const LayerShape& 
     }
   }
   return best;
+}
+
+PlanTrial::PlanTrial(std::vector<Plan> plans, std::vector<std::string> names, int steps_each)
+    : plans_(std::move(plans)), names_(std::move(names)), steps_each_(steps_each), seconds_(plans_.size()) {
+  TORCH_INTERNAL_ASSERT(!plans_.empty() && plans_.size() == names_.size());
+  settled_ = plans_.size() == 1 || steps_each_ <= 0;
+}
+
+const PlanTrial::Plan& PlanTrial::current() const {
+  return settled_ ? plans_[kept_] : plans_[step_ % plans_.size()];
+}
+
+void PlanTrial::record(double seconds, comm::Communicator& comm) {
+  if (settled_) return;
+  seconds_[step_ % plans_.size()].push_back(seconds);
+  ++step_;
+  if (step_ < plans_.size() * static_cast<std::size_t>(steps_each_)) return;
+  auto local = torch::empty({static_cast<std::int64_t>(plans_.size())}, torch::kDouble);
+  for (std::size_t p = 0; p < plans_.size(); ++p) {
+    auto v = seconds_[p];
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    local[p] = v[v.size() / 2];
+  }
+  auto slowest = local;
+  if (comm.size() > 1) {
+    auto all = torch::empty({comm.size() * local.numel()}, torch::kDouble);
+    comm.allgather(local, all);
+    slowest = std::get<0>(all.view({comm.size(), local.numel()}).max(0));
+  }
+  medians_.assign(slowest.data_ptr<double>(), slowest.data_ptr<double>() + slowest.numel());
+  kept_ = static_cast<std::size_t>(std::min_element(medians_.begin(), medians_.end()) - medians_.begin());
+  settled_ = true;
+}
+
+std::string PlanTrial::summary() const {
+  if (medians_.empty()) return "kept " + names_[kept_] + " (nothing else to try)";
+  std::string out;
+  for (std::size_t p = 0; p < plans_.size(); ++p) {
+    out += fmt::format("{}{} {:.1f} ms", p ? ", " : "", names_[p], 1e3 * medians_[p]);
+  }
+  return out + "; kept " + names_[kept_];
 }
 
 }  // namespace dtrain::parallel
