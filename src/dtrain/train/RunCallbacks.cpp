@@ -41,11 +41,17 @@ void MetricsLog::on_train_begin(Trainer& trainer) {
 }
 
 void MetricsLog::on_step_end(Trainer& trainer, const StepEvent& e) {
-  // How the strategy set itself up is settled by its first step: logged once.
-  if (!notes_logged_ && logger_ && trainer.rank() == 0) {
-    for (const auto& [name, note] : trainer.strategy().notes())
-      logger_->info(fmt::format("{}: {}", name, note));
-    notes_logged_ = true;
+  // How the strategy set itself up (settled within its first steps): logged when it changes.
+  if (logger_ && trainer.rank() == 0) {
+    auto notes = trainer.strategy().notes();
+    if (notes != logged_notes_) {
+      for (const auto& [name, note] : notes) {
+        const auto old = logged_notes_.find(name);
+        if (old == logged_notes_.end() || old->second != note)
+          logger_->info(fmt::format("{}: {}", name, note));
+      }
+      logged_notes_ = std::move(notes);
+    }
   }
   loss_sum_ += e.loss;
   seconds_ += e.step_seconds;

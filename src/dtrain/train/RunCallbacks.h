@@ -4,7 +4,9 @@
 
 #include <chrono>
 #include <filesystem>
+#include <map>
 #include <memory>
+#include <string>
 
 #include "dtrain/io/Checkpoint.h"
 #include "dtrain/io/Logger.h"
@@ -34,7 +36,7 @@ class MetricsLog final : public Callback {
   // The interval since the last logged step.
   double loss_sum_ = 0, seconds_ = 0, compute_ = 0, wait_ = 0;
   std::int64_t samples_ = 0, steps_ = 0;
-  bool notes_logged_ = false;
+  std::map<std::string, std::string> logged_notes_;
 };
 
 // The progress bar on rank 0's console.
