@@ -4,7 +4,8 @@
 # with a 1024-wide hidden layer and a small vision transformer, 2 ranks over gloo. RATES: "none" runs
 # both ranks on this host over loopback; a rate runs one rank in each of two network namespaces
 # joined by a link of that rate (bench/netns.sh; needs root). Runs alternate method by method
-# within each round. Prints one JSON line per run on stderr and a Markdown table on stdout.
+# within each round. Time per step is after the trainer's warm-up steps, which cover auto's trial of
+# its plans. Prints one JSON line per run on stderr and a Markdown table on stdout.
 #   bench/dad_compare.sh [BUILD_DIR=build] [RATES="none 1gbit 100mbit"] [STEPS=200] [MODELS="mlp vit"] [ROUNDS=1]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -57,7 +58,9 @@ r = json.load(sys.stdin)
 steps = r['steps']
 row = {'rate': '$rate', 'model': '$model', 'method': '$method', 'steps': steps,
        'bytes_per_step': r['comm']['total']['wire_bytes'] / steps,
-       'step_ms': 1e3 * r['train_seconds'] / steps, 'top1': r['final']['top1'],
+       # after the trainer's warm-up (min(10, steps / 10) steps, which covers auto's trial of its plans)
+       'step_ms': 1e3 * 64 * r['world_size'] / r['samples_per_second'],
+       'run_ms': 1e3 * r['train_seconds'] / steps, 'top1': r['final']['top1'],
        'samples_per_second': r['samples_per_second'], 'notes': r.get('strategy_notes', {})}
 for k, v in (r.get('step_time') or {}).items():
     row[k] = v
@@ -78,11 +81,14 @@ done
 $PY - "$results" <<'PYEOF'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
+def kept(rate, model, method):
+    notes = [r["notes"].get("dad/auto", "") for r in rows if (r["rate"], r["model"], r["method"]) == (rate, model, method)]
+    return notes[-1].split("; kept ")[-1] if notes and notes[-1] else ""
 def med(rate, model, method, key):
     v = [r[key] for r in rows if (r["rate"], r["model"], r["method"]) == (rate, model, method) and key in r]
     return statistics.median(v) if v else float("nan")
-print("| link | model | method | bytes/step | vs dsgd | ms/step | speed-up vs dsgd | top-1 | forward / backward / comm / update ms |")
-print("|---|---|---|---|---|---|---|---|---|")
+print("| link | model | method | bytes/step | vs dsgd | ms/step | speed-up vs dsgd | top-1 | forward / backward / comm / update ms | auto kept |")
+print("|---|---|---|---|---|---|---|---|---|---|")
 for rate in dict.fromkeys(r["rate"] for r in rows):
     for model in dict.fromkeys(r["model"] for r in rows):
         b0, t0 = med(rate, model, "dsgd", "bytes_per_step"), med(rate, model, "dsgd", "step_ms")
@@ -90,5 +96,5 @@ for rate in dict.fromkeys(r["rate"] for r in rows):
             b, t = med(rate, model, method, "bytes_per_step"), med(rate, model, method, "step_ms")
             split = " / ".join(f"{1e3 * med(rate, model, method, k):.1f}" for k in ("forward_s", "backward_s", "comm_s", "update_s"))
             print(f"| {'loopback' if rate == 'none' else rate} | {model} | {method} | {b:,.0f} | {b0 / b:.1f}x | {t:.1f} | "
-                  f"{t0 / t:.2f}x | {med(rate, model, method, 'top1'):.4f} | {split} |")
+                  f"{t0 / t:.2f}x | {med(rate, model, method, 'top1'):.4f} | {split} | {kept(rate, model, method)} |")
 PYEOF
