@@ -32,6 +32,10 @@ struct ConformanceWorld {
   std::vector<at::ScalarType> reduced_dtypes;
   // Where the tensors live: CPU for gloo and mpi, CUDA (this thread's current device) for nccl.
   at::DeviceType device = at::kCPU;
+  // The bytes the backend's algorithm makes `rank` send for `call` (Note [Wire bytes]), worked out
+  // in the backend's test file from the algorithm's description, for the calls of
+  // WireBytesAreWhatTheBackendsAlgorithmSends (CommunicatorConformanceStats.cpp).
+  std::function<std::uint64_t(const comm::WireCall& call, int rank)> expected_wire_bytes;
 };
 
 // "gloo world of 4 ranks", in gtest's messages.

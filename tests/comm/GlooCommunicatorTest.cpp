@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <future>
 #include <vector>
@@ -31,6 +32,40 @@ using util::Clock;
 const std::vector<at::ScalarType> kGlooReduced{at::kFloat, at::kDouble, at::kHalf, at::kChar,
                                                at::kByte,  at::kInt,    at::kLong};
 
+// What Gloo's algorithms make `rank` of n send (Note [Gloo's algorithms]), for the conformance
+// suite's calls (all below Gloo's 1 MiB segment size).
+std::uint64_t gloo_expected_wire_bytes(const WireCall& call, int rank, int n) {
+  const std::uint64_t bytes = call.bytes();
+  const auto size = static_cast<std::uint64_t>(n);
+  switch (call.op) {
+    case CommOp::Allreduce: {
+      // The ring cuts the buffer into 2n segments of ceil(bytes / 2n) rounded up to whole
+      // elements; chunk c is segments 2c and 2c + 1, clipped to the buffer. The reduce-scatter
+      // sends every chunk but the rank's own, the all-gather every chunk but the previous rank's.
+      const std::uint64_t element = call.element_size;
+      const std::uint64_t segment = ((bytes + 2 * size - 1) / (2 * size) + element - 1) / element * element;
+      auto chunk = [&](std::uint64_t c) {
+        return std::min(bytes, (c + 1) * 2 * segment) - std::min(bytes, c * 2 * segment);
+      };
+      return 2 * bytes - chunk(rank) - chunk((rank + n - 1) % n);
+    }
+    case CommOp::Broadcast: {
+      // The binomial tree's children of each virtual rank (rank - root) mod n, for n = 2, 3, 4.
+      static const std::vector<std::vector<std::uint64_t>> children{{}, {0}, {1, 0}, {2, 0, 0}, {2, 1, 0, 0}};
+      return children.at(n).at((rank - call.root + n) % n) * bytes;
+    }
+    case CommOp::Allgather:
+      return (size - 1) * bytes;
+    case CommOp::ReduceScatter:  // an alltoall: one chunk to every other rank
+    case CommOp::Alltoall:
+      return (size - 1) * bytes / size;
+    case CommOp::Send:
+      return bytes;
+    default:
+      return 0;  // recv, and the barrier's empty messages
+  }
+}
+
 std::vector<ConformanceWorld> gloo_worlds() {
   std::vector<ConformanceWorld> worlds;
   for (int n = 1; n <= 4; ++n) {
@@ -38,6 +73,9 @@ std::vector<ConformanceWorld> gloo_worlds() {
     world.backend = "gloo";
     world.size = n;
     world.reduced_dtypes = kGlooReduced;
+    world.expected_wire_bytes = [n](const WireCall& call, int rank) {
+      return gloo_expected_wire_bytes(call, rank, n);
+    };
     world.run = [n](const dtrain::testing::RankFn& fn) {
       dtrain::testing::WorldOptions options;
       options.timeout = 30s;  // a rank that fails and skips a collective fails the others after it

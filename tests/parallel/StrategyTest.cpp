@@ -1,6 +1,7 @@
 // The Strategy contract beyond equivalence: the registry (names from one place, errors listing
 // them), checkpoints that one strategy saves and another world size or strategy continues from,
-// communication statistics that count the strategy's own traffic only, and micro-batch splitting.
+// communication statistics that count the strategy's own traffic only, each step's bytes sent and
+// time split, and micro-batch splitting.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -10,6 +11,7 @@
 #include "dtrain/parallel/MicroBatches.h"
 #include "dtrain/parallel/Registry.h"
 #include "dtrain/parallel/data_parallel/DataParallelStrategy.h"
+#include "dtrain/util/Clock.h"
 #include "parallel/ParallelTestUtil.h"
 #include "support/ThreadWorld.h"
 
@@ -170,6 +172,119 @@ TEST(StrategyCommunication, CountsTheStrategysOwnTrafficOnly) {
     // Construction: the module check (all-gather) and rank 0's weights (broadcast) are its own.
     EXPECT_EQ(own[r].ops.at("broadcast").calls, 1u);
     EXPECT_EQ(own[r].ops.at("allgather").calls, 1u);
+  }
+}
+
+// What Gloo's ring all-reduce (c10d's, below 1 MiB) makes `rank` of n send for `bytes` of floats:
+// 2n segments of ceil(bytes / 2n) rounded up to whole floats, chunk c being segments 2c and 2c + 1
+// clipped to the buffer; the reduce-scatter sends every chunk but the rank's own, the all-gather
+// every chunk but the previous rank's.
+std::uint64_t gloo_ring_bytes(std::uint64_t bytes, int rank, int n) {
+  const std::uint64_t segment = ((bytes + 2 * n - 1) / (2 * n) + 3) / 4 * 4;
+  auto chunk = [&](std::uint64_t c) {
+    return std::min(bytes, (c + 1) * 2 * segment) - std::min(bytes, c * 2 * segment);
+  };
+  return 2 * bytes - chunk(rank) - chunk((rank + n - 1) % n);
+}
+
+// The phases of a step that took `wall` seconds around train_step.
+void expect_phases_fit(const StepTiming& t, double wall, const std::string& where) {
+  EXPECT_GT(t.forward, 0.0) << where;
+  EXPECT_GT(t.backward, 0.0) << where;
+  EXPECT_GE(t.communication, 0.0) << where;
+  EXPECT_GE(t.update, 0.0) << where;
+  EXPECT_LE(t.total(), wall) << where;
+}
+
+struct RankSteps {
+  std::vector<StepResult> steps;
+  std::vector<double> walls;         // seconds around each train_step
+  std::vector<comm::CommStats> own;  // the strategy's traffic in each step
+};
+
+// `steps` data_parallel steps on n gloo ranks, each rank on its slice of a global batch of 4n.
+std::vector<RankSteps> data_parallel_steps(const config::RunConfig& cfg, int n, int steps) {
+  std::vector<RankSteps> out(n);
+  std::vector<models::NetworkPtr> models;
+  for (int r = 0; r < n; ++r) models.push_back(mlp(cfg, 1));
+  const auto data = batches(steps, 4 * n);
+  dtrain::testing::run_world(n, [&](comm::CommunicatorPtr comm) {
+    const int r = comm->rank();
+    auto strategy = make(cfg, models[r], comm);
+    for (int s = 0; s < steps; ++s) {
+      const auto before = strategy->comm_stats();
+      const auto start = util::Clock::now();
+      out[r].steps.push_back(strategy->train_step(rank_slice(data, s, r, 4)));
+      out[r].walls.push_back(util::seconds_since(start));
+      out[r].own.push_back(comm::difference(strategy->comm_stats(), before));
+    }
+  });
+  return out;
+}
+
+// mlp [15] on 28x28 images: 11,935 parameters, all in one gradient bucket that also carries the
+// loss in DataParallel::kMaxCarriedValues float slots; the bucket's all-reduce is the step's only
+// communication, with or without gradient accumulation (only the last micro-batch synchronises).
+TEST(StrategyCommunication, DataParallelStepSendsWhatGloosRingAllreduceSends) {
+  const std::uint64_t payload = 4 * (784 * 15 + 15 + 15 * 10 + 10 + DataParallel::kMaxCarriedValues);
+  for (const int n : {2, 3}) {
+    for (const char* accumulation : {"1", "2"}) {
+      const auto cfg = config_with({"parallel.strategy=data_parallel", "model.hidden=[15]",
+                                    std::string("parallel.accumulation_steps=") + accumulation});
+      const auto ranks = data_parallel_steps(cfg, n, 3);
+      for (int r = 0; r < n; ++r) {
+        for (std::size_t s = 0; s < 3; ++s) {
+          const std::string where = "rank " + std::to_string(r) + " of " + std::to_string(n) + ", step " +
+                                    std::to_string(s) + ", accumulation " + accumulation;
+          const auto& step = ranks[r].steps[s];
+          ASSERT_EQ(ranks[r].own[s].ops.at("allreduce").bytes, payload) << where;
+          EXPECT_EQ(step.bytes_sent, gloo_ring_bytes(payload, r, n)) << where;
+          EXPECT_EQ(step.bytes_sent, ranks[r].own[s].total().wire_bytes) << where;
+          expect_phases_fit(step.timing, ranks[r].walls[s], where);
+          EXPECT_GT(step.timing.communication, 0.0)
+              << where << ": the last bucket's all-reduce is waited for";
+        }
+      }
+      if (n == 3) {  // 47,772 bytes in chunks of 15,928, 15,928 and 15,916 bytes, by hand
+        EXPECT_EQ(ranks[0].steps[0].bytes_sent, 63700u);
+        EXPECT_EQ(ranks[1].steps[0].bytes_sent, 63688u);
+        EXPECT_EQ(ranks[2].steps[0].bytes_sent, 63700u);
+      }
+    }
+  }
+}
+
+// L-BFGS evaluates the closure, and so all-reduces the bucket, several times in one step: the
+// step's bytes and phases add up every evaluation.
+TEST(StrategyCommunication, DataParallelStepWithLbfgsCountsEveryClosureEvaluation) {
+  const auto cfg = config_with(
+      {"parallel.strategy=data_parallel", "optim.name=lbfgs", "optim.lr=0.1", "optim.lbfgs_max_iter=4"});
+  const auto ranks = data_parallel_steps(cfg, 2, 2);
+  const std::uint64_t payload = 4 * (784 * 16 + 16 + 16 * 10 + 10 + DataParallel::kMaxCarriedValues);
+  for (int r = 0; r < 2; ++r) {
+    for (std::size_t s = 0; s < 2; ++s) {
+      const auto evaluations = ranks[r].own[s].ops.at("allreduce").calls;
+      EXPECT_GT(evaluations, 1u) << "rank " << r << " step " << s;
+      EXPECT_EQ(ranks[r].steps[s].bytes_sent, evaluations * gloo_ring_bytes(payload, r, 2));
+      expect_phases_fit(ranks[r].steps[s].timing, ranks[r].walls[s], "rank " + std::to_string(r));
+    }
+  }
+}
+
+TEST(LocalStrategy, StepSendsNothingAndItsPhasesFitItsWallTime) {
+  for (const char* optimizer : {"adam", "lbfgs"}) {
+    const auto cfg = config_with(
+        {"parallel.strategy=local", std::string("optim.name=") + optimizer, "parallel.accumulation_steps=2"});
+    auto strategy = make(cfg, mlp(cfg, 3), nullptr);
+    const auto data = batches(3, 8);
+    for (int s = 0; s < 3; ++s) {
+      const auto start = util::Clock::now();
+      const auto result = strategy->train_step({data.inputs[s], data.targets[s]});
+      const double wall = util::seconds_since(start);
+      EXPECT_EQ(result.bytes_sent, 0u);
+      EXPECT_EQ(result.timing.communication, 0.0);
+      expect_phases_fit(result.timing, wall, optimizer);
+    }
   }
 }
 

@@ -137,6 +137,8 @@ class InProcessCommunicator final : public comm::Communicator {
   comm::WorkPtr do_send(at::Tensor&, int, int, bool) override { unused("send"); }
   comm::WorkPtr do_recv(at::Tensor&, int, int, bool) override { unused("recv"); }
   std::unique_ptr<comm::Communicator> do_split(const std::vector<int>&) override { unused("split"); }
+  // Ranks read each other's tensors in memory: nothing goes on a wire.
+  std::uint64_t wire_bytes(const comm::WireCall&) const override { return 0; }
 
  private:
   [[noreturn]] void unused(const std::string& op) const {

@@ -6,6 +6,7 @@
 #include <torch/version.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -84,6 +85,17 @@ nlohmann::json comm_json(const comm::CommStats& stats) {
   return out;
 }
 
+// Per-step means over the steps this process ran: each phase of the time split in seconds
+// (parallel::StepTiming) and the bytes this rank sent for each step's own communication.
+void add_step_means(nlohmann::json& j, const train::TrainResult& r) {
+  const double steps = static_cast<double>(std::max<std::int64_t>(1, r.steps_run));
+  j["step_time"] = {{"forward_s", r.step_time.forward / steps},
+                    {"backward_s", r.step_time.backward / steps},
+                    {"comm_s", r.step_time.communication / steps},
+                    {"update_s", r.step_time.update / steps}};
+  j["bytes_per_step"] = static_cast<double>(r.bytes_sent) / steps;
+}
+
 nlohmann::json metrics_json(const train::EvalMetrics& m) {
   nlohmann::json out = nlohmann::json::object();
   for (const auto& [k, v] : m.named("")) out[k] = v;
@@ -117,8 +129,7 @@ nlohmann::json results_json(const config::RunConfig& cfg, const train::Trainer& 
   for (const auto& [name, value] : r.final_strategy_metrics) j["strategy_metrics"][name] = value;
   j["samples_per_second"] = r.samples_per_second;
   j["train_seconds"] = r.train_seconds;
-  j["compute_seconds"] = r.compute_seconds;
-  j["comm_wait_seconds"] = r.comm_wait_seconds;
+  add_step_means(j, r);
   j["comm"] = comm_json(r.comm);
   j["stopped_early"] = r.stopped_early;
   j["stop_reason"] = r.stop_reason;

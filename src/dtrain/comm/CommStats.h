@@ -11,9 +11,10 @@ namespace dtrain::comm {
 
 struct OpStats {
   std::uint64_t calls = 0;
-  std::uint64_t bytes = 0;       // payload: the size of the buffer handed to the operation
-  std::uint64_t wire_bytes = 0;  // sent by this rank (ring all-reduce: 2(n-1)/n of the payload)
-  double wait_seconds = 0.0;     // time callers spent blocked in Work::wait or a blocking call
+  std::uint64_t bytes = 0;  // payload: the size of the buffer handed to the operation
+  // Sent by this rank under the algorithm its backend ran (Note [Wire bytes] in WireBytes.h).
+  std::uint64_t wire_bytes = 0;
+  double wait_seconds = 0.0;  // time callers spent blocked in Work::wait or a blocking call
 
   OpStats& operator+=(const OpStats& other);
 };

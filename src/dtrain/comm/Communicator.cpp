@@ -159,9 +159,14 @@ void check_peer(const Communicator& c, int peer, const char* op, const char* wha
   }
 }
 
-// Bytes this rank sends under ring algorithms: the bus-bandwidth factors of nccl-tests.
-std::uint64_t ring_share(std::uint64_t bytes, int n, double per_rank_factor) {
-  return static_cast<std::uint64_t>(static_cast<double>(bytes) * per_rank_factor * (n - 1) / n);
+WireCall wire_call(CommOp op, const at::Tensor& t, bool async_op, int root = 0) {
+  WireCall call;
+  call.op = op;
+  call.numel = t.numel();
+  call.element_size = static_cast<std::int64_t>(t.element_size());
+  call.root = root;
+  call.async_op = async_op;
+  return call;
 }
 
 }  // namespace
@@ -170,7 +175,7 @@ WorkPtr Communicator::allreduce(at::Tensor tensor, ReduceOp op, bool async_op) {
   check_tensor(*this, tensor, "allreduce", "tensor");
   if (size_ == 1) return completed_work();
   const auto b = nbytes(tensor);
-  return track("allreduce", b, ring_share(b, size_, 2.0), async_op,
+  return track("allreduce", b, wire_bytes(wire_call(CommOp::Allreduce, tensor, async_op)), async_op,
                [&] { return do_allreduce(tensor, op, async_op); });
 }
 
@@ -187,7 +192,7 @@ WorkPtr Communicator::allgather(at::Tensor input, at::Tensor output, bool async_
     return completed_work();
   }
   const auto b = nbytes(output);
-  return track("allgather", b, ring_share(b, size_, 1.0), async_op,
+  return track("allgather", b, wire_bytes(wire_call(CommOp::Allgather, input, async_op)), async_op,
                [&] { return do_allgather(input, output, async_op); });
 }
 
@@ -196,7 +201,7 @@ WorkPtr Communicator::broadcast(at::Tensor tensor, int root, bool async_op) {
   check_peer(*this, root, "broadcast", "root");
   if (size_ == 1) return completed_work();
   const auto b = nbytes(tensor);
-  return track("broadcast", b, rank_ == root ? b : 0, async_op,
+  return track("broadcast", b, wire_bytes(wire_call(CommOp::Broadcast, tensor, async_op, root)), async_op,
                [&] { return do_broadcast(tensor, root, async_op); });
 }
 
@@ -213,7 +218,7 @@ WorkPtr Communicator::reduce_scatter(at::Tensor input, at::Tensor output, Reduce
     return completed_work();
   }
   const auto b = nbytes(input);
-  return track("reduce_scatter", b, ring_share(b, size_, 1.0), async_op,
+  return track("reduce_scatter", b, wire_bytes(wire_call(CommOp::ReduceScatter, input, async_op)), async_op,
                [&] { return do_reduce_scatter(input, output, op, async_op); });
 }
 
@@ -232,7 +237,7 @@ WorkPtr Communicator::alltoall(at::Tensor input, at::Tensor output, bool async_o
     return completed_work();
   }
   const auto b = nbytes(input);
-  return track("alltoall", b, ring_share(b, size_, 1.0), async_op,
+  return track("alltoall", b, wire_bytes(wire_call(CommOp::Alltoall, input, async_op)), async_op,
                [&] { return do_alltoall(input, output, async_op); });
 }
 
@@ -241,19 +246,23 @@ WorkPtr Communicator::send(at::Tensor tensor, int dst, int tag, bool async_op) {
   check_peer(*this, dst, "send", "destination");
   if (dst == rank_) fail("send", "destination is this rank itself");
   const auto b = nbytes(tensor);
-  return track("send", b, b, async_op, [&] { return do_send(tensor, dst, tag, async_op); });
+  return track("send", b, wire_bytes(wire_call(CommOp::Send, tensor, async_op)), async_op,
+               [&] { return do_send(tensor, dst, tag, async_op); });
 }
 
 WorkPtr Communicator::recv(at::Tensor tensor, int src, int tag, bool async_op) {
   check_tensor(*this, tensor, "recv", "tensor");
   check_peer(*this, src, "recv", "source");
   if (src == rank_) fail("recv", "source is this rank itself");
-  return track("recv", nbytes(tensor), 0, async_op, [&] { return do_recv(tensor, src, tag, async_op); });
+  return track("recv", nbytes(tensor), wire_bytes(wire_call(CommOp::Recv, tensor, async_op)), async_op,
+               [&] { return do_recv(tensor, src, tag, async_op); });
 }
 
 WorkPtr Communicator::barrier(bool async_op) {
   if (size_ == 1) return completed_work();
-  return track("barrier", 0, 0, async_op, [&] { return do_barrier(async_op); });
+  WireCall call;
+  call.async_op = async_op;
+  return track("barrier", 0, wire_bytes(call), async_op, [&] { return do_barrier(async_op); });
 }
 
 std::unique_ptr<Communicator> Communicator::split(const std::vector<int>& ranks) {

@@ -20,6 +20,7 @@
 
 #include "dtrain/comm/CommStats.h"
 #include "dtrain/comm/ReduceOp.h"
+#include "dtrain/comm/WireBytes.h"
 #include "dtrain/comm/Work.h"
 
 namespace dtrain::comm {
@@ -77,6 +78,9 @@ class Communicator {
   virtual WorkPtr do_barrier(bool async_op) = 0;
   // Called on every rank; `ranks` is validated. Returns nullptr where rank() is not in ranks.
   virtual std::unique_ptr<Communicator> do_split(const std::vector<int>& ranks) = 0;
+  // The bytes this rank puts on the wire for `call` under the algorithm the backend runs for it
+  // (see Note [Wire bytes]); called for every operation that reaches a do_* function.
+  virtual std::uint64_t wire_bytes(const WireCall& call) const = 0;
 
   // Throws CommError for this rank and op.
   [[noreturn]] void fail(const std::string& op, const std::string& detail) const;

@@ -49,7 +49,10 @@ RunResults parse_run_results(const json& r) {
   out.loss = final_eval.value("loss", 0.0);
   out.samples_per_second = r.value("samples_per_second", 0.0);
   out.train_seconds = r.value("train_seconds", 0.0);
-  out.comm_wait_seconds = r.value("comm_wait_seconds", 0.0);
+  const auto& step_time = member(r, "step_time");
+  out.comm_wait_seconds = step_time.contains("comm_s")
+                              ? step_time.value("comm_s", 0.0) * static_cast<double>(out.steps)
+                              : r.value("comm_wait_seconds", 0.0);
   out.comm_bytes = member(member(r, "comm"), "total").value("bytes", 0.0);
   return out;
 }

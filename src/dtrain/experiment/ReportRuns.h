@@ -28,8 +28,10 @@ struct RunResults {
   double loss = 0;                 // final.loss
   double samples_per_second = 0;   // samples_per_second: the whole job's training throughput
   double train_seconds = 0;        // train_seconds: training time without evaluation
-  double comm_wait_seconds = 0;    // comm_wait_seconds: time blocked on collectives
-  double comm_bytes = 0;           // comm.total.bytes: bytes each rank handed to collectives
+  // step_time.comm_s x steps: time blocked on the strategy's collectives over the run (results
+  // written before step_time existed: comm_wait_seconds).
+  double comm_wait_seconds = 0;
+  double comm_bytes = 0;  // comm.total.bytes: bytes each rank handed to collectives
 };
 
 // One line of metrics.jsonl: its numeric fields ("step", "epoch", "wall_time", "train/loss",

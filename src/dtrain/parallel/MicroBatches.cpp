@@ -6,6 +6,8 @@
 
 #include <stdexcept>
 
+#include "dtrain/util/Clock.h"
+
 namespace dtrain::parallel {
 
 std::vector<std::pair<std::int64_t, std::int64_t>> micro_batch_ranges(std::int64_t batch_size,
@@ -44,12 +46,13 @@ AccumulatedBatch forward_backward(const ForwardFn& forward, const LossFn& loss, 
   const auto ranges = micro_batch_ranges(n, micro_batches);
   std::vector<torch::Tensor> outputs;
   outputs.reserve(ranges.size());
-  torch::Tensor total;
+  AccumulatedBatch result;
   for (std::size_t i = 0; i < ranges.size(); ++i) {
     const auto [begin, end] = ranges[i];
     const bool whole = ranges.size() == 1;
     const auto x = whole ? inputs : inputs.slice(0, begin, end);
     const auto y = whole ? targets : targets.slice(0, begin, end);
+    const auto forward_start = util::Clock::now();
     auto out = forward(x);
     auto l = loss(out, y);
     if (l.numel() != 1) {
@@ -60,12 +63,16 @@ AccumulatedBatch forward_backward(const ForwardFn& forward, const LossFn& loss, 
     }
     if (!whole) l = l * (static_cast<double>(end - begin) / static_cast<double>(n));
     const auto detached = l.detach().reshape({});
-    total = total.defined() ? total + detached : detached;
-    if (before_backward) before_backward(static_cast<int>(i), i + 1 == ranges.size(), total);
+    result.loss = result.loss.defined() ? result.loss + detached : detached;
+    const auto backward_start = util::Clock::now();
+    result.forward_seconds += util::seconds_between(forward_start, backward_start);
+    if (before_backward) before_backward(static_cast<int>(i), i + 1 == ranges.size(), result.loss);
     l.backward();
+    result.backward_seconds += util::seconds_since(backward_start);
     outputs.push_back(out.detach());
   }
-  return {total, outputs.size() == 1 ? outputs.front() : torch::cat(outputs)};
+  result.outputs = outputs.size() == 1 ? outputs.front() : torch::cat(outputs);
+  return result;
 }
 
 }  // namespace dtrain::parallel

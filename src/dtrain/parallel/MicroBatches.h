@@ -26,6 +26,10 @@ std::vector<std::pair<std::int64_t, std::int64_t>> micro_batch_ranges(std::int64
 struct AccumulatedBatch {
   torch::Tensor loss;     // 0-dim, detached: the whole batch's mean loss
   torch::Tensor outputs;  // detached, batch first
+  // Wall time, summed over the micro-batches: the forward passes with their losses, and the
+  // backward passes with before_backward (and whatever backward hooks launch).
+  double forward_seconds = 0.0;
+  double backward_seconds = 0.0;
 };
 
 // Forward and backward over `micro_batches` slices of the batch. Each micro-batch's mean loss is

@@ -62,8 +62,11 @@ void ReplicaStrategy::load(const io::Checkpoint& checkpoint) {
   optim::load_named_optimizer_state(*optimizer_, named_parameters(*context_.model), entries);
 }
 
-void ReplicaStrategy::count_own_communication(const comm::CommStats& before) {
-  if (context_.comm) own_comm_ += comm::difference(context_.comm->stats(), before);
+comm::CommStats ReplicaStrategy::count_own_communication(const comm::CommStats& before) {
+  if (!context_.comm) return {};
+  auto traffic = comm::difference(context_.comm->stats(), before);
+  own_comm_ += traffic;
+  return traffic;
 }
 
 }  // namespace dtrain::parallel

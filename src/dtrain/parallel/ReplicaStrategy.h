@@ -33,9 +33,10 @@ class ReplicaStrategy : public Strategy {
   const config::ParallelConfig& parallel_config() const { return context_.parallel; }
 
   // Counts the communicator's traffic since `before` (a stats() snapshot taken when this
-  // strategy's own communication began) as this strategy's own. The trainer does not
-  // communicate while a strategy's step runs, so the difference is exactly the strategy's.
-  void count_own_communication(const comm::CommStats& before);
+  // strategy's own communication began) as this strategy's own, and returns it (a step's
+  // bytes_sent is its total().wire_bytes). The trainer does not communicate while a strategy's
+  // step runs, so the difference is exactly the strategy's.
+  comm::CommStats count_own_communication(const comm::CommStats& before);
 
  private:
   StrategyContext context_;

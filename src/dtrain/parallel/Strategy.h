@@ -8,6 +8,7 @@
 
 #include <torch/nn/module.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -37,16 +38,32 @@ struct StrategyContext {
   config::ParallelConfig parallel;
 };
 
-// Where one step's wall time went on this rank (seed 000's batch timer). Forward and backward are
-// computation; communication is time blocked waiting for this strategy's collectives (what overlaps
-// with computation is not counted twice); update is the optimizer step and whatever the strategy
-// computes from what it received (e.g. dAD rebuilding gradients).
+// Where one step's wall time went on this rank (seed 000's batch timer), in seconds, each phase
+// summed over micro-batches and over an optimizer's closure evaluations (L-BFGS). Forward (the
+// model and the loss) and backward are computation, including whatever communication they launch
+// and do not wait for (data_parallel's bucket all-reduces overlap backward); communication is only
+// the time blocked waiting for this strategy's collectives; update is the rest of the step: the
+// optimizer step and whatever the strategy computes from what it received (e.g. dAD rebuilding
+// gradients), zeroing gradients and bookkeeping. The four sum to the step's wall time inside
+// train_step.
 struct StepTiming {
   double forward = 0.0;
   double backward = 0.0;
   double communication = 0.0;
   double update = 0.0;
   double total() const { return forward + backward + communication + update; }
+  double computation() const { return forward + backward + update; }
+  StepTiming& operator+=(const StepTiming& other) {
+    forward += other.forward;
+    backward += other.backward;
+    communication += other.communication;
+    update += other.update;
+    return *this;
+  }
+  // Makes `update` the rest of a step that took `step_seconds`, once the other phases are in.
+  void set_update_to_rest(double step_seconds) {
+    update = std::max(0.0, step_seconds - (forward + backward + communication));
+  }
 };
 
 struct StepResult {
@@ -57,11 +74,10 @@ struct StepResult {
   // Detached outputs for this rank's batch, for training metrics; undefined on ranks that compute
   // none (a pipeline's earlier stages).
   torch::Tensor outputs;
-  std::int64_t samples = 0;        // this rank's samples in the step
-  double compute_seconds = 0.0;    // wall time of the step not spent blocked on communication
-  double comm_wait_seconds = 0.0;  // blocked on this strategy's communication
+  std::int64_t samples = 0;  // this rank's samples in the step
   StepTiming timing;
-  // Bytes this rank put on the wire for the step under the algorithms the backend actually ran.
+  // Bytes this rank put on the wire for the step's own communication, under the algorithms the
+  // backend actually ran (comm::OpStats::wire_bytes); 0 for a strategy that does not communicate.
   std::uint64_t bytes_sent = 0;
 };
 

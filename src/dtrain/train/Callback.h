@@ -8,6 +8,7 @@
 #include <string>
 
 #include "dtrain/comm/CommStats.h"
+#include "dtrain/parallel/Strategy.h"
 #include "dtrain/train/Metrics.h"
 
 namespace dtrain::train {
@@ -20,10 +21,13 @@ struct StepEvent {
   std::int64_t batch = 0;  // the batch's index in its epoch
   double loss = 0.0;       // the step's loss as the strategy reports it (data_parallel: mean over ranks)
   double lr = 0.0;
-  std::int64_t samples = 0;        // this step's samples over all ranks
-  double step_seconds = 0.0;       // wall time of the step, data loading included
-  double compute_seconds = 0.0;    // of which computing
-  double comm_wait_seconds = 0.0;  // of which blocked on communication
+  std::int64_t samples = 0;   // this step's samples over all ranks
+  double step_seconds = 0.0;  // wall time of the step, data loading included
+  // Of which, on this rank: forward, backward, waiting for communication, update (they sum to at
+  // most step_seconds: loading the batch is none of them). See parallel::StepTiming.
+  parallel::StepTiming timing;
+  // Bytes this rank sent for the step's own communication (parallel::StepResult::bytes_sent).
+  std::uint64_t bytes_sent = 0;
 };
 
 struct EvalEvent {
@@ -50,9 +54,14 @@ struct TrainResult {
   EvalMetrics last_train;         // the last completed epoch's training metrics
   double samples_per_second = 0;  // whole job, training steps only, after the warm-up steps
   double train_seconds = 0;       // wall time of all training steps
-  double compute_seconds = 0;     // summed over steps, this rank
-  double comm_wait_seconds = 0;   // summed over steps, this rank
-  comm::CommStats comm;           // this rank's communication by the strategy (its own traffic only)
+  // The training steps this fit() ran (fewer than `steps` after a resume), and over them, on this
+  // rank, the summed phases of each step and bytes sent by the steps' own communication.
+  std::int64_t steps_run = 0;
+  parallel::StepTiming step_time;
+  std::uint64_t bytes_sent = 0;
+  // This rank's communication by the strategy (its own traffic only: the training steps' and its
+  // setup's, not metric reductions or checkpoints).
+  comm::CommStats comm;
   std::map<std::string, EvalMetrics> final_others;       // see EvalEvent::others
   std::map<std::string, double> final_strategy_metrics;  // see EvalEvent::strategy_metrics
   std::map<std::string, std::string> strategy_notes;     // Strategy::notes(): how it set itself up

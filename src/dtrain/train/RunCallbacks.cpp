@@ -55,8 +55,8 @@ void MetricsLog::on_step_end(Trainer& trainer, const StepEvent& e) {
   }
   loss_sum_ += e.loss;
   seconds_ += e.step_seconds;
-  compute_ += e.compute_seconds;
-  wait_ += e.comm_wait_seconds;
+  timing_ += e.timing;
+  bytes_ += e.bytes_sent;
   samples_ += e.samples;
   steps_ += 1;
   if (every_ <= 0 || e.step % every_ != 0) return;
@@ -66,20 +66,26 @@ void MetricsLog::on_step_end(Trainer& trainer, const StepEvent& e) {
       {"train/lr", e.lr},
       {"train/samples_per_s", seconds_ > 0 ? samples_ / seconds_ : 0.0},
       {"time/step_s", seconds_ / n},
-      {"time/compute_s", compute_ / n},
-      {"time/comm_wait_s", wait_ / n},
+      {"time/forward_s", timing_.forward / n},
+      {"time/backward_s", timing_.backward / n},
+      {"time/comm_s", timing_.communication / n},
+      {"time/update_s", timing_.update / n},
+      {"comm/bytes_per_step", static_cast<double>(bytes_) / n},
   };
   if (trainer.rank() == 0) {
     write_scalars(sink_, e.step, e.epoch, scalars);
     if (logger_) {
-      logger_->info(
-          fmt::format("step {}/{} epoch {} loss {:.4f} lr {:.5g} {:.0f} samples/s compute {:.2f} ms wait "
-                      "{:.2f} ms",
-                      e.step, trainer.total_steps(), e.epoch, loss_sum_ / n, e.lr,
-                      scalars.at("train/samples_per_s"), 1e3 * compute_ / n, 1e3 * wait_ / n));
+      logger_->info(fmt::format(
+          "step {}/{} epoch {} loss {:.4f} lr {:.5g} {:.0f} samples/s forward {:.2f} ms backward {:.2f} ms "
+          "comm {:.2f} ms update {:.2f} ms sent {:.0f} B/step",
+          e.step, trainer.total_steps(), e.epoch, loss_sum_ / n, e.lr, scalars.at("train/samples_per_s"),
+          1e3 * timing_.forward / n, 1e3 * timing_.backward / n, 1e3 * timing_.communication / n,
+          1e3 * timing_.update / n, scalars.at("comm/bytes_per_step")));
     }
   }
-  loss_sum_ = seconds_ = compute_ = wait_ = 0;
+  loss_sum_ = seconds_ = 0;
+  timing_ = {};
+  bytes_ = 0;
   samples_ = steps_ = 0;
 }
 

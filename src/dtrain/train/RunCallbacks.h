@@ -16,10 +16,12 @@
 
 namespace dtrain::train {
 
-// Scalars every `every_steps` steps (train/loss, train/lr, train/samples_per_s, time/compute_s,
-// time/comm_wait_s, averaged over the interval), every evaluation (val/*) and every epoch
-// (train/top1 ... of the epoch). Rank 0 writes to `sink` and the log; other ranks log their own
-// line only for evaluations (so per-site logs show the reduced figures too).
+// Scalars every `every_steps` steps, averaged over the interval: train/loss, train/lr,
+// train/samples_per_s, time/step_s, rank 0's time split time/forward_s, time/backward_s,
+// time/comm_s, time/update_s (parallel::StepTiming) and comm/bytes_per_step (the bytes rank 0 sent
+// for each step's own communication); every evaluation (val/*) and every epoch (train/top1 ... of
+// the epoch). Rank 0 writes to `sink` and the log; other ranks log their own line only for
+// evaluations (so per-site logs show the reduced figures too).
 class MetricsLog final : public Callback {
  public:
   MetricsLog(io::MetricsSinkPtr sink, std::shared_ptr<io::Logger> logger, std::int64_t every_steps);
@@ -34,7 +36,9 @@ class MetricsLog final : public Callback {
   std::shared_ptr<io::Logger> logger_;
   std::int64_t every_;
   // The interval since the last logged step.
-  double loss_sum_ = 0, seconds_ = 0, compute_ = 0, wait_ = 0;
+  double loss_sum_ = 0, seconds_ = 0;
+  parallel::StepTiming timing_;
+  std::uint64_t bytes_ = 0;
   std::int64_t samples_ = 0, steps_ = 0;
   std::map<std::string, std::string> logged_notes_;
 };

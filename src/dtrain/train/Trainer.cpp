@@ -191,15 +191,16 @@ bool Trainer::train_epoch(TrainResult& result, std::int64_t warmup) {
     event.loss = r.loss;
     event.samples = r.samples * world_size();
     event.step_seconds = util::seconds_between(t_prev, t_now);
-    event.compute_seconds = r.compute_seconds;
-    event.comm_wait_seconds = r.comm_wait_seconds;
+    event.timing = r.timing;
+    event.bytes_sent = r.bytes_sent;
     if (r.outputs.defined()) {
       train_metrics_->add(r.outputs, batch->targets, r.loss * static_cast<double>(batch->targets.numel()));
     }
     epoch_seconds += event.step_seconds;
     result.train_seconds += event.step_seconds;
-    result.compute_seconds += r.compute_seconds;
-    result.comm_wait_seconds += r.comm_wait_seconds;
+    result.steps_run += 1;
+    result.step_time += r.timing;
+    result.bytes_sent += r.bytes_sent;
     if (step_ > warmup) {
       timed_samples_ += event.samples;
       timed_seconds_ += event.step_seconds;

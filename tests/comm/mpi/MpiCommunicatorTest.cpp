@@ -30,6 +30,70 @@ Communicator& world() {
   return *g_world;
 }
 
+// Recursive doubling (dtrain's and OpenMPI's): log2 p rounds of the whole buffer on the largest
+// power of two p <= n; the first 2(n - p) ranks pair up, the even one handing its buffer to the odd
+// one, which takes part and sends the result back.
+std::uint64_t recursive_doubling_bytes(std::uint64_t bytes, int rank, int n) {
+  int p = 1, rounds = 0;
+  while (p * 2 <= n) p *= 2, ++rounds;
+  if (rank < 2 * (n - p)) return rank % 2 == 0 ? bytes : (rounds + 1) * bytes;
+  return rounds * bytes;
+}
+
+// The ring (dtrain's and OpenMPI's): n blocks, the first count % n one element longer; the
+// reduce-scatter sends every block but rank + 1, the all-gather every block but rank + 2.
+std::uint64_t ring_bytes(const WireCall& call, int rank, int n) {
+  auto block = [&](int b) { return call.numel / n + ((b % n) < call.numel % n ? 1 : 0); };
+  return (2 * call.numel - block(rank + 1) - block(rank + 2)) * call.element_size;
+}
+
+// OpenMPI 4.1.4's tuned MPI_Allreduce for 256 KiB (Rabenseifner at n <= 7): worked out by hand
+// from coll_base_allreduce.c. n = 3: rank 0 sends its right half to rank 1, half of the rest to
+// rank 2 in the reduce-scatter, that back in the all-gather and the whole result to rank 1; rank 1
+// sends its left half, then its reduced right half; rank 2 a half and a half back.
+std::uint64_t rabenseifner_256k(int rank, int n) {
+  switch (n) {
+    case 2:
+      return 262144;
+    case 3:
+      return rank == 0 ? 655360 : 262144;
+    case 4:
+      return 393216;
+  }
+  ADD_FAILURE() << "no hand-worked figure for " << n << " ranks";
+  return 0;
+}
+
+// What the mpi backend's algorithms make `rank` of n send (Note [OpenMPI's algorithms]), for the
+// conformance suite's calls at n = 2..4.
+std::uint64_t mpi_expected_wire_bytes(const WireCall& call, int rank, int n) {
+  const std::uint64_t bytes = call.bytes();
+  const auto size = static_cast<std::uint64_t>(n);
+  switch (call.op) {
+    case CommOp::Allreduce:
+      if (call.async_op) {  // dtrain's own: recursive doubling below 64 KiB, else the ring
+        return bytes < 65536 ? recursive_doubling_bytes(bytes, rank, n) : ring_bytes(call, rank, n);
+      }
+      // OpenMPI's fixed rules: n < 4: recursive doubling below 4096 B, the ring below 8192 B,
+      // Rabenseifner from 256 KiB; n = 4: recursive doubling below 8192 B, then Rabenseifner.
+      if (bytes >= 262144) return rabenseifner_256k(rank, n);
+      if (n < 4 && bytes >= 4096 && bytes < 8192) return ring_bytes(call, rank, n);
+      return recursive_doubling_bytes(bytes, rank, n);
+    case CommOp::Broadcast:  // libnbc, linear for n <= 4: the root sends to every rank
+      return rank == call.root ? (size - 1) * bytes : 0;
+    case CommOp::Allgather:  // libnbc, linear
+      return (size - 1) * bytes;
+    case CommOp::ReduceScatter:  // libnbc: a binomial reduce of the whole input to 0, which scatters
+      return rank == 0 ? (size - 1) * bytes / size : bytes;
+    case CommOp::Alltoall:  // libnbc, linear
+      return (size - 1) * bytes / size;
+    case CommOp::Send:
+      return bytes;
+    default:
+      return 0;  // recv, and the barrier's empty messages
+  }
+}
+
 // Evaluated when gtest registers the tests, after main() connected: the world size is mpirun's.
 std::vector<ConformanceWorld> mpi_worlds() {
   ConformanceWorld world;
@@ -38,6 +102,9 @@ std::vector<ConformanceWorld> mpi_worlds() {
   // MPI reduces every dtype dtrain moves (float16 and bfloat16 through its own operations).
   world.reduced_dtypes = dtrain::testing::kMovedDtypes;
   world.run = [](const dtrain::testing::RankFn& fn) { fn(*g_world); };
+  world.expected_wire_bytes = [n = world.size](const WireCall& call, int rank) {
+    return mpi_expected_wire_bytes(call, rank, n);
+  };
   return {world};
 }
 

@@ -182,6 +182,7 @@ C10dCommunicator::C10dCommunicator(std::string backend, int rank, int size, std:
   TORCH_INTERNAL_ASSERT(size == 1 || (store_ && group_), "a c10d communicator of ", size,
                         " ranks needs a group");
   TORCH_INTERNAL_ASSERT(factory_, "a c10d communicator needs a group factory for split()");
+  TORCH_INTERNAL_ASSERT(capabilities_.wire_bytes, "a c10d communicator needs its backend's wire-byte model");
 }
 
 C10dCommunicator::~C10dCommunicator() = default;
@@ -311,6 +312,15 @@ WorkPtr C10dCommunicator::do_barrier(bool async_op) {
   ::c10d::BarrierOptions options;
   options.timeout = timeout();
   return wrap(call_c10d([&] { return group_->barrier(options); }));
+}
+
+std::uint64_t C10dCommunicator::wire_bytes(const WireCall& call) const {
+  // Operations on empty tensors return before reaching the group.
+  if (call.numel == 0 && call.op != CommOp::Barrier) return 0;
+  WireCall ran = call;
+  // See Note [Emulated collectives].
+  if (call.op == CommOp::ReduceScatter && !capabilities_.flat_collectives) ran.op = CommOp::Alltoall;
+  return capabilities_.wire_bytes(ran, rank(), size());
 }
 
 std::unique_ptr<Communicator> C10dCommunicator::do_split(const std::vector<int>& ranks) {

@@ -14,7 +14,7 @@
 
 namespace dtrain::comm {
 
-// What a c10d backend does natively; everything else is emulated.
+// What a c10d backend does natively (everything else is emulated), and what its algorithms send.
 struct C10dCapabilities {
   // _allgather_base and _reduce_scatter_base on flat tensors (NCCL; not Gloo in 1.13).
   bool flat_collectives = false;
@@ -23,6 +23,9 @@ struct C10dCapabilities {
   // How long Work::wait() polls isCompleted(), yielding the core between polls, before it blocks.
   // See Note [Polling before blocking] in C10dCommunicator.cpp.
   std::chrono::microseconds poll_wait{0};
+  // The bytes rank `rank` of `size` sends for a call the backend runs natively (an emulated
+  // reduce_scatter is asked as the alltoall it runs). See Note [Wire bytes].
+  std::function<std::uint64_t(const WireCall& call, int rank, int size)> wire_bytes;
 };
 
 // Builds the process group of `size` ranks meeting through `store`; used for the world and for
@@ -49,6 +52,7 @@ class C10dCommunicator final : public Communicator {
   WorkPtr do_recv(at::Tensor& tensor, int src, int tag, bool async_op) override;
   WorkPtr do_barrier(bool async_op) override;
   std::unique_ptr<Communicator> do_split(const std::vector<int>& ranks) override;
+  std::uint64_t wire_bytes(const WireCall& call) const override;
 
  private:
   WorkPtr wrap(compat::WorkHandle work, std::function<void()> finish = {}, bool p2p = false);

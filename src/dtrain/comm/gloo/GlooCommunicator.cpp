@@ -9,6 +9,7 @@
 #include "dtrain/comm/C10dCompat.h"
 #include "dtrain/comm/c10d/C10dCommunicator.h"
 #include "dtrain/comm/c10d/StoreRendezvous.h"
+#include "dtrain/comm/gloo/GlooWireBytes.h"
 
 namespace dtrain::comm {
 
@@ -44,6 +45,7 @@ std::unique_ptr<Communicator> connect_gloo(const BackendOptions& options, const 
   capabilities.poll_wait = options.poll_wait;
   capabilities.flat_collectives = false;            // See Note [Emulated collectives]
   capabilities.p2p_completes_without_wait = false;  // Gloo's SendWork/RecvWork finish inside wait()
+  capabilities.wire_bytes = gloo_wire_bytes;        // See Note [Gloo's algorithms]
   if (size == 1) {
     // Nothing to meet: no store, no sockets, every operation is local.
     GroupFactory unused = [](const compat::StorePtr&, int, int) -> compat::GroupPtr {

@@ -6,6 +6,13 @@
 #include <algorithm>
 
 namespace dtrain::comm::mpi {
+namespace {
+
+// Below this size the all-reduce is latency-bound and recursive doubling (log2 n rounds of the
+// whole buffer) wins; above it the ring (2(n-1) rounds of 1/n of it) moves fewer bytes per rank.
+constexpr std::size_t kRingThresholdBytes = 64 * 1024;
+
+}  // namespace
 
 std::vector<AllreduceStep> recursive_doubling_steps(int rank, int size, std::size_t count) {
   std::vector<AllreduceStep> steps;
@@ -67,6 +74,11 @@ std::vector<AllreduceStep> ring_steps(int rank, int size, std::size_t count) {
         {right, offset(send_chunk), length(send_chunk), left, offset(recv_chunk), length(recv_chunk), false});
   }
   return steps;
+}
+
+std::vector<AllreduceStep> allreduce_steps(int rank, int size, std::size_t count, std::size_t element_size) {
+  const bool ring = count * element_size >= kRingThresholdBytes && count >= static_cast<std::size_t>(size);
+  return ring ? ring_steps(rank, size, count) : recursive_doubling_steps(rank, size, count);
 }
 
 std::size_t scratch_elements(const std::vector<AllreduceStep>& steps) {

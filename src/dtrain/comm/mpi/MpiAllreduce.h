@@ -29,6 +29,12 @@ std::vector<AllreduceStep> recursive_doubling_steps(int rank, int size, std::siz
 // Ring: reduce-scatter then all-gather of size() chunks, 2(n-1) rounds: the bandwidth-bound choice.
 std::vector<AllreduceStep> ring_steps(int rank, int size, std::size_t count);
 
+// The steps dtrain's all-reduce of `count` elements of `element_size` bytes runs: recursive
+// doubling below 64 KiB (latency-bound: log2 n rounds of the whole buffer), the ring from there on
+// (2(n-1) rounds of 1/n of it: fewer bytes per rank), and recursive doubling for fewer elements
+// than ranks.
+std::vector<AllreduceStep> allreduce_steps(int rank, int size, std::size_t count, std::size_t element_size);
+
 // Elements the scratch buffer must hold for `steps`.
 std::size_t scratch_elements(const std::vector<AllreduceStep>& steps);
 

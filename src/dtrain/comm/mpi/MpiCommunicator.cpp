@@ -16,6 +16,7 @@
 #include "dtrain/comm/mpi/MpiProgressEngine.h"
 #include "dtrain/comm/mpi/MpiRuntime.h"
 #include "dtrain/comm/mpi/MpiWatchdog.h"
+#include "dtrain/comm/mpi/MpiWireBytes.h"
 
 namespace dtrain::comm {
 namespace {
@@ -192,6 +193,11 @@ class MpiCommunicator final : public Communicator {
     if (sub == MPI_COMM_NULL) return nullptr;
     return std::make_unique<MpiCommunicator>(runtime_, sub, position, static_cast<int>(ranks.size()),
                                              timeout(), poll_wait_);
+  }
+
+  // See Note [OpenMPI's algorithms].
+  std::uint64_t wire_bytes(const WireCall& call) const override {
+    return mpi::mpi_wire_bytes(call, rank(), size());
   }
 
  private:

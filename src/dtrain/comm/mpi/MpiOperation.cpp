@@ -12,9 +12,6 @@ namespace dtrain::comm::mpi {
 
 namespace {
 
-// Below this size the all-reduce is latency-bound and recursive doubling (log2 n rounds of the
-// whole buffer) wins; above it the ring (2(n-1) rounds of 1/n of it) moves fewer bytes per rank.
-constexpr std::size_t kRingThresholdBytes = 64 * 1024;
 // Internal all-reduce messages are tagged by their sequence number; MPI guarantees tags up to 32767.
 constexpr std::uint64_t kTagSpace = 32768;
 
@@ -58,11 +55,8 @@ bool RequestOperation::cancel() {
 }
 
 void AllreduceOperation::post(std::uint64_t sequence) {
-  const auto count = static_cast<std::size_t>(tensor_.numel());
-  const std::size_t bytes = count * tensor_.element_size();
-  auto steps = bytes >= kRingThresholdBytes && count >= static_cast<std::size_t>(size_)
-                   ? ring_steps(rank_, size_, count)
-                   : recursive_doubling_steps(rank_, size_, count);
+  auto steps =
+      allreduce_steps(rank_, size_, static_cast<std::size_t>(tensor_.numel()), tensor_.element_size());
   // Uninitialised, unlike std::vector: zeroing megabytes per call would cost as much as the copy.
   // Plain new[] rather than at::empty: at 4 KB the dispatcher's cost shows in the latency.
   scratch_.reset(new char[scratch_elements(steps) * tensor_.element_size()]);

@@ -19,6 +19,36 @@
 #include "dtrain/comm/c10d/StoreRendezvous.h"
 
 namespace dtrain::comm {
+namespace {
+
+// NCCL chooses ring, tree or CollNet per call from its own tuning model and the topology, and
+// dtrain cannot see the choice, so these are estimates: what a ring sends (nccl-tests' bus
+// bandwidth factors). An all-reduce by a tree sends 2x the buffer on inner nodes and less on
+// leaves; the figures are exact only where NCCL runs the ring.
+std::uint64_t nccl_wire_estimate(const WireCall& call, int rank, int size) {
+  const auto n = static_cast<std::uint64_t>(size);
+  const std::uint64_t bytes = call.bytes();
+  switch (call.op) {
+    case CommOp::Allreduce:
+      return 2 * (n - 1) * bytes / n;
+    case CommOp::Allgather:
+      return (n - 1) * bytes;
+    case CommOp::Broadcast:  // a pipelined ring from the root: every rank but the root's predecessor sends
+      return (rank + 1) % size == call.root ? 0 : bytes;
+    case CommOp::ReduceScatter:
+    case CommOp::Alltoall:
+      return (n - 1) * (bytes / n);
+    case CommOp::Send:
+      return bytes;
+    case CommOp::Recv:
+      return 0;
+    case CommOp::Barrier:  // c10d's NCCL barrier all-reduces one float
+      return 2 * (n - 1) * sizeof(float) / n;
+  }
+  return 0;
+}
+
+}  // namespace
 
 std::unique_ptr<Communicator> connect_nccl(const BackendOptions& options, const RendezvousInfo& rendezvous) {
   const int rank = rendezvous.rank;
@@ -41,6 +71,7 @@ std::unique_ptr<Communicator> connect_nccl(const BackendOptions& options, const 
   capabilities.poll_wait = options.poll_wait;
   capabilities.flat_collectives = true;  // _allgather_base and _reduce_scatter_base are native
   capabilities.p2p_completes_without_wait = true;
+  capabilities.wire_bytes = nccl_wire_estimate;
   GroupFactory factory = [timeout = options.timeout](const compat::StorePtr& group_store, int group_rank,
                                                      int group_size) {
     auto nccl_options = ::c10d::ProcessGroupNCCL::Options::create();

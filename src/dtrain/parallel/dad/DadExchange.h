@@ -30,7 +30,7 @@ struct ExchangeLayer {
 
 struct ExchangeTiming {
   double communication = 0.0;  // blocked in the two all-gathers
-  double compute = 0.0;        // factorising, packing and rebuilding gradients
+  double compute = 0.0;        // factorising, packing and rebuilding gradients (part of the update)
   double mean_rank = 0.0;      // rank-dAD layers: the agreed rank, averaged over layers
 };
 

@@ -175,15 +175,9 @@ StepResult DadStrategy::train_step(const data::Batch& batch) {
     result.timing.communication += util::seconds_since(t0);
   }
   auto network = model_ptr();
-  double forward_seconds = 0.0, closure_seconds = 0.0;
-  const ForwardFn forward = [&](const torch::Tensor& x) {
-    const auto t0 = util::Clock::now();
-    auto out = network->forward(x);
-    forward_seconds += util::seconds_since(t0);
-    return out;
-  };
+  const ForwardFn forward = [network](const torch::Tensor& x) { return network->forward(x); };
+  // An optimizer that evaluates the closure several times (L-BFGS) adds up each evaluation's phases.
   optimizer().step([&]() -> torch::Tensor {
-    const auto closure_start = util::Clock::now();
     optimizer().zero_grad();
     taps_.clear();
     auto step = forward_backward(forward, loss(), batch.inputs, batch.targets, accumulation,
@@ -195,29 +189,20 @@ StepResult DadStrategy::train_step(const data::Batch& batch) {
                                    dp_->set_sync(last);
                                    if (last) dp_->carry_values(loss_so_far);
                                  });
+    result.timing.forward += step.forward_seconds;
+    result.timing.backward += step.backward_seconds;
     dp_->finish();
-    const double waited = dp_->last_sync_timing().finish_wait_seconds;
     last_exchange_ = exchange_and_rebuild(communicator().get(), exchange_layers(), power, generator_);
-    result.timing.communication += waited + last_exchange_.communication;
-    result.timing.update += last_exchange_.compute;
-    result.timing.backward +=
-        util::seconds_since(closure_start) - waited - last_exchange_.communication - last_exchange_.compute;
+    // Rebuilding the gradients from what was received belongs to the update.
+    result.timing.communication += dp_->last_sync_timing().finish_wait_seconds + last_exchange_.communication;
     auto global_loss = dp_->carried_values().reshape({});
     result.outputs = step.outputs;
     result.loss = global_loss.item<double>();
-    closure_seconds += util::seconds_since(closure_start);
     return global_loss;
   });
-  // The closure's compute less the forward passes is backward; what follows it is the update.
-  result.timing.forward = forward_seconds;
-  result.timing.backward = std::max(0.0, result.timing.backward - forward_seconds);
-  result.timing.update +=
-      std::max(0.0, util::seconds_since(start) - closure_seconds - result.timing.communication);
-  result.comm_wait_seconds = result.timing.communication;
-  result.compute_seconds = result.timing.forward + result.timing.backward + result.timing.update;
-  result.bytes_sent = comm::difference(communicator()->stats(), before).total().wire_bytes;
+  result.timing.set_update_to_rest(util::seconds_since(start));
+  result.bytes_sent = count_own_communication(before).total().wire_bytes;
   if (planned) advance_trial(util::seconds_since(start));
-  count_own_communication(before);
   return result;
 }
 

@@ -4,8 +4,6 @@
 
 #include <torch/torch.h>
 
-#include <algorithm>
-
 #include "dtrain/parallel/MicroBatches.h"
 #include "dtrain/parallel/Registry.h"
 #include "dtrain/util/Clock.h"
@@ -47,12 +45,14 @@ StepResult DataParallelStrategy::train_step(const data::Batch& batch) {
   if (options_.broadcast_buffers && !model().buffers(/*recurse=*/true).empty()) {
     const auto t0 = util::Clock::now();
     dp_->sync_buffers();
-    result.comm_wait_seconds += util::seconds_since(t0);
+    result.timing.communication += util::seconds_since(t0);
   }
 
   // The closure holds forward, backward and the all-reduces, so an optimizer that evaluates it
-  // several times (L-BFGS) sees the same global gradient and loss on every rank. The loss rides
-  // along in the last gradient bucket: no collective of its own.
+  // several times (L-BFGS) sees the same global gradient and loss on every rank, and each
+  // evaluation's phases add up. The loss rides along in the last gradient bucket: no collective of
+  // its own. The buckets all-reduced during backward count as backward; communication is the wait
+  // in finish() (the last bucket's blocking all-reduce and whatever had not yet arrived).
   auto network = model_ptr();
   const ForwardFn forward = [network](const torch::Tensor& x) { return network->forward(x); };
   optimizer().step([&]() -> torch::Tensor {
@@ -63,15 +63,17 @@ StepResult DataParallelStrategy::train_step(const data::Batch& batch) {
                            dp_->set_sync(last);
                            if (last) dp_->carry_values(loss_so_far);
                          });
+    result.timing.forward += step.forward_seconds;
+    result.timing.backward += step.backward_seconds;
     dp_->finish();
-    result.comm_wait_seconds += dp_->last_sync_timing().finish_wait_seconds;
+    result.timing.communication += dp_->last_sync_timing().finish_wait_seconds;
     auto global_loss = dp_->carried_values().reshape({});
     result.outputs = step.outputs;
     result.loss = global_loss.item<double>();
     return global_loss;
   });
-  result.compute_seconds = std::max(0.0, util::seconds_since(start) - result.comm_wait_seconds);
-  count_own_communication(traffic_before);
+  result.timing.set_update_to_rest(util::seconds_since(start));
+  result.bytes_sent = count_own_communication(traffic_before).total().wire_bytes;
   return result;
 }
 

@@ -17,15 +17,19 @@ StepResult LocalStrategy::train_step(const data::Batch& batch) {
   result.samples = batch.size();
   auto network = model_ptr();
   const ForwardFn forward = [network](const torch::Tensor& x) { return network->forward(x); };
+  // An optimizer that evaluates the closure several times (L-BFGS) adds up each evaluation's phases.
   optimizer().step([&]() -> torch::Tensor {
     optimizer().zero_grad();
     auto step =
         forward_backward(forward, loss(), batch.inputs, batch.targets, parallel_config().accumulation_steps);
+    result.timing.forward += step.forward_seconds;
+    result.timing.backward += step.backward_seconds;
     result.outputs = step.outputs;
     result.loss = step.loss.item<double>();
     return step.loss;
   });
-  result.compute_seconds = util::seconds_since(start);
+  // No communication: bytes_sent stays 0, even with a communicator (each rank trains its own copy).
+  result.timing.set_update_to_rest(util::seconds_since(start));
   return result;
 }
 

@@ -1,0 +1,35 @@
+// What a backend's wire-byte model is asked: one operation as this rank issues it. Each backend
+// answers with the bytes its own algorithm makes this rank send (Communicator::wire_bytes), and the
+// Communicator records the answer in CommStats. See Note [Wire bytes].
+#pragma once
+
+#include <cstdint>
+
+namespace dtrain::comm {
+
+// Note [Wire bytes]
+// OpStats::wire_bytes is the payload of the messages this rank sends for an operation under the
+// algorithm its backend runs for that call: for each message, the elements it carries times their
+// size. Transport framing is not counted (TCP/IP headers, Gloo's per-message preamble, MPI
+// envelopes, zero-byte synchronisation messages), nor is anything received. Each backend states the
+// algorithm it assumes and where it comes from beside its model: gloo/GlooWireBytes.h (c10d's
+// ProcessGroupGloo over Gloo's algorithms: exact), mpi/MpiWireBytes.h (dtrain's own all-reduce:
+// exact; OpenMPI 4.1's tuned and libnbc choices under default MCA settings), nccl (NCCL picks ring
+// or tree at run time: the ring's figure, an estimate).
+
+enum class CommOp { Allreduce, Allgather, Broadcast, ReduceScatter, Alltoall, Send, Recv, Barrier };
+
+struct WireCall {
+  CommOp op = CommOp::Barrier;
+  // Elements of the tensor the operation reduces or moves, and their size: allreduce, broadcast,
+  // send, recv: the tensor; allgather: this rank's input; reduce_scatter, alltoall: the input
+  // (size() chunks).
+  std::int64_t numel = 0;
+  std::int64_t element_size = 0;
+  int root = 0;           // broadcast
+  bool async_op = false;  // the mpi backend runs different all-reduce algorithms for the two
+
+  std::uint64_t bytes() const { return static_cast<std::uint64_t>(numel) * element_size; }
+};
+
+}  // namespace dtrain::comm

@@ -1,0 +1,72 @@
+// Run twice by the comm.mpi.monitored tests (monitored_wire_bytes.sh) under OpenMPI's pml
+// monitoring, which writes the payload bytes each process sent to each peer to a file at
+// MPI_Finalize: once with `0` (connect and leave) and once with `1` (every operation below, at
+// sizes across every band of OpenMPI 4.1's all-reduce rules and both of dtrain's all-reduce
+// algorithms). Each rank prints the wire bytes it recorded, "rank R recorded N"; the difference
+// between the two runs' monitored bytes must equal N on every rank, which checks Note [OpenMPI's
+// algorithms] against the library that runs.
+#include <ATen/ATen.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "dtrain/comm/Backend.h"
+#include "dtrain/comm/mpi/MpiCommunicator.h"
+
+namespace {
+
+using dtrain::comm::Communicator;
+using dtrain::comm::ReduceOp;
+
+// Element counts that do not divide evenly, from 1 to past 1 MiB.
+const std::int64_t kAllreduceSizes[] = {1,     3,     255,   1001,  1024,  1500,  2048,   3001,  4096,
+                                        10000, 16383, 16384, 30001, 65535, 65536, 100001, 262147};
+
+void allreduces(Communicator& comm, at::ScalarType dtype) {
+  for (const auto numel : kAllreduceSizes) {
+    for (const bool async_op : {false, true}) {
+      at::Tensor t = at::ones({numel}, dtype);
+      comm.allreduce(t, ReduceOp::Sum, async_op)->wait();
+    }
+  }
+}
+
+void movements(Communicator& comm, std::int64_t numel) {
+  const int n = comm.size();
+  at::Tensor t = at::ones({numel});
+  at::Tensor whole = at::ones({n * numel});
+  at::Tensor out = at::empty({n * numel});
+  comm.allgather(t, out);
+  for (int root = 0; root < n; ++root) comm.broadcast(t, root);
+  comm.reduce_scatter(whole, t);
+  comm.alltoall(whole, out);
+  at::Tensor inbox = at::empty({numel});
+  auto receive = comm.recv(inbox, (comm.rank() + n - 1) % n, /*tag=*/3, /*async_op=*/true);
+  comm.send(t, (comm.rank() + 1) % n, /*tag=*/3);
+  receive->wait();
+  comm.barrier();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace dtrain::comm;
+  const bool operate = argc > 1 && std::atoi(argv[1]) != 0;
+  BackendOptions options;
+  options.name = "mpi";
+  options.timeout = std::chrono::seconds(60);
+  std::uint64_t recorded = 0;
+  int rank = 0;
+  {
+    auto comm = connect_mpi(options, RendezvousInfo{});
+    rank = comm->rank();
+    if (operate) {
+      allreduces(*comm, at::kFloat);
+      allreduces(*comm, at::kHalf);
+      for (const std::int64_t numel : {1, 1001, 40000}) movements(*comm, numel);
+    }
+    recorded = comm->stats().total().wire_bytes;
+  }  // the communicator is gone before MPI is finalised at exit
+  std::printf("rank %d recorded %llu\n", rank, static_cast<unsigned long long>(recorded));
+  return 0;
+}
