@@ -118,7 +118,7 @@ class SeedCommand : public ::testing::Test {
                                     "--num-nodes",
                                     "2",
                                     "--distributed-mode",
-                                    "dsgd",
+                                    "rankdad",
                                     "--model",
                                     "MNISTNet",
                                     "--dataset",
@@ -204,14 +204,14 @@ TEST_F(SeedCommand, TwoSitesWriteLogDirNameSiteFoldersAndARerunNeedsResume) {
   EXPECT_EQ(cfg.name, "rankdad_mnist");
   EXPECT_EQ(cfg.out_dir, logs.string());
   EXPECT_EQ(cfg.run_folder, "named");
-  EXPECT_EQ(cfg.parallel.strategy, "data_parallel");
+  EXPECT_EQ(cfg.parallel.strategy, "rankdad");
   EXPECT_EQ(cfg.model.name, "mnistnet");
   EXPECT_EQ(cfg.data.dataset, "mnist");
   EXPECT_EQ(cfg.data.subset_size, 256);
   EXPECT_EQ(cfg.data.batch_size, 32);
   const auto results = nlohmann::json::parse(read_file(run / "results.json"));
   EXPECT_EQ(results["world_size"], 2);
-  EXPECT_EQ(results["strategy"], "data_parallel");
+  EXPECT_EQ(results["strategy"], "rankdad");
   EXPECT_EQ(results["steps"], 256 / (32 * 2));  // --N samples over two sites of --batch-size
   EXPECT_EQ(results["final"]["samples"], 64);
 
