@@ -218,6 +218,43 @@ TEST(RunConfigYaml, RegisteredNamesMatchWithoutRegardToCaseAndBecomeCanonical) {
   }
 }
 
+TEST(RunConfigYaml, SuggestionsForNamesIgnoreCaseAsMatchingDoes) {
+  EXPECT_STREQ(error_of_text("model:\n  name: MNISTNets\n").what(),
+               ("x.yaml:2: model.name: expected one of " + registered_choices(kModelKey).list() +
+                "; found \"MNISTNets\"; did you mean mnistnet?")
+                   .c_str());
+}
+
+TEST(RunConfigYaml, RunFolderIsDatedOrSeed000sNamed) {
+  EXPECT_EQ(RunConfig{}.run_folder, "dated");
+  EXPECT_EQ(parse_run_config("run_folder: Named\n").run_folder, "named");
+  EXPECT_STREQ(error_of_text("run_folder: seed\n").what(),
+               "x.yaml:1: run_folder: expected one of dated, named; found \"seed\"");
+  // <out_dir>/<name>/ must be a folder of out_dir's own.
+  for (const char* name : {".", ".."}) {
+    EXPECT_STREQ(error_of_text(std::string("name: '") + name + "'\n").what(),
+                 (std::string("x.yaml:1: name: expected a name without '/', not . or .. (it names the run "
+                              "folder), found the quoted string \"") +
+                  name + "\"")
+                     .c_str());
+  }
+}
+
+TEST(RunConfigYaml, AFlagOverrideIsNamedAsTheFlagWasGiven) {
+  const std::vector<Override> lr{Override{"optim.lr", "fast", "--lr fast", /*flag=*/true}};
+  EXPECT_STREQ(error_of([&] { run_config_from_text("name: a\n", "x.yaml", lr); }).what(),
+               "--lr fast: optim.lr: expected a positive number, found \"fast\"");
+  const std::vector<Override> broken{Override{"optim.lr", "[1", "--lr [1", true}};
+  const auto e = error_of([&] { run_config_from_text("", "x.yaml", broken); });
+  EXPECT_EQ(std::string(e.what()).rfind("--lr [1: optim.lr: the value is not valid YAML", 0), 0u) << e.what();
+  // Without the flag mark, the same override is named as key=value.
+  EXPECT_EQ(origin_of(Override{"optim.lr", "fast", "optim.lr=fast"}), "override \"optim.lr=fast\"");
+  EXPECT_DOUBLE_EQ(
+      run_config_from_text("optim: {lr: 0.5}\n", "x.yaml", {Override{"optim.lr", "0.25", "--lr 0.25", true}})
+          .optim.lr,
+      0.25);
+}
+
 TEST(RunConfigYaml, OnlyTheChosenStrategysSectionApplies) {
   const RunConfig dp =
       parse_run_config("parallel:\n  strategy: data_parallel\n  data_parallel:\n    bucket_mb: 2\n");

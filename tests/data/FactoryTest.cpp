@@ -100,7 +100,88 @@ TEST(Factory, UnknownNameListsKnownOnes) {
   EXPECT_THAT(
       error_of([&] { load_datasets(c); }),
       HasSubstr("data.dataset: unknown data set 'imagenet'; expected one of: fashion-mnist, mnist, cifar10, "
-                "cifar100, image-folder, synthetic, text"));
+                "cifar100, image-folder, dogsvscats, synthetic, text"));
+}
+
+TEST(Factory, MissingMnistSaysWhereItLookedAndHowToGetIt) {
+  DataConfig c;
+  c.dataset = "MNIST";
+  c.root = "/nonexistent/mnist";
+  const auto msg = error_of([&] { load_datasets(c); });
+  EXPECT_THAT(
+      msg, HasSubstr("data.root: no file train-images-idx3-ubyte(.gz) in /nonexistent/mnist; set data.root "
+                     "to the folder that holds the mnist files (train-images-idx3-ubyte.gz"));
+  EXPECT_THAT(msg, HasSubstr("torchvision's MNIST download leaves them in <its root>/MNIST/raw"));
+  EXPECT_THAT(msg, HasSubstr("--dataset FashionMNIST"));
+}
+
+TEST(Factory, DefaultRootsMatchNamesWithoutRegardToCase) {
+  EXPECT_EQ(default_root("FashionMNIST"), "/usr/share/datasets/fashion-mnist");
+  EXPECT_EQ(default_root("MNIST"), "/usr/share/datasets/mnist");
+  EXPECT_EQ(default_root("DogsVsCats"), "/usr/share/datasets/dogsvscats");
+  EXPECT_EQ(default_root("synthetic"), "");
+}
+
+// train/ and test/ of class folders, each holding `per_class` PNGs of 12x10 pixels, the pixel
+// value telling the class apart (cat 40, dog 140, others 200).
+void write_class_folders(const TempDir& dir, const std::vector<std::string>& classes, int per_class) {
+  for (const std::string split : {"train", "test"}) {
+    for (std::size_t c = 0; c < classes.size(); ++c) {
+      std::filesystem::create_directories(dir / (split + "/" + classes[c]));
+      for (int i = 0; i < per_class; ++i) {
+        write_png(dir / (split + "/" + classes[c] + "/" + std::to_string(i) + ".png"),
+                  torch::full({3, 12, 10},
+                              classes[c] == "cat"   ? 40
+                              : classes[c] == "dog" ? 140
+                                                    : 200,
+                              torch::kUInt8));
+      }
+    }
+  }
+}
+
+TEST(Factory, DogsVsCatsIsATwoClassImageFolderCatThenDog) {
+  TempDir dir;
+  write_class_folders(dir, {"dog", "cat"}, 3);
+  DataConfig c;
+  c.dataset = "DogsVsCats";
+  c.root = dir.str();
+  c.image_size = 8;
+  c.normalize = false;
+  const auto sets = load_datasets(c);
+  EXPECT_EQ(sets.train->size(), 6);
+  EXPECT_EQ(sets.test->size(), 6);
+  EXPECT_EQ(sets.train->num_classes(), 2);
+  EXPECT_EQ(sets.train->input_shape(), (std::vector<std::int64_t>{3, 8, 8}));
+  // Labels by sorted class name: cat 0 (pixels 40), dog 1 (pixels 140).
+  const auto& images = dynamic_cast<const ImageDataset&>(*sets.train_plain);
+  for (std::int64_t i = 0; i < images.size(); ++i) {
+    const auto label = images.labels()[i].item<std::int64_t>();
+    EXPECT_EQ(images.images()[i].to(torch::kInt).max().item<int>(), label == 0 ? 40 : 140) << i;
+  }
+}
+
+TEST(Factory, DogsVsCatsRefusesOtherClassesAndSaysWhereToLookWithoutRoot) {
+  for (const std::vector<std::string>& classes :
+       {std::vector<std::string>{"cat", "dog", "bird"}, std::vector<std::string>{"cats", "dogs"},
+        std::vector<std::string>{"dog"}}) {
+    TempDir dir;
+    write_class_folders(dir, classes, 1);
+    DataConfig c;
+    c.dataset = "dogsvscats";
+    c.root = dir.str();
+    const auto msg = error_of([&] { load_datasets(c); });
+    EXPECT_THAT(msg, HasSubstr("data.root: dataset dogsvscats has exactly two classes, cat and dog, but " +
+                               (dir / "train") + " has the class folders "));
+    EXPECT_THAT(msg, HasSubstr(classes.back()));
+  }
+  DataConfig c;
+  c.dataset = "dogsvscats";
+  c.root = "/nonexistent/dogsvscats";
+  EXPECT_THAT(
+      error_of([&] { load_datasets(c); }),
+      HasSubstr("data.root: /nonexistent/dogsvscats is not a folder; dataset dogsvscats reads train/cat, "
+                "train/dog, test/cat and test/dog"));
 }
 
 TEST(Factory, MissingRootSaysHowToFix) {

@@ -109,3 +109,16 @@ TEST(ImageFolder, ExportedSetReadsBackExactly) {
   const ImageDataset floats("floats", torch::rand({2, 1, 4, 4}), torch::zeros({2}, torch::kLong), 1);
   EXPECT_THAT(error_of([&] { export_image_folder(floats, dir / "f", 0, "png"); }), HasSubstr("uint8"));
 }
+
+TEST(ImageFolder, ClassFoldersAreTrainAndTestOrValOrTheRootItself) {
+  TempDir dir;
+  std::filesystem::create_directories(dir / "flat/a");
+  EXPECT_EQ(class_folders(dir / "flat"), (std::vector<std::string>{dir / "flat"}));
+  std::filesystem::create_directories(dir / "split/train/a");
+  EXPECT_EQ(class_folders(dir / "split"), (std::vector<std::string>{dir / "split/train"}));
+  std::filesystem::create_directories(dir / "split/val/a");
+  EXPECT_EQ(class_folders(dir / "split"), (std::vector<std::string>{dir / "split/train", dir / "split/val"}));
+  std::filesystem::create_directories(dir / "split/test/a");  // test/ is read before val/
+  EXPECT_EQ(class_folders(dir / "split"),
+            (std::vector<std::string>{dir / "split/train", dir / "split/test"}));
+}

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <ctime>
+#include <fstream>
 #include <regex>
 
 #include "dtrain/config/RunConfigYaml.h"
@@ -75,6 +76,77 @@ TEST(RunDir, CreateSharedAgreesAcrossRanks) {
   int folders = 0;
   for (const auto& entry : std::filesystem::directory_iterator(dir.path())) folders += entry.is_directory();
   EXPECT_EQ(folders, 1);
+}
+
+TEST(RunDir, NamedFolderIsOutDirSlashNameAndRefusesAnEarlierRunUnlessContinuing) {
+  testing::TestDir dir;
+  const auto run = RunDir::create_named(dir.path() / "logs", "rankdad_mnist", 2, /*continuing=*/false);
+  EXPECT_EQ(run.root(), dir.path() / "logs" / "rankdad_mnist");
+  EXPECT_TRUE(std::filesystem::is_directory(run.root() / "site_0"));
+  EXPECT_TRUE(std::filesystem::is_directory(run.checkpoints_dir()));
+  auto refusal = [&] {
+    try {
+      RunDir::create_named(dir.path() / "logs", "rankdad_mnist", 2, false);
+    } catch (const std::runtime_error& e) {
+      return std::string(e.what());
+    }
+    return std::string("an earlier run's folder was reused");
+  };
+  const std::string refused = "run folder " + run.root().string() +
+                              " holds an earlier run, and a new run would mix with it; choose another name "
+                              "(--name) or remove the folder";
+  EXPECT_EQ(refusal(), refused + " (that run saved no checkpoint to continue from)");
+  std::ofstream(run.checkpoints_dir() / "latest") << "checkpoint-5.ckpt\n";
+  EXPECT_EQ(refusal(), refused + ", or continue that run with --resume " + run.root().string());
+  EXPECT_EQ(RunDir::create_named(dir.path() / "logs", "rankdad_mnist", 2, /*continuing=*/true).root(),
+            run.root());
+  // An empty folder holds no run to mix with.
+  std::filesystem::create_directories(dir.path() / "logs" / "empty");
+  EXPECT_NO_THROW(RunDir::create_named(dir.path() / "logs", "empty", 1, false));
+  for (const char* name : {"", ".", "..", "a/b"}) {
+    EXPECT_THROW(RunDir::create_named(dir.path(), name, 1, false), std::invalid_argument) << name;
+  }
+}
+
+TEST(RunDir, CreateNamedSharedAgreesAcrossRanksAndRefusesTogether) {
+  testing::TestDir dir;
+  std::vector<std::filesystem::path> roots(2);
+  dtrain::testing::run_world(2, [&](comm::CommunicatorPtr communicator) {
+    roots[communicator->rank()] =
+        RunDir::create_named_shared(*communicator, dir.path(), "seed", false).root();
+  });
+  EXPECT_EQ(roots[0], dir.path() / "seed");
+  EXPECT_EQ(roots[1], roots[0]);
+  EXPECT_TRUE(std::filesystem::is_directory(roots[0] / "site_1"));
+  std::ofstream(roots[0] / "site_1" / "log.txt") << "[rank 1/2] an earlier run\n";
+
+  // Again: rank 0 refuses, and rank 1 says so rather than waiting.
+  std::vector<std::string> errors(2);
+  auto attempt = [&](bool continuing_on_rank0) {
+    dtrain::testing::run_world(2, [&](comm::CommunicatorPtr communicator) {
+      const int rank = communicator->rank();
+      try {
+        RunDir::create_named_shared(*communicator, dir.path(), "seed", rank == 0 && continuing_on_rank0);
+        errors[rank].clear();
+      } catch (const std::runtime_error& e) {
+        errors[rank] = e.what();
+      }
+    });
+  };
+  attempt(false);
+  EXPECT_EQ(errors[0].rfind("run folder " + roots[0].string() + " holds an earlier run", 0), 0u) << errors[0];
+  EXPECT_EQ(errors[1].rfind("[rank 1/2] rank 0 could not create the run folder: run folder", 0), 0u)
+      << errors[1];
+  // Rank 1's own site folder from an earlier run (as on a machine of its own, where rank 0's
+  // folder is new): rank 1 refuses it, and rank 0 learns so instead of waiting in a collective.
+  attempt(true);
+  EXPECT_EQ(
+      errors[1].rfind(
+          "[rank 1/2] run folder " + (roots[0] / "site_1").string() + " holds an earlier run's site_1", 0),
+      0u)
+      << errors[1];
+  EXPECT_EQ(errors[0],
+            "[rank 0/2] rank 1 refused its run folder (see its error); run folder " + roots[0].string());
 }
 
 }  // namespace

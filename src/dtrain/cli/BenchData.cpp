@@ -12,7 +12,9 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "dtrain/config/Registry.h"
 #include "dtrain/config/RunConfig.h"
+#include "dtrain/config/Schema.h"
 #include "dtrain/data/Factory.h"
 #include "dtrain/data/ImageFolder.h"
 #include "dtrain/data/Loader.h"
@@ -139,7 +141,13 @@ void validate(const BenchDataOptions& o) {
     throw std::invalid_argument(fmt::format("--batches must be at least 1, got {}", o.batches));
   if (o.image_size < 1)
     throw std::invalid_argument(fmt::format("--image-size must be at least 1, got {}", o.image_size));
-  if (o.dataset == "image-folder") {
+  const auto& datasets = config::registered_choices(config::kDatasetKey);
+  const auto dataset = datasets.resolve(o.dataset);
+  if (!dataset) {
+    throw std::invalid_argument(
+        fmt::format("--dataset: unknown data set '{}'; expected one of {}", o.dataset, datasets.list()));
+  }
+  if (*dataset == "image-folder") {
     throw std::invalid_argument(
         "--dataset: the in-memory source cannot be image-folder; time an image folder with --image-folder "
         "DIR");

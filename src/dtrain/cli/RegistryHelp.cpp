@@ -27,6 +27,12 @@ std::string section(const char* title, const char* key) {
   std::string out = fmt::format("\n{} ({}):\n", title, key);
   for (const auto& c : choices) {
     out += fmt::format("  {:<{}}  {}", c.name, width, c.help);
+    // Other spellings, but not the name itself in other letters: case never matters.
+    std::vector<std::string> aliases;
+    for (const auto& alias : c.aliases) {
+      if (!config::ChoiceSet{alias.c_str()}.resolve(c.name)) aliases.push_back(alias);
+    }
+    if (!aliases.empty()) out += fmt::format(" (also {})", fmt::join(aliases, ", "));
     if (key == std::string(config::kStrategyKey)) {
       const auto options = keys_under(std::string("parallel.") + c.name + ".");
       if (!options.empty()) out += fmt::format("; parallel.{}.{{{}}}", c.name, fmt::join(options, ", "));

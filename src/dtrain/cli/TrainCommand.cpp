@@ -1,6 +1,7 @@
-// `dtrain train CONFIG [key=value ...] [--nproc N]`: one training run from a YAML file. With
-// --nproc (or the config's nproc) and no launcher around it, it starts the workers itself;
-// started by dtrain launch, torchrun, mpirun or srun, it is one worker of the job.
+// `dtrain train [CONFIG] [key=value ...] [--nproc N]`: one training run from a YAML file, or from
+// seed 000's flags without one (SeedFlags.h). With --nproc (or the config's nproc) and no launcher
+// around it, it starts the workers itself; started by dtrain launch, torchrun, mpirun or srun, or by
+// hand with --rank, it is one worker of the job.
 #include <fmt/format.h>
 #include <torch/torch.h>
 #include <torch/version.h>
@@ -12,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dtrain/cli/Commands.h"
+#include "dtrain/cli/SeedFlags.h"
 #include "dtrain/cli/SelfExe.h"
 #include "dtrain/comm/Backend.h"
 #include "dtrain/config/Environment.h"
@@ -41,7 +43,25 @@ struct TrainArgs {
   int world_size = -1;
   std::string master_addr;
   int master_port = -1;
+  SeedFlags seed;
 };
+
+// CONFIG (without one, seed 000's defaults), then seed 000's flags, then key=value overrides.
+config::RunConfig load_config(const TrainArgs& a) {
+  auto overrides = a.seed.overrides();
+  const auto given = config::parse_overrides(a.overrides);
+  check_no_conflict(overrides, given);
+  overrides.insert(overrides.end(), given.begin(), given.end());
+  if (a.config.empty()) return config::run_config_from_text(kSeedDefaults, kSeedDefaultsSource, overrides);
+  return config::run_config_from_file(a.config, overrides);
+}
+
+// CLI11 gives the first positional to CONFIG; without a file, a key=value there is an override.
+void take_positionals(TrainArgs& a) {
+  if (a.config.find('=') == std::string::npos || fs::exists(a.config)) return;
+  a.overrides.insert(a.overrides.begin(), a.config);
+  a.config.clear();
+}
 
 // One worker of a job: its rendezvous is on the command line, or a launcher started it.
 bool started_by_a_launcher(const comm::Environment& env, const TrainArgs& a) {
@@ -70,6 +90,22 @@ fs::path run_folder_of(const fs::path& resume) {
   if (fs::is_directory(resume / "checkpoints")) return resume;
   const auto checkpoints = fs::is_regular_file(resume) ? resume.parent_path() : resume;
   return checkpoints.parent_path();
+}
+
+// Whether --resume continues the run in `folder` (so a named run folder may exist already).
+bool resumes_in(const TrainArgs& a, const fs::path& folder) {
+  if (a.resume.empty() || !fs::exists(folder)) return false;
+  std::error_code error;
+  return fs::equivalent(run_folder_of(a.resume), folder, error);
+}
+
+// A new run folder for rank 0 of `world` ranks, in the layout the config names.
+io::RunDir new_run_folder(const TrainArgs& a, const config::RunConfig& cfg, int world) {
+  if (cfg.run_folder == "named") {
+    return io::RunDir::create_named(cfg.out_dir, cfg.name, world,
+                                    resumes_in(a, fs::path(cfg.out_dir) / cfg.name));
+  }
+  return io::RunDir::create(cfg.out_dir, cfg.name, world);
 }
 
 nlohmann::json comm_json(const comm::CommStats& stats) {
@@ -147,7 +183,7 @@ int launch_workers(const TrainArgs& a, const config::RunConfig& cfg, int nproc,
   } else if (!a.resume.empty()) {
     root = run_folder_of(a.resume);
   } else {
-    root = io::RunDir::create(cfg.out_dir, cfg.name, nproc).root();
+    root = new_run_folder(a, cfg, nproc).root();
   }
   launch::LaunchOptions options;
   options.nproc_per_node = nproc;
@@ -157,7 +193,11 @@ int launch_workers(const TrainArgs& a, const config::RunConfig& cfg, int nproc,
   options.rendezvous_timeout =
       std::chrono::milliseconds(static_cast<std::int64_t>(cfg.parallel.timeout_s * 1000));
   options.environment = env;
-  options.command = {self_executable(), "train", a.config};
+  // The workers read the configuration as this process did: seed 000's flags as the overrides
+  // they stand for, validated here already.
+  options.command = {self_executable(), "train"};
+  if (!a.config.empty()) options.command.push_back(a.config);
+  for (const auto& o : a.seed.overrides()) options.command.push_back(o.key + "=" + o.value);
   for (const auto& o : a.overrides) options.command.push_back(o);
   options.command.insert(options.command.end(), {"--run-dir", root.string()});
   if (!a.resume.empty()) options.command.insert(options.command.end(), {"--resume", a.resume});
@@ -231,10 +271,13 @@ int run_worker(const TrainArgs& a, const config::RunConfig& cfg, const comm::Env
     if (rank == 0) fs::create_directories(fs::path(a.run_dir) / "checkpoints");
     if (communicator) communicator->barrier();
     run = io::RunDir::open(a.run_dir, rank, world);
+  } else if (communicator && world > 1 && cfg.run_folder == "named") {
+    run = io::RunDir::create_named_shared(*communicator, cfg.out_dir, cfg.name,
+                                          resumes_in(a, fs::path(cfg.out_dir) / cfg.name));
   } else if (communicator && world > 1) {
     run = io::RunDir::create_shared(*communicator, cfg.out_dir, cfg.name);
   } else {
-    run = io::RunDir::create(cfg.out_dir, cfg.name, world);
+    run = new_run_folder(a, cfg, world);
     run = io::RunDir::open(run->root(), rank, world);
   }
   auto logger = io::Logger::for_rank(run->log_path(), rank, world, launch::status_relay_requested(env));
@@ -253,10 +296,14 @@ int run_worker(const TrainArgs& a, const config::RunConfig& cfg, const comm::Env
 }  // namespace
 
 Run add_train_command(CLI::App& app) {
-  auto* cmd =
-      app.add_subcommand("train", "Train a model from a YAML config (dotted key=value overrides after it)");
+  auto* cmd = app.add_subcommand(
+      "train",
+      "Train a model from a YAML config, or without one from seed 000's flags (dotted key=value overrides "
+      "after either)");
   auto a = std::make_shared<TrainArgs>();
-  cmd->add_option("config", a->config, "YAML configuration file")->required()->check(CLI::ExistingFile);
+  cmd->add_option("config", a->config,
+                  "YAML configuration file; without it, RunConfig's defaults with the run folder "
+                  "logs/<name>/ (seed 000's)");
   cmd->add_option("overrides", a->overrides, "Overrides such as optim.lr=0.01 parallel.strategy=local");
   cmd->add_option("--nproc", a->nproc, "Start this many local workers (default: the config's nproc)")
       ->check(CLI::PositiveNumber);
@@ -268,9 +315,11 @@ Run add_train_command(CLI::App& app) {
   cmd->add_option("--world-size,--num-nodes", a->world_size, "Number of workers")->check(CLI::PositiveNumber);
   cmd->add_option("--master-addr", a->master_addr, "Rendezvous host");
   cmd->add_option("--master-port", a->master_port, "Rendezvous port")->check(CLI::Range(0, 65535));
+  a->seed.add_to(*cmd);
   cmd->footer(registered_names_help());
   return [a] {
-    const auto cfg = config::load_run_config(a->config, a->overrides);
+    take_positionals(*a);
+    const auto cfg = load_config(*a);
     const auto env = config::process_environment();
     const int nproc = a->nproc > 0 ? a->nproc : cfg.nproc;
     if (!started_by_a_launcher(env, *a) && nproc > 1) return launch_workers(*a, cfg, nproc, env);

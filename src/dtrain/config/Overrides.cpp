@@ -54,6 +54,10 @@ const char* kind_of(const YAML::Node& node) {
 
 }  // namespace
 
+std::string origin_of(const Override& override_) {
+  return override_.flag ? override_.text : "override \"" + override_.text + "\"";
+}
+
 Override parse_override(const std::string& text) {
   const auto eq = text.find('=');
   if (eq == std::string::npos) {
@@ -86,12 +90,12 @@ void apply_overrides(YAML::Node& root, const std::vector<Override>& overrides) {
     try {
       value = YAML::Load(override_.value);
     } catch (const YAML::Exception& e) {
-      throw ConfigError(where_of(override_.text), override_.key,
+      throw ConfigError(origin_of(override_), override_.key,
                         override_.key + ": the value is not valid YAML (" + e.msg +
                             "); quote strings and write sequences as [a, b]");
     }
     if (!root.IsMap()) {
-      throw ConfigError(where_of(override_.text), override_.key,
+      throw ConfigError(origin_of(override_), override_.key,
                         "the document is not a mapping of keys, so no key can be overridden");
     }
     const auto parts = split_key(override_.key);
@@ -106,7 +110,7 @@ void apply_overrides(YAML::Node& root, const std::vector<Override>& overrides) {
         cursor[parts[i]] = YAML::Node(YAML::NodeType::Map);
         child.reset(cursor[parts[i]]);
       } else if (!child.IsMap()) {
-        throw ConfigError(where_of(override_.text), override_.key,
+        throw ConfigError(origin_of(override_), override_.key,
                           override_.key + ": " + prefix + " is " + kind_of(child) +
                               ", not a section with keys; override " + prefix + " itself instead");
       }

@@ -14,7 +14,14 @@ struct Override {
   std::string key;    // dotted path, e.g. "optim.scheduler.name"
   std::string value;  // the YAML text after '='
   std::string text;   // the override as the user wrote it, for error messages
+  // Set by a command-line flag that stands for the key (`--lr 0.1` for optim.lr): `text` is the
+  // flag as given, and errors name it as it is ("--lr fast: optim.lr: ...").
+  bool flag = false;
 };
+
+// Where an error about `override_` happened, as errors name it: `override "optim.lr=fast"`, or a
+// flag's text itself ("--lr fast").
+std::string origin_of(const Override& override_);
 
 // Splits "a.b.c=value"; throws ConfigError when there is no '=' or the key is malformed.
 Override parse_override(const std::string& text);

@@ -114,8 +114,11 @@ struct TrainConfig {
 
 struct RunConfig {
   std::string name = "run";
-  std::string out_dir = "runs";  // runs/<YYYYmmdd-HHMMSS>_<name>/
-  int nproc = 1;                 // workers started by `dtrain train --nproc` (the config's default)
+  std::string out_dir = "runs";  // where run folders are made
+  // dated: <out_dir>/<YYYYmmdd-HHMMSS>_<name>/, a new folder every run; named: seed 000's
+  // <out_dir>/<name>/, refused when an earlier run left it, unless --resume continues that run.
+  std::string run_folder = "dated";
+  int nproc = 1;  // workers started by `dtrain train --nproc` (the config's default)
   DataConfig data;
   ModelConfig model;
   OptimConfig optim;

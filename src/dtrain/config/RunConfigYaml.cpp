@@ -164,23 +164,30 @@ RunConfig run_config_from_yaml(const YAML::Node& root, const std::string& source
   RunConfig config;
   YamlReader reader(root, source, applied_overrides, all_keys());
   describe_run(reader, config);
-  reader.finish("name, out_dir, nproc, data, model, optim, parallel, train");
+  reader.finish("name, out_dir, run_folder, nproc, data, model, optim, parallel, train");
   return config;
 }
 
 RunConfig parse_run_config(const std::string& yaml_text, const std::string& source,
                            const std::vector<std::string>& overrides) {
+  return run_config_from_text(yaml_text, source, parse_overrides(overrides));
+}
+
+RunConfig run_config_from_text(const std::string& yaml_text, const std::string& source,
+                               const std::vector<Override>& overrides) {
   YAML::Node root = parse_yaml(yaml_text, source);
-  const auto parsed = parse_overrides(overrides);
-  apply_overrides(root, parsed);
-  return run_config_from_yaml(root, source, parsed);
+  apply_overrides(root, overrides);
+  return run_config_from_yaml(root, source, overrides);
 }
 
 RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides) {
+  return run_config_from_file(path, parse_overrides(overrides));
+}
+
+RunConfig run_config_from_file(const std::string& path, const std::vector<Override>& overrides) {
   YAML::Node root = load_yaml_file(path);
-  const auto parsed = parse_overrides(overrides);
-  apply_overrides(root, parsed);
-  return run_config_from_yaml(root, path, parsed);
+  apply_overrides(root, overrides);
+  return run_config_from_yaml(root, path, overrides);
 }
 
 YAML::Node to_yaml_node(const RunConfig& config) {

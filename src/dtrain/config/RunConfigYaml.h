@@ -22,6 +22,12 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
 RunConfig parse_run_config(const std::string& yaml_text, const std::string& source = "<string>",
                            const std::vector<std::string>& overrides = {});
 
+// The same two with the overrides parsed already: command-line flags that stand for keys among
+// them (Override::flag), applied in order, later ones winning.
+RunConfig run_config_from_file(const std::string& path, const std::vector<Override>& overrides);
+RunConfig run_config_from_text(const std::string& yaml_text, const std::string& source,
+                               const std::vector<Override>& overrides);
+
 // Validates an already parsed document. `source` names the file its line numbers refer to;
 // values under an override's key are reported against that override instead of a line.
 RunConfig run_config_from_yaml(const YAML::Node& root, const std::string& source,

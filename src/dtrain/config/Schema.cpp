@@ -16,6 +16,7 @@ const ChoiceSet kStems{"cifar", "imagenet"};
 const ChoiceSet kTasks{"classifier", "lm"};
 const ChoiceSet kBackends{"gloo", "mpi", "nccl"};
 const ChoiceSet kDevices{"cpu", "cuda"};
+const ChoiceSet kRunFolders{"dated", "named"};
 
 // A registered set; an empty one means the layer that owns it is not linked into this program.
 const ChoiceSet& registered(const char* key) {
@@ -131,6 +132,7 @@ void describe_train(OptionVisitor& v, TrainConfig& t) {
 void describe_run(OptionVisitor& v, RunConfig& c) {
   v.text("name", c.name, Text::Name);
   v.text("out_dir", c.out_dir, Text::NonEmpty);
+  v.choice("run_folder", c.run_folder, kRunFolders);
   v.integer("nproc", c.nproc, at_least(1));
   v.section("data", [&] { describe_data(v, c.data); });
   v.section("model", [&] { describe_model(v, c.model); });

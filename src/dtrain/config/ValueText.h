@@ -27,7 +27,7 @@ std::string describe(const Range& r);
 bool in_range(double x, const Range& r);
 
 std::string join(const std::vector<std::string>& items, const char* separator = ", ");
-// The candidate closest to `word` when it is close enough to be a likely typo, else "".
+// The candidate closest to `word` (case aside) when it is close enough to be a likely typo, else "".
 std::string closest(const std::string& word, const std::vector<std::string>& candidates);
 
 }  // namespace dtrain::config::detail

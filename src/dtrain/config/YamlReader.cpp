@@ -108,8 +108,9 @@ void YamlReader::text(const char* key, std::string& out, Text rule) {
   if (!node->IsScalar() && !node->IsNull()) fail(*node, key, "expected a string, found " + found(*node));
   const std::string text = node->IsScalar() ? node->Scalar() : "";
   if (rule != Text::Any && text.empty()) fail(*node, key, "expected a non-empty string, found nothing");
-  if (rule == Text::Name && text.find('/') != std::string::npos) {
-    fail(*node, key, "expected a name without '/' (it names the run folder), found " + found(*node));
+  if (rule == Text::Name && (text.find('/') != std::string::npos || text == "." || text == "..")) {
+    fail(*node, key,
+         "expected a name without '/', not . or .. (it names the run folder), found " + found(*node));
   }
   out = text;
 }
@@ -192,7 +193,7 @@ std::string YamlReader::where(const std::string& key, const YAML::Node& node) co
   for (auto it = overrides_.rbegin(); it != overrides_.rend(); ++it) {
     const auto& k = it->key;
     const bool covers = key == k || key.rfind(k + ".", 0) == 0 || k.rfind(key + ".", 0) == 0;
-    if (covers) return "override \"" + it->text + "\"";
+    if (covers) return origin_of(*it);
   }
   return yaml_location(source_, node);
 }

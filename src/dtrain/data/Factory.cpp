@@ -7,6 +7,9 @@
 #include "dtrain/data/Synthetic.h"
 #include "dtrain/data/TextDataset.h"
 
+#include <c10/util/StringUtil.h>
+
+#include <filesystem>
 #include <vector>
 
 #include "dtrain/config/Registry.h"
@@ -26,6 +29,10 @@ namespace {
            {"cifar10", "CIFAR-10, the binary version (data_batch_*.bin, test_batch.bin)"},
            {"cifar100", "CIFAR-100, the binary version (train.bin, test.bin)"},
            {"image-folder", "one folder per class of PNG/JPEG images (train/ and test/ under data.root)"},
+           {"dogsvscats",
+            "seed 000's cats and dogs: an image folder of exactly two classes, train/{cat,dog} and "
+            "test/{cat,dog} under data.root (default /usr/share/datasets/dogsvscats)",
+            {"dogs-vs-cats"}},
            {"synthetic", "random images of data.synthetic_shape in data.synthetic_classes classes"},
            {"text", "a character-level language-model corpus (data.text_path)"},
        }) {
@@ -33,6 +40,22 @@ namespace {
   }
   return true;
 }();
+
+// Seed 000's dogsvscats is an image folder whose classes are cat (label 0) and dog (label 1), in
+// train/ and test/ alike; anything else is another data set, which image-folder reads.
+void require_cats_and_dogs(const std::string& root) {
+  TORCH_CHECK(std::filesystem::is_directory(root), "data.root: ", root.empty() ? "\"\"" : root,
+              " is not a folder; dataset dogsvscats reads train/cat, train/dog, test/cat and test/dog "
+              "(PNG or JPEG images) under data.root (README: \"Seed 000's command line\")");
+  const std::vector<std::string> cats_and_dogs{"cat", "dog"};
+  for (const auto& dir : class_folders(root)) {
+    const auto classes = list_classes(dir);
+    TORCH_CHECK(classes == cats_and_dogs,
+                "data.root: dataset dogsvscats has exactly two classes, cat and dog, but ", dir,
+                " has the class folders ", c10::Join(", ", classes),
+                "; make it cat/ and dog/, or use dataset image-folder for other classes");
+  }
+}
 
 // An empty split would train on nothing, or report an evaluation of no samples as zeros. (Text
 // sets refuse a file too short for both splits themselves.)
@@ -70,8 +93,10 @@ DataSets finish_images(ImageDataset train, ImageDataset test, const config::Data
 }  // namespace
 
 std::string default_root(const std::string& dataset) {
-  if (dataset == "fashion-mnist") return kFashionMnistRoot;
-  if (dataset == "mnist") return "/usr/share/datasets/mnist";
+  const auto name = config::registered_choices(config::kDatasetKey).resolve(dataset).value_or(dataset);
+  if (name == "fashion-mnist") return kFashionMnistRoot;
+  if (name == "mnist") return "/usr/share/datasets/mnist";
+  if (name == "dogsvscats") return "/usr/share/datasets/dogsvscats";
   return "";
 }
 
@@ -89,7 +114,8 @@ DataSets load_datasets(const config::DataConfig& data) {
     auto train = load_cifar(root, classes, true);
     return finish_images(std::move(train), load_cifar(root, classes, false), data);
   }
-  if (name == "image-folder") {
+  if (name == "image-folder" || name == "dogsvscats") {
+    if (name == "dogsvscats") require_cats_and_dogs(root);
     auto train = load_image_folder(root, data.image_size, true);
     return finish_images(std::move(train), load_image_folder(root, data.image_size, false), data);
   }

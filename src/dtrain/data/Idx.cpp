@@ -99,9 +99,16 @@ std::string find_idx_file(const std::string& root, const std::string& stem, cons
     const fs::path p = fs::path(root) / name;
     if (fs::is_regular_file(p)) return p.string();
   }
-  std::string hint = dataset == "fashion-mnist"
-                         ? "set data.root or install dataset-fashion-mnist"
-                         : "set data.root to the folder that holds the " + dataset + " files";
+  std::string hint = "set data.root to the folder that holds the " + dataset + " files";
+  if (dataset == "fashion-mnist") hint = "set data.root or install dataset-fashion-mnist";
+  if (dataset == "mnist") {
+    // Debian packages no MNIST, and dtrain downloads nothing.
+    hint +=
+        " (train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz, t10k-images-idx3-ubyte.gz, "
+        "t10k-labels-idx1-ubyte.gz: torchvision's MNIST download leaves them in <its root>/MNIST/raw), or "
+        "train on Fashion-MNIST from Debian's dataset-fashion-mnist (data.dataset=fashion-mnist, --dataset "
+        "FashionMNIST)";
+  }
   TORCH_CHECK(false, "data.root: no file ", stem, "(.gz) in ", root.empty() ? std::string("\"\"") : root,
               "; ", hint);
 }

@@ -253,6 +253,16 @@ ImageDataset read_image_folder(const std::string& dir, const std::vector<std::st
   return build(samples, static_cast<std::int64_t>(classes.size()), image_size, name);
 }
 
+std::vector<std::string> class_folders(const std::string& root) {
+  const fs::path base(root);
+  if (!fs::is_directory(base / "train")) return {root};
+  std::vector<std::string> out{(base / "train").string()};
+  for (const char* test : {"test", "val"}) {
+    if (fs::is_directory(base / test)) return {out[0], (base / test).string()};
+  }
+  return out;
+}
+
 ImageDataset load_image_folder(const std::string& root, int image_size, bool train) {
   TORCH_CHECK(!root.empty(),
               "data.root: empty; set it to a folder with one subfolder per class "

@@ -30,6 +30,10 @@ ImageDataset read_image_folder(const std::string& dir, const std::vector<std::st
 // The sorted class folder names under `dir`.
 std::vector<std::string> list_classes(const std::string& dir);
 
+// The folders whose subfolders are the classes: `root`/train and `root`/test (or val) when they
+// exist, otherwise `root` itself.
+std::vector<std::string> class_folders(const std::string& root);
+
 // The train or test split under `root`: `root`/train and `root`/test (or val) when they exist;
 // otherwise `root` holds the class folders and every 10th image of each class (in name order) is
 // the test split.
