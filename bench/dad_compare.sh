@@ -57,7 +57,7 @@ import json, sys
 r = json.load(sys.stdin)
 steps = r['steps']
 row = {'rate': '$rate', 'model': '$model', 'method': '$method', 'steps': steps,
-       'bytes_per_step': r['comm']['total']['wire_bytes'] / steps,
+       'bytes_per_step': r['bytes_per_step'],  # the training step's own wire bytes, per rank
        # after the trainer's warm-up (min(10, steps / 10) steps, which covers auto's trial of its plans)
        'step_ms': 1e3 * 64 * r['world_size'] / r['samples_per_second'],
        'run_ms': 1e3 * r['train_seconds'] / steps, 'top1': r['final']['top1'],
