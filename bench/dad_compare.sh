@@ -6,6 +6,7 @@
 # joined by a link of that rate (bench/netns.sh; needs root). Runs alternate method by method
 # within each round. Time per step is after the trainer's warm-up steps, which cover auto's trial of
 # its plans. Prints one JSON line per run on stderr and a Markdown table on stdout.
+# METHODS (environment) picks the methods: rankdad is rank 4, rankdadR rank R.
 #   bench/dad_compare.sh [BUILD_DIR=build] [RATES="none 1gbit 100mbit"] [STEPS=200] [MODELS="mlp vit"] [ROUNDS=1]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,6 +33,7 @@ method_args() {  # method
     dsgd) echo "parallel.strategy=dsgd" ;;
     dad) echo "parallel.strategy=dad" ;;
     rankdad) echo "parallel.strategy=rankdad parallel.dad.rank=4" ;;
+    rankdad*) echo "parallel.strategy=rankdad parallel.dad.rank=${1#rankdad}" ;;
     auto) echo "parallel.strategy=rankdad parallel.dad.rank=4 parallel.dad.auto=true" ;;
   esac
 }
@@ -40,7 +42,7 @@ run() {  # rate model method
   local rate=$1 model=$2 method=$3 out=$work/$1-$2-$3
   mkdir -p "$out"
   local args="configs/bench/fmnist_mlp.yaml out_dir=$out/runs train.max_steps=$STEPS train.epochs=100"
-  args="$args data.test_subset_size=2000 train.eval_every_epochs=1000 train.threads=1"
+  args="$args data.test_subset_size=0 train.eval_every_epochs=1000 train.threads=1"
   args="$args $(model_args "$model") $(method_args "$method")"
   if [ "$rate" = none ]; then
     # shellcheck disable=SC2086
@@ -70,7 +72,7 @@ print(json.dumps(row))" | tee -a "$results" >&2
 for round in $(seq "$ROUNDS"); do
   for rate in $RATES; do
     for model in $MODELS; do
-      for method in dsgd dad rankdad auto; do
+      for method in ${METHODS:-dsgd dad rankdad auto}; do
         echo "round $round: $rate $model $method" >&2
         run "$rate" "$model" "$method"
       done
@@ -92,7 +94,7 @@ print("|---|---|---|---|---|---|---|---|---|---|")
 for rate in dict.fromkeys(r["rate"] for r in rows):
     for model in dict.fromkeys(r["model"] for r in rows):
         b0, t0 = med(rate, model, "dsgd", "bytes_per_step"), med(rate, model, "dsgd", "step_ms")
-        for method in ("dsgd", "dad", "rankdad", "auto"):
+        for method in dict.fromkeys(r["method"] for r in rows):
             b, t = med(rate, model, method, "bytes_per_step"), med(rate, model, method, "step_ms")
             split = " / ".join(f"{1e3 * med(rate, model, method, k):.1f}" for k in ("forward_s", "backward_s", "comm_s", "update_s"))
             print(f"| {'loopback' if rate == 'none' else rate} | {model} | {method} | {b:,.0f} | {b0 / b:.1f}x | {t:.1f} | "

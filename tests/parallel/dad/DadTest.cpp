@@ -166,7 +166,7 @@ TEST(DadAuto, ChoosesPerLayerOnTheFirstStepAndStaysExact) {
 }
 
 TEST(DadAuto, TimesEachPlanKeepsTheSameOneOnEveryRankAndStaysExact) {
-  // Plans: cheapest in bytes (dAD, gradient), all gradient, all dAD; two steps each after the first.
+  // Plans: cheapest in bytes (dAD, gradient), all gradient, all dAD; at most two steps each after the first.
   auto cfg = config_with("mlp", {"parallel.strategy=dad", "parallel.dad.auto=true", "model.hidden=[1024]",
                                  "parallel.dad.auto_trial_steps=2"});
   const auto data = batches(9, 2, false, torch::kFloat, 16);
@@ -191,6 +191,57 @@ TEST(DadAuto, TimesEachPlanKeepsTheSameOneOnEveryRankAndStaysExact) {
   const auto dp = train(config_with("mlp", {"parallel.strategy=data_parallel", "model.hidden=[1024]"}), 2,
                         data, torch::kFloat);
   EXPECT_LE(testing::max_relative_difference(ends[0], dp), 1e-5);
+}
+
+TEST(PlanTrial, DropsAPlanFarSlowerThanTheBestAfterOneRoundAndKeepsTheFastestOfTheSlowestRank) {
+  using Plan = PlanTrial::Plan;
+  const std::vector<Plan> plans{{LayerMethod::Gradient}, {LayerMethod::Dad}, {LayerMethod::RankDad}};
+  // Seconds per step by rank and plan: the gradient is ten times slower; dad is fastest on rank 0
+  // but slowest on rank 1, so rank-dAD's slowest rank is the fastest.
+  const double seconds[2][3] = {{1.0, 0.08, 0.11}, {1.2, 0.13, 0.12}};
+  std::vector<std::vector<std::size_t>> used(2);
+  std::vector<std::string> summary(2);
+  std::vector<Plan> kept(2);
+  dtrain::testing::run_world(2, [&](comm::CommunicatorPtr comm) {
+    const int r = comm->rank();
+    PlanTrial trial(plans, {"all gradient", "all dad", "all rankdad"}, 4);
+    while (!trial.settled()) {
+      const auto p = static_cast<std::size_t>(trial.current().front());
+      used[r].push_back(p);
+      trial.record(seconds[r][p], *comm);
+    }
+    summary[r] = trial.summary();
+    kept[r] = trial.current();
+  });
+  // Round 1 tries all three; rounds 2 to 4 only dad and rank-dAD.
+  const std::vector<std::size_t> expected{0, 1, 2, 1, 2, 1, 2, 1, 2};
+  EXPECT_EQ(used[0], expected);
+  EXPECT_EQ(used[1], expected);
+  EXPECT_EQ(kept[0], plans[2]);
+  EXPECT_EQ(kept[1], plans[2]);
+  EXPECT_EQ(summary[0], summary[1]);
+  EXPECT_EQ(summary[0],
+            "all gradient 1200.0 ms (dropped after round 1), all dad 130.0 ms, all rankdad 120.0 ms; kept all rankdad");
+}
+
+TEST(DadAuto, LayersWhoseGradientTravelsWholeAreNotTapped) {
+  // mlp 784 -> 1024 -> 10 with 16 rows: dAD for the first layer, the gradient for the second.
+  auto cfg = config_with("mlp", {"parallel.strategy=dad", "parallel.dad.auto=true", "model.hidden=[1024]",
+                                 "parallel.dad.auto_trial_steps=0"});
+  const auto data = batches(2, 2, false, torch::kFloat, 16);
+  std::vector<models::NetworkPtr> models{build(cfg, 5), build(cfg, 6)};
+  std::vector<std::vector<bool>> tapped(2);
+  dtrain::testing::run_world(2, [&](comm::CommunicatorPtr comm) {
+    auto strategy = make(cfg, models[comm->rank()], comm);
+    for (const auto& step : data) strategy->train_step(step[comm->rank()]);
+    for (const auto& entry : models[comm->rank()]->named_modules()) {
+      if (auto* linear = dynamic_cast<models::LinearImpl*>(entry.value().get()))
+        tapped[comm->rank()].push_back(linear->tapped());
+    }
+  });
+  const std::vector<bool> expected{true, false};
+  EXPECT_EQ(tapped[0], expected);
+  EXPECT_EQ(tapped[1], expected);
 }
 
 TEST(DadBytes, DadSendsNRowsAndRankDadRColumnsPerLayer) {

@@ -97,6 +97,8 @@ void DadStrategy::plan(int accumulation_steps) {
   }
   trial_ = std::make_unique<PlanTrial>(std::move(plans), std::move(names), options_.auto_trial_steps);
   methods_ = trial_->current();
+  // This step's layers have recorded their forward; from its backward on only what is gathered.
+  record_what_is_gathered();
   note_methods();
 }
 
@@ -114,8 +116,15 @@ void DadStrategy::note_methods() {
 void DadStrategy::use(const PlanTrial::Plan& methods) {
   if (methods == methods_) return;
   methods_ = methods;
+  record_what_is_gathered();
   dp_.reset();  // its hooks go; the new one's buckets hold the gradients the plan all-reduces
   build_reducer();
+}
+
+void DadStrategy::record_what_is_gathered() {
+  std::vector<bool> gathered;
+  for (const auto method : methods_) gathered.push_back(method != LayerMethod::Gradient);
+  taps_.record_only(gathered);
 }
 
 void DadStrategy::advance_trial(double step_seconds) {
@@ -125,11 +134,6 @@ void DadStrategy::advance_trial(double step_seconds) {
   if (!trial_->settled()) return;
   note_methods();
   notes_["dad/auto"] = trial_->summary();
-  // A layer whose gradient travels whole needs nothing recorded from now on.
-  std::size_t i = 0;
-  for (auto& layer : taps_.layers()) {
-    if (methods_[i++] == LayerMethod::Gradient) layer.module->set_tap(nullptr);
-  }
 }
 
 void DadStrategy::build_reducer() {

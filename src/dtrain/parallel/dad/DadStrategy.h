@@ -25,7 +25,7 @@ struct DadOptions {
   int power_iterations = 10;  // rank-dAD: power iterations per component at most
   double tolerance = 1e-3;    // rank-dAD: a component stops moving at this (relative)
   bool automatic = false;     // "auto": per layer the cheapest of gradient, dAD (and rank-dAD)
-  int auto_trial_steps = 3;   // auto: steps each candidate plan is timed (0: choose by bytes alone)
+  int auto_trial_steps = 5;   // auto: steps each candidate plan is timed, at most (0: choose by bytes alone)
   double bucket_mb = 25.0;    // the buckets of every other parameter
 };
 
@@ -56,6 +56,8 @@ class DadStrategy final : public ReplicaStrategy {
   // After a step of auto's trial: the next plan, or the one kept.
   void advance_trial(double step_seconds);
   void use(const PlanTrial::Plan& methods);
+  // Taps only the layers whose X and Δ the current plan gathers.
+  void record_what_is_gathered();
   void note_methods();
   std::vector<ExchangeLayer> exchange_layers();
 

@@ -45,36 +45,58 @@ LayerMethod cheapest(const std::vector<LayerMethod>& allowed, const LayerShape& 
   return best;
 }
 
-PlanTrial::PlanTrial(std::vector<Plan> plans, std::vector<std::string> names, int steps_each)
-    : plans_(std::move(plans)), names_(std::move(names)), steps_each_(steps_each), seconds_(plans_.size()) {
+PlanTrial::PlanTrial(std::vector<Plan> plans, std::vector<std::string> names, int rounds)
+    : plans_(std::move(plans)),
+      names_(std::move(names)),
+      rounds_(rounds),
+      seconds_(plans_.size()),
+      dropped_after_(plans_.size(), 0) {
   TORCH_INTERNAL_ASSERT(!plans_.empty() && plans_.size() == names_.size());
-  settled_ = plans_.size() == 1 || steps_each_ <= 0;
+  for (std::size_t p = 0; p < plans_.size(); ++p) active_.push_back(p);
+  settled_ = plans_.size() == 1 || rounds_ <= 0;
 }
 
 const PlanTrial::Plan& PlanTrial::current() const {
-  return settled_ ? plans_[kept_] : plans_[step_ % plans_.size()];
+  return settled_ ? plans_[kept_] : plans_[active_[position_]];
 }
 
 void PlanTrial::record(double seconds, comm::Communicator& comm) {
   if (settled_) return;
-  seconds_[step_ % plans_.size()].push_back(seconds);
-  ++step_;
-  if (step_ < plans_.size() * static_cast<std::size_t>(steps_each_)) return;
-  auto local = torch::empty({static_cast<std::int64_t>(plans_.size())}, torch::kDouble);
+  seconds_[active_[position_]].push_back(seconds);
+  if (++position_ < active_.size()) return;
+  position_ = 0;
+  ++round_;
+  end_round(comm);
+}
+
+void PlanTrial::end_round(comm::Communicator& comm) {
+  const auto count = static_cast<std::int64_t>(plans_.size());
+  auto local = torch::zeros({count}, torch::kDouble);
   for (std::size_t p = 0; p < plans_.size(); ++p) {
     auto v = seconds_[p];
+    if (v.empty()) continue;
     std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-    local[p] = v[v.size() / 2];
+    local[static_cast<std::int64_t>(p)] = v[v.size() / 2];
   }
   auto slowest = local;
   if (comm.size() > 1) {
-    auto all = torch::empty({comm.size() * local.numel()}, torch::kDouble);
+    auto all = torch::empty({comm.size() * count}, torch::kDouble);
     comm.allgather(local, all);
-    slowest = std::get<0>(all.view({comm.size(), local.numel()}).max(0));
+    slowest = std::get<0>(all.view({comm.size(), count}).max(0));
   }
-  medians_.assign(slowest.data_ptr<double>(), slowest.data_ptr<double>() + slowest.numel());
-  kept_ = static_cast<std::size_t>(std::min_element(medians_.begin(), medians_.end()) - medians_.begin());
-  settled_ = true;
+  medians_.assign(slowest.data_ptr<double>(), slowest.data_ptr<double>() + count);
+  kept_ = *std::min_element(active_.begin(), active_.end(),
+                            [&](std::size_t a, std::size_t b) { return medians_[a] < medians_[b]; });
+  std::vector<std::size_t> still;
+  for (const auto p : active_) {
+    if (medians_[p] <= kDropFactor * medians_[kept_]) {
+      still.push_back(p);
+    } else {
+      dropped_after_[p] = round_;
+    }
+  }
+  active_ = std::move(still);
+  settled_ = round_ >= rounds_ || active_.size() == 1;
 }
 
 std::string PlanTrial::summary() const {
@@ -82,6 +104,7 @@ std::string PlanTrial::summary() const {
   std::string out;
   for (std::size_t p = 0; p < plans_.size(); ++p) {
     out += fmt::format("{}{} {:.1f} ms", p ? ", " : "", names_[p], 1e3 * medians_[p]);
+    if (dropped_after_[p] > 0) out += fmt::format(" (dropped after round {})", dropped_after_[p]);
   }
   return out + "; kept " + names_[kept_];
 }

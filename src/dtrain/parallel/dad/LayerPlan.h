@@ -32,34 +32,43 @@ LayerMethod cheapest(const std::vector<LayerMethod>& allowed, const LayerShape& 
 // Note [Measuring auto's plans]
 // Bytes are not time: over loopback rank-dAD's power iterations cost more than the bytes they
 // save. So auto, like cuDNN's benchmark mode, measures: the plan that is cheapest in bytes and one
-// plan per allowed method are each used for a few training steps, in turn (A B C A B C, so that a
-// drifting host load falls on all alike), and the plan whose slowest rank had the shortest median
-// step is kept for the rest of the run. Every step of the trial is a real training step; with
-// rank-dAD among the plans a few of them are approximate.
+// plan per allowed method are used for one training step each, in turn, for up to `rounds` rounds
+// (A B C A B C, so that a drifting host load falls on all alike). After every round the ranks
+// gather each plan's median step; a plan whose slowest rank's median is more than kDropFactor times
+// the best one's is dropped, so that a plan ten times slower on a slow link (the gradient at
+// 100 Mbit/s) costs one step of the trial, not `rounds`. When the rounds are done, or one plan is
+// left, the plan with the shortest slowest-rank median is kept for the rest of the run. Every step
+// of the trial is a real training step; with rank-dAD among the plans a few of them are approximate.
 class PlanTrial {
  public:
   using Plan = std::vector<LayerMethod>;  // one method per tapped layer
-  // `plans` without repeats; each is used for `steps_each` steps.
-  PlanTrial(std::vector<Plan> plans, std::vector<std::string> names, int steps_each);
+  static constexpr double kDropFactor = 1.5;
+
+  // `plans` without repeats, each tried for at most `rounds` steps.
+  PlanTrial(std::vector<Plan> plans, std::vector<std::string> names, int rounds);
 
   bool settled() const { return settled_; }
   // The plan the next step uses: in turn while trying, then the one kept.
   const Plan& current() const;
-  // Records the last step's seconds on this rank. Collective once every plan has had its steps:
-  // the ranks' medians are gathered and the plan with the shortest slowest-rank median is kept.
+  // Records the last step's seconds on this rank. Collective at the end of every round.
   void record(double seconds, comm::Communicator& comm);
-  // "dad 26.6 ms, rankdad 45.1 ms, ...; kept dad".
+  // "all gradient 310.2 ms (dropped after round 1), all dad 52.0 ms, ...; kept all dad".
   std::string summary() const;
 
  private:
+  void end_round(comm::Communicator& comm);
+
   std::vector<Plan> plans_;
   std::vector<std::string> names_;
-  int steps_each_;
+  int rounds_;
   std::vector<std::vector<double>> seconds_;  // per plan
-  std::size_t step_ = 0;
+  std::vector<std::size_t> active_;           // the plans still tried, in turn
+  std::size_t position_ = 0;                  // in active_, this round
+  int round_ = 0;                             // rounds completed
+  std::vector<int> dropped_after_;            // per plan: the round it was dropped after, 0 if never
   bool settled_ = false;
   std::size_t kept_ = 0;
-  std::vector<double> medians_;  // slowest rank's, per plan, once settled
+  std::vector<double> medians_;  // slowest rank's, per plan, as of the last round
 };
 
 }  // namespace dtrain::parallel

@@ -53,9 +53,21 @@ LinearTaps::LinearTaps(torch::nn::Module& model) {
     layer.in_features = linear->options.in_features();
     layer.out_features = linear->options.out_features();
     layers_.push_back(std::move(layer));
-    auto* target = &layers_.back();
-    linear->set_tap(
-        [target](const torch::Tensor& in, const torch::Tensor& out) { record(*target, in, out); });
+  }
+  record_only(std::vector<bool>(layers_.size(), true));
+}
+
+void LinearTaps::record_only(const std::vector<bool>& recorded) {
+  TORCH_INTERNAL_ASSERT(recorded.size() == layers_.size());
+  std::size_t i = 0;
+  for (auto& layer : layers_) {
+    auto* target = &layer;
+    if (recorded[i++]) {
+      layer.module->set_tap(
+          [target](const torch::Tensor& in, const torch::Tensor& out) { record(*target, in, out); });
+    } else {
+      layer.module->set_tap(nullptr);
+    }
   }
 }
 

@@ -43,6 +43,9 @@ class LinearTaps {
   const std::deque<Layer>& layers() const { return layers_; }
   // Forgets what the last step recorded.
   void clear();
+  // Records only the layers whose entry is true (one per layer, in layers() order); a layer whose
+  // gradient travels whole costs nothing extra. All layers are recorded after construction.
+  void record_only(const std::vector<bool>& recorded);
 
  private:
   std::deque<Layer> layers_;  // stable addresses: the taps and hooks point into it
