@@ -1,6 +1,6 @@
 // What the report reads of a results.json's timing: the time blocked on the strategy's
 // communication, from step_time.comm_s (the per-step mean) since results carry the step time
-// split, and from comm_wait_seconds in results written before.
+// split, and from comm_wait_seconds in results written before; the step table of seed 000's comparison.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -21,6 +21,26 @@ TEST(ReportRuns, CommWaitComesFromTheStepTimeSplit) {
   const auto run = parse_run_results(results);
   EXPECT_DOUBLE_EQ(run.comm_wait_seconds, 0.0025 * 40);
   EXPECT_DOUBLE_EQ(comm_wait_ms_per_step(run), 2.5);
+}
+
+TEST(ReportRuns, TheStepTableShowsEachRunsSplitAndWireBytes) {
+  const json with_split{
+      {"strategy", "rankdad"},
+      {"model", "mlp"},
+      {"steps", 40},
+      {"final", {{"top1", 0.8125}}},
+      {"step_time", {{"forward_s", 0.004}, {"backward_s", 0.006}, {"comm_s", 0.0025}, {"update_s", 0.001}}},
+      {"bytes_per_step", 49656.0}};
+  const json before_split{{"strategy", "data_parallel"}, {"steps", 40}, {"comm_wait_seconds", 0.2}};
+  const std::vector<ReportRun> runs{{"rankdad-r4", parse_run_results(with_split), {}},
+                                    {"old", parse_run_results(before_split), {}}};
+  ASSERT_TRUE(shows_step_table(runs));
+  const auto table = step_table(runs);
+  ASSERT_EQ(table.size(), 2u);  // the header and the run that has a split
+  const std::vector<std::string> row{"rankdad-r4", "rankdad", "mlp", "0.8125", "49.7",
+                                     "4.00",       "6.00",    "2.50", "1.00",   "13.50"};
+  EXPECT_EQ(table[1], row);
+  EXPECT_FALSE(shows_step_table({runs[1]}));
 }
 
 TEST(ReportRuns, ResultsWrittenBeforeTheStepTimeSplitStillRead) {

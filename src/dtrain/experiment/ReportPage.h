@@ -16,6 +16,7 @@ namespace dtrain::experiment {
 struct ReportPage {
   std::string title;
   Table runs;                       // "Runs"
+  std::optional<Table> steps;       // "Time and bytes per step"
   std::optional<Table> throughput;  // "Throughput: model x batch against precision x workers"
   std::vector<Figure> figures;      // "Figures"
 };

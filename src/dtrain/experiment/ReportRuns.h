@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,13 @@ struct RunResults {
   // written before step_time existed: comm_wait_seconds).
   double comm_wait_seconds = 0;
   double comm_bytes = 0;  // comm.total.bytes: bytes each rank handed to collectives
+  // step_time: the per-step mean of the training step's phases, in seconds; absent from results
+  // written before the split existed.
+  struct StepSplit {
+    double forward = 0, backward = 0, communication = 0, update = 0;
+  };
+  std::optional<StepSplit> step_time;
+  double bytes_per_step = 0;  // bytes_per_step: what the training step's algorithm put on the wire
 };
 
 // One line of metrics.jsonl: its numeric fields ("step", "epoch", "wall_time", "train/loss",

@@ -77,6 +77,26 @@ Table run_table(const std::vector<ReportRun>& runs) {
   return table;
 }
 
+Table step_table(const std::vector<ReportRun>& runs) {
+  Table table{{"run", "strategy", "model", "test top-1", "wire KB/step", "forward ms", "backward ms",
+               "comm ms", "update ms", "step ms"}};
+  for (const auto& run : runs) {
+    const auto& r = run.results;
+    if (!r.step_time) continue;
+    const auto& t = *r.step_time;
+    const auto ms = [](double seconds) { return fmt::format("{:.2f}", 1e3 * seconds); };
+    table.push_back({run.name, r.strategy, r.model, fmt::format("{:.4f}", r.top1),
+                     fmt::format("{:.1f}", r.bytes_per_step / 1e3), ms(t.forward), ms(t.backward),
+                     ms(t.communication), ms(t.update),
+                     ms(t.forward + t.backward + t.communication + t.update)});
+  }
+  return table;
+}
+
+bool shows_step_table(const std::vector<ReportRun>& runs) {
+  return std::any_of(runs.begin(), runs.end(), [](const ReportRun& run) { return run.results.step_time.has_value(); });
+}
+
 Table throughput_table(const std::vector<ReportRun>& runs) {
   using Column = std::pair<std::string, int>;  // (precision, workers)
   using Row = std::pair<std::string, int>;     // (model, batch per worker)
