@@ -289,6 +289,21 @@ pid_t worker_of(pid_t launcher, int rank) {
   return -1;
 }
 
+// Starts args[0] with args, stdout to /dev/null and stderr to `err_path`; -1 if it cannot start.
+pid_t spawn_to_stderr_file(std::vector<std::string> args, const fs::path& err_path) {
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t files;
+  posix_spawn_file_actions_init(&files);
+  posix_spawn_file_actions_addopen(&files, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&files, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = -1;
+  const int failed = posix_spawn(&pid, argv[0], &files, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&files);
+  return failed ? -1 : pid;
+}
+
 TEST_F(TrainCommand, WorkerKilledDuringTrainingStopsTheJobAndItsLastCheckpointResumes) {
   // Two workers with a checkpoint every 5 steps; once one is written, rank 1 gets SIGKILL. The job
   // must end at once with an error naming rank 1, and --resume must continue from the checkpoint.
@@ -301,16 +316,8 @@ TEST_F(TrainCommand, WorkerKilledDuringTrainingStopsTheJobAndItsLastCheckpointRe
                                 "train.epochs=100000",
                                 "train.checkpoint_every_steps=5",
                                 "train.checkpoint_every_epochs=0"};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t files;
-  posix_spawn_file_actions_init(&files);
-  posix_spawn_file_actions_addopen(&files, 1, "/dev/null", O_WRONLY, 0);
-  posix_spawn_file_actions_addopen(&files, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t launcher = -1;
-  ASSERT_EQ(posix_spawn(&launcher, binary.c_str(), &files, nullptr, argv.data(), environ), 0);
-  posix_spawn_file_actions_destroy(&files);
+  const pid_t launcher = spawn_to_stderr_file(args, err_path);
+  ASSERT_GT(launcher, 0);
 
   // Wait for the first checkpoint to be reported (bounded: the job itself runs much longer).
   auto read_err = [&] {

@@ -37,7 +37,7 @@ TEST(ReportRuns, TheStepTableShowsEachRunsSplitAndWireBytes) {
   ASSERT_TRUE(shows_step_table(runs));
   const auto table = step_table(runs);
   ASSERT_EQ(table.size(), 2u);  // the header and the run that has a split
-  const std::vector<std::string> row{"rankdad-r4", "rankdad", "mlp", "0.8125", "49.7",
+  const std::vector<std::string> row{"rankdad-r4", "rankdad", "mlp",  "0.8125", "49.7",
                                      "4.00",       "6.00",    "2.50", "1.00",   "13.50"};
   EXPECT_EQ(table[1], row);
   EXPECT_FALSE(shows_step_table({runs[1]}));

@@ -55,8 +55,9 @@ RunResults parse_run_results(const json& r) {
                               : r.value("comm_wait_seconds", 0.0);
   out.comm_bytes = member(member(r, "comm"), "total").value("bytes", 0.0);
   if (step_time.contains("forward_s")) {
-    out.step_time = RunResults::StepSplit{step_time.value("forward_s", 0.0), step_time.value("backward_s", 0.0),
-                                          step_time.value("comm_s", 0.0), step_time.value("update_s", 0.0)};
+    out.step_time =
+        RunResults::StepSplit{step_time.value("forward_s", 0.0), step_time.value("backward_s", 0.0),
+                              step_time.value("comm_s", 0.0), step_time.value("update_s", 0.0)};
   }
   out.bytes_per_step = r.value("bytes_per_step", 0.0);
   return out;

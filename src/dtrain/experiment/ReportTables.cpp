@@ -94,7 +94,8 @@ Table step_table(const std::vector<ReportRun>& runs) {
 }
 
 bool shows_step_table(const std::vector<ReportRun>& runs) {
-  return std::any_of(runs.begin(), runs.end(), [](const ReportRun& run) { return run.results.step_time.has_value(); });
+  return std::any_of(runs.begin(), runs.end(),
+                     [](const ReportRun& run) { return run.results.step_time.has_value(); });
 }
 
 Table throughput_table(const std::vector<ReportRun>& runs) {

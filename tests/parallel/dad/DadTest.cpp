@@ -221,7 +221,8 @@ TEST(PlanTrial, DropsAPlanFarSlowerThanTheBestAfterOneRoundAndKeepsTheFastestOfT
   EXPECT_EQ(kept[1], plans[2]);
   EXPECT_EQ(summary[0], summary[1]);
   EXPECT_EQ(summary[0],
-            "all gradient 1200.0 ms (dropped after round 1), all dad 130.0 ms, all rankdad 120.0 ms; kept all rankdad");
+            "all gradient 1200.0 ms (dropped after round 1), all dad 130.0 ms, all rankdad 120.0 ms; kept "
+            "all rankdad");
 }
 
 TEST(DadAuto, LayersWhoseGradientTravelsWholeAreNotTapped) {
