@@ -292,6 +292,19 @@ TEST_F(SeedCommand, UnknownModeOrModelIsOneLineNamingTheAcceptedValues) {
   EXPECT_FALSE(fs::exists(dir_ / "logs"));  // refused before any folder was made
 }
 
+TEST_F(SeedCommand, CommandLineMistakesAreOneLineNamingWhatWasWrong) {
+  expect_one_line_error(
+      run({"trian", "--lr", "0.1"}),
+      "unknown command 'trian'; the commands are info, launch, bench, train, experiment, report");
+  expect_one_line_error(run({"train", "--nproc", "0"}), "--nproc: must be at least 1, found 0");
+  expect_one_line_error(run({"train", "--rank", "-1"}), "--rank: must be at least 0, found -1");
+  expect_one_line_error(run({"train", "--nproc", "two"}), "--nproc: expected a whole number, found two");
+  expect_one_line_error(run({"train", "--no-such-flag"}),
+                        "The following argument was not expected: --no-such-flag");
+  const auto help = run({"train", "--help"});
+  EXPECT_EQ(help.code, 0);
+}
+
 TEST_F(SeedCommand, FlagsDtrainCannotHonourAreErrorsSayingWhy) {
   const auto args = run({"train", "--model-args", "[784, 10]"});
   expect_one_line_error(

@@ -24,6 +24,13 @@ Run add_report_command(CLI::App& app);
 // partitions): the footer of `dtrain train --help`.
 std::string registered_names_help();
 
+// A CLI11 check for an integer option: "--nproc: must be at least 1, found 0".
+CLI::Validator at_least(long long minimum);
+
+// The message for `dtrain WORD ...` when WORD is not a subcommand, or "" when it is one (or an
+// option): "unknown command 'trian'; the commands are bench, experiment, ...".
+std::string unknown_command(const CLI::App& app, const std::string& word);
+
 // An exception's message for the user: without the C++ stack trace that LibTorch's errors carry.
 std::string error_message(const std::exception& e);
 

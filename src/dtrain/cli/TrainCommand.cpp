@@ -306,13 +306,13 @@ Run add_train_command(CLI::App& app) {
                   "logs/<name>/ (seed 000's)");
   cmd->add_option("overrides", a->overrides, "Overrides such as optim.lr=0.01 parallel.strategy=local");
   cmd->add_option("--nproc", a->nproc, "Start this many local workers (default: the config's nproc)")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   cmd->add_option("--resume", a->resume,
                   "Continue from a run folder's latest checkpoint or a checkpoint file");
   cmd->add_option("--run-dir", a->run_dir, "Write into this run folder instead of a new one");
   cmd->add_option("--dist-url", a->dist_url, "Rendezvous as tcp://HOST:PORT (with --rank and --world-size)");
-  cmd->add_option("--rank", a->rank, "This worker's rank")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--world-size,--num-nodes", a->world_size, "Number of workers")->check(CLI::PositiveNumber);
+  cmd->add_option("--rank", a->rank, "This worker's rank")->check(at_least(0));
+  cmd->add_option("--world-size,--num-nodes", a->world_size, "Number of workers")->check(at_least(1));
   cmd->add_option("--master-addr", a->master_addr, "Rendezvous host");
   cmd->add_option("--master-port", a->master_port, "Rendezvous port")->check(CLI::Range(0, 65535));
   a->seed.add_to(*cmd);

@@ -16,6 +16,27 @@ std::string error_message(const std::exception& e) {
   return e.what();
 }
 
+CLI::Validator at_least(long long minimum) {
+  return CLI::Validator(
+      [minimum](std::string& text) -> std::string {
+        long long value = 0;
+        if (!CLI::detail::lexical_cast(text, value)) return "expected a whole number, found " + text;
+        if (value < minimum) return "must be at least " + std::to_string(minimum) + ", found " + text;
+        return {};
+      },
+      "INT>=" + std::to_string(minimum));
+}
+
+std::string unknown_command(const CLI::App& app, const std::string& word) {
+  if (word.empty() || word.front() == '-') return {};
+  std::string names;
+  for (const auto* sub : app.get_subcommands({})) {
+    if (sub->check_name(word)) return {};
+    names += (names.empty() ? "" : ", ") + sub->get_name();
+  }
+  return "unknown command '" + word + "'; the commands are " + names;
+}
+
 }  // namespace dtrain::cli
 
 int main(int argc, char** argv) {
@@ -28,10 +49,19 @@ int main(int argc, char** argv) {
   runs["train"] = dtrain::cli::add_train_command(app);
   runs["experiment"] = dtrain::cli::add_experiment_command(app);
   runs["report"] = dtrain::cli::add_report_command(app);
+  if (argc > 1) {
+    if (const auto unknown = dtrain::cli::unknown_command(app, argv[1]); !unknown.empty()) {
+      std::cerr << "dtrain: error: " + unknown + "\n";
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    // One line, like every other error (CLI11 adds a second: "Run with --help ...").
+    std::cerr << "dtrain: error: " + std::string(e.what()) + " (dtrain --help lists the options)\n";
+    return e.get_exit_code();
   }
   try {
     for (auto* sub : app.get_subcommands()) return runs.at(sub->get_name())();
