@@ -188,7 +188,8 @@ double expect_step_time_and_bytes(const nlohmann::json& results) {
 // Every strategy's steps leave their time split and bytes sent in metrics.jsonl and results.json.
 // data_parallel on two workers: mlp [16] on 8x8 inputs with 4 classes has 1,108 parameters, one
 // gradient bucket with the loss's 8 carried slots, 4,464 bytes, which Gloo's ring on 2 ranks sends
-// whole from each rank. local on one process sends nothing.
+// whole from each rank. local on one process sends nothing. A run stopped within its first epoch
+// reports no last epoch.
 TEST_F(TrainCommand, MetricsAndResultsCarryTheStepTimeSplitAndBytesSent) {
   const auto cfg = write_config("e2e.yaml", synthetic_config());
   const auto dp = run("train " + cfg.string() + " train.max_steps=8 train.checkpoint_every_epochs=0", dir_);
@@ -196,6 +197,8 @@ TEST_F(TrainCommand, MetricsAndResultsCarryTheStepTimeSplitAndBytesSent) {
   const auto dp_results = last_json_line(dp.out);
   EXPECT_EQ(expect_step_time_and_bytes(dp_results), 4464.0);
   EXPECT_GT(dp_results["step_time"]["comm_s"].get<double>(), 0.0);
+  // 8 steps of an epoch of 16: no epoch ended, so none is reported (not one of zeros).
+  EXPECT_FALSE(dp_results.contains("train_last_epoch")) << dp_results.dump();
 
   auto text = synthetic_config();
   text.replace(text.find("nproc: 2"), 8, "nproc: 1");

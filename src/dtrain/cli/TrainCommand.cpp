@@ -155,7 +155,8 @@ nlohmann::json results_json(const config::RunConfig& cfg, const train::Trainer& 
   j["steps"] = r.steps;
   j["epochs"] = r.epochs_completed;
   j["final"] = metrics_json(r.final_eval);
-  j["train_last_epoch"] = metrics_json(r.last_train);
+  // A run stopped (train.max_steps) before its first epoch ended has no epoch's training metrics.
+  if (r.last_train.samples > 0) j["train_last_epoch"] = metrics_json(r.last_train);
   if (!r.final_others.empty()) {
     for (const auto& [name, m] : r.final_others) j["final_by_model"][name] = metrics_json(m);
   }
