@@ -301,6 +301,7 @@ TEST_F(SeedCommand, CommandLineMistakesAreOneLineNamingWhatWasWrong) {
   expect_one_line_error(run({"train", "--nproc", "two"}), "--nproc: expected a whole number, found two");
   expect_one_line_error(run({"train", "--no-such-flag"}),
                         "The following argument was not expected: --no-such-flag");
+  expect_one_line_error(run({"train", "train.device=cuda"}), "train.device: cuda: ");
   const auto help = run({"train", "--help"});
   EXPECT_EQ(help.code, 0);
 }

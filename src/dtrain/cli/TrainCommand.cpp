@@ -321,6 +321,7 @@ Run add_train_command(CLI::App& app) {
   return [a] {
     take_positionals(*a);
     const auto cfg = load_config(*a);
+    train::check_device(cfg.train.device);  // before any worker starts
     const auto env = config::process_environment();
     const int nproc = a->nproc > 0 ? a->nproc : cfg.nproc;
     if (!started_by_a_launcher(env, *a) && nproc > 1) return launch_workers(*a, cfg, nproc, env);

@@ -54,8 +54,22 @@ std::string precision_of(const torch::nn::Module& module) {
 
 }  // namespace
 
+void check_device(const std::string& device) {
+  if (device == "cpu") return;
+  if (!torch::cuda::is_available()) {
+    throw std::invalid_argument("train.device: " + device +
+                                ": this LibTorch sees no CUDA device (torch::cuda::is_available() is false); "
+                                "use train.device: cpu");
+  }
+  throw std::invalid_argument(
+      "train.device: " + device +
+      ": dtrain's trainer keeps models, data and collectives on the CPU; GPU training "
+      "is not part of this build, so use train.device: cpu");
+}
+
 Trainer::Trainer(config::RunConfig config, comm::CommunicatorPtr comm)
     : config_(std::move(config)), comm_(std::move(comm)) {
+  check_device(config_.train.device);
   if (config_.train.threads > 0) torch::set_num_threads(config_.train.threads);
   const int rank = comm_ ? comm_->rank() : 0;
   const int world = comm_ ? comm_->size() : 1;

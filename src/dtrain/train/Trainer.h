@@ -115,6 +115,11 @@ class Trainer {
 };
 
 // Hex digest (FNV-1a 64) of a module's parameters and buffers, in registration order.
+// Throws std::invalid_argument unless `device` (train.device) is one the trainer runs on: the CPU.
+// cuda is refused with the reason (no CUDA in this LibTorch, or no CUDA path in the trainer yet)
+// rather than accepted and trained on the CPU.
+void check_device(const std::string& device);
+
 std::string parameter_hash(const torch::nn::Module& module);
 
 // A hash of every rank's shard of the training set (indices and held-out fold, in rank order): two
