@@ -147,7 +147,8 @@ TEST(SeedFlags, ErrorsNameTheFlagAndTheKey) {
   EXPECT_EQ(error_of({"--backend", "tcp"}),
             "--backend tcp: parallel.backend: expected one of gloo, mpi, nccl; found \"tcp\"");
   EXPECT_EQ(error_of({"--name", "a/b"}),
-            "--name a/b: name: expected a name without '/', not . or .. (it names the run folder), found "
+            "--name a/b: name: expected a name without '/' or control characters, not . or .. (it names the "
+            "run folder), found "
             "\"a/b\"");
 }
 

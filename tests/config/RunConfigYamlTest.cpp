@@ -233,7 +233,8 @@ TEST(RunConfigYaml, RunFolderIsDatedOrSeed000sNamed) {
   // <out_dir>/<name>/ must be a folder of out_dir's own.
   for (const char* name : {".", ".."}) {
     EXPECT_STREQ(error_of_text(std::string("name: '") + name + "'\n").what(),
-                 (std::string("x.yaml:1: name: expected a name without '/', not . or .. (it names the run "
+                 (std::string("x.yaml:1: name: expected a name without '/' or control characters, not . or "
+                              ".. (it names the run "
                               "folder), found the quoted string \"") +
                   name + "\"")
                      .c_str());

@@ -3,22 +3,80 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <system_error>
+#include <vector>
 
 #include "dtrain/config/ConfigError.h"
 
 namespace dtrain::config {
+namespace {
+
+// The offset of the first byte that does not belong to a well-formed UTF-8 sequence (overlong
+// forms, surrogates and code points above U+10FFFF included), or npos.
+std::size_t first_invalid_utf8(const std::string& text) {
+  const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(text[i]); };
+  for (std::size_t i = 0; i < text.size();) {
+    const unsigned char c = byte(i);
+    std::size_t length = 0;
+    unsigned char low = 0x80, high = 0xbf;  // the second byte's range
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if (c >= 0xc2 && c <= 0xdf) {
+      length = 2;
+    } else if (c >= 0xe0 && c <= 0xef) {
+      length = 3;
+      if (c == 0xe0) low = 0xa0;
+      if (c == 0xed) high = 0x9f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+      length = 4;
+      if (c == 0xf0) low = 0x90;
+      if (c == 0xf4) high = 0x8f;
+    } else {
+      return i;
+    }
+    if (i + length > text.size()) return i;
+    if (byte(i + 1) < low || byte(i + 1) > high) return i;
+    for (std::size_t k = 2; k < length; ++k) {
+      if (byte(i + k) < 0x80 || byte(i + k) > 0xbf) return i;
+    }
+    i += length;
+  }
+  return std::string::npos;
+}
+
+std::string at_line(const std::string& source, const std::string& text, std::size_t offset) {
+  return source + ":" + std::to_string(1 + std::count(text.begin(), text.begin() + offset, '\n'));
+}
+
+}  // namespace
 
 YAML::Node parse_yaml(const std::string& text, const std::string& source) {
+  if (const auto bad = first_invalid_utf8(text); bad != std::string::npos) {
+    char hex[8];
+    std::snprintf(hex, sizeof hex, "0x%02x", static_cast<unsigned char>(text[bad]));
+    throw ConfigError(at_line(source, text, bad), "",
+                      std::string("not valid UTF-8 (byte ") + hex + "); save the file as UTF-8");
+  }
+  std::vector<YAML::Node> documents;
   try {
-    return YAML::Load(text);
+    documents = YAML::LoadAll(text);
   } catch (const YAML::Exception& e) {
     const std::string where = e.mark.is_null() ? source : source + ":" + std::to_string(e.mark.line + 1);
     throw ConfigError(where, "", "invalid YAML: " + e.msg);
   }
+  if (documents.size() > 1) {
+    throw ConfigError(yaml_location(source, documents[1]), "",
+                      "a second YAML document (after '---'); a configuration is one document");
+  }
+  return documents.empty() ? YAML::Node() : documents.front();
 }
 
 YAML::Node load_yaml_file(const std::string& path) {
@@ -28,9 +86,22 @@ YAML::Node load_yaml_file(const std::string& path) {
                       std::string("cannot open the configuration file (") + std::strerror(errno) +
                           "); check the path, relative paths are taken from the working directory");
   }
+  std::error_code ignored;
+  const auto size = std::filesystem::file_size(path, ignored);
+  if (!ignored && size > kMaxConfigBytes) {
+    throw ConfigError(path, "",
+                      "is " + std::to_string(size) + " bytes; a configuration file is at most " +
+                          std::to_string(kMaxConfigBytes) + " (is it the right file?)");
+  }
   std::ostringstream text;
   text << in.rdbuf();
-  return parse_yaml(text.str(), path);
+  auto root = parse_yaml(text.str(), path);
+  if (root.IsNull()) {
+    throw ConfigError(path, "",
+                      "holds no settings (empty, or only comments); give at least one key, or leave the "
+                      "file out to use the defaults");
+  }
+  return root;
 }
 
 std::string yaml_location(const std::string& source, const YAML::Node& node) {

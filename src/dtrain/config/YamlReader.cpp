@@ -108,9 +108,12 @@ void YamlReader::text(const char* key, std::string& out, Text rule) {
   if (!node->IsScalar() && !node->IsNull()) fail(*node, key, "expected a string, found " + found(*node));
   const std::string text = node->IsScalar() ? node->Scalar() : "";
   if (rule != Text::Any && text.empty()) fail(*node, key, "expected a non-empty string, found nothing");
-  if (rule == Text::Name && (text.find('/') != std::string::npos || text == "." || text == "..")) {
+  const bool control = std::any_of(text.begin(), text.end(),
+                                   [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; });
+  if (rule == Text::Name && (text.find('/') != std::string::npos || text == "." || text == ".." || control)) {
     fail(*node, key,
-         "expected a name without '/', not . or .. (it names the run folder), found " + found(*node));
+         "expected a name without '/' or control characters, not . or .. (it names the run folder), found " +
+             found(*node));
   }
   out = text;
 }

@@ -1,0 +1,90 @@
+// Note [What a configuration file may be]: every configuration file is read under one rule (size,
+// UTF-8, one document, at least one setting), each refusal naming the file and the line.
+#include "dtrain/config/YamlFile.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "dtrain/config/ConfigError.h"
+#include "dtrain/config/RunConfigYaml.h"
+
+namespace dtrain::config {
+namespace {
+
+namespace fs = std::filesystem;
+
+class YamlFile : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("dtrain_yamlfile_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string write(const std::string& name, const std::string& text) {
+    const auto path = (dir_ / name).string();
+    std::ofstream(path, std::ios::binary) << text;
+    return path;
+  }
+
+  // The ConfigError's what() for loading `path`, or "" if it loads.
+  static std::string error_of(const std::string& path) {
+    try {
+      load_yaml_file(path);
+    } catch (const ConfigError& e) {
+      return e.what();
+    }
+    return "";
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(YamlFile, InvalidUtf8IsRefusedAtItsLine) {
+  const auto path = write("latin1.yaml", "name: ok\nout_dir: caf\xe9\n");
+  EXPECT_EQ(error_of(path), path + ":2: not valid UTF-8 (byte 0xe9); save the file as UTF-8");
+  // Overlong forms and surrogates are not UTF-8 either; real multi-byte text is.
+  EXPECT_NE(error_of(write("overlong.yaml", "name: \xc0\xaf\n")), "");
+  EXPECT_NE(error_of(write("surrogate.yaml", "name: \xed\xa0\x80\n")), "");
+  EXPECT_EQ(error_of(write("utf8.yaml", "name: caf\xc3\xa9-\xe2\x82\xac-\xf0\x9f\x98\x80\n")), "");
+}
+
+TEST_F(YamlFile, ASecondDocumentIsRefusedAtItsLine) {
+  const auto path = write("two.yaml", "name: a\n---\nname: b\n");
+  EXPECT_EQ(error_of(path),
+            path + ":3: a second YAML document (after '---'); a configuration is one document");
+  EXPECT_EQ(error_of(write("one.yaml", "---\nname: a\n")), "");
+}
+
+TEST_F(YamlFile, AFileWithNoSettingsIsRefused) {
+  for (const std::string text : {"", "\n\n", "# only a comment\n"}) {
+    const auto path = write("empty.yaml", text);
+    EXPECT_EQ(error_of(path), path +
+                                  ": holds no settings (empty, or only comments); give at least one key, or "
+                                  "leave the file out to use the defaults")
+        << text;
+  }
+}
+
+TEST_F(YamlFile, AFileOverTheSizeLimitIsRefusedBeforeItIsParsed) {
+  const auto path = write("big.yaml", "name: x\n# " + std::string(kMaxConfigBytes, 'a') + "\n");
+  EXPECT_NE(error_of(path).find("a configuration file is at most 1048576"), std::string::npos)
+      << error_of(path);
+}
+
+TEST_F(YamlFile, RunNamesHoldNoControlCharacters) {
+  try {
+    parse_run_config("name: \"a\\tb\"\n", "tab.yaml", {});
+    FAIL() << "a tab in the run name was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.where(), "tab.yaml:1");
+    EXPECT_NE(e.message().find("without '/' or control characters"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace dtrain::config
