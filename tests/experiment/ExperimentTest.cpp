@@ -130,6 +130,21 @@ TEST_F(ExperimentTest, FileErrorsNameLineAndKey) {
   EXPECT_NE(empty_sweep.find("sweep.optim.lr"), std::string::npos) << empty_sweep;
 }
 
+TEST_F(ExperimentTest, NamesStayInsideOutDirAndRunsIsNeverEmpty) {
+  for (const std::string name : {"../escape", "..", "a/b"}) {
+    const auto error = error_of<config::ConfigError>(
+        [&] { load_experiment(write("n.yaml", "name: '" + name + "'\nbase: base.yaml\n")); });
+    EXPECT_NE(error.find("n.yaml:1: name: expected a name of letters"), std::string::npos)
+        << name << ": " << error;
+  }
+  const auto dots = error_of<config::ConfigError>(
+      [&] { load_experiment(write("d.yaml", "base: base.yaml\nruns:\n  - {name: '..'}\n")); });
+  EXPECT_NE(dots.find("d.yaml:3: runs.name"), std::string::npos) << dots;
+  const auto empty =
+      error_of<config::ConfigError>([&] { load_experiment(write("r.yaml", "base: base.yaml\nruns: []\n")); });
+  EXPECT_NE(empty.find("r.yaml:2: runs: an empty list"), std::string::npos) << empty;
+}
+
 // A finished run as the checks see it: model, data seed, batch and workers, and the two hashes.
 FinishedRun finished_run(const std::string& name, const std::string& model, std::uint64_t seed, int workers,
                          const std::string& weights, const std::string& partition, int batch = 16) {

@@ -56,6 +56,12 @@ std::string folder_safe(const std::string& text) {
   return out;
 }
 
+// A name that becomes one folder inside out_dir: folder-safe, and neither . nor .. (which would
+// name out_dir itself or its parent).
+bool is_folder_name(const std::string& name) {
+  return !name.empty() && name != "." && name != ".." && folder_safe(name) == name;
+}
+
 std::string read_text(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::invalid_argument(fmt::format("{}: cannot read the experiment file", path.string()));
@@ -79,8 +85,10 @@ RunSpec read_run(const std::string& source, const YAML::Node& run, const std::ve
       reject(source, field.first, "runs." + f, "unknown key; a run has name and overrides");
     }
   }
-  if (r.name.empty() || folder_safe(r.name) != r.name) {
-    reject(source, run["name"], "runs.name", "expected a name of letters, digits, '.', '_', '=', ',' or '-'");
+  if (!is_folder_name(r.name)) {
+    reject(source, run["name"], "runs.name",
+           "expected a name of letters, digits, '.', '_', '=', ',' or '-', not . or .. (it names the run's "
+           "folder)");
   }
   for (const auto& other : earlier) {
     if (other.name == r.name) reject(source, run["name"], "runs.name", "duplicate run name '" + r.name + "'");
@@ -91,6 +99,10 @@ RunSpec read_run(const std::string& source, const YAML::Node& run, const std::ve
 // The entries of `runs`, after those already read.
 void read_runs(const std::string& source, const YAML::Node& value, std::vector<RunSpec>& runs) {
   if (!value.IsSequence()) reject(source, value, "runs", "expected a list of {name, overrides} entries");
+  if (value.size() == 0) {
+    reject(source, value, "runs",
+           "an empty list; give at least one run, or leave runs out to run the base configuration once");
+  }
   for (const auto& run : value) runs.push_back(read_run(source, run, runs));
 }
 
@@ -116,6 +128,11 @@ void read_key(ExperimentSpec& spec, const std::string& source, const YAML::Node&
   const auto key = key_node.as<std::string>();
   if (key == "name") {
     spec.name = scalar(source, value, key);
+    if (!is_folder_name(spec.name)) {
+      reject(source, value, key,
+             "expected a name of letters, digits, '.', '_', '=', ',' or '-', not . or .. (it names the "
+             "experiment's folder inside out_dir)");
+    }
   } else if (key == "out_dir") {
     spec.out_dir = scalar(source, value, key);
   } else if (key == "base") {
