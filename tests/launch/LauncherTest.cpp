@@ -101,6 +101,21 @@ class LauncherTest : public ::testing::Test {
   std::string launcher_stdout() const { return read_file(dir_ / "stdout"); }
   std::string launcher_stderr() const { return read_file(dir_ / "stderr"); }
 
+  // Node 1 of `o`'s two-node job (the same script, logs in node1-logs/, output in node1.out), started
+  // on a thread once node 0's launcher hosts the store; its wait status lands in `status`.
+  std::thread start_node1(const LaunchOptions& o, int& status) const {
+    const std::string node1 = std::string(DTRAIN_LAUNCH_NODE) + " 1 2 " + std::to_string(o.master_port) +
+                              " " + (dir_ / "node1-logs").string() + " -- /bin/sh -c '" + o.command[2] +
+                              "' > " + (dir_ / "node1.out").string() + " 2>&1";
+    return std::thread([this, node1, &status] {
+      const auto deadline = Clock::now() + std::chrono::seconds(60);
+      while (launcher_stderr().find("rendezvous store at") == std::string::npos && Clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      status = std::system(node1.c_str());
+    });
+  }
+
   fs::path dir_;
   int out_fd_ = -1;
   int err_fd_ = -1;
@@ -491,18 +506,8 @@ TEST_F(LauncherTest, FailureOnAnotherNodeStopsThisNodesWorkers) {
   auto o = options(1, "if [ \"$RANK\" = 1 ]; then echo boom >&2; exit 3; fi; exec sleep 60");
   o.nnodes = 2;
   o.master_port = port;
-  const std::string node1 = std::string(DTRAIN_LAUNCH_NODE) + " 1 2 " + std::to_string(port) + " " +
-                            (dir_ / "node1-logs").string() + " -- /bin/sh -c '" + o.command[2] + "' > " +
-                            (dir_ / "node1.out").string() + " 2>&1";
   int node1_status = -1;
-  // Node 1 starts once node 0 hosts the store.
-  std::thread other_node([&] {
-    const auto deadline = Clock::now() + std::chrono::seconds(60);
-    while (launcher_stderr().find("rendezvous store at") == std::string::npos && Clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    node1_status = std::system(node1.c_str());
-  });
+  std::thread other_node = start_node1(o, node1_status);
   const auto start = Clock::now();
   const LaunchResult result = launch(o);
   const double elapsed = seconds_since(start);
@@ -528,17 +533,8 @@ TEST_F(LauncherTest, NodeFinishingAfterNodeZeroStillSucceeds) {
                           started + " ]; do sleep 0.01; done; exit 0");
   o.nnodes = 2;
   o.master_port = port;
-  const std::string node1 = std::string(DTRAIN_LAUNCH_NODE) + " 1 2 " + std::to_string(port) + " " +
-                            (dir_ / "node1-logs").string() + " -- /bin/sh -c '" + o.command[2] + "' > " +
-                            (dir_ / "node1.out").string() + " 2>&1";
   int node1_status = -1;
-  std::thread other_node([&] {
-    const auto deadline = Clock::now() + std::chrono::seconds(60);
-    while (launcher_stderr().find("rendezvous store at") == std::string::npos && Clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    node1_status = std::system(node1.c_str());
-  });
+  std::thread other_node = start_node1(o, node1_status);
   const LaunchResult result = launch(o);
   other_node.join();
   EXPECT_EQ(result.exit_code, 0) << result.failure << launcher_stderr();

@@ -12,7 +12,10 @@
 #include <vector>
 
 #include "dtrain/comm/Communicator.h"
+#include "dtrain/config/RunConfig.h"
+#include "dtrain/models/ModelFactory.h"
 #include "dtrain/parallel/MicroBatches.h"
+#include "dtrain/parallel/Registry.h"
 #include "support/ThreadWorld.h"
 
 namespace dtrain::parallel::testing {
@@ -94,6 +97,23 @@ inline std::vector<torch::Tensor> snapshot(const torch::nn::Module& m) {
   std::vector<torch::Tensor> out;
   for (const auto& p : m.parameters()) out.push_back(p.detach().clone());
   return out;
+}
+
+// cfg.model for (1, 28, 28) images of 10 classes, from `seed`, in `dtype`. Built on the calling
+// thread: torch's default generator is shared between threads.
+inline models::NetworkPtr build_model(const config::RunConfig& cfg, std::uint64_t seed,
+                                      torch::Dtype dtype = torch::kFloat) {
+  torch::manual_seed(seed);
+  auto model = models::create_model(cfg.model, models::InputSpec::image(1, 28, 28, 10));
+  model->to(dtype);
+  return model;
+}
+
+// cfg.parallel.strategy over `model`, with cfg's optimizer and loss; comm null for one process.
+inline std::unique_ptr<Strategy> build_strategy(const config::RunConfig& cfg, models::NetworkPtr model,
+                                                comm::CommunicatorPtr comm) {
+  return create_strategy(StrategyContext{std::move(model), optim::optimizer_factory(cfg.optim),
+                                         optim::create_loss(cfg.optim.loss), std::move(comm), cfg.parallel});
 }
 
 }  // namespace dtrain::parallel::testing

@@ -110,20 +110,6 @@ config::RunConfig config_of(const std::string& strategy, const std::vector<std::
   return config::parse_run_config("", "<equivalence test>", overrides);
 }
 
-// Built on the calling thread: torch's default generator is shared between threads.
-models::NetworkPtr build_model(const config::RunConfig& cfg, std::uint64_t seed, torch::Dtype dtype) {
-  torch::manual_seed(seed);
-  auto model = models::create_model(cfg.model, models::InputSpec::image(1, 28, 28, 10));
-  model->to(dtype);
-  return model;
-}
-
-std::unique_ptr<Strategy> build_strategy(const config::RunConfig& cfg, models::NetworkPtr model,
-                                         comm::CommunicatorPtr comm) {
-  return create_strategy(StrategyContext{std::move(model), optim::optimizer_factory(cfg.optim),
-                                         optim::create_loss(cfg.optim.loss), std::move(comm), cfg.parallel});
-}
-
 std::vector<torch::Tensor> values(const std::map<std::string, torch::Tensor>& state) {
   std::vector<torch::Tensor> out;
   for (const auto& entry : state) out.push_back(entry.second.clone());
@@ -141,7 +127,8 @@ TEST_P(StrategyEquivalence, EqualsOneProcessOnTheGlobalBatch) {
   const auto targets = torch::randint(0, 10, {steps, c.ranks * kPerRankBatch});
 
   const auto reference_config = config_of("local", {}, c, 1);
-  auto reference = build_strategy(reference_config, build_model(reference_config, 7, dtype), nullptr);
+  auto reference =
+      testing::build_strategy(reference_config, testing::build_model(reference_config, 7, dtype), nullptr);
   for (int s = 0; s < steps; ++s) reference->train_step({inputs[s], targets[s]});
   const auto expected = values(reference->model_state());
 
@@ -150,14 +137,14 @@ TEST_P(StrategyEquivalence, EqualsOneProcessOnTheGlobalBatch) {
   // replicates the model must make the others equal.
   std::vector<models::NetworkPtr> models;
   for (int r = 0; r < c.ranks; ++r)
-    models.push_back(build_model(cfg, c.row.strategy == "local" ? 7 : 7 + r, dtype));
+    models.push_back(testing::build_model(cfg, c.row.strategy == "local" ? 7 : 7 + r, dtype));
   std::vector<std::vector<torch::Tensor>> ends(c.ranks);
   std::vector<std::vector<double>> losses(c.ranks);
   dtrain::testing::run_world(
       c.ranks,
       [&](comm::CommunicatorPtr comm) {
         const int r = comm->rank();
-        auto strategy = build_strategy(cfg, models[r], comm);
+        auto strategy = testing::build_strategy(cfg, models[r], comm);
         for (int s = 0; s < steps; ++s) {
           const auto rows = torch::indexing::Slice(r * kPerRankBatch, (r + 1) * kPerRankBatch);
           const auto result = strategy->train_step({inputs[s].index({rows}), targets[s].index({rows})});

@@ -26,20 +26,6 @@ config::RunConfig config_with(const std::string& model, const std::vector<std::s
   return config::parse_run_config("", "<dad test>", all);
 }
 
-models::NetworkPtr build(const config::RunConfig& cfg, std::uint64_t seed,
-                         torch::Dtype dtype = torch::kFloat) {
-  torch::manual_seed(seed);
-  auto model = models::create_model(cfg.model, models::InputSpec::image(1, 28, 28, 10));
-  model->to(dtype);
-  return model;
-}
-
-std::unique_ptr<Strategy> make(const config::RunConfig& cfg, models::NetworkPtr model,
-                               comm::CommunicatorPtr comm) {
-  return create_strategy(StrategyContext{std::move(model), optim::optimizer_factory(cfg.optim),
-                                         optim::create_loss(cfg.optim.loss), std::move(comm), cfg.parallel});
-}
-
 // Per step and rank a batch; with `short_last`, the last rank's batch of the last step has 1 row.
 std::vector<std::vector<data::Batch>> batches(int steps, int world, bool short_last, torch::Dtype dtype,
                                               int rows_per_rank = 4) {
@@ -59,12 +45,12 @@ std::vector<torch::Tensor> train(const config::RunConfig& cfg, int world,
                                  const std::vector<std::vector<data::Batch>>& data, torch::Dtype dtype,
                                  const std::string& backend = "gloo") {
   std::vector<models::NetworkPtr> models;
-  for (int r = 0; r < world; ++r) models.push_back(build(cfg, 5 + r, dtype));
+  for (int r = 0; r < world; ++r) models.push_back(testing::build_model(cfg, 5 + r, dtype));
   std::vector<std::vector<torch::Tensor>> ends(world);
   dtrain::testing::run_world(
       world,
       [&](comm::CommunicatorPtr comm) {
-        auto strategy = make(cfg, models[comm->rank()], comm);
+        auto strategy = testing::build_strategy(cfg, models[comm->rank()], comm);
         for (const auto& step : data) strategy->train_step(step[comm->rank()]);
         for (const auto& entry : strategy->model_state()) ends[comm->rank()].push_back(entry.second.clone());
       },
@@ -145,11 +131,11 @@ TEST(DadAuto, ChoosesPerLayerOnTheFirstStepAndStaysExact) {
   auto cfg = config_with("mlp", {"parallel.strategy=dad", "parallel.dad.auto=true", "model.hidden=[1024]",
                                  "parallel.dad.auto_trial_steps=0"});
   const auto data = batches(3, 2, false, torch::kFloat, 16);
-  std::vector<models::NetworkPtr> models{build(cfg, 5), build(cfg, 6)};
+  std::vector<models::NetworkPtr> models{testing::build_model(cfg, 5), testing::build_model(cfg, 6)};
   std::vector<std::vector<LayerMethod>> methods(2);
   std::vector<std::map<std::string, std::string>> notes(2);
   dtrain::testing::run_world(2, [&](comm::CommunicatorPtr comm) {
-    auto strategy = make(cfg, models[comm->rank()], comm);
+    auto strategy = testing::build_strategy(cfg, models[comm->rank()], comm);
     for (const auto& step : data) strategy->train_step(step[comm->rank()]);
     methods[comm->rank()] = dynamic_cast<DadStrategy&>(*strategy).methods();
     notes[comm->rank()] = strategy->notes();
@@ -170,12 +156,12 @@ TEST(DadAuto, TimesEachPlanKeepsTheSameOneOnEveryRankAndStaysExact) {
   auto cfg = config_with("mlp", {"parallel.strategy=dad", "parallel.dad.auto=true", "model.hidden=[1024]",
                                  "parallel.dad.auto_trial_steps=2"});
   const auto data = batches(9, 2, false, torch::kFloat, 16);
-  std::vector<models::NetworkPtr> models{build(cfg, 5), build(cfg, 6)};
+  std::vector<models::NetworkPtr> models{testing::build_model(cfg, 5), testing::build_model(cfg, 6)};
   std::vector<std::vector<LayerMethod>> kept(2);
   std::vector<std::string> summary(2);
   std::vector<std::vector<torch::Tensor>> ends(2);
   dtrain::testing::run_world(2, [&](comm::CommunicatorPtr comm) {
-    auto strategy = make(cfg, models[comm->rank()], comm);
+    auto strategy = testing::build_strategy(cfg, models[comm->rank()], comm);
     for (const auto& step : data) strategy->train_step(step[comm->rank()]);
     kept[comm->rank()] = dynamic_cast<DadStrategy&>(*strategy).methods();
     summary[comm->rank()] = strategy->notes().at("dad/auto");
@@ -230,10 +216,10 @@ TEST(DadAuto, LayersWhoseGradientTravelsWholeAreNotTapped) {
   auto cfg = config_with("mlp", {"parallel.strategy=dad", "parallel.dad.auto=true", "model.hidden=[1024]",
                                  "parallel.dad.auto_trial_steps=0"});
   const auto data = batches(2, 2, false, torch::kFloat, 16);
-  std::vector<models::NetworkPtr> models{build(cfg, 5), build(cfg, 6)};
+  std::vector<models::NetworkPtr> models{testing::build_model(cfg, 5), testing::build_model(cfg, 6)};
   std::vector<std::vector<bool>> tapped(2);
   dtrain::testing::run_world(2, [&](comm::CommunicatorPtr comm) {
-    auto strategy = make(cfg, models[comm->rank()], comm);
+    auto strategy = testing::build_strategy(cfg, models[comm->rank()], comm);
     for (const auto& step : data) strategy->train_step(step[comm->rank()]);
     for (const auto& entry : models[comm->rank()]->named_modules()) {
       if (auto* linear = dynamic_cast<models::LinearImpl*>(entry.value().get()))
@@ -253,10 +239,10 @@ TEST(DadBytes, DadSendsNRowsAndRankDadRColumnsPerLayer) {
     SCOPED_TRACE(strategy);
     auto cfg = config_with("mlp", {"parallel.strategy=" + strategy, "parallel.dad.rank=2"});
     const auto data = batches(3, 2, false, torch::kFloat);
-    std::vector<models::NetworkPtr> models{build(cfg, 5), build(cfg, 5)};
+    std::vector<models::NetworkPtr> models{testing::build_model(cfg, 5), testing::build_model(cfg, 5)};
     std::vector<comm::CommStats> stats(2);
     dtrain::testing::run_world(2, [&](comm::CommunicatorPtr comm) {
-      auto s = make(cfg, models[comm->rank()], comm);
+      auto s = testing::build_strategy(cfg, models[comm->rank()], comm);
       const auto before = s->comm_stats();
       for (const auto& step : data) s->train_step(step[comm->rank()]);
       stats[comm->rank()] = comm::difference(s->comm_stats(), before);

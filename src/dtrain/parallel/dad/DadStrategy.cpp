@@ -172,10 +172,9 @@ StepResult DadStrategy::train_step(const data::Batch& batch) {
   const int accumulation = parallel_config().accumulation_steps;
   const PowerIterationOptions power{options_.rank, options_.power_iterations, options_.tolerance};
   // BatchNorm statistics as data_parallel keeps them: rank 0's, before every step.
-  if (!model().buffers(/*recurse=*/true).empty()) {
+  if (const auto buffers = model().buffers(/*recurse=*/true); !buffers.empty()) {
     const auto t0 = util::Clock::now();
-    broadcast_coalesced(*communicator(), model().buffers(/*recurse=*/true), 0,
-                        bucket_bytes(options_.bucket_mb));
+    broadcast_coalesced(*communicator(), buffers, 0, bucket_bytes(options_.bucket_mb));
     result.timing.communication += util::seconds_since(t0);
   }
   auto network = model_ptr();
