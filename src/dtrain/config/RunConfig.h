@@ -20,7 +20,9 @@ struct DataConfig {
   // Partition of the training set over ranks, registered by data/: random, hetero, dirichlet,
   // kfold, subset.
   std::string partition = "random";
-  int classes_per_rank = 2;      // hetero
+  // hetero: classes per rank (per graph node under parallel.strategy decentralized); 0 = the
+  // classes split evenly, classes / holders, an error when there are more holders than classes
+  int classes_per_rank = 2;
   double dirichlet_alpha = 0.5;  // dirichlet
   int num_folds = 5;             // kfold: K
   int fold = 0;                  // kfold: k, the held-out fold, in [0, K)
@@ -59,6 +61,10 @@ struct ModelConfig {
   double mlp_ratio = 2.0;             // vit, transformer
   double dropout = 0.0;
   std::string task = "classifier";  // transformer: classifier | lm
+  // dinnocnn (seed 001's CNN): one ReLU convolution, 2x2 max pool, two linear layers
+  int num_filters = 3;
+  int kernel_size = 5;
+  int linear_width = 64;
 };
 
 struct SchedulerConfig {
@@ -68,6 +74,7 @@ struct SchedulerConfig {
   double gamma = 0.1;     // step
   int warmup_steps = 0;   // linear warm-up from 0 to lr, before any schedule
   double final_lr = 0.0;  // cosine, linear, log: the rate at the end of training
+  double mu = 0.001;      // inverse: lr_k = lr_{k-1} (1 - mu lr_{k-1}) (seed 001's DSGD)
 };
 
 struct OptimConfig {
@@ -102,7 +109,8 @@ struct TrainConfig {
   int epochs = 1;
   std::int64_t max_steps = 0;         // 0 = run all epochs
   std::int64_t eval_every_steps = 0;  // 0 = evaluate at each epoch end only
-  int eval_every_epochs = 1;
+  int eval_every_epochs = 1;          // 0 = not at epoch ends
+  bool eval_at_start = false;         // also evaluate before the first step (seed 001 does)
   std::int64_t log_every_steps = 50;
   double target_accuracy = 0.0;  // stop when test top-1 reaches it (0 = never)
   std::int64_t checkpoint_every_steps = 0;

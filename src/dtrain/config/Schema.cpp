@@ -34,7 +34,7 @@ void describe_data(OptionVisitor& v, DataConfig& d) {
   v.choice("dataset", d.dataset, registered(kDatasetKey));
   v.text("root", d.root, Text::Any);
   v.choice("partition", d.partition, registered(kPartitionKey));
-  v.integer("classes_per_rank", d.classes_per_rank, at_least(1));
+  v.integer("classes_per_rank", d.classes_per_rank, at_least(0));
   v.number("dirichlet_alpha", d.dirichlet_alpha, kPositive);
   v.integer("num_folds", d.num_folds, at_least(2));
   v.integer("fold", d.fold, IntRange{0, std::max<std::int64_t>(0, std::int64_t{d.num_folds} - 1)});
@@ -68,6 +68,9 @@ void describe_model(OptionVisitor& v, ModelConfig& m) {
   v.number("mlp_ratio", m.mlp_ratio, kPositive);
   v.number("dropout", m.dropout, kUnitOpen);
   v.choice("task", m.task, kTasks);
+  v.integer("num_filters", m.num_filters, at_least(1));
+  v.integer("kernel_size", m.kernel_size, at_least(1));
+  v.integer("linear_width", m.linear_width, at_least(1));
 }
 
 void describe_scheduler(OptionVisitor& v, SchedulerConfig& s) {
@@ -76,6 +79,7 @@ void describe_scheduler(OptionVisitor& v, SchedulerConfig& s) {
   v.number("gamma", s.gamma, kPositive);
   v.integer("warmup_steps", s.warmup_steps, at_least(0));
   v.number("final_lr", s.final_lr, kNonNegative);
+  v.number("mu", s.mu, kNonNegative);
 }
 
 void describe_optim(OptionVisitor& v, OptimConfig& o) {
@@ -117,7 +121,8 @@ void describe_train(OptionVisitor& v, TrainConfig& t) {
   v.integer("epochs", t.epochs, at_least(1));
   v.integer("max_steps", t.max_steps, at_least(0));
   v.integer("eval_every_steps", t.eval_every_steps, at_least(0));
-  v.integer("eval_every_epochs", t.eval_every_epochs, at_least(1));
+  v.integer("eval_every_epochs", t.eval_every_epochs, at_least(0));
+  v.boolean("eval_at_start", t.eval_at_start);
   v.integer("log_every_steps", t.log_every_steps, at_least(1));
   v.number("target_accuracy", t.target_accuracy, kUnitClosed);
   v.integer("checkpoint_every_steps", t.checkpoint_every_steps, at_least(0));

@@ -5,6 +5,8 @@
 #include "dtrain/config/Schema.h"
 #include "dtrain/data/Random.h"
 
+#include <fmt/format.h>
+#include <stdexcept>
 #include <algorithm>
 #include <numeric>
 
@@ -43,6 +45,16 @@ std::vector<Shard> hetero(int world, int classes_per_rank, const torch::Tensor& 
                           torch::Generator& gen) {
   const auto classes = std::get<0>(at::_unique(labels, /*sorted=*/true));
   const auto c = classes.size(0);
+  if (classes_per_rank == 0) {
+    // Even split: each holder (rank, or graph node) its own classes, as seed 001's hetero split.
+    if (world > c) {
+      throw std::invalid_argument(fmt::format(
+          "data.partition hetero: {} ranks or graph nodes but {} classes, so some would hold no class; use at most "
+          "{}, or set data.classes_per_rank >= 1 to let holders share classes",
+          world, c, c));
+    }
+    classes_per_rank = static_cast<int>(c / world);
+  }
   TORCH_CHECK(classes_per_rank >= 1 && classes_per_rank <= c, "data.classes_per_rank: expected 1..", c,
               " (the classes in the training set), found ", classes_per_rank);
   // holders[j]: the ranks that hold class j.

@@ -12,6 +12,7 @@ namespace dtrain::models::detail {
 
 NetworkPtr build_mlp(const config::ModelConfig& config, const InputSpec& input);
 NetworkPtr build_mnistnet(const config::ModelConfig& config, const InputSpec& input);
+NetworkPtr build_dinnocnn(const config::ModelConfig& config, const InputSpec& input);
 NetworkPtr build_lenet5(const config::ModelConfig& config, const InputSpec& input);
 // blocks_per_stage {2,2,2,2} with basic blocks = ResNet-18; {3,4,6,3} with bottlenecks = ResNet-50.
 NetworkPtr build_resnet(const config::ModelConfig& config, const InputSpec& input, int depth);

@@ -28,6 +28,11 @@ const std::vector<ModelEntry>& model_table() {
       {{"mlp", "multi-layer perceptron: model.hidden layers with model.activation"}, detail::build_mlp},
       {{"mnistnet", "seed 000's MNIST network: two convolutions, dropout, two linear layers"},
        detail::build_mnistnet},
+      {{"dinnocnn",
+        "seed 001's CNN: one ReLU convolution (model.num_filters, model.kernel_size), max pool, two linear "
+        "layers (model.linear_width)",
+        {"MNISTConvNet"}},
+       detail::build_dinnocnn},
       {{"lenet5", "LeNet-5: two convolutions with max pooling, three linear layers", {"lenet"}},
        detail::build_lenet5},
       {{"resnet18", "ResNet-18, basic blocks; model.stem cifar (3x3) or imagenet (7x7 + max pool)"},

@@ -91,6 +91,35 @@ NetworkPtr build_mnistnet(const config::ModelConfig& config, const InputSpec& in
   return std::make_shared<Network>("mnistnet", layers);
 }
 
+// Seed 001's CNN (DiNNO, javieryu/nn_distributed_training models/mnist_conv_nn.py): one ReLU
+// convolution of model.num_filters filters of model.kernel_size (stride 1, no padding), 2x2 max
+// pooling, a linear layer of model.linear_width with ReLU, and the classifier, ending in
+// log_softmax as there (NLL loss); log-probabilities are also valid logits for cross-entropy.
+NetworkPtr build_dinnocnn(const config::ModelConfig& config, const InputSpec& input) {
+  require_image_input("dinnocnn", input);
+  require_classes("dinnocnn", input);
+  const std::int64_t k = config.kernel_size;
+  const std::int64_t pooled_h = (input.sample_shape[1] - (k - 1)) / 2;
+  const std::int64_t pooled_w = (input.sample_shape[2] - (k - 1)) / 2;
+  if (pooled_h < 1 || pooled_w < 1) {
+    throw std::invalid_argument(
+        fmt::format("model.kernel_size: {} leaves nothing of {}x{} images after the 2x2 pool; use a kernel of at "
+                    "most {}",
+                    k, input.sample_shape[1], input.sample_shape[2],
+                    std::min(input.sample_shape[1], input.sample_shape[2]) - 1));
+  }
+  torch::nn::Sequential layers;
+  layers->push_back(torch::nn::Conv2d(torch::nn::Conv2dOptions(input.sample_shape[0], config.num_filters, k)));
+  layers->push_back(torch::nn::ReLU());
+  layers->push_back(torch::nn::MaxPool2d(torch::nn::MaxPool2dOptions(2)));
+  layers->push_back(torch::nn::Flatten());
+  layers->push_back(Linear(config.num_filters * pooled_h * pooled_w, config.linear_width));
+  layers->push_back(torch::nn::ReLU());
+  layers->push_back(Linear(config.linear_width, input.num_classes));
+  layers->push_back(torch::nn::LogSoftmax(torch::nn::LogSoftmaxOptions(1)));
+  return std::make_shared<Network>("dinnocnn", layers);
+}
+
 // LeNet-5 (LeCun et al. 1998) with ReLU and max pooling. The original takes 32x32 images; 28x28
 // ones are padded by 2 in the first convolution so the feature maps match (16 x 5 x 5).
 NetworkPtr build_lenet5(const config::ModelConfig& config, const InputSpec& input) {

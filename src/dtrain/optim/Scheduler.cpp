@@ -24,6 +24,7 @@ namespace {
            {"cosine", "cosine decay from lr to final_lr"},
            {"linear", "linear decay from lr to final_lr"},
            {"log", "log-linear decay from lr to final_lr (seed 001's primal rate)"},
+           {"inverse", "lr_k = lr_{k-1} (1 - mu lr_{k-1}), about lr / (1 + mu lr k) (seed 001's DSGD)"},
        }) {
     config::register_choice(config::kScheduleKey, choice);
   }
@@ -37,7 +38,7 @@ void require(bool ok, const std::string& message) {
 }  // namespace
 
 Scheduler::Scheduler(const config::SchedulerConfig& config, double base_lr)
-    : config_(config), base_lr_(base_lr) {
+    : config_(config), base_lr_(base_lr), inverse_{-1, base_lr} {
   const auto& names = config::registered_choices(config::kScheduleKey);
   name_ = names.resolve(config.name).value_or("");
   require(!name_.empty(),
@@ -56,6 +57,12 @@ Scheduler::Scheduler(const config::SchedulerConfig& config, double base_lr)
     require(config.final_lr >= 0.0,
             fmt::format("optim.scheduler.final_lr: expected >= 0, found {}", config.final_lr));
   }
+  if (name_ == "inverse") {
+    require(config.mu * base_lr < 1.0,
+            fmt::format("optim.scheduler.mu: the inverse decay needs mu * lr < 1 to stay positive, found mu {} "
+                        "and lr {}; lower mu",
+                        config.mu, base_lr));
+  }
   if (name_ == "log") {
     require(config.final_lr > 0.0,
             fmt::format("optim.scheduler.final_lr: log decay interpolates log(lr), so it needs final_lr > 0, "
@@ -72,7 +79,9 @@ double Scheduler::lr(std::int64_t step, std::int64_t epoch, std::int64_t total_s
       step < warmup ? static_cast<double>(step + 1) / static_cast<double>(warmup) : 1.0;
 
   double value = base_lr_;
-  if (name_ == "step") {
+  if (name_ == "inverse") {
+    value = inverse_decay(step);
+  } else if (name_ == "step") {
     value = base_lr_ * std::pow(config_.gamma, static_cast<double>(epoch / config_.step_size));
   } else if (name_ != "constant") {
     require(total_steps > 0, fmt::format("scheduler {}: expected the run's total number of steps, found {}",
@@ -91,6 +100,18 @@ double Scheduler::lr(std::int64_t step, std::int64_t epoch, std::int64_t total_s
     }
   }
   return value * warmup_factor;
+}
+
+// DiNNO's DSGD (optimizers/dsgd.py) decays its step before every round, so step 0 already uses
+// lr (1 - mu lr). The recursion has no closed form; the last value is kept so that a run's steps,
+// which ask in order, cost one multiplication each.
+double Scheduler::inverse_decay(std::int64_t step) const {
+  if (step < inverse_.step) inverse_ = {-1, base_lr_};
+  while (inverse_.step < step) {
+    inverse_.value *= 1.0 - config_.mu * inverse_.value;
+    ++inverse_.step;
+  }
+  return inverse_.value;
 }
 
 double Scheduler::apply(torch::optim::Optimizer& optimizer, std::int64_t step, std::int64_t epoch,

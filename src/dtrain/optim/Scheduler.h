@@ -20,7 +20,8 @@ namespace dtrain::optim {
 // lr. The decays (cosine, linear, log) then run from lr at step warmup_steps to final_lr at the
 // last step, total_steps - 1, like numpy's linspace/logspace between the two rates (seed 001);
 // later steps stay at final_lr. step: lr * gamma^floor(epoch / step_size) (seed 004: x0.1 every
-// 30 epochs).
+// 30 epochs). inverse: lr_{k} = lr_{k-1} (1 - mu lr_{k-1}) with lr_{-1} = lr, so step 0 already
+// decays (seed 001's DSGD step size).
 class Scheduler {
  public:
   // Throws std::invalid_argument for an unknown name or impossible values (log decay needs both
@@ -37,9 +38,16 @@ class Scheduler {
   double base_lr() const { return base_lr_; }
 
  private:
+  double inverse_decay(std::int64_t step) const;
+
   config::SchedulerConfig config_;
   std::string name_;
   double base_lr_;
+  struct InverseCache {
+    std::int64_t step;
+    double value;
+  };
+  mutable InverseCache inverse_;  // the last value of inverse_decay
 };
 
 }  // namespace dtrain::optim

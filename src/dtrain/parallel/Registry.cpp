@@ -28,6 +28,7 @@ Strategies& strategies() {
 bool register_strategy(StrategyInfo info) {
   std::vector<std::string> sections;
   if (!info.options_section.empty()) sections.push_back(info.options_section);
+  sections.insert(sections.end(), info.extra_sections.begin(), info.extra_sections.end());
   config::register_choice(config::kStrategyKey, config::Choice{info.name, info.help, info.aliases, sections});
   auto& s = strategies();
   std::lock_guard<std::mutex> lock(s.mutex);
@@ -51,6 +52,11 @@ const StrategyInfo& find_strategy(const std::string& name) {
   }
   throw std::invalid_argument(
       fmt::format("unknown parallel.strategy '{}'; expected one of {}", name, names.list()));
+}
+
+int data_holders(const config::ParallelConfig& parallel, int world) {
+  const auto& info = find_strategy(parallel.strategy);
+  return info.data_holders ? info.data_holders(parallel, world) : world;
 }
 
 std::unique_ptr<Strategy> create_strategy(StrategyContext context) {

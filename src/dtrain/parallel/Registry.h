@@ -28,6 +28,12 @@ struct StrategyInfo {
   std::string options_section{};
   // Other names it answers to (seed 000's "dsgd" for data_parallel).
   std::vector<std::string> aliases{};
+  // Option sections beside its own that apply when it is chosen (decentralized: parallel.graph).
+  std::vector<std::string> extra_sections{};
+  // How many data holders the training set is partitioned over, for `world` ranks: null = one per
+  // rank; decentralized strategies: one per graph node. Throws std::invalid_argument when the
+  // holders cannot be spread evenly over the ranks.
+  std::function<int(const config::ParallelConfig&, int world)> data_holders{};
 };
 
 // Registers a strategy without options of its own; returns true, for a static initialiser.
@@ -48,6 +54,9 @@ bool register_strategy(StrategyInfo info, Options defaults,
 std::vector<StrategyInfo> registered_strategies();
 // Throws std::invalid_argument listing the registered names when `name` is none of them.
 const StrategyInfo& find_strategy(const std::string& name);
+
+// The data holders of parallel.strategy for `world` ranks (StrategyInfo::data_holders).
+int data_holders(const config::ParallelConfig& parallel, int world);
 
 // Builds context.parallel.strategy (case-insensitive). Collective for strategies that communicate.
 // Throws std::invalid_argument for an unknown strategy or options it cannot honour.

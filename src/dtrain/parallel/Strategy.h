@@ -36,6 +36,13 @@ struct StrategyContext {
   comm::CommunicatorPtr comm;  // null: one process, no communication
   // parallel.*, with this strategy's own section parallel.<name>.* in options.
   config::ParallelConfig parallel;
+  // The training samples of every data holder (rank, or graph node for decentralized strategies),
+  // in holder order; empty where the caller has no data (tests of the step alone).
+  std::vector<std::int64_t> holder_sizes{};
+  // train.seed, for what a strategy draws itself (a random graph, random-k coordinates).
+  std::uint64_t seed = 0;
+  // The steps the run will take (train.max_steps or epochs x steps per epoch); 0 = unknown.
+  std::int64_t total_steps = 0;
 };
 
 // Where one step's wall time went on this rank (seed 000's batch timer), in seconds, each phase
@@ -104,6 +111,9 @@ class Strategy {
   virtual StepResult train_step(const data::Batch& batch) = 0;
   // The learning rate of every optimizer the strategy steps (the trainer's schedule, each step).
   virtual void set_learning_rate(double lr) = 0;
+  // Batches each data holder consumes in one step (CADMM's primal iterations); the trainer hands
+  // train_step that many per holder, concatenated (see train/StepFeed.h).
+  virtual int batches_per_step() const { return 1; }
 
   // Evaluation, bracketed by begin_evaluation() and end_evaluation(), both collective (a sharded
   // strategy gathers its parameters in begin, decentralized ones average their nodes). In between,

@@ -14,6 +14,21 @@ std::string describe(const EvalMetrics& m) {
       m.top1, m.top3, m.top5, m.precision, m.recall, m.f1);
 }
 
+// Many models (graph nodes): DiNNO's one line of ranges over them instead of a line each.
+std::string describe_ranges(const EvalEvent& e) {
+  double loss_low = 0, loss_high = 0, top1_low = 0, top1_high = 0;
+  bool first = true;
+  for (const auto& [name, m] : e.others) {
+    loss_low = first ? m.loss : std::min(loss_low, m.loss);
+    loss_high = first ? m.loss : std::max(loss_high, m.loss);
+    top1_low = first ? m.top1 : std::min(top1_low, m.top1);
+    top1_high = first ? m.top1 : std::max(top1_high, m.top1);
+    first = false;
+  }
+  return fmt::format("eval of {} models at step {}: loss {:.4f} - {:.4f} | top1 {:.4f} - {:.4f}", e.others.size(),
+                     e.step, loss_low, loss_high, top1_low, top1_high);
+}
+
 void write_scalars(const io::MetricsSinkPtr& sink, std::int64_t step, std::int64_t epoch,
                    const std::map<std::string, double>& scalars) {
   if (!sink) return;
@@ -92,9 +107,16 @@ void MetricsLog::on_step_end(Trainer& trainer, const StepEvent& e) {
 void MetricsLog::on_evaluation(Trainer& trainer, const EvalEvent& e) {
   if (logger_) {
     logger_->info(fmt::format("eval at step {}: {}", e.step, describe(e.metrics)));
-    for (const auto& [name, m] : e.others)
-      logger_->info(fmt::format("eval of {} at step {}: {}", name, e.step, describe(m)));
-    for (const auto& [name, value] : e.strategy_metrics) logger_->info(fmt::format("{} {:.6g}", name, value));
+    if (e.others.size() > 2) {
+      logger_->info(describe_ranges(e));
+    } else {
+      for (const auto& [name, m] : e.others)
+        logger_->info(fmt::format("eval of {} at step {}: {}", name, e.step, describe(m)));
+    }
+    // Per-node and per-pair figures (names with a '/') go to metrics.jsonl only.
+    for (const auto& [name, value] : e.strategy_metrics) {
+      if (name.find('/') == std::string::npos) logger_->info(fmt::format("{} {:.6g}", name, value));
+    }
   }
   if (trainer.rank() != 0) return;
   auto scalars = e.metrics.named("val/");

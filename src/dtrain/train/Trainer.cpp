@@ -52,6 +52,17 @@ std::string precision_of(const torch::nn::Module& module) {
   return "fp32";
 }
 
+// The steps a run will take when each holds one batch per holder: what a strategy's own schedule
+// (CADMM's penalty, local_sgd's rounds) is told before it says how many batches its steps take.
+std::int64_t planned_steps(const data::Shard& shard, const config::RunConfig& config) {
+  const std::int64_t per_epoch = config.data.drop_last
+                                     ? shard.max_size() / config.data.batch_size
+                                     : (shard.max_size() + config.data.batch_size - 1) / config.data.batch_size;
+  std::int64_t total = per_epoch * config.train.epochs;
+  if (config.train.max_steps > 0) total = std::min(total, config.train.max_steps);
+  return total;
+}
+
 }  // namespace
 
 void check_device(const std::string& device) {
@@ -76,15 +87,13 @@ Trainer::Trainer(config::RunConfig config, comm::CommunicatorPtr comm)
   const auto seed = config_.train.seed;
 
   data_ = data::load_datasets(config_.data);
-  shard_ = data::partition(rank, world, config_.data, data_.train->labels(), seed);
-  partition_hash_ = train::data_partition_hash(world, config_.data, data_.train->labels(), seed);
-  loader_ = data::make_train_loader(data_.train, shard_, config_.data, seed);
-  if (loader_->batches_per_epoch() == 0) {
-    throw std::invalid_argument(
-        fmt::format("data: rank {} has {} training samples, fewer than one batch of data.batch_size {}; use "
-                    "a smaller batch or more data",
-                    rank, shard_.size(), config_.data.batch_size));
-  }
+  holders_ = parallel::data_holders(config_.parallel, world);
+  const auto shards =
+      data::partition_all(holders_, data::partition_options(config_.data), data_.train->labels(), seed);
+  const int per_rank = holders_ / world;
+  const std::vector<data::Shard> local(shards.begin() + rank * per_rank, shards.begin() + (rank + 1) * per_rank);
+  shard_ = local.front();
+  partition_hash_ = train::data_partition_hash(holders_, config_.data, data_.train->labels(), seed);
 
   // Every rank builds the same initial weights from the seed, so a run is reproducible even before
   // a strategy broadcasts rank 0's copy. The generator is the process's: ranks that are threads of
@@ -101,10 +110,20 @@ Trainer::Trainer(config::RunConfig config, comm::CommunicatorPtr comm)
   facts_.initial_hash = parameter_hash(*model);
   scheduler_ = std::make_unique<optim::Scheduler>(config_.optim.scheduler, config_.optim.lr);
   loss_ = optim::create_loss(config_.optim.loss);
-  strategy_ = parallel::create_strategy(parallel::StrategyContext{
-      model, optim::optimizer_factory(config_.optim), loss_, comm_, config_.parallel});
-
-  const auto per_epoch = loader_->batches_per_epoch();
+  parallel::StrategyContext context{model, optim::optimizer_factory(config_.optim), loss_, comm_, config_.parallel};
+  context.holder_sizes = shard_.rank_sizes;
+  context.seed = seed;
+  context.total_steps = planned_steps(shard_, config_);
+  strategy_ = parallel::create_strategy(std::move(context));
+  feed_ = std::make_unique<StepFeed>(data_.train, local, config_.data, seed, strategy_->batches_per_step());
+  const auto per_epoch = feed_->steps_per_epoch();
+  if (per_epoch == 0) {
+    throw std::invalid_argument(fmt::format(
+        "data: {} has {} training samples, fewer than one step of {} batch(es) of data.batch_size {}; use a "
+        "smaller batch or more data",
+        holders_ == world ? fmt::format("rank {}", rank) : fmt::format("graph node {}", rank * per_rank),
+        shard_.size(), strategy_->batches_per_step(), config_.data.batch_size));
+  }
   total_steps_ = per_epoch * static_cast<std::int64_t>(config_.train.epochs);
   if (config_.train.max_steps > 0) total_steps_ = std::min(total_steps_, config_.train.max_steps);
   // Seed the dropout and other model randomness per rank after the broadcast, deterministically.
@@ -121,7 +140,7 @@ int Trainer::world_size() const {
   return comm_ ? comm_->size() : 1;
 }
 std::int64_t Trainer::steps_per_epoch() const {
-  return loader_->batches_per_epoch();
+  return feed_->steps_per_epoch();
 }
 
 void Trainer::add_callback(std::shared_ptr<Callback> callback) {
@@ -133,7 +152,7 @@ void Trainer::request_stop(std::string reason) {
   if (stop_reason_.empty()) stop_reason_ = std::move(reason);
 }
 
-EvalMetrics Trainer::evaluate_model(std::size_t index, const parallel::EvalModel& model) {
+MetricsAccumulator Trainer::evaluate_model(std::size_t index, const parallel::EvalModel& model) {
   const bool held_out = shard_.held_out.defined() && shard_.held_out.numel() > 0;
   const auto& dataset = held_out ? data_.train_plain : data_.test;
   const torch::Tensor indices = held_out ? shard_.held_out : torch::Tensor();
@@ -153,18 +172,22 @@ EvalMetrics Trainer::evaluate_model(std::size_t index, const parallel::EvalModel
       metrics.add(outputs, batch->targets, loss * static_cast<double>(batch->targets.numel()));
     }
   }
-  if (comm_ && comm_->size() > 1) metrics.all_reduce(*comm_);
-  return metrics.result();
+  return metrics;
 }
 
 Trainer::Evaluation Trainer::evaluate_all() {
   Evaluation evaluation;
   const auto models = strategy_->eval_models();
   strategy_->begin_evaluation();
-  for (std::size_t i = 0; i < models.size(); ++i) {
-    evaluation.models.emplace_back(models[i].name, evaluate_model(i, models[i]));
-  }
+  // Every model first, then the reductions: models that live on different ranks (graph nodes)
+  // are evaluated at the same time rather than one rank after another.
+  std::vector<MetricsAccumulator> sums;
+  for (std::size_t i = 0; i < models.size(); ++i) sums.push_back(evaluate_model(i, models[i]));
   strategy_->end_evaluation();
+  for (std::size_t i = 0; i < models.size(); ++i) {
+    if (comm_ && comm_->size() > 1) sums[i].all_reduce(*comm_);
+    evaluation.models.emplace_back(models[i].name, sums[i].result());
+  }
   return evaluation;
 }
 
@@ -187,12 +210,12 @@ void Trainer::run_evaluation() {
 }
 
 bool Trainer::train_epoch(TrainResult& result, std::int64_t warmup) {
-  const auto per_epoch = loader_->batches_per_epoch();
-  loader_->start_epoch(epoch_, epoch_batch_);
+  const auto per_epoch = feed_->steps_per_epoch();
+  feed_->start_epoch(epoch_, epoch_batch_);
   if (epoch_batch_ == 0 || !train_metrics_) train_metrics_.emplace(data_.train->num_classes());
   double epoch_seconds = 0.0;
   auto t_prev = Clock::now();
-  while (auto batch = loader_->next()) {
+  while (auto batch = feed_->next()) {
     StepEvent event;
     event.epoch = epoch_;
     event.batch = epoch_batch_;
@@ -256,6 +279,7 @@ TrainResult Trainer::fit() {
   timed_samples_ = 0;
   timed_seconds_ = 0.0;
   for (auto& c : callbacks_) c->on_train_begin(*this);
+  if (config_.train.eval_at_start && step_ == 0 && !has_eval_) run_evaluation();
   while (step_ < total_steps_ && !stop_requested_) {
     if (!train_epoch(result, warmup)) break;
   }

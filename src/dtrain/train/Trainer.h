@@ -22,6 +22,7 @@
 #include "dtrain/parallel/Strategy.h"
 #include "dtrain/train/Callback.h"
 #include "dtrain/train/Metrics.h"
+#include "dtrain/train/StepFeed.h"
 
 namespace dtrain::train {
 
@@ -79,7 +80,8 @@ class Trainer {
     std::vector<std::pair<std::string, EvalMetrics>> models;  // in the strategy's order
   };
   Evaluation evaluate_all();
-  EvalMetrics evaluate_model(std::size_t index, const parallel::EvalModel& model);
+  // This rank's part of one model's evaluation, not yet reduced over ranks.
+  MetricsAccumulator evaluate_model(std::size_t index, const parallel::EvalModel& model);
   void run_evaluation();
   // Trains the rest of epoch_; false when the run stopped before the epoch's end.
   bool train_epoch(TrainResult& result, std::int64_t warmup);
@@ -88,8 +90,9 @@ class Trainer {
   config::RunConfig config_;
   comm::CommunicatorPtr comm_;
   data::DataSets data_;
-  data::Shard shard_;
-  std::unique_ptr<data::Loader> loader_;
+  int holders_ = 1;    // data holders: ranks, or graph nodes (parallel::data_holders)
+  data::Shard shard_;  // this rank's (first) holder's share
+  std::unique_ptr<StepFeed> feed_;
   std::unique_ptr<optim::Scheduler> scheduler_;
   optim::LossFn loss_;
   std::unique_ptr<parallel::Strategy> strategy_;

@@ -82,6 +82,7 @@ void Trainer::save_state(io::Checkpoint& checkpoint) const {
   meta["step"] = step_;
   meta["epoch"] = epoch_;
   meta["epoch_batch"] = epoch_batch_;
+  meta["data_holders"] = holders_;
   meta["world_size"] = world_size();
   meta["seed"] = config_.train.seed;
   meta["initial_parameter_hash"] = facts_.initial_hash;
@@ -104,13 +105,15 @@ void Trainer::load_state(const io::Checkpoint& checkpoint) {
   step_ = meta.at("step").get<std::int64_t>();
   epoch_ = meta.at("epoch").get<std::int64_t>();
   epoch_batch_ = meta.at("epoch_batch").get<std::int64_t>();
-  const int saved_world = meta.value("world_size", 1);
-  if (saved_world != world_size()) {
-    // Another world size cuts epochs into another number of batches: continue after the same
-    // fraction of the epoch. Exact continuation needs the same world size.
-    epoch_batch_ = epoch_batch_ * saved_world / world_size();
+  // Data holders are ranks, or graph nodes under a decentralized strategy (then the world size
+  // may change and the epoch stays the same).
+  const int saved_holders = meta.value("data_holders", meta.value("world_size", 1));
+  if (saved_holders != holders_) {
+    // Another number of holders cuts epochs into another number of batches: continue after the
+    // same fraction of the epoch. Exact continuation needs the same holders.
+    epoch_batch_ = epoch_batch_ * saved_holders / holders_;
   }
-  const auto per_epoch = loader_->batches_per_epoch();
+  const auto per_epoch = feed_->steps_per_epoch();
   if (epoch_batch_ > per_epoch) {
     throw std::invalid_argument(
         fmt::format("checkpoint: position batch {} of epoch {} is past this run's {} batches per epoch; "

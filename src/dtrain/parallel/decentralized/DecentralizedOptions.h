@@ -1,0 +1,42 @@
+// parallel.decentralized.*: which algorithm the graph nodes run and its settings. Every setting
+// belongs to one algorithm; one given for another algorithm is an error (see check()).
+#pragma once
+
+#include <string>
+
+#include "dtrain/config/Options.h"
+
+namespace dtrain::parallel {
+
+struct DecentralizedOptions {
+  // dsgd | cadmm | dsgt | choco | local_sgd | centralized | individual
+  std::string algorithm = "dsgd";
+  // cadmm (DiNNO): penalty rho, scaled by rho_scaling every round before use; primal optimizer
+  // steps (optim.*) per round, each on a fresh batch; the optimizer kept across rounds or rebuilt.
+  double rho_init = 1.0;
+  double rho_scaling = 1.0;
+  int primal_iterations = 1;
+  bool persistent_primal_optimizer = false;
+  // dsgt: start the trackers y and g from a gradient at the initial weights (else zeros).
+  bool init_grads = true;
+  // choco: compressor of x - x_hat (identity | topk | randomk | sign | qbit), the fraction of
+  // coordinates topk and randomk keep, qbit's bits per coordinate, and the consensus step gamma.
+  std::string compressor = "topk";
+  double compression_ratio = 0.1;
+  int bits = 4;
+  double consensus_step = 0.5;
+  // local_sgd: local steps between averages; DiLoCo's outer step (none | nesterov) on the
+  // average's change, with its learning rate and momentum.
+  int local_steps = 8;
+  std::string outer_optimizer = "none";
+  double outer_lr = 0.7;
+  double outer_momentum = 0.9;
+
+  // Throws std::invalid_argument naming a setting that differs from its default but belongs to
+  // another algorithm than `algorithm`.
+  void check() const;
+};
+
+void describe_decentralized(config::OptionVisitor& visitor, DecentralizedOptions& options);
+
+}  // namespace dtrain::parallel

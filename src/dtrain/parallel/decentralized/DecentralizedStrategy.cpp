@@ -1,0 +1,331 @@
+// The decentralized strategy's set-up, nodes, gossip and evaluation; the rounds of each algorithm
+// are in DecentralizedAlgorithms.cpp, metrics and checkpoints in DecentralizedState.cpp.
+#include "dtrain/parallel/decentralized/DecentralizedStrategy.h"
+
+#include <fmt/format.h>
+
+#include <stdexcept>
+
+#include "dtrain/config/Registry.h"
+#include "dtrain/parallel/Registry.h"
+#include "dtrain/parallel/decentralized/DecentralizedNode.h"
+#include "dtrain/util/Clock.h"
+
+namespace dtrain::parallel {
+namespace {
+
+int world_of(const comm::CommunicatorPtr& comm) {
+  return comm ? comm->size() : 1;
+}
+
+int graph_nodes(const GraphOptions& graph, int world) {
+  return graph.nodes > 0 ? graph.nodes : world;
+}
+
+// The optimizers each algorithm can honour: DSGT makes its own step x - lr y, so it takes plain
+// SGD only; every algorithm steps nodes one batch at a time, so L-BFGS's closure has no place.
+void check_optimizer(const torch::optim::Optimizer& probe, const std::string& algorithm) {
+  if (dynamic_cast<const torch::optim::LBFGS*>(&probe)) {
+    throw std::invalid_argument("optim.name: lbfgs needs a closure over the whole model; decentralized nodes step "
+                                "with sgd, adam or adamw");
+  }
+  if (algorithm != "dsgt") return;
+  const auto* sgd = dynamic_cast<const torch::optim::SGD*>(&probe);
+  const auto& group = probe.param_groups().front().options();
+  const auto* sgd_options = dynamic_cast<const torch::optim::SGDOptions*>(&group);
+  if (!sgd || !sgd_options || sgd_options->momentum() != 0.0 || sgd_options->weight_decay() != 0.0) {
+    throw std::invalid_argument(
+        "optim.name: dsgt steps x - lr * y itself, so it takes optim.name: sgd without momentum or weight decay");
+  }
+}
+
+}  // namespace
+
+DecentralizedStrategy::DecentralizedStrategy(StrategyContext context)
+    : context_(std::move(context)),
+      options_(context_.parallel.options.get<DecentralizedOptions>("decentralized")),
+      graph_options_(context_.parallel.options.get<GraphOptions>("graph")),
+      layout_(graph_nodes(graph_options_, world_of(context_.comm)), world_of(context_.comm)) {
+  options_.check();
+  if (options_.algorithm == "choco" && graph_options_.redraw_every > 0) {
+    throw std::invalid_argument(
+        "parallel.graph.redraw_every: choco keeps every neighbour's x_hat from round 0, so it needs a fixed graph; "
+        "set redraw_every: 0");
+  }
+  if (options_.algorithm == "choco") {
+    const DecentralizedOptions d;
+    const bool sparse = options_.compressor == "topk" || options_.compressor == "randomk";
+    if (!sparse && options_.compression_ratio != d.compression_ratio)
+      throw std::invalid_argument("parallel.decentralized.compression_ratio: applies to compressor topk or randomk, "
+                                  "not " + options_.compressor);
+    if (options_.compressor != "qbit" && options_.bits != d.bits)
+      throw std::invalid_argument("parallel.decentralized.bits: applies to compressor qbit, not " +
+                                  options_.compressor);
+  }
+  for (const auto& p : context_.model->named_parameters(/*recurse=*/true)) {
+    param_names_.push_back(p.key());
+    model_params_.push_back(p.value());
+    length_ += p.value().numel();
+  }
+  for (const auto& b : context_.model->named_buffers(/*recurse=*/true)) {
+    buffer_names_.push_back(b.key());
+    model_buffers_.push_back(b.value());
+  }
+  check_optimizer(*make_node_optimizer(), options_.algorithm);
+  rho_ = options_.rho_init;
+  const int me = context_.comm ? context_.comm->rank() : 0;
+  for (int index : layout_.local(me)) {
+    auto node = std::make_unique<Node>();
+    node->index = index;
+    std::vector<torch::Tensor> flat;
+    for (const auto& p : model_params_) flat.push_back(p.detach().reshape({-1}));
+    node->theta = torch::cat(flat).clone();
+    std::int64_t offset = 0;
+    for (const auto& p : model_params_) {
+      node->params.push_back(node->theta.narrow(0, offset, p.numel()).view(p.sizes()));
+      offset += p.numel();
+    }
+    for (const auto& b : model_buffers_) node->buffers.push_back(b.detach().clone());
+    const bool own_optimizer = options_.algorithm != "dsgt" &&
+                               (options_.algorithm != "cadmm" || options_.persistent_primal_optimizer);
+    if (own_optimizer) node->optimizer = make_node_optimizer();
+    nodes_.push_back(std::move(node));
+  }
+  start_round();
+  if (options_.algorithm == "local_sgd" && options_.outer_optimizer == "nesterov") {
+    outer_ = nodes_.front()->theta.clone();  // the initial weights, the same on every rank
+    outer_momentum_ = torch::zeros_like(outer_);
+  }
+  if (options_.algorithm == "choco") {
+    compressor_ = std::make_unique<Compressor>(
+        CompressorOptions{options_.compressor, options_.compression_ratio, options_.bits}, length_, context_.seed);
+    for (const auto& node : nodes_) {
+      xhat_[node->index] = torch::zeros({length_});
+      for (int j : graph_->neighbours(node->index)) xhat_[j] = torch::zeros({length_});
+    }
+  }
+}
+
+DecentralizedStrategy::~DecentralizedStrategy() = default;
+
+std::unique_ptr<torch::optim::Optimizer> DecentralizedStrategy::make_node_optimizer() {
+  auto optimizer = context_.make_optimizer(model_params_);
+  if (lr_ > 0.0) optim::set_learning_rate(*optimizer, lr_);
+  return optimizer;
+}
+
+// The graph of this round: the first, or a redraw of a time-varying graph.
+void DecentralizedStrategy::start_round() {
+  if (graph_ && !graph_changes_at(graph_options_, round_)) return;
+  graph_ = std::make_unique<Graph>(make_graph(graph_options_, layout_.nodes(), context_.seed, round_));
+  exchange_ = std::make_unique<NodeExchange>(context_.comm.get(), layout_, *graph_);
+}
+
+int DecentralizedStrategy::batches_per_step() const {
+  return options_.algorithm == "cadmm" ? options_.primal_iterations : 1;
+}
+
+void DecentralizedStrategy::set_learning_rate(double lr) {
+  lr_ = lr;
+  for (auto& node : nodes_) {
+    if (node->optimizer) optim::set_learning_rate(*node->optimizer, lr);
+  }
+}
+
+void DecentralizedStrategy::bind(Node& node) {
+  torch::NoGradGuard no_grad;
+  for (std::size_t p = 0; p < model_params_.size(); ++p) model_params_[p].set_data(node.params[p]);
+  for (std::size_t b = 0; b < model_buffers_.size(); ++b) model_buffers_[b].set_data(node.buffers[b]);
+}
+
+void DecentralizedStrategy::zero_gradients() {
+  for (auto& p : model_params_) {
+    if (p.grad().defined()) p.mutable_grad().zero_();
+  }
+}
+
+torch::Tensor DecentralizedStrategy::forward_backward(Node& node, const torch::Tensor& inputs,
+                                                      const torch::Tensor& targets, double& loss_sum,
+                                                      StepTiming& timing) {
+  bind(node);
+  zero_gradients();
+  auto start = util::Clock::now();
+  const auto outputs = context_.model->forward(inputs);
+  const auto loss = context_.loss(outputs, targets);
+  timing.forward += util::seconds_since(start);
+  start = util::Clock::now();
+  loss.backward();
+  timing.backward += util::seconds_since(start);
+  node.samples += inputs.size(0);
+  loss_sum += loss.item<double>();
+  return outputs.detach();
+}
+
+torch::Tensor DecentralizedStrategy::flat_gradient() const {
+  std::vector<torch::Tensor> parts;
+  for (const auto& p : model_params_) {
+    parts.push_back(p.grad().defined() ? p.grad().reshape({-1}) : torch::zeros({p.numel()}, p.options()));
+  }
+  return torch::cat(parts);
+}
+
+void DecentralizedStrategy::add_to_gradient(const torch::Tensor& flat) {
+  std::int64_t offset = 0;
+  for (auto& p : model_params_) {
+    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+    p.mutable_grad().add_(flat.narrow(0, offset, p.numel()).view(p.sizes()));
+    offset += p.numel();
+  }
+}
+
+std::map<int, torch::Tensor> DecentralizedStrategy::gossip(const std::vector<torch::Tensor>& messages,
+                                                           StepTiming& timing) {
+  const auto before = context_.comm ? context_.comm->stats() : comm::CommStats{};
+  const auto start = util::Clock::now();
+  auto values = exchange_->exchange(messages);
+  timing.communication += util::seconds_since(start);
+  if (context_.comm) own_comm_ += comm::difference(context_.comm->stats(), before);
+  return values;
+}
+
+torch::Tensor DecentralizedStrategy::sum_over_nodes(const std::function<torch::Tensor(const Node&)>& value,
+                                                    StepTiming* timing) {
+  torch::Tensor sum;
+  for (const auto& node : nodes_) sum = sum.defined() ? sum + value(*node) : value(*node).clone();
+  if (context_.comm && context_.comm->size() > 1) {
+    const auto before = context_.comm->stats();
+    const auto start = util::Clock::now();
+    context_.comm->allreduce(sum);
+    if (timing) {
+      timing->communication += util::seconds_since(start);
+      own_comm_ += comm::difference(context_.comm->stats(), before);
+    }
+  }
+  return sum;
+}
+
+torch::Tensor DecentralizedStrategy::mix(int node, const std::map<int, torch::Tensor>& values) const {
+  auto mixed = values.at(node) * graph_->weight(node, node);
+  for (int j : graph_->neighbours(node)) mixed.add_(values.at(j), graph_->weight(node, j));
+  return mixed;
+}
+
+void DecentralizedStrategy::charge_bytes(double bytes_per_neighbour) {
+  for (auto& node : nodes_) node->bytes_sent += bytes_per_neighbour * graph_->degree(node->index);
+}
+
+StepResult DecentralizedStrategy::train_step(const data::Batch& batch) {
+  const auto start = util::Clock::now();
+  const auto before = own_comm_;
+  start_round();
+  StepResult result;
+  result.samples = batch.size();
+  double loss = 0.0;
+  const auto& a = options_.algorithm;
+  if (a == "dsgd") {
+    result.outputs = round_dsgd(batch, loss, result.timing);
+  } else if (a == "cadmm") {
+    result.outputs = round_cadmm(batch, loss, result.timing);
+  } else if (a == "dsgt") {
+    result.outputs = round_dsgt(batch, loss, result.timing);
+  } else if (a == "choco") {
+    result.outputs = round_choco(batch, loss, result.timing);
+  } else if (a == "centralized") {
+    result.outputs = round_centralized(batch, loss, result.timing);
+  } else {
+    result.outputs = round_local(batch, loss, result.timing);
+  }
+  ++round_;
+  result.loss = loss;
+  result.bytes_sent = comm::difference(own_comm_, before).total().wire_bytes;
+  result.timing.set_update_to_rest(util::seconds_since(start));
+  return result;
+}
+
+std::vector<EvalModel> DecentralizedStrategy::eval_models() const {
+  std::vector<EvalModel> models{{"average", -1}};
+  if (options_.algorithm == "centralized") return models;  // every node holds the same model
+  for (int i = 0; i < layout_.nodes(); ++i) models.push_back({fmt::format("node{}", i), layout_.owner(i)});
+  return models;
+}
+
+void DecentralizedStrategy::begin_evaluation() {
+  const double n = layout_.nodes();
+  if (!average_) {
+    average_ = std::make_unique<Node>();
+    average_->theta = torch::zeros({length_});
+    std::int64_t offset = 0;
+    for (const auto& p : model_params_) {
+      average_->params.push_back(average_->theta.narrow(0, offset, p.numel()).view(p.sizes()));
+      offset += p.numel();
+    }
+    for (const auto& b : model_buffers_) average_->buffers.push_back(b.detach().clone());
+  }
+  average_->theta.copy_(sum_over_nodes([](const Node& node) { return node.theta; }, nullptr) / n);
+  for (std::size_t b = 0; b < model_buffers_.size(); ++b) {
+    if (!torch::isFloatingType(model_buffers_[b].scalar_type())) {
+      average_->buffers[b].copy_(nodes_.front()->buffers[b]);
+      continue;
+    }
+    average_->buffers[b].copy_(sum_over_nodes([b](const Node& node) { return node.buffers[b]; }, nullptr) / n);
+  }
+  context_.model->eval();
+}
+
+torch::Tensor DecentralizedStrategy::eval_forward(std::size_t model, const torch::Tensor& inputs) {
+  torch::NoGradGuard no_grad;
+  if (model == 0) {
+    bind(*average_);
+  } else {
+    const int index = static_cast<int>(model) - 1;
+    bind(*nodes_.at(static_cast<std::size_t>(index - layout_.first(layout_.owner(index)))));
+  }
+  return context_.model->forward(inputs);
+}
+
+void DecentralizedStrategy::end_evaluation() {
+  context_.model->train();
+}
+
+torch::Tensor DecentralizedStrategy::node_parameters(int node) const {
+  for (const auto& n : nodes_) {
+    if (n->index == node) return n->theta.clone();
+  }
+  throw std::invalid_argument(fmt::format("graph node {} is not hosted on this rank", node));
+}
+
+std::map<std::string, std::string> DecentralizedStrategy::notes() const {
+  std::map<std::string, std::string> notes{
+      {"decentralized_algorithm", options_.algorithm},
+      {"decentralized_graph", graph_->describe()},
+      {"decentralized_nodes_per_rank", std::to_string(layout_.per_rank())},
+      {"decentralized_parameters_per_node", std::to_string(length_)}};
+  if (compressor_) notes["decentralized_message_bytes"] = std::to_string(compressor_->message_bytes());
+  return notes;
+}
+
+namespace {
+
+// The strategy's entry, and parallel.graph.* beside its own section.
+StrategyInfo decentralized_info() {
+  config::register_section("parallel", "graph", GraphOptions{}, describe_graph);
+  StrategyInfo info{"decentralized",
+                    "one model per graph node, each on its own data, talking to its neighbours "
+                    "(dsgd, cadmm, dsgt, choco, local_sgd, centralized)",
+                    /*exact=*/false, /*needs_communicator=*/false,
+                    [](StrategyContext c) -> std::unique_ptr<Strategy> {
+                      return std::make_unique<DecentralizedStrategy>(std::move(c));
+                    }};
+  info.extra_sections = {"graph"};
+  info.data_holders = [](const config::ParallelConfig& parallel, int world) {
+    const int nodes = graph_nodes(parallel.options.get<GraphOptions>("graph"), world);
+    return NodeLayout(nodes, world).nodes();
+  };
+  return info;
+}
+
+}  // namespace
+
+DTRAIN_REGISTER_STRATEGY(decentralized, decentralized_info(), DecentralizedOptions{}, describe_decentralized);
+
+}  // namespace dtrain::parallel

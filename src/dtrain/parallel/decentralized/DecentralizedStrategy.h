@@ -1,0 +1,112 @@
+// parallel.strategy: decentralized — one model per graph node, each trained on its own data, nodes
+// talking only to their graph neighbours (seed 001, DiNNO). The nodes are spread over the ranks in
+// equal contiguous shares (NodeLayout); a rank keeps every node's parameters as one flat vector
+// and runs its nodes one after another through the one model it built, whose parameters it points
+// at the node's vector (set_data) — so a node costs its parameters and optimizer state, not a
+// module. A step is one communication round of parallel.decentralized.algorithm: every node reads
+// its neighbours' values of round k (never half-updated ones: all messages of a round are taken
+// before any node changes), which is where this differs from the authors' code, which updates the
+// nodes of one process in place one after another.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dtrain/parallel/Strategy.h"
+#include "dtrain/parallel/decentralized/Compressor.h"
+#include "dtrain/parallel/decentralized/DecentralizedOptions.h"
+#include "dtrain/parallel/decentralized/Graph.h"
+#include "dtrain/parallel/decentralized/NodeExchange.h"
+#include "dtrain/parallel/decentralized/NodeLayout.h"
+
+namespace dtrain::parallel {
+
+class DecentralizedStrategy final : public Strategy {
+ public:
+  explicit DecentralizedStrategy(StrategyContext context);
+  ~DecentralizedStrategy() override;
+
+  std::string name() const override { return "decentralized"; }
+  StepResult train_step(const data::Batch& batch) override;
+  void set_learning_rate(double lr) override;
+  int batches_per_step() const override;
+
+  std::vector<EvalModel> eval_models() const override;
+  void begin_evaluation() override;
+  torch::Tensor eval_forward(std::size_t model, const torch::Tensor& inputs) override;
+  void end_evaluation() override;
+
+  std::map<std::string, torch::Tensor> model_state() const override;
+  void save(io::Checkpoint& checkpoint) const override;
+  void load(const io::Checkpoint& checkpoint) override;
+  comm::CommStats comm_stats() const override { return own_comm_; }
+  std::map<std::string, double> metrics() override;
+  std::map<std::string, std::string> notes() const override;
+
+  // For tests: graph node `node`'s parameters as one vector (only on the rank hosting it).
+  torch::Tensor node_parameters(int node) const;
+  const Graph& graph() const { return *graph_; }
+  const NodeLayout& layout() const { return layout_; }
+
+  struct Node;  // one graph node's state (DecentralizedNode.h)
+
+ private:
+  struct Round;  // what one step computes (defined in the .cpp files)
+
+  // Points the model at `node`'s parameters and buffers.
+  void bind(Node& node);
+  // Forward and backward of the bound model on (inputs, targets); returns the detached outputs
+  // and adds the loss to `loss_sum`; the gradients are in the model's parameters.
+  torch::Tensor forward_backward(Node& node, const torch::Tensor& inputs, const torch::Tensor& targets,
+                                 double& loss_sum, StepTiming& timing);
+  // The model's gradients as one vector (after forward_backward).
+  torch::Tensor flat_gradient() const;
+  void add_to_gradient(const torch::Tensor& flat);
+  void zero_gradients();
+  // Gossip of per-node messages, timed as communication, bytes counted as this strategy's.
+  std::map<int, torch::Tensor> gossip(const std::vector<torch::Tensor>& messages, StepTiming& timing);
+  // Sum over every node of the local nodes' `value(node)` (an all-reduce across ranks).
+  torch::Tensor sum_over_nodes(const std::function<torch::Tensor(const Node&)>& value, StepTiming* timing);
+  void start_round();
+
+  // The algorithms' rounds (DecentralizedAlgorithms.cpp). Each returns the outputs for batch rows
+  // in order and leaves the mean loss in `loss`.
+  torch::Tensor round_dsgd(const data::Batch& batch, double& loss, StepTiming& timing);
+  torch::Tensor round_cadmm(const data::Batch& batch, double& loss, StepTiming& timing);
+  torch::Tensor round_dsgt(const data::Batch& batch, double& loss, StepTiming& timing);
+  torch::Tensor round_choco(const data::Batch& batch, double& loss, StepTiming& timing);
+  torch::Tensor round_local(const data::Batch& batch, double& loss, StepTiming& timing);
+  torch::Tensor round_centralized(const data::Batch& batch, double& loss, StepTiming& timing);
+  void average_all_nodes(StepTiming& timing);
+  // The message and in-memory mixing: sum_j W_ij v_j over i's neighbourhood (and itself).
+  torch::Tensor mix(int node, const std::map<int, torch::Tensor>& values) const;
+  std::unique_ptr<torch::optim::Optimizer> make_node_optimizer();
+  void charge_bytes(double bytes_per_neighbour);
+
+  StrategyContext context_;
+  DecentralizedOptions options_;
+  GraphOptions graph_options_;
+  NodeLayout layout_;
+  std::unique_ptr<Graph> graph_;
+  std::unique_ptr<NodeExchange> exchange_;
+  std::unique_ptr<Compressor> compressor_;
+  std::vector<std::unique_ptr<Node>> nodes_;  // this rank's, in layout order
+  std::unique_ptr<Node> average_;             // the node average, during evaluation
+  std::vector<torch::Tensor> model_params_;   // the model's parameters, in order
+  std::vector<torch::Tensor> model_buffers_;
+  std::vector<std::string> param_names_, buffer_names_;
+  std::int64_t length_ = 0;  // parameters per node
+  std::int64_t round_ = 0;   // rounds done
+  double lr_ = 0.0;
+  double rho_ = 0.0;
+  // Choco: x_hat of every node this rank's nodes neighbour or host. local_sgd + nesterov: the
+  // outer iterate and momentum.
+  std::map<int, torch::Tensor> xhat_;
+  torch::Tensor outer_, outer_momentum_;
+  comm::CommStats own_comm_;
+};
+
+}  // namespace dtrain::parallel

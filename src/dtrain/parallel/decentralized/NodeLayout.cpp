@@ -1,0 +1,30 @@
+// NodeLayout's check and shares; see NodeLayout.h.
+#include "dtrain/parallel/decentralized/NodeLayout.h"
+
+#include <fmt/format.h>
+
+#include <stdexcept>
+
+namespace dtrain::parallel {
+
+NodeLayout::NodeLayout(int nodes, int world) : nodes_(nodes), world_(world) {
+  if (nodes < 1 || world < 1) throw std::invalid_argument("parallel.graph.nodes: expected at least one node");
+  if (nodes % world != 0) {
+    std::string divisors;
+    for (int d = 1; d <= nodes; ++d) {
+      if (nodes % d == 0) divisors += (divisors.empty() ? "" : ", ") + std::to_string(d);
+    }
+    throw std::invalid_argument(
+        fmt::format("parallel.graph.nodes: {} nodes do not split evenly over {} ranks; use a number of ranks that "
+                    "divides it ({}) or another node count",
+                    nodes, world, divisors));
+  }
+}
+
+std::vector<int> NodeLayout::local(int rank) const {
+  std::vector<int> out;
+  for (int i = first(rank); i < first(rank) + per_rank(); ++i) out.push_back(i);
+  return out;
+}
+
+}  // namespace dtrain::parallel
