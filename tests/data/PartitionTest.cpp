@@ -152,3 +152,33 @@ TEST(Partition, ErrorsSayWhatToChange) {
   h.classes_per_rank = 11;
   EXPECT_THAT(error_of([&] { partition_all(2, h, labels, 0); }), HasSubstr("data.classes_per_rank"));
 }
+
+namespace dtrain::data {
+namespace {
+
+// classes_per_rank 0: the classes split evenly over the holders (seed 001's hetero split), each
+// holder exactly its own classes and all of their samples.
+TEST(Partition, HeteroWithZeroClassesPerHolderGivesEachNodeExactlyItsClasses) {
+  const auto labels = torch::arange(1000, torch::kLong).remainder(10);
+  PartitionOptions o;
+  o.scheme = "hetero";
+  o.classes_per_rank = 0;
+  for (int nodes : {10, 5, 2}) {
+    const auto shards = partition_all(nodes, o, labels, 3);
+    const int per = 10 / nodes;
+    for (int i = 0; i < nodes; ++i) {
+      const auto held = std::get<0>(at::_unique(labels.index_select(0, shards[i].indices), /*sorted=*/true));
+      EXPECT_TRUE(torch::equal(held, torch::arange(i * per, (i + 1) * per, torch::kLong))) << nodes << " nodes";
+      EXPECT_EQ(shards[i].size(), 100 * per);
+    }
+  }
+  try {
+    partition_all(12, o, labels, 3);
+    FAIL() << "12 nodes over 10 classes";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("12 ranks or graph nodes but 10 classes"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace dtrain::data

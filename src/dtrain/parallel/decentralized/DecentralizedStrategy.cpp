@@ -39,6 +39,20 @@ void check_optimizer(const torch::optim::Optimizer& probe, const std::string& al
   }
 }
 
+// A compressor setting given for a compressor that does not read it.
+void check_compressor(const DecentralizedOptions& options) {
+  if (options.algorithm != "choco") return;
+  const DecentralizedOptions d;
+  const bool sparse = options.compressor == "topk" || options.compressor == "randomk";
+  if (!sparse && options.compression_ratio != d.compression_ratio) {
+    throw std::invalid_argument("parallel.decentralized.compression_ratio: applies to compressor topk or randomk, "
+                                "not " + options.compressor);
+  }
+  if (options.compressor != "qbit" && options.bits != d.bits) {
+    throw std::invalid_argument("parallel.decentralized.bits: applies to compressor qbit, not " + options.compressor);
+  }
+}
+
 }  // namespace
 
 DecentralizedStrategy::DecentralizedStrategy(StrategyContext context)
@@ -52,16 +66,7 @@ DecentralizedStrategy::DecentralizedStrategy(StrategyContext context)
         "parallel.graph.redraw_every: choco keeps every neighbour's x_hat from round 0, so it needs a fixed graph; "
         "set redraw_every: 0");
   }
-  if (options_.algorithm == "choco") {
-    const DecentralizedOptions d;
-    const bool sparse = options_.compressor == "topk" || options_.compressor == "randomk";
-    if (!sparse && options_.compression_ratio != d.compression_ratio)
-      throw std::invalid_argument("parallel.decentralized.compression_ratio: applies to compressor topk or randomk, "
-                                  "not " + options_.compressor);
-    if (options_.compressor != "qbit" && options_.bits != d.bits)
-      throw std::invalid_argument("parallel.decentralized.bits: applies to compressor qbit, not " +
-                                  options_.compressor);
-  }
+  check_compressor(options_);
   for (const auto& p : context_.model->named_parameters(/*recurse=*/true)) {
     param_names_.push_back(p.key());
     model_params_.push_back(p.value());
@@ -71,7 +76,11 @@ DecentralizedStrategy::DecentralizedStrategy(StrategyContext context)
     buffer_names_.push_back(b.key());
     model_buffers_.push_back(b.value());
   }
-  check_optimizer(*make_node_optimizer(), options_.algorithm);
+  {
+    const auto probe = make_node_optimizer();
+    check_optimizer(*probe, options_.algorithm);
+    lr_ = optim::learning_rate(*probe);  // until the trainer's schedule sets it
+  }
   rho_ = options_.rho_init;
   const int me = context_.comm ? context_.comm->rank() : 0;
   for (int index : layout_.local(me)) {

@@ -1,0 +1,51 @@
+// Running the real dtrain binary from end-to-end tests: its exit code, stdout and stderr, and the
+// JSON line a command prints last.
+#pragma once
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+namespace dtrain::testing {
+
+namespace fs = std::filesystem;
+
+struct Output {
+  int exit_code = -1;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+inline Output run(const std::string& args, const fs::path& dir) {
+  const auto err_path = dir / "stderr.txt";
+  const std::string cmd = std::string(DTRAIN_BINARY) + " " + args + " 2>" + err_path.string();
+  Output o;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) return o;
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) o.out.append(buf.data(), n);
+  const int status = pclose(pipe);
+  o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  std::ifstream err(err_path);
+  o.err.assign(std::istreambuf_iterator<char>(err), std::istreambuf_iterator<char>());
+  return o;
+}
+
+inline nlohmann::json last_json_line(const std::string& out) {
+  std::istringstream lines(out);
+  std::string line, last;
+  while (std::getline(lines, line)) {
+    if (!line.empty() && line.front() == '{') last = line;
+  }
+  return nlohmann::json::parse(last);
+}
+
+}  // namespace dtrain::testing
