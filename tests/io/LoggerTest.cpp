@@ -47,6 +47,24 @@ TEST(Logger, EveryLineStartsWithTheRank) {
   EXPECT_EQ(lines_of(screen.str()), expected);
 }
 
+// train.log_evals: false keeps evaluation lines in the run's log but off the console.
+TEST(Logger, FileOnlyLinesStayOffTheConsole) {
+  testing::TestDir dir;
+  std::ostringstream screen;
+  LoggerOptions options;
+  options.file = dir.path() / "log.txt";
+  options.console = std::make_shared<Console>(screen, false);
+  options.timestamps = false;
+  {
+    Logger logger(options);
+    logger.info_file_only("eval at step 20: loss 0.5");
+    logger.info("done");
+  }
+  EXPECT_EQ(lines_of(read(dir.path() / "log.txt")),
+            (std::vector<std::string>{"[rank 0/1] eval at step 20: loss 0.5", "[rank 0/1] done"}));
+  EXPECT_EQ(lines_of(screen.str()), (std::vector<std::string>{"[rank 0/1] done"}));
+}
+
 TEST(Logger, TimestampsAndNoConsoleForOtherRanks) {
   testing::TestDir dir;
   const auto logger = Logger::for_rank(dir.path() / "log.txt", 1, 2, /*relay_status=*/false);

@@ -1,39 +1,71 @@
-// `dtrain experiment FILE.yaml`: several runs side by side from one base configuration; an
-// interrupted experiment continues where it stopped when the same command is run again.
+// `dtrain experiment FILE.yaml`: several runs side by side from one base configuration, or seed
+// 001's experiment file (DiNNO's experiment: / problem_configs:); an interrupted experiment
+// continues where it stopped when the same command is run again.
+#include <torch/cuda.h>
+
 #include <iostream>
 
 #include "dtrain/cli/Commands.h"
 #include "dtrain/cli/SelfExe.h"
 #include "dtrain/experiment/Experiment.h"
 #include "dtrain/experiment/Report.h"
+#include "dtrain/experiment/SeedExperiment.h"
 
 namespace dtrain::cli {
+namespace {
+
+struct ExperimentArgs {
+  std::string file;
+  std::string dir;
+  bool fresh = false;
+  int nproc = 0;
+  std::vector<std::string> sets;
+};
+
+// What the seed form says besides its result files: the CPU fall-back of use_cuda, and the solo
+// run's accuracies when individual_training.verbose is true.
+void seed_notes_before(const experiment::SeedForm& form) {
+  const auto note = experiment::cuda_note(form.use_cuda, torch::cuda::is_available());
+  if (!note.empty()) std::cerr << note << "\n";
+}
+
+void seed_notes_after(const experiment::SeedForm& form, const nlohmann::json& results) {
+  if (form.solo_verbose && results.contains("solo_results"))
+    std::cerr << experiment::solo_lines(results["solo_results"]);
+}
+
+}  // namespace
 
 Run add_experiment_command(CLI::App& app) {
   auto* cmd =
       app.add_subcommand("experiment", "Run an experiment: named runs and sweeps from one base config");
-  struct Args {
-    std::string file;
-    std::string dir;
-    bool fresh = false;
-  };
-  auto a = std::make_shared<Args>();
-  cmd->add_option("file", a->file, "Experiment YAML (base, runs, sweep)")
+  auto a = std::make_shared<ExperimentArgs>();
+  cmd->add_option("file", a->file,
+                  "Experiment YAML (base, runs, sweep; or seed 001's experiment, problem_configs)")
       ->required()
       ->check(CLI::ExistingFile);
   cmd->add_option("--dir", a->dir, "Continue or write this experiment folder");
   cmd->add_flag("--fresh", a->fresh, "Start a new folder even when an unfinished one exists");
+  cmd->add_option("--nproc", a->nproc, "Workers of every run (nproc=N after the file's overrides)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--set", a->sets, "key=value for every run, after the file's overrides (repeatable)");
   return [a] {
-    const auto spec = experiment::load_experiment(a->file);
+    auto spec = experiment::load_experiment(a->file);
+    spec.final_overrides = a->sets;
+    if (a->nproc > 0) spec.final_overrides.push_back("nproc=" + std::to_string(a->nproc));
+    if (spec.seed_form) seed_notes_before(*spec.seed_form);
     experiment::ExperimentOptions options;
     options.dtrain_executable = self_executable();
     options.directory = a->dir;
     options.fresh = a->fresh;
     const auto results = experiment::run_experiment(spec, options);
-    const auto report = experiment::write_report(results["directory"].get<std::string>());
-    std::cerr << "dtrain experiment: report " << report.string() << "\n";
-    std::cerr << "dtrain experiment: " << results["runs"].size() << " runs in "
-              << results["directory"].get<std::string>() << "\n";
+    if (spec.seed_form) seed_notes_after(*spec.seed_form, results);
+    if (results.value("written", true)) {
+      const auto report = experiment::write_report(results["directory"].get<std::string>());
+      std::cerr << "dtrain experiment: report " << report.string() << "\n";
+      std::cerr << "dtrain experiment: " << results["runs"].size() << " runs in "
+                << results["directory"].get<std::string>() << "\n";
+    }
     std::cout << results.dump() << std::endl;
     return 0;
   };

@@ -221,7 +221,8 @@ int train_in(const TrainArgs& a, const config::RunConfig& cfg, const comm::Commu
   }
 
   train::Trainer trainer(cfg, communicator);
-  trainer.add_callback(std::make_shared<train::MetricsLog>(sink, logger, cfg.train.log_every_steps));
+  trainer.add_callback(
+      std::make_shared<train::MetricsLog>(sink, logger, cfg.train.log_every_steps, cfg.train.log_evals));
   if (rank == 0) trainer.add_callback(std::make_shared<train::Progress>(logger->console()));
   train::CheckpointOptions ckpt;
   ckpt.every_steps = cfg.train.checkpoint_every_steps;

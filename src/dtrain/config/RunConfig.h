@@ -111,6 +111,9 @@ struct TrainConfig {
   std::int64_t eval_every_steps = 0;  // 0 = evaluate at each epoch end only
   int eval_every_epochs = 1;          // 0 = not at epoch ends
   bool eval_at_start = false;         // also evaluate before the first step (seed 001 does)
+  // false: evaluation lines go to the run's log file but not to the console (seed 001's
+  // verbose_evals: false).
+  bool log_evals = true;
   std::int64_t log_every_steps = 50;
   double target_accuracy = 0.0;  // stop when test top-1 reaches it (0 = never)
   std::int64_t checkpoint_every_steps = 0;

@@ -123,6 +123,7 @@ void describe_train(OptionVisitor& v, TrainConfig& t) {
   v.integer("eval_every_steps", t.eval_every_steps, at_least(0));
   v.integer("eval_every_epochs", t.eval_every_epochs, at_least(0));
   v.boolean("eval_at_start", t.eval_at_start);
+  v.boolean("log_evals", t.log_evals);
   v.integer("log_every_steps", t.log_every_steps, at_least(1));
   v.number("target_accuracy", t.target_accuracy, kUnitClosed);
   v.integer("checkpoint_every_steps", t.checkpoint_every_steps, at_least(0));

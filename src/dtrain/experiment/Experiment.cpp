@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include <stdlib.h>
+
 #include <algorithm>
 #include <chrono>
 #include <stdexcept>
@@ -12,6 +14,7 @@
 #include "dtrain/config/Environment.h"
 #include "dtrain/config/RunConfigYaml.h"
 #include "dtrain/experiment/ExperimentChecks.h"
+#include "dtrain/experiment/SeedExperiment.h"
 #include "dtrain/io/AtomicFile.h"
 #include "dtrain/io/JsonFile.h"
 #include "dtrain/io/RunDir.h"
@@ -31,7 +34,9 @@ std::vector<config::RunConfig> load_configs(const ExperimentSpec& spec, const st
   std::vector<config::RunConfig> configs;
   for (const auto& run : runs) {
     try {
-      configs.push_back(config::load_run_config(spec.base.string(), run.overrides));
+      // Without a base file (seed 001's form) the overrides alone make the configuration.
+      configs.push_back(spec.base.empty() ? config::parse_run_config("{}", "(no base file)", run.overrides)
+                                          : config::load_run_config(spec.base.string(), run.overrides));
     } catch (const std::exception& e) {
       throw std::invalid_argument(fmt::format("experiment run '{}': {}", run.name, e.what()));
     }
@@ -82,7 +87,8 @@ void train(const ExperimentSpec& spec, const ExperimentOptions& options, const R
   job.log_dir = (run_dir / "launch").string();
   job.environment = environment;
   job.output_fd = 2;  // the runs' result lines stay off the experiment's stdout
-  job.command = {options.dtrain_executable, "train", spec.base.string()};
+  job.command = {options.dtrain_executable, "train"};
+  if (!spec.base.empty()) job.command.push_back(spec.base.string());
   job.command.insert(job.command.end(), run.overrides.begin(), run.overrides.end());
   job.command.insert(job.command.end(), {"--run-dir", run_dir.string()});
   if (fs::exists(run_dir / "checkpoints" / "latest")) {
@@ -104,12 +110,34 @@ nlohmann::json run_entry(const RunSpec& run, bool skipped, const fs::path& run_d
   return entry;
 }
 
-}  // namespace
+// A temporary folder for an experiment that writes nothing (seed 001's writeout: false), removed
+// when this goes out of scope, also when a run fails.
+class ScratchFolder {
+ public:
+  ScratchFolder() {
+    std::string pattern = (fs::temp_directory_path() / "dtrain-experiment-XXXXXX").string();
+    if (!::mkdtemp(pattern.data()))
+      throw std::runtime_error("experiment: cannot make a temporary folder in " +
+                               fs::temp_directory_path().string());
+    path_ = pattern;
+  }
+  ~ScratchFolder() {
+    std::error_code ignored;
+    fs::remove_all(path_, ignored);
+  }
+  ScratchFolder(const ScratchFolder&) = delete;
+  ScratchFolder& operator=(const ScratchFolder&) = delete;
+  const fs::path& path() const { return path_; }
 
-nlohmann::json run_experiment(const ExperimentSpec& spec, const ExperimentOptions& options) {
-  const auto runs = expand_runs(spec);
-  const auto configs = load_configs(spec, runs);
-  const auto dir = experiment_folder(spec, options);
+ private:
+  fs::path path_;
+};
+
+// Every run (their configurations loaded already), then the checks; the experiment's results.json
+// in dir.
+nlohmann::json run_all(const ExperimentSpec& spec, const ExperimentOptions& options,
+                       const std::vector<RunSpec>& runs, const std::vector<config::RunConfig>& configs,
+                       const fs::path& dir) {
   nlohmann::json all;
   all["experiment"] = spec.name;
   all["directory"] = dir.string();
@@ -130,6 +158,30 @@ nlohmann::json run_experiment(const ExperimentSpec& spec, const ExperimentOption
   all["data_partitions_identical"] = true;
   all["complete"] = true;
   io::write_json_file(dir / "results.json", all);
+  return all;
+}
+
+}  // namespace
+
+nlohmann::json run_experiment(const ExperimentSpec& spec, const ExperimentOptions& options) {
+  // Every run's configuration is checked before anything is made.
+  const auto runs = expand_runs(spec);
+  const auto configs = load_configs(spec, runs);
+  if (!spec.seed_form) return run_all(spec, options, runs, configs, experiment_folder(spec, options));
+  const auto& form = *spec.seed_form;
+  if (!form.writeout) {
+    ScratchFolder scratch;
+    auto all = run_all(spec, options, runs, configs, scratch.path());
+    all["problem_results"] = write_seed_results(form, scratch.path());
+    if (all["problem_results"].contains("solo")) all["solo_results"] = all["problem_results"]["solo"];
+    all["directory"] = "";
+    all["written"] = false;
+    return all;
+  }
+  auto all = run_all(spec, options, runs, configs, experiment_folder(spec, options));
+  const auto seed = write_seed_results(form, all["directory"].get<std::string>());
+  if (seed.contains("solo")) all["solo_results"] = seed["solo"];
+  all["written"] = true;
   return all;
 }
 

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,20 +18,48 @@ struct RunSpec {
   std::vector<std::string> overrides;  // applied after the experiment's common overrides
 };
 
+// One problem of an experiment file in seed 001's form: the run that trains it, and the metrics its
+// <problem_name>_results.json holds (forward_pass_count, validation_loss, consensus_error,
+// top1_accuracy, current_epoch).
+struct SeedProblem {
+  std::string name;  // problem_name: also the run's folder
+  std::vector<std::string> metrics;
+};
+
+// What an experiment file in seed 001's form (DiNNO's experiment: and problem_configs:) asks for
+// beyond its runs. See SeedExperiment.h for the translation.
+struct SeedForm {
+  int nodes = 0;  // experiment.graph.num_nodes
+  std::vector<SeedProblem> problems;
+  bool solo = false;          // individual_training.train_solo: a run named "solo" before the problems
+  bool solo_verbose = false;  // individual_training.verbose: print each node's validation accuracy
+  bool writeout = true;       // false: run in a temporary folder, results on stdout only
+  bool use_cuda = false;
+};
+
 struct ExperimentSpec {
   std::string name = "experiment";
   std::string out_dir = "runs";        // <out_dir>/<YYYYmmdd-HHMMSS>_<name>/
-  std::filesystem::path base;          // the base run configuration (YAML)
+  std::filesystem::path base;          // the base run configuration (YAML); "" = none (seed 001's form)
   std::vector<std::string> overrides;  // for every run
   std::vector<RunSpec> runs;           // empty = one run named "base"
   // key -> values (YAML text), in file order; every combination becomes a run.
   std::vector<std::pair<std::string, std::vector<std::string>>> sweep;
+  // For every run after everything the file says (dtrain experiment --nproc and --set).
+  std::vector<std::string> final_overrides;
   std::string source_text;  // the file as given, saved into the experiment folder
   std::filesystem::path source_path;
+  std::optional<SeedForm> seed_form;  // set when the file is in seed 001's form
 };
 
-// Reads an experiment file. `base` is relative to the file's folder. Errors name file:line and key.
+// Reads an experiment file, in dtrain's form (name, out_dir, base, overrides, runs, sweep; `base` is
+// relative to the file's folder) or in seed 001's (experiment, problem_configs; SeedExperiment.h).
+// Errors name file:line and key.
 ExperimentSpec load_experiment(const std::filesystem::path& path);
+
+// A name that can be one folder inside out_dir: letters, digits, '.', '_', '=', ',' or '-', and
+// neither . nor .. (which would name out_dir itself or its parent).
+bool is_folder_name(const std::string& name);
 
 // Runs x sweep combinations, each with its full override list, in execution order. Run names
 // are "<run>" or "<run>/<key>=<value>,..." made filesystem-safe.
@@ -43,7 +72,10 @@ struct ExperimentOptions {
 };
 
 // Runs every run not finished yet (a run is finished when its results.json exists), one after
-// another, then writes results.json for all runs. Throws when a run fails (naming it and its exit
+// another, then writes results.json for all runs (and, for seed 001's form, the per-problem
+// results; with writeout: false everything happens in a temporary folder, removed at the end, and
+// the returned document holds the problems' results under "problem_results"; the solo run's are
+// under "solo_results" either way). Throws when a run fails (naming it and its exit
 // code) or when runs that share a model started from different weights.
 nlohmann::json run_experiment(const ExperimentSpec& spec, const ExperimentOptions& options);
 

@@ -1,5 +1,6 @@
 // The experiment file (name, out_dir, base, overrides, runs, sweep) read into an ExperimentSpec, and
-// the spec expanded into the runs it stands for. Errors name file:line and the key.
+// the spec expanded into the runs it stands for; a file in seed 001's form goes to
+// read_seed_experiment. Errors name file:line and the key.
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
@@ -11,6 +12,8 @@
 #include "dtrain/config/ConfigError.h"
 #include "dtrain/config/YamlFile.h"
 #include "dtrain/experiment/Experiment.h"
+#include "dtrain/experiment/SeedExperiment.h"
+#include "dtrain/experiment/SeedSection.h"
 
 namespace dtrain::experiment {
 namespace {
@@ -54,12 +57,6 @@ std::string folder_safe(const std::string& text) {
     }
   }
   return out;
-}
-
-// A name that becomes one folder inside out_dir: folder-safe, and neither . nor .. (which would
-// name out_dir itself or its parent).
-bool is_folder_name(const std::string& name) {
-  return !name.empty() && name != "." && name != ".." && folder_safe(name) == name;
 }
 
 std::string read_text(const fs::path& path) {
@@ -145,7 +142,8 @@ void read_key(ExperimentSpec& spec, const std::string& source, const YAML::Node&
     spec.sweep = read_sweep(source, value);
   } else {
     reject(source, key_node, key,
-           "unknown key; an experiment has name, out_dir, base, overrides, runs, sweep");
+           "unknown key; an experiment has name, out_dir, base, overrides, runs, sweep (or, in seed "
+           "001's form, experiment and problem_configs)");
   }
 }
 
@@ -168,12 +166,20 @@ std::vector<std::vector<std::pair<std::string, std::string>>> sweep_combinations
 
 }  // namespace
 
+bool is_folder_name(const std::string& name) {
+  return !name.empty() && name != "." && name != ".." && folder_safe(name) == name;
+}
+
 ExperimentSpec load_experiment(const fs::path& path) {
   ExperimentSpec spec;
   spec.source_path = path;
   spec.source_text = read_text(path);
   const std::string source = path.string();
   const YAML::Node root = config::load_yaml_file(source);
+  if (is_seed_form(root)) {
+    read_seed_experiment(spec, root);
+    return spec;
+  }
   if (!root.IsMap()) reject(source, root, "", "expected a mapping with base, runs and optionally sweep");
   bool has_base = false;
   for (const auto& item : root) {
@@ -202,6 +208,7 @@ std::vector<RunSpec> expand_runs(const ExperimentSpec& spec) {
         suffix += (suffix.empty() ? "" : ",") + k + "=" + v;
       }
       if (!suffix.empty()) run.name += "__" + folder_safe(suffix);
+      run.overrides.insert(run.overrides.end(), spec.final_overrides.begin(), spec.final_overrides.end());
       runs.push_back(std::move(run));
     }
   }

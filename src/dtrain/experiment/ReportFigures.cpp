@@ -94,6 +94,32 @@ const std::vector<LearningFigure> kByTime{
      "top-5 accuracy",
      {{"val_top5_time", "wall_time", "val/top5", "", "linespoints"}}}};
 
+// The decentralized strategy's figures (seed 001): one line per run, each the mean over nodes of a
+// per-node series, against rounds and against the bytes each node sent.
+struct NodeSeries {
+  const char* series;  // the data file run<i>_<series><axis>.dat and the figure <series><axis>.png
+  const char* prefix;  // the per-node key is <prefix><i><suffix>
+  const char* suffix;
+  const char* what;  // the figure's title, before " against ..."
+  const char* ylabel;
+};
+
+struct NodeAxis {
+  const char* x_key;
+  const char* file_suffix;
+  const char* against;
+  const char* xlabel;
+};
+
+const std::vector<NodeSeries> kNodeSeries{
+    {"node_loss", "val/node", "/loss", "Validation loss (mean over nodes)", "validation loss"},
+    {"node_top1", "val/node", "/top1", "Top-1 accuracy (mean over nodes)", "top-1 accuracy"},
+    {"consensus_error", "strategy/consensus/node", "", "strategy/consensus_error (mean over nodes)",
+     "mean distance to the other nodes"}};
+const std::vector<NodeAxis> kNodeAxes{
+    {"step", "", "round", "communication round (step)"},
+    {"strategy/node_bytes_sent", "_bytes", "bytes sent", "bytes sent per node (mean over nodes)"}};
+
 // "x y" lines.
 std::string points_text(const std::vector<Point>& points) {
   std::ostringstream out;
@@ -168,6 +194,23 @@ void learning_figures(ScriptWriter& writer, const std::vector<ReportRun>& runs) 
   for (const auto& figure : kByTime) learning_figure(writer, runs, figure);
 }
 
+void node_figures(ScriptWriter& writer, const std::vector<ReportRun>& runs) {
+  for (const auto& axis : kNodeAxes) {
+    for (const auto& s : kNodeSeries) {
+      std::vector<Curve> curves;
+      for (std::size_t i = 0; i < runs.size(); ++i) {
+        const auto points = node_mean_curve(runs[i], axis.x_key, s.prefix, s.suffix);
+        if (points.empty()) continue;
+        const auto file =
+            writer.data(fmt::format("run{}_{}{}.dat", i, s.series, axis.file_suffix), points_text(points));
+        curves.push_back({file, runs[i].name, "linespoints"});
+      }
+      writer.figure(std::string(s.series) + axis.file_suffix + ".png",
+                    std::string(s.what) + " against " + axis.against, axis.xlabel, s.ylabel, curves);
+    }
+  }
+}
+
 // "workers samples/s "efficiency"" lines: the efficiency is drawn as a label at the point.
 std::string throughput_text(const ScalingSeries& s) {
   std::ostringstream out;
@@ -238,6 +281,7 @@ void comm_figures(ScriptWriter& writer, const std::vector<ReportRun>& runs) {
 PlotScript write_plot_script(const std::vector<ReportRun>& runs, const fs::path& plots) {
   ScriptWriter writer(plots);
   learning_figures(writer, runs);
+  if (has_node_metrics(runs)) node_figures(writer, runs);
   if (worker_counts(runs).size() > 1) scaling_figures(writer, runs);
   const bool communicates =
       std::any_of(runs.begin(), runs.end(), [](const ReportRun& r) { return r.results.world_size > 1; });

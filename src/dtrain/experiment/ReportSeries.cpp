@@ -57,6 +57,31 @@ std::vector<Point> learning_curve(const ReportRun& run, const std::string& x_key
   return points;
 }
 
+std::vector<Point> node_mean_curve(const ReportRun& run, const std::string& x_key, const std::string& prefix,
+                                   const std::string& suffix) {
+  std::vector<Point> points;
+  for (const auto& record : run.metrics) {
+    double sum = 0;
+    int nodes = 0;
+    for (auto y = record.find(prefix + "0" + suffix); y != record.end();
+         y = record.find(prefix + std::to_string(nodes) + suffix)) {
+      sum += y->second;
+      ++nodes;
+    }
+    if (nodes > 0) points.push_back({field(record, x_key), sum / nodes});
+  }
+  return points;
+}
+
+bool has_node_metrics(const std::vector<ReportRun>& runs) {
+  for (const auto& run : runs) {
+    for (const auto& record : run.metrics) {
+      if (record.count("val/node0/loss")) return true;
+    }
+  }
+  return false;
+}
+
 std::vector<ScalingSeries> scaling_series(const std::vector<ReportRun>& runs) {
   std::vector<ScalingSeries> out;
   for (const auto& [model, one_worker] : one_worker_throughput(runs)) {

@@ -19,6 +19,15 @@ struct Point {
 // x_key. x_key "wall_time" gives seconds since the run's first record.
 std::vector<Point> learning_curve(const ReportRun& run, const std::string& x_key, const std::string& y_key);
 
+// The decentralized strategy's per-node series, averaged over the nodes: for every record that has
+// <prefix>0<suffix>, (x_key, mean over i of <prefix><i><suffix> for i = 0, 1, ... while present);
+// x as in learning_curve. E.g. ("step", "val/node", "/loss"): mean validation loss by round.
+std::vector<Point> node_mean_curve(const ReportRun& run, const std::string& x_key, const std::string& prefix,
+                                   const std::string& suffix);
+
+// Whether any run recorded per-node evaluations (val/node0/loss).
+bool has_node_metrics(const std::vector<ReportRun>& runs);
+
 // One model's throughput and training time against workers.
 struct ScalingSeries {
   std::string model;

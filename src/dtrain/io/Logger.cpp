@@ -53,7 +53,7 @@ std::shared_ptr<Logger> Logger::for_rank(const std::filesystem::path& log_file, 
   return std::make_shared<Logger>(std::move(options));
 }
 
-void Logger::log(LogLevel level, const std::string& message) {
+void Logger::log(LogLevel level, const std::string& message, bool to_console) {
   std::string prefix =
       "[rank " + std::to_string(options_.rank) + "/" + std::to_string(options_.world_size) + "] ";
   if (options_.timestamps) prefix += clock_time() + " ";
@@ -66,7 +66,7 @@ void Logger::log(LogLevel level, const std::string& message) {
     any = true;
     const std::string full = prefix + line;
     if (file_.is_open()) file_ << full << '\n';
-    if (options_.console) options_.console->write_line(full);
+    if (options_.console && to_console) options_.console->write_line(full);
   }
   // Flushed per message: the log is what is left to read when a rank dies.
   if (file_.is_open()) file_.flush();

@@ -36,8 +36,11 @@ class Logger {
   void info(const std::string& message) { log(LogLevel::Info, message); }
   void warning(const std::string& message) { log(LogLevel::Warning, message); }
   void error(const std::string& message) { log(LogLevel::Error, message); }
-  // Each line of a multi-line message gets its own prefix.
-  void log(LogLevel level, const std::string& message);
+  // An info line for the log file only, never the console (train.log_evals: false keeps evaluation
+  // lines off the screen but in the run's record).
+  void info_file_only(const std::string& message) { log(LogLevel::Info, message, false); }
+  // Each line of a multi-line message gets its own prefix; to_console false leaves the console out.
+  void log(LogLevel level, const std::string& message, bool to_console = true);
 
   int rank() const { return options_.rank; }
   int world_size() const { return options_.world_size; }

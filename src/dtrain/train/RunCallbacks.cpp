@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <vector>
+
 #include "dtrain/train/Trainer.h"
 
 namespace dtrain::train {
@@ -12,21 +15,6 @@ std::string describe(const EvalMetrics& m) {
   return fmt::format(
       "loss {:.4f} top1 {:.4f} top3 {:.4f} top5 {:.4f} precision {:.4f} recall {:.4f} f1 {:.4f}", m.loss,
       m.top1, m.top3, m.top5, m.precision, m.recall, m.f1);
-}
-
-// Many models (graph nodes): DiNNO's one line of ranges over them instead of a line each.
-std::string describe_ranges(const EvalEvent& e) {
-  double loss_low = 0, loss_high = 0, top1_low = 0, top1_high = 0;
-  bool first = true;
-  for (const auto& [name, m] : e.others) {
-    loss_low = first ? m.loss : std::min(loss_low, m.loss);
-    loss_high = first ? m.loss : std::max(loss_high, m.loss);
-    top1_low = first ? m.top1 : std::min(top1_low, m.top1);
-    top1_high = first ? m.top1 : std::max(top1_high, m.top1);
-    first = false;
-  }
-  return fmt::format("eval of {} models at step {}: loss {:.4f} - {:.4f} | top1 {:.4f} - {:.4f}", e.others.size(),
-                     e.step, loss_low, loss_high, top1_low, top1_high);
 }
 
 void write_scalars(const io::MetricsSinkPtr& sink, std::int64_t step, std::int64_t epoch,
@@ -40,10 +28,40 @@ void write_scalars(const io::MetricsSinkPtr& sink, std::int64_t step, std::int64
   sink->write(record);
 }
 
+// "<label>: min - max | " over the values, with `digits` decimals; "" for none.
+std::string range(const char* label, const std::vector<double>& values, int digits) {
+  if (values.empty()) return "";
+  const auto [lo, hi] = std::minmax_element(values.begin(), values.end());
+  return fmt::format("{}: {:.{}f} - {:.{}f} | ", label, *lo, digits, *hi, digits);
+}
+
+// Seed 001's ranges line for an evaluation of nodes node0, node1, ... ("" when there are none):
+// "| Consensus: a - b | Val Loss: a - b | Top1: a - b | Num Forward: n | Ep Range: a - b |".
+std::string node_ranges(const EvalEvent& e) {
+  std::vector<double> consensus, loss, top1, epoch;
+  for (int i = 0; e.others.count("node" + std::to_string(i)); ++i) {
+    const auto node = "node" + std::to_string(i);
+    loss.push_back(e.others.at(node).loss);
+    top1.push_back(e.others.at(node).top1);
+    if (const auto c = e.strategy_metrics.find("consensus/" + node); c != e.strategy_metrics.end())
+      consensus.push_back(c->second);
+    if (const auto ep = e.strategy_metrics.find(node + "/epoch"); ep != e.strategy_metrics.end())
+      epoch.push_back(ep->second);
+  }
+  if (loss.empty()) return "";
+  std::string line =
+      "| " + range("Consensus", consensus, 4) + range("Val Loss", loss, 4) + range("Top1", top1, 2);
+  if (const auto f = e.strategy_metrics.find("forward_pass_count"); f != e.strategy_metrics.end())
+    line += fmt::format("Num Forward: {:.0f} | ", f->second);
+  line += range("Ep Range", epoch, 0);
+  return line.substr(0, line.size() - 1);
+}
+
 }  // namespace
 
-MetricsLog::MetricsLog(io::MetricsSinkPtr sink, std::shared_ptr<io::Logger> logger, std::int64_t every_steps)
-    : sink_(std::move(sink)), logger_(std::move(logger)), every_(every_steps) {}
+MetricsLog::MetricsLog(io::MetricsSinkPtr sink, std::shared_ptr<io::Logger> logger, std::int64_t every_steps,
+                       bool log_evals)
+    : sink_(std::move(sink)), logger_(std::move(logger)), every_(every_steps), log_evals_(log_evals) {}
 
 void MetricsLog::on_train_begin(Trainer& trainer) {
   if (!logger_ || trainer.rank() != 0) return;
@@ -106,16 +124,21 @@ void MetricsLog::on_step_end(Trainer& trainer, const StepEvent& e) {
 
 void MetricsLog::on_evaluation(Trainer& trainer, const EvalEvent& e) {
   if (logger_) {
-    logger_->info(fmt::format("eval at step {}: {}", e.step, describe(e.metrics)));
-    if (e.others.size() > 2) {
-      logger_->info(describe_ranges(e));
-    } else {
+    const auto say = [&](const std::string& line) {
+      log_evals_ ? logger_->info(line) : logger_->info_file_only(line);
+    };
+    say(fmt::format("eval at step {}: {}", e.step, describe(e.metrics)));
+    // Graph nodes: DiNNO's one line of ranges over the nodes; their own figures and the pairwise
+    // distances (names with a '/') go to metrics.jsonl only.
+    const auto ranges = node_ranges(e);
+    if (ranges.empty()) {
       for (const auto& [name, m] : e.others)
-        logger_->info(fmt::format("eval of {} at step {}: {}", name, e.step, describe(m)));
+        say(fmt::format("eval of {} at step {}: {}", name, e.step, describe(m)));
+    } else {
+      say(fmt::format("round {} {}", e.step, ranges));
     }
-    // Per-node and per-pair figures (names with a '/') go to metrics.jsonl only.
     for (const auto& [name, value] : e.strategy_metrics) {
-      if (name.find('/') == std::string::npos) logger_->info(fmt::format("{} {:.6g}", name, value));
+      if (name.find('/') == std::string::npos) say(fmt::format("{} {:.6g}", name, value));
     }
   }
   if (trainer.rank() != 0) return;

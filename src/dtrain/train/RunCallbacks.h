@@ -21,10 +21,14 @@ namespace dtrain::train {
 // time/comm_s, time/update_s (parallel::StepTiming) and comm/bytes_per_step (the bytes rank 0 sent
 // for each step's own communication); every evaluation (val/*) and every epoch (train/top1 ... of
 // the epoch). Rank 0 writes to `sink` and the log; other ranks log their own line only for
-// evaluations (so per-site logs show the reduced figures too).
+// evaluations (so per-site logs show the reduced figures too). With per-node evaluations (the
+// decentralized strategy's node<i>), each evaluation also logs seed 001's ranges line: the min and
+// max over nodes of consensus distance, validation loss and top-1, the forward-pass count and epochs.
 class MetricsLog final : public Callback {
  public:
-  MetricsLog(io::MetricsSinkPtr sink, std::shared_ptr<io::Logger> logger, std::int64_t every_steps);
+  // log_evals false: evaluation lines go to the log file only, not to the console.
+  MetricsLog(io::MetricsSinkPtr sink, std::shared_ptr<io::Logger> logger, std::int64_t every_steps,
+             bool log_evals = true);
   void on_train_begin(Trainer& trainer) override;
   void on_step_end(Trainer& trainer, const StepEvent& event) override;
   void on_evaluation(Trainer& trainer, const EvalEvent& event) override;
@@ -35,6 +39,7 @@ class MetricsLog final : public Callback {
   io::MetricsSinkPtr sink_;  // null on ranks other than 0
   std::shared_ptr<io::Logger> logger_;
   std::int64_t every_;
+  bool log_evals_;
   // The interval since the last logged step.
   double loss_sum_ = 0, seconds_ = 0;
   parallel::StepTiming timing_;

@@ -35,7 +35,7 @@ inline config::RunConfig decentralized_config(const std::string& algorithm, cons
   auto& g = cfg.parallel.options.get<GraphOptions>("graph");
   g.type = graph;
   g.nodes = nodes;
-  g.p = 0.5;
+  if (graph == "random") g.p = 0.5;
   return cfg;
 }
 

@@ -61,6 +61,7 @@ DecentralizedStrategy::DecentralizedStrategy(StrategyContext context)
       graph_options_(context_.parallel.options.get<GraphOptions>("graph")),
       layout_(graph_nodes(graph_options_, world_of(context_.comm)), world_of(context_.comm)) {
   options_.check();
+  check_graph(graph_options_);
   if (options_.algorithm == "choco" && graph_options_.redraw_every > 0) {
     throw std::invalid_argument(
         "parallel.graph.redraw_every: choco keeps every neighbour's x_hat from round 0, so it needs a fixed graph; "

@@ -208,6 +208,19 @@ std::string Graph::describe() const {
   return fmt::format("{} of {} nodes, {} edges", type, size(), edges().size());
 }
 
+void check_graph(const GraphOptions& options) {
+  const GraphOptions d;
+  const auto type = graph_types().resolve(options.type).value_or(options.type);
+  const auto refuse = [&](const char* key, const char* owner) {
+    throw std::invalid_argument(fmt::format(
+        "parallel.graph.{}: a setting of graph type {}, but parallel.graph.type is {}; remove it", key, owner, type));
+  };
+  if (type != "random" && options.p != d.p) refuse("p", "random");
+  if (type != "random" && options.gen_attempts != d.gen_attempts) refuse("gen_attempts", "random");
+  if (type != "torus" && options.torus_rows != d.torus_rows) refuse("torus_rows", "torus");
+  if (type != "edges" && !options.edges.empty()) refuse("edges", "edges");
+}
+
 bool graph_changes_at(const GraphOptions& options, std::int64_t round) {
   return round == 0 || (options.redraw_every > 0 && round % options.redraw_every == 0);
 }

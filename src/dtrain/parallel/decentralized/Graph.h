@@ -53,6 +53,8 @@ class Graph {
 // to gen_attempts times until connected; the other types, from the second draw on, the same shape
 // over a random relabelling of the nodes. Throws std::invalid_argument for a disconnected result.
 Graph make_graph(const GraphOptions& options, int nodes, std::uint64_t seed, std::int64_t round = 0);
+// Throws std::invalid_argument for a setting the type does not read (p with a cycle).
+void check_graph(const GraphOptions& options);
 // Whether `round` starts a new draw (round 0 does).
 bool graph_changes_at(const GraphOptions& options, std::int64_t round);
 
