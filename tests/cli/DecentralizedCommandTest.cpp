@@ -94,3 +94,80 @@ TEST_F(DecentralizedCommand, ARunSavedByTwoWorkersContinuesOnOne) {
 }
 
 }  // namespace
+
+namespace {
+
+// Seed 001's README template, as written there (its data_dir "../data/" is given MNIST's file
+// names over Debian's Fashion-MNIST, the same IDX format: dtrain downloads nothing).
+const char* kSeedTemplate = R"(experiment:
+  name: "dist_cnn_cadmm_scaled_v_const"
+  data_dir: "../data/"
+  output_metadir: "./outputs/"
+  writeout: true
+  data_split_type: "hetero"
+  loss: "NLL"
+  graph:
+    num_nodes: 5
+    type: "wheel"
+    p: 0.6
+    gen_attempts: 10
+  model:
+    num_filters: 3
+    kernel_size: 5
+    linear_width: 64
+problem_configs:
+  problem1:
+    problem_name: "vanilla_cadmm"
+    train_batch_size: 64
+    val_batch_size: 128
+    evaluate_frequency: 20
+    verbose_evals: True
+    metrics:
+      - "forward_pass_count"
+      - "validation_loss"
+      - "consensus_error"
+      - "top1_accuracy"
+      - "current_epoch"
+    optimizer_config:
+      alg_name: "cadmm"
+      rho_init: 1.0
+      rho_scaling: 1.0
+      outer_iterations: 30
+      primal_iterations: 5
+      primal_optimizer: "adam"
+      primal_lr: 0.005
+)";
+
+TEST_F(DecentralizedCommand, SeedTemplateRunsAsWrittenOnFiveWorkers) {
+  const fs::path fashion = "/usr/share/datasets/fashion-mnist";
+  fs::create_directories(dir_ / "data");
+  fs::create_directories(dir_ / "experiments");
+  for (const char* file : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
+                           "t10k-labels-idx1-ubyte.gz"}) {
+    fs::create_symlink(fashion / file, dir_ / "data" / file);
+  }
+  std::ofstream(dir_ / "experiments" / "template.yaml") << kSeedTemplate;
+  const auto cwd = fs::current_path();
+  fs::current_path(dir_ / "experiments");  // the authors run it from experiments/
+  const auto out = run("experiment template.yaml --nproc 5 --set data.subset_size=6000 --set data.test_subset_size=500",
+                       dir_);
+  fs::current_path(cwd);
+  ASSERT_EQ(out.exit_code, 0) << out.err;
+  std::vector<fs::path> made;
+  for (const auto& entry : fs::directory_iterator(dir_ / "experiments" / "outputs")) made.push_back(entry.path());
+  ASSERT_EQ(made.size(), 1u);
+  EXPECT_NE(made[0].filename().string().find("_dist_cnn_cadmm_scaled_v_const"), std::string::npos);
+  EXPECT_TRUE(fs::exists(made[0] / "experiment.yaml"));
+  std::ifstream in(made[0] / "vanilla_cadmm_results.json");
+  ASSERT_TRUE(in) << "no vanilla_cadmm_results.json in " << made[0];
+  const auto results = nlohmann::json::parse(in);
+  EXPECT_EQ(results["rounds"], nlohmann::json::parse("[0, 20, 30]"));
+  ASSERT_EQ(results["top1_accuracy"].size(), 3u);
+  EXPECT_EQ(results["top1_accuracy"][2].size(), 5u);
+  EXPECT_EQ(results["consensus_error"][2]["distances"].size(), 5u);
+  EXPECT_EQ(results["forward_pass_count"][2], 30 * 5 * 64);
+  EXPECT_GT(results["bytes"][2].get<double>(), results["bytes"][1].get<double>());
+  EXPECT_GT(results["top1_accuracy"][2][0].get<double>(), 0.15);
+}
+
+}  // namespace

@@ -56,8 +56,9 @@ Edges torus(int nodes, int rows_option) {
   for (int r = 0; r < rows; ++r) {
     for (int c = 0; c < cols; ++c) {
       const int i = r * cols + c;
-      edges.emplace_back(i, r * cols + (c + 1) % cols);
-      edges.emplace_back(i, ((r + 1) % rows) * cols + c);
+      const int right = r * cols + (c + 1) % cols, down = ((r + 1) % rows) * cols + c;
+      if (right != i) edges.emplace_back(i, right);  // a row or column of one wraps onto itself
+      if (down != i) edges.emplace_back(i, down);
     }
   }
   return edges;
