@@ -97,46 +97,10 @@ TEST_F(DecentralizedCommand, ARunSavedByTwoWorkersContinuesOnOne) {
 
 namespace {
 
-// Seed 001's README template, as written there (its data_dir "../data/" is given MNIST's file
-// names over Debian's Fashion-MNIST, the same IDX format: dtrain downloads nothing).
-const char* kSeedTemplate = R"(experiment:
-  name: "dist_cnn_cadmm_scaled_v_const"
-  data_dir: "../data/"
-  output_metadir: "./outputs/"
-  writeout: true
-  data_split_type: "hetero"
-  loss: "NLL"
-  graph:
-    num_nodes: 5
-    type: "wheel"
-    p: 0.6
-    gen_attempts: 10
-  model:
-    num_filters: 3
-    kernel_size: 5
-    linear_width: 64
-problem_configs:
-  problem1:
-    problem_name: "vanilla_cadmm"
-    train_batch_size: 64
-    val_batch_size: 128
-    evaluate_frequency: 20
-    verbose_evals: True
-    metrics:
-      - "forward_pass_count"
-      - "validation_loss"
-      - "consensus_error"
-      - "top1_accuracy"
-      - "current_epoch"
-    optimizer_config:
-      alg_name: "cadmm"
-      rho_init: 1.0
-      rho_scaling: 1.0
-      outer_iterations: 30
-      primal_iterations: 5
-      primal_optimizer: "adam"
-      primal_lr: 0.005
-)";
+// Seed 001's README template, as written there (tests/experiment/data/seed001_template.yaml); its
+// data_dir "../data/" is given MNIST's file names over Debian's Fashion-MNIST, the same IDX format:
+// dtrain downloads nothing.
+const fs::path kSeedTemplate = fs::path(DTRAIN_EXPERIMENT_TEST_DATA) / "seed001_template.yaml";
 
 TEST_F(DecentralizedCommand, SeedTemplateRunsAsWrittenOnFiveWorkers) {
   const fs::path fashion = "/usr/share/datasets/fashion-mnist";
@@ -146,7 +110,7 @@ TEST_F(DecentralizedCommand, SeedTemplateRunsAsWrittenOnFiveWorkers) {
                            "t10k-labels-idx1-ubyte.gz"}) {
     fs::create_symlink(fashion / file, dir_ / "data" / file);
   }
-  std::ofstream(dir_ / "experiments" / "template.yaml") << kSeedTemplate;
+  fs::copy_file(kSeedTemplate, dir_ / "experiments" / "template.yaml");
   const auto cwd = fs::current_path();
   fs::current_path(dir_ / "experiments");  // the authors run it from experiments/
   const auto out = run("experiment template.yaml --nproc 5 --set data.subset_size=6000 --set data.test_subset_size=500",

@@ -22,45 +22,12 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using Strings = std::vector<std::string>;
 
-// The seed document's two blocks, joined (their "..." elisions left out).
-const std::string kTemplate = R"(experiment:
-  name: "dist_cnn_cadmm_scaled_v_const"
-  data_dir: "../data/"
-  output_metadir: "./outputs/"
-  writeout: true
-  data_split_type: "hetero"
-  loss: "NLL"
-  graph:
-    num_nodes: 5
-    type: "wheel"
-    p: 0.6
-    gen_attempts: 10
-  model:
-    num_filters: 3
-    kernel_size: 5
-    linear_width: 64
-problem_configs:
-  problem1:
-    problem_name: "vanilla_cadmm"
-    train_batch_size: 64
-    val_batch_size: 128
-    evaluate_frequency: 20
-    verbose_evals: True
-    metrics:
-      - "forward_pass_count"
-      - "validation_loss"
-      - "consensus_error"
-      - "top1_accuracy"
-      - "current_epoch"
-    optimizer_config:
-      alg_name: "cadmm"
-      rho_init: 1.0
-      rho_scaling: 1.0
-      outer_iterations: 30
-      primal_iterations: 5
-      primal_optimizer: "adam"
-      primal_lr: 0.005
-)";
+// The seed document's template: its two blocks, joined (their "..." elisions left out).
+std::string read_template() {
+  std::ifstream in(fs::path(DTRAIN_EXPERIMENT_TEST_DATA) / "seed001_template.yaml");
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+const std::string kTemplate = read_template();
 
 // `text` with the first occurrence of `from` replaced by `to`.
 std::string with(std::string text, const std::string& from, const std::string& to) {
