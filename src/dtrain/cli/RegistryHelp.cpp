@@ -34,8 +34,11 @@ std::string section(const char* title, const char* key) {
     }
     if (!aliases.empty()) out += fmt::format(" (also {})", fmt::join(aliases, ", "));
     if (key == std::string(config::kStrategyKey)) {
-      const auto options = keys_under(std::string("parallel.") + c.name + ".");
-      if (!options.empty()) out += fmt::format("; parallel.{}.{{{}}}", c.name, fmt::join(options, ", "));
+      // Its own section and the others it reads (decentralized: parallel.graph).
+      for (const auto& name : c.sections) {
+        const auto options = keys_under("parallel." + name + ".");
+        if (!options.empty()) out += fmt::format("; parallel.{}.{{{}}}", name, fmt::join(options, ", "));
+      }
     }
     out += "\n";
   }
