@@ -93,6 +93,18 @@ TEST_F(DecentralizedCommand, ARunSavedByTwoWorkersContinuesOnOne) {
   }
 }
 
+TEST_F(DecentralizedCommand, NodesThatDoNotSplitOverTheWorkersAreRefusedBeforeAnyStarts) {
+  const auto out = run("train " + (dir_ / "cadmm.yaml").string() + " --nproc 3", dir_);
+  EXPECT_NE(out.exit_code, 0);
+  EXPECT_NE(out.err.find("parallel.graph.nodes: 4 nodes do not split evenly over 3 ranks"), std::string::npos)
+      << out.err;
+  EXPECT_FALSE(fs::exists(dir_ / "runs")) << "no run folder for a run that never starts";
+  const auto other = run("train " + (dir_ / "cadmm.yaml").string() + " parallel.decentralized.local_steps=4", dir_);
+  EXPECT_NE(other.exit_code, 0);
+  EXPECT_NE(other.err.find("parallel.decentralized.local_steps: a setting of algorithm local_sgd"), std::string::npos)
+      << other.err;
+}
+
 }  // namespace
 
 namespace {

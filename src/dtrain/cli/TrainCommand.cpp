@@ -325,6 +325,8 @@ Run add_train_command(CLI::App& app) {
     train::check_device(cfg.train.device);  // before any worker starts
     const auto env = config::process_environment();
     const int nproc = a->nproc > 0 ? a->nproc : cfg.nproc;
+    // How the data is held for this many workers (graph nodes over ranks): before any worker starts.
+    if (!started_by_a_launcher(env, *a)) parallel::data_holders(cfg.parallel, nproc);
     if (!started_by_a_launcher(env, *a) && nproc > 1) return launch_workers(*a, cfg, nproc, env);
     return run_worker(*a, cfg, env);
   };

@@ -327,9 +327,13 @@ StrategyInfo decentralized_info() {
                       return std::make_unique<DecentralizedStrategy>(std::move(c));
                     }};
   info.extra_sections = {"graph"};
+  // Also what `dtrain train --nproc` checks before it starts workers: the layout, the graph's and
+  // the algorithm's settings.
   info.data_holders = [](const config::ParallelConfig& parallel, int world) {
-    const int nodes = graph_nodes(parallel.options.get<GraphOptions>("graph"), world);
-    return NodeLayout(nodes, world).nodes();
+    const auto& graph = parallel.options.get<GraphOptions>("graph");
+    check_graph(graph);
+    parallel.options.get<DecentralizedOptions>("decentralized").check();
+    return NodeLayout(graph_nodes(graph, world), world).nodes();
   };
   return info;
 }
