@@ -26,16 +26,19 @@ class DecentralizedCommand : public ::testing::Test {
     fs::create_directories(dir_);
     std::ofstream(dir_ / "cadmm.yaml")
         << "name: nodes\nout_dir: " << (dir_ / "runs").string() << "\n"
-        << "data: {dataset: synthetic, synthetic_shape: [1, 8, 8], synthetic_classes: 4, synthetic_size: 512,\n"
+        << "data: {dataset: synthetic, synthetic_shape: [1, 8, 8], synthetic_classes: 4, synthetic_size: "
+           "512,\n"
            "       batch_size: 8, test_subset_size: 64, partition: hetero, classes_per_rank: 0}\n"
            "model: {name: mlp, hidden: [16]}\n"
            "optim: {name: adam, lr: 0.01}\n"
            "parallel:\n"
            "  strategy: decentralized\n"
            "  timeout_s: 60\n"
-           "  decentralized: {algorithm: cadmm, rho_init: 0.5, primal_iterations: 2, persistent_primal_optimizer: true}\n"
+           "  decentralized: {algorithm: cadmm, rho_init: 0.5, primal_iterations: 2, "
+           "persistent_primal_optimizer: true}\n"
            "  graph: {type: cycle, nodes: 4}\n"
-           "train: {epochs: 1000, max_steps: 12, eval_every_steps: 6, eval_every_epochs: 0, eval_at_start: true,\n"
+           "train: {epochs: 1000, max_steps: 12, eval_every_steps: 6, eval_every_epochs: 0, eval_at_start: "
+           "true,\n"
            "        checkpoint_every_steps: 6, log_every_steps: 6, seed: 5}\n";
   }
   void TearDown() override { fs::remove_all(dir_); }
@@ -57,8 +60,8 @@ TEST_F(DecentralizedCommand, NodesOnOneOrTwoWorkersGiveTheSameNumbersAndMetricsC
   EXPECT_EQ(one["data_partition_hash"], two["data_partition_hash"]);
   for (int i = 0; i < 4; ++i) {
     const auto node = "node" + std::to_string(i);
-    EXPECT_NEAR(one["final_by_model"][node]["loss"].get<double>(), two["final_by_model"][node]["loss"].get<double>(),
-                1e-5)
+    EXPECT_NEAR(one["final_by_model"][node]["loss"].get<double>(),
+                two["final_by_model"][node]["loss"].get<double>(), 1e-5)
         << node;
   }
   EXPECT_NEAR(one["strategy_metrics"]["consensus_error"].get<double>(),
@@ -77,7 +80,8 @@ TEST_F(DecentralizedCommand, NodesOnOneOrTwoWorkersGiveTheSameNumbersAndMetricsC
   EXPECT_EQ(evals.front()["strategy/consensus_error"], 0.0);
   EXPECT_GT(evals.back()["strategy/consensus_error"].get<double>(), 0.0);
   EXPECT_TRUE(evals.back().contains("strategy/distance/0/3"));
-  EXPECT_GT(evals.back()["strategy/node_bytes_sent"].get<double>(), evals[1]["strategy/node_bytes_sent"].get<double>());
+  EXPECT_GT(evals.back()["strategy/node_bytes_sent"].get<double>(),
+            evals[1]["strategy/node_bytes_sent"].get<double>());
 }
 
 TEST_F(DecentralizedCommand, ARunSavedByTwoWorkersContinuesOnOne) {
@@ -99,9 +103,11 @@ TEST_F(DecentralizedCommand, NodesThatDoNotSplitOverTheWorkersAreRefusedBeforeAn
   EXPECT_NE(out.err.find("parallel.graph.nodes: 4 nodes do not split evenly over 3 ranks"), std::string::npos)
       << out.err;
   EXPECT_FALSE(fs::exists(dir_ / "runs")) << "no run folder for a run that never starts";
-  const auto other = run("train " + (dir_ / "cadmm.yaml").string() + " parallel.decentralized.local_steps=4", dir_);
+  const auto other =
+      run("train " + (dir_ / "cadmm.yaml").string() + " parallel.decentralized.local_steps=4", dir_);
   EXPECT_NE(other.exit_code, 0);
-  EXPECT_NE(other.err.find("parallel.decentralized.local_steps: a setting of algorithm local_sgd"), std::string::npos)
+  EXPECT_NE(other.err.find("parallel.decentralized.local_steps: a setting of algorithm local_sgd"),
+            std::string::npos)
       << other.err;
 }
 
@@ -118,19 +124,20 @@ TEST_F(DecentralizedCommand, SeedTemplateRunsAsWrittenOnFiveWorkers) {
   const fs::path fashion = "/usr/share/datasets/fashion-mnist";
   fs::create_directories(dir_ / "data");
   fs::create_directories(dir_ / "experiments");
-  for (const char* file : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
-                           "t10k-labels-idx1-ubyte.gz"}) {
+  for (const char* file : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+                           "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"}) {
     fs::create_symlink(fashion / file, dir_ / "data" / file);
   }
   fs::copy_file(kSeedTemplate, dir_ / "experiments" / "template.yaml");
   const auto cwd = fs::current_path();
   fs::current_path(dir_ / "experiments");  // the authors run it from experiments/
-  const auto out = run("experiment template.yaml --nproc 5 --set data.subset_size=6000 --set data.test_subset_size=500",
-                       dir_);
+  const auto out = run(
+      "experiment template.yaml --nproc 5 --set data.subset_size=6000 --set data.test_subset_size=500", dir_);
   fs::current_path(cwd);
   ASSERT_EQ(out.exit_code, 0) << out.err;
   std::vector<fs::path> made;
-  for (const auto& entry : fs::directory_iterator(dir_ / "experiments" / "outputs")) made.push_back(entry.path());
+  for (const auto& entry : fs::directory_iterator(dir_ / "experiments" / "outputs"))
+    made.push_back(entry.path());
   ASSERT_EQ(made.size(), 1u);
   EXPECT_NE(made[0].filename().string().find("_dist_cnn_cadmm_scaled_v_const"), std::string::npos);
   EXPECT_TRUE(fs::exists(made[0] / "experiment.yaml"));

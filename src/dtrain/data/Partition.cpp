@@ -6,9 +6,9 @@
 #include "dtrain/data/Random.h"
 
 #include <fmt/format.h>
-#include <stdexcept>
 #include <algorithm>
 #include <numeric>
+#include <stdexcept>
 
 namespace dtrain::data {
 
@@ -48,10 +48,11 @@ std::vector<Shard> hetero(int world, int classes_per_rank, const torch::Tensor& 
   if (classes_per_rank == 0) {
     // Even split: each holder (rank, or graph node) its own classes, as seed 001's hetero split.
     if (world > c) {
-      throw std::invalid_argument(fmt::format(
-          "data.partition hetero: {} ranks or graph nodes but {} classes, so some would hold no class; use at most "
-          "{}, or set data.classes_per_rank >= 1 to let holders share classes",
-          world, c, c));
+      throw std::invalid_argument(
+          fmt::format("data.partition hetero: {} ranks or graph nodes but {} classes, so some would hold no "
+                      "class; use at most "
+                      "{}, or set data.classes_per_rank >= 1 to let holders share classes",
+                      world, c, c));
     }
     classes_per_rank = static_cast<int>(c / world);
   }

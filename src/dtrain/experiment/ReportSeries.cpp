@@ -71,7 +71,8 @@ std::vector<Point> node_mean_curve(const ReportRun& run, const std::string& x_ke
     // A decentralized run whose nodes share one model (centralized) evaluates that model alone:
     // its curve is the model's (val/<suffix>) or a consensus error of 0.
     if (nodes == 0 && record.count("strategy/node_bytes_sent") && record.count("strategy/consensus_error")) {
-      const auto shared = prefix == "val/node" ? record.find("val" + suffix) : record.find("strategy/consensus_error");
+      const auto shared =
+          prefix == "val/node" ? record.find("val" + suffix) : record.find("strategy/consensus_error");
       if (shared != record.end()) points.push_back({field(record, x_key), shared->second});
     }
     if (nodes > 0) points.push_back({field(record, x_key), sum / nodes});

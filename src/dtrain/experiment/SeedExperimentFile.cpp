@@ -74,8 +74,8 @@ void read_solo(SeedSection solo, SeedForm& form, std::vector<RunSpec>& runs) {
 void read_data(SeedSection& exp, const fs::path& file, std::vector<std::string>& out) {
   // dataset is dtrain's addition (the authors' script is MNIST only): the same IDX format, so
   // seed 001's set-up runs on Fashion-MNIST, which Debian packages, unchanged otherwise.
-  out.push_back("data.dataset=" +
-                (exp.has("dataset") ? exp.choice("dataset", {"mnist", "fashion-mnist"}) : std::string("mnist")));
+  out.push_back("data.dataset=" + (exp.has("dataset") ? exp.choice("dataset", {"mnist", "fashion-mnist"})
+                                                      : std::string("mnist")));
   out.push_back("data.root=" + data_root(file, exp.text("data_dir")));
   const auto split = exp.choice("data_split_type", {"random", "hetero"});
   out.push_back("data.partition=" + split);
@@ -120,8 +120,8 @@ void read_seed_experiment(ExperimentSpec& spec, const YAML::Node& root) {
   SeedForm form;
   read_experiment_section(
       spec,
-      top.section("experiment", {"name", "data_dir", "output_metadir", "use_cuda", "writeout",
-                                 "dataset", "data_split_type", "loss", "graph", "model", "individual_training"}),
+      top.section("experiment", {"name", "data_dir", "output_metadir", "use_cuda", "writeout", "dataset",
+                                 "data_split_type", "loss", "graph", "model", "individual_training"}),
       form);
   auto problems = read_problem_configs(top.section("problem_configs", {}), form);
   for (const auto& problem : form.problems) {

@@ -41,7 +41,8 @@ void read_cadmm(SeedSection& opt, Overrides& out) {
     out.insert(out.end(), {"optim.lr=" + start, "optim.scheduler.name=" + decay});
     if (decay == "constant") {
       if (opt.has("primal_lr_finish"))
-        opt.reject("primal_lr_finish", "lr_decay_type constant keeps primal_lr_start throughout; leave it out");
+        opt.reject("primal_lr_finish",
+                   "lr_decay_type constant keeps primal_lr_start throughout; leave it out");
     } else {
       out.push_back("optim.scheduler.final_lr=" + opt.number("primal_lr_finish"));
     }

@@ -102,14 +102,15 @@ NetworkPtr build_dinnocnn(const config::ModelConfig& config, const InputSpec& in
   const std::int64_t pooled_h = (input.sample_shape[1] - (k - 1)) / 2;
   const std::int64_t pooled_w = (input.sample_shape[2] - (k - 1)) / 2;
   if (pooled_h < 1 || pooled_w < 1) {
-    throw std::invalid_argument(
-        fmt::format("model.kernel_size: {} leaves nothing of {}x{} images after the 2x2 pool; use a kernel of at "
-                    "most {}",
-                    k, input.sample_shape[1], input.sample_shape[2],
-                    std::min(input.sample_shape[1], input.sample_shape[2]) - 1));
+    throw std::invalid_argument(fmt::format(
+        "model.kernel_size: {} leaves nothing of {}x{} images after the 2x2 pool; use a kernel of at "
+        "most {}",
+        k, input.sample_shape[1], input.sample_shape[2],
+        std::min(input.sample_shape[1], input.sample_shape[2]) - 1));
   }
   torch::nn::Sequential layers;
-  layers->push_back(torch::nn::Conv2d(torch::nn::Conv2dOptions(input.sample_shape[0], config.num_filters, k)));
+  layers->push_back(
+      torch::nn::Conv2d(torch::nn::Conv2dOptions(input.sample_shape[0], config.num_filters, k)));
   layers->push_back(torch::nn::ReLU());
   layers->push_back(torch::nn::MaxPool2d(torch::nn::MaxPool2dOptions(2)));
   layers->push_back(torch::nn::Flatten());

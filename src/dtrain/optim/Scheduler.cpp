@@ -58,10 +58,11 @@ Scheduler::Scheduler(const config::SchedulerConfig& config, double base_lr)
             fmt::format("optim.scheduler.final_lr: expected >= 0, found {}", config.final_lr));
   }
   if (name_ == "inverse") {
-    require(config.mu * base_lr < 1.0,
-            fmt::format("optim.scheduler.mu: the inverse decay needs mu * lr < 1 to stay positive, found mu {} "
-                        "and lr {}; lower mu",
-                        config.mu, base_lr));
+    require(
+        config.mu * base_lr < 1.0,
+        fmt::format("optim.scheduler.mu: the inverse decay needs mu * lr < 1 to stay positive, found mu {} "
+                    "and lr {}; lower mu",
+                    config.mu, base_lr));
   }
   if (name_ == "log") {
     require(config.final_lr > 0.0,

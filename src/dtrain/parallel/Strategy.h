@@ -41,8 +41,6 @@ struct StrategyContext {
   std::vector<std::int64_t> holder_sizes{};
   // train.seed, for what a strategy draws itself (a random graph, random-k coordinates).
   std::uint64_t seed = 0;
-  // The steps the run will take (train.max_steps or epochs x steps per epoch); 0 = unknown.
-  std::int64_t total_steps = 0;
 };
 
 // Where one step's wall time went on this rank (seed 000's batch timer), in seconds, each phase

@@ -52,17 +52,6 @@ std::string precision_of(const torch::nn::Module& module) {
   return "fp32";
 }
 
-// The steps a run will take when each holds one batch per holder: what a strategy's own schedule
-// (CADMM's penalty, local_sgd's rounds) is told before it says how many batches its steps take.
-std::int64_t planned_steps(const data::Shard& shard, const config::RunConfig& config) {
-  const std::int64_t per_epoch = config.data.drop_last
-                                     ? shard.max_size() / config.data.batch_size
-                                     : (shard.max_size() + config.data.batch_size - 1) / config.data.batch_size;
-  std::int64_t total = per_epoch * config.train.epochs;
-  if (config.train.max_steps > 0) total = std::min(total, config.train.max_steps);
-  return total;
-}
-
 }  // namespace
 
 void check_device(const std::string& device) {
@@ -91,7 +80,8 @@ Trainer::Trainer(config::RunConfig config, comm::CommunicatorPtr comm)
   const auto shards =
       data::partition_all(holders_, data::partition_options(config_.data), data_.train->labels(), seed);
   const int per_rank = holders_ / world;
-  const std::vector<data::Shard> local(shards.begin() + rank * per_rank, shards.begin() + (rank + 1) * per_rank);
+  const std::vector<data::Shard> local(shards.begin() + rank * per_rank,
+                                       shards.begin() + (rank + 1) * per_rank);
   shard_ = local.front();
   partition_hash_ = train::data_partition_hash(holders_, config_.data, data_.train->labels(), seed);
 
@@ -110,10 +100,10 @@ Trainer::Trainer(config::RunConfig config, comm::CommunicatorPtr comm)
   facts_.initial_hash = parameter_hash(*model);
   scheduler_ = std::make_unique<optim::Scheduler>(config_.optim.scheduler, config_.optim.lr);
   loss_ = optim::create_loss(config_.optim.loss);
-  parallel::StrategyContext context{model, optim::optimizer_factory(config_.optim), loss_, comm_, config_.parallel};
+  parallel::StrategyContext context{model, optim::optimizer_factory(config_.optim), loss_, comm_,
+                                    config_.parallel};
   context.holder_sizes = shard_.rank_sizes;
   context.seed = seed;
-  context.total_steps = planned_steps(shard_, config_);
   strategy_ = parallel::create_strategy(std::move(context));
   feed_ = std::make_unique<StepFeed>(data_.train, local, config_.data, seed, strategy_->batches_per_step());
   const auto per_epoch = feed_->steps_per_epoch();

@@ -42,8 +42,9 @@ double pooled_loss(const std::function<torch::Tensor(const torch::Tensor&)>& for
 TEST(Cadmm, LogisticRegressionReachesTheCentralizedOptimum) {
   // The optimum of the mean of the nodes' losses, by L-BFGS on all the data.
   auto central = logistic_model();
-  torch::optim::LBFGS lbfgs(central->parameters(),
-                            torch::optim::LBFGSOptions(1.0).max_iter(500).tolerance_grad(1e-10).tolerance_change(1e-12));
+  torch::optim::LBFGS lbfgs(
+      central->parameters(),
+      torch::optim::LBFGSOptions(1.0).max_iter(500).tolerance_grad(1e-10).tolerance_change(1e-12));
   lbfgs.step([&] {
     lbfgs.zero_grad();
     torch::Tensor loss = torch::zeros({});

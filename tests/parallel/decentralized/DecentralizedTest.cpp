@@ -78,7 +78,8 @@ TEST(Decentralized, ChocoWithTheIdentityCompressorIsDsgdMixedOnceMore) {
     for (int j : graph.neighbours(i)) expected = expected + a.nodes.at(j) * graph.weight(i, j);
     EXPECT_LT((b.nodes.at(i) - expected).abs().max().item<double>(), 1e-5) << "node " << i;
   }
-  for (const auto& [name, value] : a.average) EXPECT_LT((b.average.at(name) - value).abs().max().item<double>(), 1e-5);
+  for (const auto& [name, value] : a.average)
+    EXPECT_LT((b.average.at(name) - value).abs().max().item<double>(), 1e-5);
 }
 
 TEST(Decentralized, CheckpointOfTwoRanksContinuesOnOneAndOnThree) {

@@ -23,7 +23,8 @@
 namespace dtrain::parallel::testing {
 
 // A decentralized configuration: an mlp of one hidden layer on 1x28x28 images, plain SGD.
-inline config::RunConfig decentralized_config(const std::string& algorithm, const std::string& graph, int nodes) {
+inline config::RunConfig decentralized_config(const std::string& algorithm, const std::string& graph,
+                                              int nodes) {
   config::RunConfig cfg;
   cfg.model.name = "mlp";
   cfg.model.hidden = {16};
@@ -70,8 +71,8 @@ inline models::NetworkPtr decentralized_model(const config::RunConfig& cfg, std:
 inline std::unique_ptr<DecentralizedStrategy> make_decentralized(const config::RunConfig& cfg,
                                                                  models::NetworkPtr model,
                                                                  comm::CommunicatorPtr comm) {
-  StrategyContext context{std::move(model), optim::optimizer_factory(cfg.optim), optim::create_loss(cfg.optim.loss),
-                          std::move(comm), cfg.parallel};
+  StrategyContext context{std::move(model), optim::optimizer_factory(cfg.optim),
+                          optim::create_loss(cfg.optim.loss), std::move(comm), cfg.parallel};
   context.seed = 3;
   return std::make_unique<DecentralizedStrategy>(std::move(context));
 }

@@ -39,7 +39,9 @@ void expect_doubly_stochastic(const Graph& g, const std::string& what) {
       EXPECT_GE(w[i][j], 0.0) << what;
       const auto& nb = g.neighbours(i);
       const bool edge = std::find(nb.begin(), nb.end(), j) != nb.end();
-      if (i != j) EXPECT_EQ(w[i][j] > 0, edge) << what << " " << i << "-" << j;
+      if (i != j) {
+        EXPECT_EQ(w[i][j] > 0, edge) << what << " " << i << "-" << j;
+      }
     }
     EXPECT_NEAR(row, 1.0, 1e-12) << what;
     EXPECT_NEAR(column, 1.0, 1e-12) << what;

@@ -42,7 +42,8 @@ std::int64_t packed_bytes(std::int64_t n, int width) {
 Compressor::Compressor(CompressorOptions options, std::int64_t length, std::uint64_t seed)
     : options_(std::move(options)), length_(length), seed_(seed) {
   const auto& kind = options_.kind;
-  k_ = std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(options_.ratio * static_cast<double>(length))));
+  k_ = std::max<std::int64_t>(
+      1, static_cast<std::int64_t>(std::ceil(options_.ratio * static_cast<double>(length))));
   k_ = std::min(k_, length);
   if (kind == "identity") {
     bytes_ = 4 * length;
@@ -57,14 +58,17 @@ Compressor::Compressor(CompressorOptions options, std::int64_t length, std::uint
       throw std::invalid_argument("parallel.decentralized.bits: expected 1..7 bits per coordinate");
     bytes_ = packed_bytes(length, options_.bits + 1) + 4;
   } else {
-    throw std::invalid_argument("parallel.decentralized.compressor: expected identity, topk, randomk, sign or qbit, "
-                                "found '" + kind + "'");
+    throw std::invalid_argument(
+        "parallel.decentralized.compressor: expected identity, topk, randomk, sign or qbit, "
+        "found '" +
+        kind + "'");
   }
 }
 
 torch::Generator Compressor::generator(int node, std::int64_t round, std::uint64_t stream) const {
   util::Fnv1a64 hash;
-  const std::uint64_t parts[] = {seed_, static_cast<std::uint64_t>(node), static_cast<std::uint64_t>(round), stream};
+  const std::uint64_t parts[] = {seed_, static_cast<std::uint64_t>(node), static_cast<std::uint64_t>(round),
+                                 stream};
   hash.add(parts, sizeof(parts));
   return at::make_generator<at::CPUGeneratorImpl>(hash.value());
 }

@@ -22,7 +22,6 @@
 
 #include "dtrain/optim/Optimizers.h"
 #include "dtrain/parallel/decentralized/DecentralizedNode.h"
-#include "dtrain/util/Clock.h"
 
 namespace dtrain::parallel {
 namespace {
@@ -32,10 +31,14 @@ torch::Tensor rows_of(const torch::Tensor& t, std::size_t h, int b, int per_node
   return t.narrow(0, (static_cast<std::int64_t>(h) * per_node + b) * rows, rows);
 }
 
-std::vector<torch::Tensor> snapshot(const std::vector<std::unique_ptr<DecentralizedStrategy::Node>>& nodes,
-                                    const std::function<torch::Tensor(const DecentralizedStrategy::Node&)>& f) {
+// Each node's message: f(node). A message that aliases state the round changes while others still
+// read it (CADMM's parameters, stepped node by node) must be a copy; the exchange itself copies only
+// what it sends to other ranks.
+std::vector<torch::Tensor> messages_of(
+    const std::vector<std::unique_ptr<DecentralizedStrategy::Node>>& nodes,
+    const std::function<torch::Tensor(const DecentralizedStrategy::Node&)>& f) {
   std::vector<torch::Tensor> out;
-  for (const auto& node : nodes) out.push_back(f(*node).clone());
+  for (const auto& node : nodes) out.push_back(f(*node));
   return out;
 }
 
@@ -44,8 +47,9 @@ std::vector<torch::Tensor> snapshot(const std::vector<std::unique_ptr<Decentrali
 torch::Tensor DecentralizedStrategy::round_dsgd(const data::Batch& batch, double& loss, StepTiming& timing) {
   {
     torch::NoGradGuard no_grad;
-    const auto values = gossip(snapshot(nodes_, [](const Node& n) { return n.theta; }), timing);
+    const auto values = gossip(messages_of(nodes_, [](const Node& n) { return n.theta; }), timing);
     charge_bytes(4.0 * static_cast<double>(length_));
+    // Every mix is taken before any node's parameters change, so the parameters themselves serve.
     std::vector<torch::Tensor> mixed;
     for (const auto& node : nodes_) mixed.push_back(mix(node->index, values));
     for (std::size_t h = 0; h < nodes_.size(); ++h) nodes_[h]->theta.copy_(mixed[h]);
@@ -63,7 +67,8 @@ torch::Tensor DecentralizedStrategy::round_local(const data::Batch& batch, doubl
     node.optimizer->step();
   }
   loss /= static_cast<double>(nodes_.size());
-  if (options_.algorithm == "local_sgd" && (round_ + 1) % options_.local_steps == 0) average_all_nodes(timing);
+  if (options_.algorithm == "local_sgd" && (round_ + 1) % options_.local_steps == 0)
+    average_all_nodes(timing);
   return torch::cat(outputs);
 }
 
@@ -92,7 +97,7 @@ torch::Tensor DecentralizedStrategy::round_cadmm(const data::Batch& batch, doubl
   std::map<int, torch::Tensor> values;
   {
     torch::NoGradGuard no_grad;
-    values = gossip(snapshot(nodes_, [](const Node& n) { return n.theta; }), timing);
+    values = gossip(messages_of(nodes_, [](const Node& n) { return n.theta.clone(); }), timing);
   }
   charge_bytes(4.0 * static_cast<double>(length_));
   rho_ *= options_.rho_scaling;
@@ -131,8 +136,8 @@ torch::Tensor DecentralizedStrategy::round_dsgt(const data::Batch& batch, double
       auto& node = *nodes_[h];
       if (options_.init_grads) {
         double ignored = 0.0;
-        forward_backward(node, rows_of(batch.inputs, h, 0, 1, rows), rows_of(batch.targets, h, 0, 1, rows), ignored,
-                         timing);
+        forward_backward(node, rows_of(batch.inputs, h, 0, 1, rows), rows_of(batch.targets, h, 0, 1, rows),
+                         ignored, timing);
         node.last_gradient = flat_gradient().detach().clone();
       } else {
         node.last_gradient = torch::zeros({length_});
@@ -143,7 +148,11 @@ torch::Tensor DecentralizedStrategy::round_dsgt(const data::Batch& batch, double
   std::map<int, torch::Tensor> values;
   {
     torch::NoGradGuard no_grad;
-    values = gossip(snapshot(nodes_, [](const Node& n) { return torch::cat({n.theta, n.tracker}); }), timing);
+    values = gossip(messages_of(nodes_,
+                                [](const Node& n) {
+                                  return torch::cat({n.theta, n.tracker});
+                                }),
+                    timing);
     charge_bytes(8.0 * static_cast<double>(length_));
     std::map<int, torch::Tensor> moved, trackers;
     for (const auto& [j, v] : values) {
@@ -182,13 +191,15 @@ torch::Tensor DecentralizedStrategy::round_choco(const data::Batch& batch, doubl
   for (auto& node : nodes_) {
     const auto& own = xhat_.at(node->index);
     auto step = torch::zeros({length_});
-    for (int j : graph_->neighbours(node->index)) step.add_(xhat_.at(j) - own, graph_->weight(node->index, j));
+    for (int j : graph_->neighbours(node->index))
+      step.add_(xhat_.at(j) - own, graph_->weight(node->index, j));
     node->theta.add_(step, options_.consensus_step);
   }
   return outputs;
 }
 
-torch::Tensor DecentralizedStrategy::round_centralized(const data::Batch& batch, double& loss, StepTiming& timing) {
+torch::Tensor DecentralizedStrategy::round_centralized(const data::Batch& batch, double& loss,
+                                                       StepTiming& timing) {
   auto& first = *nodes_.front();
   const auto outputs = forward_backward(first, batch.inputs, batch.targets, loss, timing);
   first.samples -= batch.size();
@@ -196,11 +207,7 @@ torch::Tensor DecentralizedStrategy::round_centralized(const data::Batch& batch,
   if (context_.comm && context_.comm->size() > 1) {
     torch::NoGradGuard no_grad;
     auto gradient = flat_gradient();
-    const auto before = context_.comm->stats();
-    const auto start = util::Clock::now();
-    context_.comm->allreduce(gradient);
-    timing.communication += util::seconds_since(start);
-    own_comm_ += comm::difference(context_.comm->stats(), before);
+    communicate(&timing, [&] { context_.comm->allreduce(gradient); });
     gradient.div_(context_.comm->size());
     zero_gradients();
     add_to_gradient(gradient);

@@ -58,16 +58,19 @@ void DecentralizedOptions::check() const {
   static const std::vector<Owned> owned{
       {"rho_init", "cadmm", [](auto& a, auto& b) { return a.rho_init == b.rho_init; }},
       {"rho_scaling", "cadmm", [](auto& a, auto& b) { return a.rho_scaling == b.rho_scaling; }},
-      {"primal_iterations", "cadmm", [](auto& a, auto& b) { return a.primal_iterations == b.primal_iterations; }},
+      {"primal_iterations", "cadmm",
+       [](auto& a, auto& b) { return a.primal_iterations == b.primal_iterations; }},
       {"persistent_primal_optimizer", "cadmm",
        [](auto& a, auto& b) { return a.persistent_primal_optimizer == b.persistent_primal_optimizer; }},
       {"init_grads", "dsgt", [](auto& a, auto& b) { return a.init_grads == b.init_grads; }},
       {"compressor", "choco", [](auto& a, auto& b) { return a.compressor == b.compressor; }},
-      {"compression_ratio", "choco", [](auto& a, auto& b) { return a.compression_ratio == b.compression_ratio; }},
+      {"compression_ratio", "choco",
+       [](auto& a, auto& b) { return a.compression_ratio == b.compression_ratio; }},
       {"bits", "choco", [](auto& a, auto& b) { return a.bits == b.bits; }},
       {"consensus_step", "choco", [](auto& a, auto& b) { return a.consensus_step == b.consensus_step; }},
       {"local_steps", "local_sgd", [](auto& a, auto& b) { return a.local_steps == b.local_steps; }},
-      {"outer_optimizer", "local_sgd", [](auto& a, auto& b) { return a.outer_optimizer == b.outer_optimizer; }},
+      {"outer_optimizer", "local_sgd",
+       [](auto& a, auto& b) { return a.outer_optimizer == b.outer_optimizer; }},
       {"outer_lr", "local_sgd", [](auto& a, auto& b) { return a.outer_lr == b.outer_lr; }},
       {"outer_momentum", "local_sgd", [](auto& a, auto& b) { return a.outer_momentum == b.outer_momentum; }},
   };
@@ -79,7 +82,8 @@ void DecentralizedOptions::check() const {
           entry.key, entry.algorithm, algorithm, entry.algorithm));
     }
   }
-  if (algorithm == "local_sgd" && outer_optimizer == "none" && (outer_lr != d.outer_lr || outer_momentum != d.outer_momentum)) {
+  if (algorithm == "local_sgd" && outer_optimizer == "none" &&
+      (outer_lr != d.outer_lr || outer_momentum != d.outer_momentum)) {
     throw std::invalid_argument(
         "parallel.decentralized.outer_lr/outer_momentum: set, but outer_optimizer is none; set "
         "parallel.decentralized.outer_optimizer: nesterov or remove them");

@@ -11,10 +11,8 @@ namespace {
 
 const std::string kPrefix = "strategy/decentralized/";
 
-}  // namespace
-
 // Every node's rows of `local` (per_rank, ...) on every rank, in graph order.
-static torch::Tensor gather_nodes(const comm::CommunicatorPtr& comm, const torch::Tensor& local) {
+torch::Tensor gather_nodes(const comm::CommunicatorPtr& comm, const torch::Tensor& local) {
   if (!comm || comm->size() == 1) return local;
   auto flat = local.contiguous().reshape({-1});
   auto out = torch::empty({flat.numel() * comm->size()}, flat.options());
@@ -23,6 +21,8 @@ static torch::Tensor gather_nodes(const comm::CommunicatorPtr& comm, const torch
   shape[0] *= comm->size();
   return out.view(shape);
 }
+
+}  // namespace
 
 // Note [Consensus error]
 // As DiNNO's problems/dist_mnist_problem.py: the parameter vectors are L2-normalised and their
@@ -51,7 +51,8 @@ std::map<std::string, double> DecentralizedStrategy::metrics() {
     mean += own / n;
     for (int j = i + 1; j < n; ++j) out[fmt::format("distance/{}/{}", i, j)] = distances[i][j].item<double>();
     const double samples = counts[i][0].item<double>();
-    const auto size = context_.holder_sizes.empty() ? 0 : context_.holder_sizes.at(static_cast<std::size_t>(i));
+    const auto size =
+        context_.holder_sizes.empty() ? 0 : context_.holder_sizes.at(static_cast<std::size_t>(i));
     out[fmt::format("node{}/epoch", i)] = size > 0 ? std::floor(samples / static_cast<double>(size)) : 0.0;
     out[fmt::format("node{}/bytes_sent", i)] = counts[i][1].item<double>();
     bytes += counts[i][1].item<double>() / n;
@@ -61,8 +62,7 @@ std::map<std::string, double> DecentralizedStrategy::metrics() {
   out["consensus_error_max"] = high;
   out["forward_pass_count"] = counts[0][0].item<double>();
   out["node_bytes_sent"] = bytes;
-  out["rho"] = options_.algorithm == "cadmm" ? rho_ : 0.0;
-  if (options_.algorithm != "cadmm") out.erase("rho");
+  if (options_.algorithm == "cadmm") out["rho"] = rho_;
   return out;
 }
 
@@ -73,7 +73,8 @@ std::map<std::string, torch::Tensor> DecentralizedStrategy::model_state() const 
   const auto theta = self->sum_over_nodes([](const Node& node) { return node.theta; }, nullptr) / n;
   std::int64_t offset = 0;
   for (std::size_t p = 0; p < model_params_.size(); ++p) {
-    state[param_names_[p]] = theta.narrow(0, offset, model_params_[p].numel()).view(model_params_[p].sizes()).clone();
+    state[param_names_[p]] =
+        theta.narrow(0, offset, model_params_[p].numel()).view(model_params_[p].sizes()).clone();
     offset += model_params_[p].numel();
   }
   for (std::size_t b = 0; b < model_buffers_.size(); ++b) {
@@ -85,13 +86,16 @@ std::map<std::string, torch::Tensor> DecentralizedStrategy::model_state() const 
   return state;
 }
 
+namespace {
+
 // One node's state by field name; the same fields on every node of a run.
-static std::map<std::string, torch::Tensor> node_fields(const DecentralizedStrategy::Node& node,
-                                                        const optim::NamedParameters& named,
-                                                        const std::vector<std::string>& buffer_names) {
-  std::map<std::string, torch::Tensor> fields{{"theta", node.theta},
-                                               {"samples", torch::tensor({node.samples}, torch::kLong)},
-                                               {"bytes_sent", torch::tensor({node.bytes_sent}, torch::kDouble)}};
+std::map<std::string, torch::Tensor> node_fields(const DecentralizedStrategy::Node& node,
+                                                 const optim::NamedParameters& named,
+                                                 const std::vector<std::string>& buffer_names) {
+  std::map<std::string, torch::Tensor> fields{
+      {"theta", node.theta},
+      {"samples", torch::tensor({node.samples}, torch::kLong)},
+      {"bytes_sent", torch::tensor({node.bytes_sent}, torch::kDouble)}};
   for (std::size_t b = 0; b < buffer_names.size(); ++b) fields["buffer/" + buffer_names[b]] = node.buffers[b];
   if (node.dual.defined()) fields["dual"] = node.dual;
   if (node.tracker.defined()) fields["tracker"] = node.tracker;
@@ -102,10 +106,13 @@ static std::map<std::string, torch::Tensor> node_fields(const DecentralizedStrat
   return fields;
 }
 
+}  // namespace
+
 void DecentralizedStrategy::save(io::Checkpoint& checkpoint) const {
   for (const auto& [name, value] : model_state()) checkpoint.set_tensor("model." + name, value);
   optim::NamedParameters named;
-  for (std::size_t p = 0; p < model_params_.size(); ++p) named.emplace_back(param_names_[p], model_params_[p]);
+  for (std::size_t p = 0; p < model_params_.size(); ++p)
+    named.emplace_back(param_names_[p], model_params_[p]);
   std::vector<std::map<std::string, torch::Tensor>> fields;
   for (const auto& node : nodes_) {
     fields.push_back(node_fields(*node, named, buffer_names_));
@@ -154,13 +161,15 @@ void DecentralizedStrategy::load(const io::Checkpoint& checkpoint) {
         layout_.nodes()));
   }
   optim::NamedParameters named;
-  for (std::size_t p = 0; p < model_params_.size(); ++p) named.emplace_back(param_names_[p], model_params_[p]);
+  for (std::size_t p = 0; p < model_params_.size(); ++p)
+    named.emplace_back(param_names_[p], model_params_[p]);
   for (auto& node : nodes_) {
     const int i = node->index;
     node->theta.copy_(field(i, "theta"));
     node->samples = field(i, "samples").item<std::int64_t>();
     node->bytes_sent = field(i, "bytes_sent").item<double>();
-    for (std::size_t b = 0; b < buffer_names_.size(); ++b) node->buffers[b].copy_(field(i, "buffer/" + buffer_names_[b]));
+    for (std::size_t b = 0; b < buffer_names_.size(); ++b)
+      node->buffers[b].copy_(field(i, "buffer/" + buffer_names_[b]));
     if (has(i, "dual")) node->dual = field(i, "dual").clone();
     if (has(i, "tracker")) node->tracker = field(i, "tracker").clone();
     if (has(i, "last_gradient")) node->last_gradient = field(i, "last_gradient").clone();

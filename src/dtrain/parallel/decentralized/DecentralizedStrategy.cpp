@@ -26,8 +26,9 @@ int graph_nodes(const GraphOptions& graph, int world) {
 // SGD only; every algorithm steps nodes one batch at a time, so L-BFGS's closure has no place.
 void check_optimizer(const torch::optim::Optimizer& probe, const std::string& algorithm) {
   if (dynamic_cast<const torch::optim::LBFGS*>(&probe)) {
-    throw std::invalid_argument("optim.name: lbfgs needs a closure over the whole model; decentralized nodes step "
-                                "with sgd, adam or adamw");
+    throw std::invalid_argument(
+        "optim.name: lbfgs needs a closure over the whole model; decentralized nodes step "
+        "with sgd, adam or adamw");
   }
   if (algorithm != "dsgt") return;
   const auto* sgd = dynamic_cast<const torch::optim::SGD*>(&probe);
@@ -35,7 +36,8 @@ void check_optimizer(const torch::optim::Optimizer& probe, const std::string& al
   const auto* sgd_options = dynamic_cast<const torch::optim::SGDOptions*>(&group);
   if (!sgd || !sgd_options || sgd_options->momentum() != 0.0 || sgd_options->weight_decay() != 0.0) {
     throw std::invalid_argument(
-        "optim.name: dsgt steps x - lr * y itself, so it takes optim.name: sgd without momentum or weight decay");
+        "optim.name: dsgt steps x - lr * y itself, so it takes optim.name: sgd without momentum or weight "
+        "decay");
   }
 }
 
@@ -45,11 +47,14 @@ void check_compressor(const DecentralizedOptions& options) {
   const DecentralizedOptions d;
   const bool sparse = options.compressor == "topk" || options.compressor == "randomk";
   if (!sparse && options.compression_ratio != d.compression_ratio) {
-    throw std::invalid_argument("parallel.decentralized.compression_ratio: applies to compressor topk or randomk, "
-                                "not " + options.compressor);
+    throw std::invalid_argument(
+        "parallel.decentralized.compression_ratio: applies to compressor topk or randomk, "
+        "not " +
+        options.compressor);
   }
   if (options.compressor != "qbit" && options.bits != d.bits) {
-    throw std::invalid_argument("parallel.decentralized.bits: applies to compressor qbit, not " + options.compressor);
+    throw std::invalid_argument("parallel.decentralized.bits: applies to compressor qbit, not " +
+                                options.compressor);
   }
 }
 
@@ -64,7 +69,8 @@ DecentralizedStrategy::DecentralizedStrategy(StrategyContext context)
   check_graph(graph_options_);
   if (options_.algorithm == "choco" && graph_options_.redraw_every > 0) {
     throw std::invalid_argument(
-        "parallel.graph.redraw_every: choco keeps every neighbour's x_hat from round 0, so it needs a fixed graph; "
+        "parallel.graph.redraw_every: choco keeps every neighbour's x_hat from round 0, so it needs a fixed "
+        "graph; "
         "set redraw_every: 0");
   }
   check_compressor(options_);
@@ -108,7 +114,8 @@ DecentralizedStrategy::DecentralizedStrategy(StrategyContext context)
   }
   if (options_.algorithm == "choco") {
     compressor_ = std::make_unique<Compressor>(
-        CompressorOptions{options_.compressor, options_.compression_ratio, options_.bits}, length_, context_.seed);
+        CompressorOptions{options_.compressor, options_.compression_ratio, options_.bits}, length_,
+        context_.seed);
     for (const auto& node : nodes_) {
       xhat_[node->index] = torch::zeros({length_});
       for (int j : graph_->neighbours(node->index)) xhat_[j] = torch::zeros({length_});
@@ -188,13 +195,22 @@ void DecentralizedStrategy::add_to_gradient(const torch::Tensor& flat) {
   }
 }
 
+void DecentralizedStrategy::communicate(StepTiming* timing, const std::function<void()>& op) {
+  if (!timing || !context_.comm) {
+    op();
+    return;
+  }
+  const auto before = context_.comm->stats();
+  const auto start = util::Clock::now();
+  op();
+  timing->communication += util::seconds_since(start);
+  own_comm_ += comm::difference(context_.comm->stats(), before);
+}
+
 std::map<int, torch::Tensor> DecentralizedStrategy::gossip(const std::vector<torch::Tensor>& messages,
                                                            StepTiming& timing) {
-  const auto before = context_.comm ? context_.comm->stats() : comm::CommStats{};
-  const auto start = util::Clock::now();
-  auto values = exchange_->exchange(messages);
-  timing.communication += util::seconds_since(start);
-  if (context_.comm) own_comm_ += comm::difference(context_.comm->stats(), before);
+  std::map<int, torch::Tensor> values;
+  communicate(&timing, [&] { values = exchange_->exchange(messages); });
   return values;
 }
 
@@ -202,15 +218,7 @@ torch::Tensor DecentralizedStrategy::sum_over_nodes(const std::function<torch::T
                                                     StepTiming* timing) {
   torch::Tensor sum;
   for (const auto& node : nodes_) sum = sum.defined() ? sum + value(*node) : value(*node).clone();
-  if (context_.comm && context_.comm->size() > 1) {
-    const auto before = context_.comm->stats();
-    const auto start = util::Clock::now();
-    context_.comm->allreduce(sum);
-    if (timing) {
-      timing->communication += util::seconds_since(start);
-      own_comm_ += comm::difference(context_.comm->stats(), before);
-    }
-  }
+  if (context_.comm && context_.comm->size() > 1) communicate(timing, [&] { context_.comm->allreduce(sum); });
   return sum;
 }
 
@@ -277,7 +285,8 @@ void DecentralizedStrategy::begin_evaluation() {
       average_->buffers[b].copy_(nodes_.front()->buffers[b]);
       continue;
     }
-    average_->buffers[b].copy_(sum_over_nodes([b](const Node& node) { return node.buffers[b]; }, nullptr) / n);
+    average_->buffers[b].copy_(sum_over_nodes([b](const Node& node) { return node.buffers[b]; }, nullptr) /
+                               n);
   }
   context_.model->eval();
 }

@@ -9,9 +9,9 @@
 // nodes of one process in place one after another.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,8 +54,6 @@ class DecentralizedStrategy final : public Strategy {
   struct Node;  // one graph node's state (DecentralizedNode.h)
 
  private:
-  struct Round;  // what one step computes (defined in the .cpp files)
-
   // Points the model at `node`'s parameters and buffers.
   void bind(Node& node);
   // Forward and backward of the bound model on (inputs, targets); returns the detached outputs
@@ -66,6 +64,9 @@ class DecentralizedStrategy final : public Strategy {
   torch::Tensor flat_gradient() const;
   void add_to_gradient(const torch::Tensor& flat);
   void zero_gradients();
+  // Runs `op` (this strategy's communication), timed into timing->communication and counted as
+  // its own traffic; with no timing (evaluation, checkpoints) neither.
+  void communicate(StepTiming* timing, const std::function<void()>& op);
   // Gossip of per-node messages, timed as communication, bytes counted as this strategy's.
   std::map<int, torch::Tensor> gossip(const std::vector<torch::Tensor>& messages, StepTiming& timing);
   // Sum over every node of the local nodes' `value(node)` (an all-reduce across ranks).

@@ -48,8 +48,8 @@ Edges torus(int nodes, int rows_option) {
   }
   if (rows < 1 || nodes % rows != 0) {
     throw std::invalid_argument(fmt::format(
-        "parallel.graph.torus_rows: {} rows do not divide {} nodes; use a divisor of the node count or 0", rows,
-        nodes));
+        "parallel.graph.torus_rows: {} rows do not divide {} nodes; use a divisor of the node count or 0",
+        rows, nodes));
   }
   const int cols = nodes / rows;
   Edges edges;
@@ -81,8 +81,10 @@ Edges parse_edges(const std::string& text, int nodes) {
       used_a = 0;
     }
     if (dash == std::string::npos || used_a != dash || used_b != token.size() - dash - 1) {
-      throw std::invalid_argument(fmt::format(
-          "parallel.graph.edges: '{}' is not an edge; write pairs of node numbers as a-b, e.g. \"0-1 1-2 2-0\"", token));
+      throw std::invalid_argument(
+          fmt::format("parallel.graph.edges: '{}' is not an edge; write pairs of node numbers as a-b, e.g. "
+                      "\"0-1 1-2 2-0\"",
+                      token));
     }
     if (a < 0 || b < 0 || a >= nodes || b >= nodes || a == b) {
       throw std::invalid_argument(fmt::format(
@@ -113,8 +115,8 @@ Edges shape(const GraphOptions& o, int n) {
   } else if (o.type == "edges") {
     edges = parse_edges(o.edges, n);
   } else {
-    throw std::invalid_argument(fmt::format("parallel.graph.type: expected one of {}, found '{}'",
-                                            graph_types().list(), o.type));
+    throw std::invalid_argument(
+        fmt::format("parallel.graph.type: expected one of {}, found '{}'", graph_types().list(), o.type));
   }
   return edges;
 }
@@ -130,10 +132,11 @@ Graph random_graph(const GraphOptions& o, int n, std::uint64_t seed, std::int64_
     Graph graph(n, edges);
     if (graph.connected()) return graph;
   }
-  throw std::invalid_argument(fmt::format(
-      "parallel.graph: no connected Erdős–Rényi graph of {} nodes with p {} in {} attempts; raise parallel.graph.p "
-      "or parallel.graph.gen_attempts",
-      n, o.p, o.gen_attempts));
+  throw std::invalid_argument(
+      fmt::format("parallel.graph: no connected Erdős–Rényi graph of {} nodes with p {} in {} attempts; "
+                  "raise parallel.graph.p "
+                  "or parallel.graph.gen_attempts",
+                  n, o.p, o.gen_attempts));
 }
 
 }  // namespace
@@ -153,7 +156,8 @@ Graph::Graph(int nodes, const std::vector<std::pair<int, int>>& edges) {
   std::vector<std::set<int>> sets(static_cast<std::size_t>(nodes));
   for (const auto& [a, b] : edges) {
     if (a < 0 || b < 0 || a >= nodes || b >= nodes || a == b)
-      throw std::invalid_argument(fmt::format("parallel.graph: edge {}-{} must join two nodes in 0..{}", a, b, nodes - 1));
+      throw std::invalid_argument(
+          fmt::format("parallel.graph: edge {}-{} must join two nodes in 0..{}", a, b, nodes - 1));
     sets[static_cast<std::size_t>(a)].insert(b);
     sets[static_cast<std::size_t>(b)].insert(a);
   }
@@ -199,9 +203,11 @@ double Graph::weight(int i, int j) const {
 }
 
 std::vector<std::vector<double>> Graph::mixing_matrix() const {
-  std::vector<std::vector<double>> w(static_cast<std::size_t>(size()), std::vector<double>(static_cast<std::size_t>(size())));
+  std::vector<std::vector<double>> w(static_cast<std::size_t>(size()),
+                                     std::vector<double>(static_cast<std::size_t>(size())));
   for (int i = 0; i < size(); ++i)
-    for (int j = 0; j < size(); ++j) w[static_cast<std::size_t>(i)][static_cast<std::size_t>(j)] = weight(i, j);
+    for (int j = 0; j < size(); ++j)
+      w[static_cast<std::size_t>(i)][static_cast<std::size_t>(j)] = weight(i, j);
   return w;
 }
 
@@ -213,8 +219,9 @@ void check_graph(const GraphOptions& options) {
   const GraphOptions d;
   const auto type = graph_types().resolve(options.type).value_or(options.type);
   const auto refuse = [&](const char* key, const char* owner) {
-    throw std::invalid_argument(fmt::format(
-        "parallel.graph.{}: a setting of graph type {}, but parallel.graph.type is {}; remove it", key, owner, type));
+    throw std::invalid_argument(
+        fmt::format("parallel.graph.{}: a setting of graph type {}, but parallel.graph.type is {}; remove it",
+                    key, owner, type));
   };
   if (type != "random" && options.p != d.p) refuse("p", "random");
   if (type != "random" && options.gen_attempts != d.gen_attempts) refuse("gen_attempts", "random");
@@ -251,8 +258,8 @@ Graph make_graph(const GraphOptions& options, int nodes, std::uint64_t seed, std
   graph.type = o.type;
   if (!graph.connected()) {
     throw std::invalid_argument(fmt::format(
-        "parallel.graph: the {} graph of {} nodes is not connected, so some nodes never agree; add edges", o.type,
-        nodes));
+        "parallel.graph: the {} graph of {} nodes is not connected, so some nodes never agree; add edges",
+        o.type, nodes));
   }
   return graph;
 }

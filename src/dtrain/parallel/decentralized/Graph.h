@@ -17,11 +17,11 @@ namespace dtrain::parallel {
 struct GraphOptions {
   // complete | cycle (ring) | wheel | star | torus | random (erdos_renyi) | edges
   std::string type = "cycle";
-  int nodes = 0;           // graph nodes; 0 = one per rank
-  double p = 0.3;          // random: the probability of each edge
-  int gen_attempts = 10;   // random: draws until a connected graph, else an error
-  int torus_rows = 0;      // torus: rows of the rows x cols grid; 0 = the most square
-  std::string edges;       // edges: "0-1 1-2 2-0" (pairs a-b, separated by spaces or commas)
+  int nodes = 0;                  // graph nodes; 0 = one per rank
+  double p = 0.3;                 // random: the probability of each edge
+  int gen_attempts = 10;          // random: draws until a connected graph, else an error
+  int torus_rows = 0;             // torus: rows of the rows x cols grid; 0 = the most square
+  std::string edges;              // edges: "0-1 1-2 2-0" (pairs a-b, separated by spaces or commas)
   std::int64_t redraw_every = 0;  // 0 = one graph for the run; k: a new draw every k rounds
 };
 
@@ -34,7 +34,9 @@ class Graph {
   Graph(int nodes, const std::vector<std::pair<int, int>>& edges);
 
   int size() const { return static_cast<int>(neighbours_.size()); }
-  const std::vector<int>& neighbours(int node) const { return neighbours_.at(static_cast<std::size_t>(node)); }
+  const std::vector<int>& neighbours(int node) const {
+    return neighbours_.at(static_cast<std::size_t>(node));
+  }
   int degree(int node) const { return static_cast<int>(neighbours(node).size()); }
   bool connected() const;
   std::vector<std::pair<int, int>> edges() const;  // (i < j), ascending

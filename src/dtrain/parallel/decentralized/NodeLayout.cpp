@@ -14,10 +14,10 @@ NodeLayout::NodeLayout(int nodes, int world) : nodes_(nodes), world_(world) {
     for (int d = 1; d <= nodes; ++d) {
       if (nodes % d == 0) divisors += (divisors.empty() ? "" : ", ") + std::to_string(d);
     }
-    throw std::invalid_argument(
-        fmt::format("parallel.graph.nodes: {} nodes do not split evenly over {} ranks; use a number of ranks that "
-                    "divides it ({}) or another node count",
-                    nodes, world, divisors));
+    throw std::invalid_argument(fmt::format(
+        "parallel.graph.nodes: {} nodes do not split evenly over {} ranks; use a number of ranks that "
+        "divides it ({}) or another node count",
+        nodes, world, divisors));
   }
 }
 
