@@ -168,7 +168,8 @@ TEST(Partition, HeteroWithZeroClassesPerHolderGivesEachNodeExactlyItsClasses) {
     const int per = 10 / nodes;
     for (int i = 0; i < nodes; ++i) {
       const auto held = std::get<0>(at::_unique(labels.index_select(0, shards[i].indices), /*sorted=*/true));
-      EXPECT_TRUE(torch::equal(held, torch::arange(i * per, (i + 1) * per, torch::kLong))) << nodes << " nodes";
+      EXPECT_TRUE(torch::equal(held, torch::arange(i * per, (i + 1) * per, torch::kLong)))
+          << nodes << " nodes";
       EXPECT_EQ(shards[i].size(), 100 * per);
     }
   }
@@ -176,7 +177,8 @@ TEST(Partition, HeteroWithZeroClassesPerHolderGivesEachNodeExactlyItsClasses) {
     partition_all(12, o, labels, 3);
     FAIL() << "12 nodes over 10 classes";
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("12 ranks or graph nodes but 10 classes"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("12 ranks or graph nodes but 10 classes"), std::string::npos)
+        << e.what();
   }
 }
 

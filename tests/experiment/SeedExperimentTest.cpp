@@ -73,24 +73,23 @@ TEST_F(SeedExperimentTest, TheTemplateIsOneCadmmRunWithTheCommonSettings) {
   EXPECT_EQ(spec.out_dir, "./outputs/");
   EXPECT_TRUE(spec.base.empty());
   EXPECT_EQ(spec.source_text, kTemplate);
-  EXPECT_EQ(spec.overrides,
-            (Strings{"data.dataset=mnist", "data.root=" + data_root(), "data.partition=hetero",
-                     "data.classes_per_rank=0", "optim.loss=nll", "model.name=dinnocnn",
-                     "model.num_filters=3", "model.kernel_size=5", "model.linear_width=64",
-                     "parallel.strategy=decentralized", "parallel.graph.type=wheel", "parallel.graph.nodes=5",
-                     "train.seed=0"}));
+  EXPECT_EQ(spec.overrides, (Strings{"data.dataset=mnist", "data.root=" + data_root(),
+                                     "data.partition=hetero", "data.classes_per_rank=0", "optim.loss=nll",
+                                     "model.name=dinnocnn", "model.num_filters=3", "model.kernel_size=5",
+                                     "model.linear_width=64", "parallel.strategy=decentralized",
+                                     "parallel.graph.type=wheel", "parallel.graph.nodes=5", "train.seed=0"}));
   const auto runs = expand_runs(spec);
   ASSERT_EQ(runs.size(), 1u);
   EXPECT_EQ(runs[0].name, "vanilla_cadmm");
   Strings expected = spec.overrides;
-  for (const auto& o : Strings{
-           "train.epochs=1000000", "train.max_steps=30", "parallel.decentralized.algorithm=cadmm",
-           "parallel.decentralized.rho_init=1.0", "parallel.decentralized.rho_scaling=1.0",
-           "parallel.decentralized.primal_iterations=5", "optim.name=adam", "optim.lr=0.005",
-           "optim.scheduler.name=constant",
-           "parallel.decentralized.persistent_primal_optimizer=false", "train.eval_every_steps=20",
-           "train.eval_every_epochs=0", "train.checkpoint_every_epochs=0", "train.eval_at_start=true",
-           "data.batch_size=64", "data.eval_batch_size=128", "train.log_evals=true"}) {
+  for (const auto& o :
+       Strings{"train.epochs=1000000", "train.max_steps=30", "parallel.decentralized.algorithm=cadmm",
+               "parallel.decentralized.rho_init=1.0", "parallel.decentralized.rho_scaling=1.0",
+               "parallel.decentralized.primal_iterations=5", "optim.name=adam", "optim.lr=0.005",
+               "optim.scheduler.name=constant", "parallel.decentralized.persistent_primal_optimizer=false",
+               "train.eval_every_steps=20", "train.eval_every_epochs=0", "train.checkpoint_every_epochs=0",
+               "train.eval_at_start=true", "data.batch_size=64", "data.eval_batch_size=128",
+               "train.log_evals=true"}) {
     expected.push_back(o);
   }
   EXPECT_EQ(runs[0].overrides, expected);
