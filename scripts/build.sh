@@ -6,9 +6,10 @@ BUILD_DIR=${BUILD_DIR:-build}
 JOBS=${JOBS:-2}
 generator=()
 if command -v ninja >/dev/null 2>&1; then generator=(-G Ninja); fi
-# ccache, where installed, makes a rebuild (another clone, a worktree, a branch switch) cost only
-# what changed. Paths are hashed relative to the checkout, so clones share hits; the precompiled
-# header is cacheable only with these sloppiness settings (ccache's manual, "Precompiled headers").
+# ccache, where installed, makes a rebuild of the same checkout (a new build folder, a branch switched
+# back) cost only what changed; the precompiled header is cacheable only with these sloppiness
+# settings (ccache's manual, "Precompiled headers"). Another clone misses: CMake's PCH wrapper names
+# the header by its absolute path, so the .gch and everything compiled with it hash differently.
 launcher=()
 if command -v ccache >/dev/null 2>&1; then
   export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
