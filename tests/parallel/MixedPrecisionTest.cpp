@@ -291,6 +291,51 @@ TEST_P(OneRanksOverflow, SkipsTheStepOnEveryRank) {
 INSTANTIATE_TEST_SUITE_P(Strategies, OneRanksOverflow,
                          ::testing::Values("local", "data_parallel", "dad", "rankdad", "decentralized"));
 
+// Every decentralized algorithm, each of whose rounds steps its nodes its own way: rank 1's nodes
+// overflow in round 1, every rank skips alike (CADMM once per primal iteration), and round 2
+// steps again with a finite loss.
+class DecentralizedOverflow : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(DecentralizedOverflow, EveryRankSkipsAndTrainingGoesOn) {
+  auto cfg = testing::decentralized_config(GetParam(), "complete", 2);
+  if (GetParam() == "cadmm") {
+    auto& options = cfg.parallel.options.get<DecentralizedOptions>("decentralized");
+    options.primal_iterations = 2;
+    options.rho_init = 0.5;
+  }
+  std::vector<models::NetworkPtr> models;
+  for (int r = 0; r < 2; ++r) models.push_back(build_model(cfg, 9));
+  std::vector<double> scales(2, 0.0), next_scales(2, 0.0);
+  std::vector<int> skipped(2, -1), finite_after(2, -1);
+  dtrain::testing::run_world(2, [&](comm::CommunicatorPtr comm) {
+    const int rank = comm->rank();
+    auto s = make_strategy(cfg, models[rank], comm, Precision::Fp16);
+    auto& decentralized = dynamic_cast<DecentralizedStrategy&>(*s);
+    const int per = s->batches_per_step();
+    auto batch = [&](std::int64_t round, double scale) {
+      auto b = testing::rank_batch(decentralized.layout(), rank, round, per, 8);
+      return data::Batch{b.inputs * scale, b.targets};
+    };
+    s->train_step(batch(0, 1.0));
+    const auto r = s->train_step(batch(1, rank == 1 ? kOverflowingInputs : 1.0));
+    skipped[rank] = r.skipped ? 1 : 0;
+    scales[rank] = r.loss_scale;
+    const auto next = s->train_step(batch(2, 1.0));
+    finite_after[rank] = !next.skipped && std::isfinite(next.loss) ? 1 : 0;
+    next_scales[rank] = next.loss_scale;
+  });
+  const double expected = GetParam() == "cadmm" ? 16384.0 : 32768.0;  // cadmm: two primal iterations
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(skipped[r], 1) << GetParam() << " rank " << r;
+    EXPECT_EQ(scales[r], expected) << GetParam() << " rank " << r;
+    EXPECT_EQ(finite_after[r], 1) << GetParam() << " rank " << r;
+    EXPECT_EQ(next_scales[r], expected) << GetParam() << " rank " << r;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Algorithms, DecentralizedOverflow,
+                         ::testing::Values("dsgd", "cadmm", "dsgt", "choco", "local_sgd", "centralized"));
+
 // bf16 really trains: lenet5 fitting one batch falls as far as in float32, by different numbers.
 TEST(MixedPrecisionTraining, Bf16Lenet5LossFallsAsInFloat32) {
   config::RunConfig cfg = mlp_config();
