@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <limits>
+#include <map>
 
 #include "dtrain/io/Checkpoint.h"
 #include "dtrain/models/Linear.h"
@@ -290,6 +291,31 @@ TEST_P(OneRanksOverflow, SkipsTheStepOnEveryRank) {
 
 INSTANTIATE_TEST_SUITE_P(Strategies, OneRanksOverflow,
                          ::testing::Values("local", "data_parallel", "dad", "rankdad", "decentralized"));
+
+// The agreement is a collective of its own, not a side effect of averaged gradients: an fp16
+// data_parallel step makes exactly the fp32 step's calls plus one all-reduce of one flag.
+TEST(MixedPrecisionAgreement, DataParallelAgreesWithOneFlagPerStep) {
+  const auto cfg = mlp_config("data_parallel");
+  std::map<Precision, std::vector<dtrain::testing::LoggedCall>> calls;
+  for (const auto precision : {Precision::Fp32, Precision::Fp16}) {
+    std::vector<models::NetworkPtr> models;
+    for (int r = 0; r < 2; ++r) models.push_back(build_model(cfg, 7));
+    std::vector<std::vector<dtrain::testing::LoggedCall>> per_rank(2);
+    testing::run_in_process_world(2, [&](comm::CommunicatorPtr comm) {
+      const int rank = comm->rank();
+      auto s = make_strategy(cfg, models[rank], comm, precision);
+      const auto before = dynamic_cast<dtrain::testing::InProcessCommunicator&>(*comm).log().size();
+      s->train_step(batch_of(100 + rank));
+      const auto log = dynamic_cast<dtrain::testing::InProcessCommunicator&>(*comm).log();
+      per_rank[rank].assign(log.begin() + static_cast<std::ptrdiff_t>(before), log.end());
+    });
+    EXPECT_EQ(per_rank[0], per_rank[1]);
+    calls[precision] = per_rank[0];
+  }
+  auto expected = calls[Precision::Fp32];
+  expected.push_back({"allreduce", 1});
+  EXPECT_EQ(calls[Precision::Fp16], expected);
+}
 
 // Every decentralized algorithm, each of whose rounds steps its nodes its own way: rank 1's nodes
 // overflow in round 1, every rank skips alike (CADMM once per primal iteration), and round 2

@@ -94,7 +94,7 @@ bool MixedPrecision::agree(bool local_overflow, double* communication_seconds) {
   auto overflow = torch::tensor({local_overflow ? 1.0F : 0.0F});
   if (comm_ && comm_->size() > 1) {
     const auto start = util::Clock::now();
-    comm_->allreduce(overflow, comm::ReduceOp::Max);
+    comm_->allreduce(overflow);  // a sum: positive when any rank overflowed
     if (communication_seconds) *communication_seconds += util::seconds_since(start);
   }
   last_skipped_ = !scaler_->update(overflow.item<float>() > 0.0F);

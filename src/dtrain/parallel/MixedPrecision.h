@@ -74,8 +74,8 @@ class MixedPrecision {
   // finish_gradients() runs in a row (a strategy whose nodes step one after another calls them
   // itself). check_gradients: rounds the gradients to fp16 and says whether any is inf or NaN on
   // this rank (false without scaling). agree: collective when scaling (every rank calls it at the
-  // same point): one all-reduce of the overflow flag, the largest wins, so one rank's overflow
-  // skips the step everywhere; updates the scale and returns whether the optimizer should step
+  // same point): one all-reduce (a sum) of the overflow flags, so one rank's overflow skips
+  // the step everywhere; updates the scale and returns whether the optimizer should step
   // (true without scaling, with no communication); the wait is added to *communication_seconds.
   // unscale: divides the gradients by the scale they were computed with.
   bool check_gradients(const std::vector<torch::Tensor>& parameters) const;
