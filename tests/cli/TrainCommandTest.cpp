@@ -10,6 +10,7 @@
 
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -133,6 +134,40 @@ std::vector<nlohmann::json> step_records(const fs::path& run_dir) {
     if (record.contains("train/loss")) records.push_back(record);
   }
   return records;
+}
+
+// train.precision end to end on two workers: bf16 and fp16 train and say so in results.json and the
+// log; fp16's loss scale is a step metric and in results.json, and a resume carries on from it.
+TEST_F(TrainCommand, MixedPrecisionRunsOnTwoWorkersAndFp16Resumes) {
+  const auto cfg = write_config("e2e.yaml", synthetic_config());
+  const auto bf16 = run("train " + cfg.string() + " train.epochs=1 train.precision=bf16", dir_);
+  ASSERT_EQ(bf16.exit_code, 0) << bf16.err;
+  const auto rb = last_json_line(bf16.out);
+  EXPECT_EQ(rb["precision"], "bf16");
+  EXPECT_EQ(rb["config"]["train"]["precision"], "bf16");
+  EXPECT_FALSE(rb.contains("loss_scale"));
+
+  const auto fp16 = run("train " + cfg.string() + " train.epochs=1 train.precision=fp16", dir_);
+  ASSERT_EQ(fp16.exit_code, 0) << fp16.err;
+  const auto rf = last_json_line(fp16.out);
+  EXPECT_EQ(rf["precision"], "fp16");
+  const double scale = rf["loss_scale"].get<double>();
+  EXPECT_EQ(scale, 65536.0 / std::pow(2.0, rf["skipped_steps"].get<double>()));
+  const fs::path run_dir = rf["run_dir"].get<std::string>();
+  const auto records = step_records(run_dir);
+  ASSERT_FALSE(records.empty());
+  EXPECT_EQ(records.back()["train/loss_scale"].get<double>(), scale);
+  std::ifstream log(run_dir / "site_0" / "log.txt");
+  const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("precision fp16"), std::string::npos);
+
+  const auto resumed = run(
+      "train " + cfg.string() + " train.epochs=2 train.precision=fp16 --resume " + run_dir.string(), dir_);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  const auto rr = last_json_line(resumed.out);
+  EXPECT_EQ(rr["steps"], 2 * 512 / (16 * 2));
+  // No step of the second epoch overflowed again unless it says so: the scale went on from the saved one.
+  EXPECT_EQ(rr["loss_scale"].get<double>(), scale / std::pow(2.0, rr["skipped_steps"].get<double>()));
 }
 
 // Checks the time split of results.json's step_time and of metrics.jsonl's step records, and

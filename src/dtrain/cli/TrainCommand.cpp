@@ -149,6 +149,10 @@ nlohmann::json results_json(const config::RunConfig& cfg, const train::Trainer& 
   j["initial_parameter_hash"] = trainer.model_facts().initial_hash;
   j["data_partition_hash"] = trainer.data_partition_hash();
   j["precision"] = trainer.model_facts().precision;
+  if (r.loss_scale > 0.0) {
+    j["loss_scale"] = r.loss_scale;
+    j["skipped_steps"] = r.skipped_steps;
+  }
   j["strategy"] = cfg.parallel.strategy;
   j["backend"] = backend;
   j["world_size"] = trainer.world_size();

@@ -121,6 +121,9 @@ struct TrainConfig {
   std::uint64_t seed = 0;
   int threads = 0;             // intra-op threads per worker; 0 = cores / local workers
   std::string device = "cpu";  // cpu | cuda
+  // fp32 | bf16 (CPU autocast) | fp16 (fp16 numerics with dynamic loss scaling; README "Mixed
+  // precision"). Master weights and optimizer state stay float32.
+  std::string precision = "fp32";
 };
 
 struct RunConfig {

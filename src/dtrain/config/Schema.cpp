@@ -16,6 +16,7 @@ const ChoiceSet kStems{"cifar", "imagenet"};
 const ChoiceSet kTasks{"classifier", "lm"};
 const ChoiceSet kBackends{"gloo", "mpi", "nccl"};
 const ChoiceSet kDevices{"cpu", "cuda"};
+const ChoiceSet kPrecisions{"fp32", "bf16", "fp16"};
 const ChoiceSet kRunFolders{"dated", "named"};
 
 // A registered set; an empty one means the layer that owns it is not linked into this program.
@@ -131,6 +132,7 @@ void describe_train(OptionVisitor& v, TrainConfig& t) {
   v.integer("seed", t.seed, IntRange{0, std::numeric_limits<std::int64_t>::max()});
   v.integer("threads", t.threads, at_least(0));
   v.choice("device", t.device, kDevices);
+  v.choice("precision", t.precision, kPrecisions);
 }
 
 }  // namespace

@@ -16,8 +16,29 @@ optim::NamedParameters named_parameters(const torch::nn::Module& module) {
 
 }  // namespace
 
-ReplicaStrategy::ReplicaStrategy(StrategyContext context) : context_(std::move(context)) {
+ReplicaStrategy::ReplicaStrategy(StrategyContext context)
+    : context_(std::move(context)), precision_(context_.precision, context_.comm) {
   optimizer_ = context_.make_optimizer(context_.model->parameters());
+  check_precision_optimizer(context_.precision, *optimizer_);
+}
+
+ForwardFn ReplicaStrategy::forward_fn() {
+  return [this](const torch::Tensor& x) { return precision_.forward(*context_.model, x); };
+}
+
+void ReplicaStrategy::step_with(const std::function<torch::Tensor()>& closure, StepResult& result) {
+  if (!precision_.scaling()) {
+    optimizer_->step(closure);
+    return;
+  }
+  const auto parameters = context_.model->parameters();
+  {
+    const auto half = precision_.half_weights(parameters);
+    closure();
+  }
+  if (precision_.finish_gradients(parameters, &result.timing.communication)) optimizer_->step();
+  result.skipped = precision_.last_skipped();
+  result.loss_scale = precision_.loss_scale();
 }
 
 void ReplicaStrategy::set_learning_rate(double lr) {
@@ -51,6 +72,7 @@ void ReplicaStrategy::save(io::Checkpoint& checkpoint) const {
        optim::named_optimizer_state(*optimizer_, named_parameters(*context_.model))) {
     checkpoint.set_tensor(key, value);
   }
+  precision_.save(checkpoint);
 }
 
 void ReplicaStrategy::load(const io::Checkpoint& checkpoint) {
@@ -60,6 +82,7 @@ void ReplicaStrategy::load(const io::Checkpoint& checkpoint) {
     if (key.rfind("optimizer", 0) == 0) entries.emplace(key, value);
   }
   optim::load_named_optimizer_state(*optimizer_, named_parameters(*context_.model), entries);
+  precision_.load(checkpoint);
 }
 
 comm::CommStats ReplicaStrategy::count_own_communication(const comm::CommStats& before) {

@@ -4,8 +4,11 @@
 // strategy's own communication.
 #pragma once
 
+#include <functional>
 #include <memory>
 
+#include "dtrain/parallel/MicroBatches.h"
+#include "dtrain/parallel/MixedPrecision.h"
 #include "dtrain/parallel/Strategy.h"
 
 namespace dtrain::parallel {
@@ -22,7 +25,8 @@ class ReplicaStrategy : public Strategy {
   comm::CommStats comm_stats() const override { return own_comm_; }
 
  protected:
-  // Builds the optimizer over every parameter of context.model.
+  // Builds the optimizer over every parameter of context.model; refuses an optimizer that
+  // context.precision cannot honour (check_precision_optimizer).
   explicit ReplicaStrategy(StrategyContext context);
 
   models::Network& model() { return *context_.model; }
@@ -31,6 +35,17 @@ class ReplicaStrategy : public Strategy {
   const optim::LossFn& loss() const { return context_.loss; }
   const comm::CommunicatorPtr& communicator() const { return context_.comm; }
   const config::ParallelConfig& parallel_config() const { return context_.parallel; }
+  MixedPrecision& precision() { return precision_; }
+  // The model's forward pass under train.precision (outputs float32).
+  ForwardFn forward_fn();
+
+  // One update around `closure` (zero_grad, forward and backward with the loss multiplied by
+  // precision().loss_scale(), the strategy's gradient communication; returns the step's loss):
+  // optimizer().step(closure) in fp32 and bf16. In fp16 the closure runs once on the
+  // fp16-rounded weights, then precision().finish_gradients() decides, agreed by every rank,
+  // whether the optimizer steps; result.skipped and result.loss_scale say what happened, and the
+  // agreement's wait counts as result.timing.communication.
+  void step_with(const std::function<torch::Tensor()>& closure, StepResult& result);
 
   // Counts the communicator's traffic since `before` (a stats() snapshot taken when this
   // strategy's own communication began) as this strategy's own, and returns it (a step's
@@ -41,6 +56,7 @@ class ReplicaStrategy : public Strategy {
  private:
   StrategyContext context_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  MixedPrecision precision_;
   comm::CommStats own_comm_;
 };
 

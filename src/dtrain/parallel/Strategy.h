@@ -22,6 +22,7 @@
 #include "dtrain/io/Checkpoint.h"
 #include "dtrain/models/Network.h"
 #include "dtrain/optim/Loss.h"
+#include "dtrain/optim/LossScaler.h"
 #include "dtrain/optim/Optimizers.h"
 
 namespace dtrain::parallel {
@@ -41,6 +42,9 @@ struct StrategyContext {
   std::vector<std::int64_t> holder_sizes{};
   // train.seed, for what a strategy draws itself (a random graph, random-k coordinates).
   std::uint64_t seed = 0;
+  // train.precision: every strategy computes its forward and backward in it (parallel/MixedPrecision.h)
+  // or refuses it when built.
+  optim::Precision precision = optim::Precision::Fp32;
 };
 
 // Where one step's wall time went on this rank (seed 000's batch timer), in seconds, each phase
@@ -84,6 +88,10 @@ struct StepResult {
   // Bytes this rank put on the wire for the step's own communication, under the algorithms the
   // backend actually ran (comm::OpStats::wire_bytes); 0 for a strategy that does not communicate.
   std::uint64_t bytes_sent = 0;
+  // train.precision fp16: whether the step was skipped because some rank's gradients held an inf
+  // or NaN (the same on every rank), and the loss scale after the step; 0 without a loss scale.
+  bool skipped = false;
+  double loss_scale = 0.0;
 };
 
 // A model the trainer evaluates: the model itself for most strategies; for decentralized training
@@ -151,7 +159,8 @@ class Strategy {
 // sgd, adam and adamw "optimizer/<parameter name>/<field>" (momentum_buffer, step, exp_avg,
 // exp_avg_sq, max_exp_avg_sq), whole; for lbfgs, whose history is one flat vector over all
 // parameters, LibTorch's own archive under "optimizer/lbfgs"; and anything of the strategy's own
-// under "strategy/<name>/...". Whole tensors by name are what lets a run saved by one strategy or
-// world size continue under another.
+// under "strategy/<name>/..."; fp16's loss scaler, which every strategy has, under
+// "strategy/loss_scaler/..." (scale, clean_steps, skipped_steps). Whole tensors by name are what lets a run
+// saved by one strategy or world size continue under another.
 
 }  // namespace dtrain::parallel

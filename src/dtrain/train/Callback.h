@@ -28,6 +28,10 @@ struct StepEvent {
   parallel::StepTiming timing;
   // Bytes this rank sent for the step's own communication (parallel::StepResult::bytes_sent).
   std::uint64_t bytes_sent = 0;
+  // train.precision fp16: the step was skipped for an inf/NaN gradient (on every rank alike), and
+  // the loss scale after it (parallel::StepResult); 0 without loss scaling.
+  bool skipped = false;
+  double loss_scale = 0.0;
 };
 
 struct EvalEvent {
@@ -59,6 +63,10 @@ struct TrainResult {
   std::int64_t steps_run = 0;
   parallel::StepTiming step_time;
   std::uint64_t bytes_sent = 0;
+  // train.precision fp16: steps this fit() skipped for overflowing gradients, and the loss scale
+  // after its last step (0 without loss scaling).
+  std::int64_t skipped_steps = 0;
+  double loss_scale = 0.0;
   // This rank's communication by the strategy (its own traffic only: the training steps' and its
   // setup's, not metric reductions or checkpoints).
   comm::CommStats comm;

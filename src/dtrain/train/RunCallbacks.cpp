@@ -68,9 +68,10 @@ void MetricsLog::on_train_begin(Trainer& trainer) {
   logger_->info(
       fmt::format("model {}: {} parameters", trainer.config().model.name, trainer.model_facts().parameters));
   logger_->info(trainer.model_facts().summary);
-  logger_->info(fmt::format("strategy {} on {} rank(s), {} steps ({} per epoch), starting at step {}",
-                            trainer.strategy().name(), trainer.world_size(), trainer.total_steps(),
-                            trainer.steps_per_epoch(), trainer.step()));
+  logger_->info(
+      fmt::format("strategy {} on {} rank(s), {} steps ({} per epoch), starting at step {}, precision {}",
+                  trainer.strategy().name(), trainer.world_size(), trainer.total_steps(),
+                  trainer.steps_per_epoch(), trainer.step(), trainer.config().train.precision));
 }
 
 void MetricsLog::on_step_end(Trainer& trainer, const StepEvent& e) {
@@ -86,6 +87,10 @@ void MetricsLog::on_step_end(Trainer& trainer, const StepEvent& e) {
       logged_notes_ = std::move(notes);
     }
   }
+  // Every rank skipped this step alike (the strategy agreed on it); rank 0 says so.
+  if (e.skipped && logger_ && trainer.rank() == 0) {
+    logger_->info(fmt::format("gradient overflow: skipping step, loss scale → {}", e.loss_scale));
+  }
   loss_sum_ += e.loss;
   seconds_ += e.step_seconds;
   timing_ += e.timing;
@@ -94,7 +99,7 @@ void MetricsLog::on_step_end(Trainer& trainer, const StepEvent& e) {
   steps_ += 1;
   if (every_ <= 0 || e.step % every_ != 0) return;
   const double n = static_cast<double>(steps_);
-  const std::map<std::string, double> scalars{
+  std::map<std::string, double> scalars{
       {"train/loss", loss_sum_ / n},
       {"train/lr", e.lr},
       {"train/samples_per_s", seconds_ > 0 ? samples_ / seconds_ : 0.0},
@@ -105,6 +110,7 @@ void MetricsLog::on_step_end(Trainer& trainer, const StepEvent& e) {
       {"time/update_s", timing_.update / n},
       {"comm/bytes_per_step", static_cast<double>(bytes_) / n},
   };
+  if (e.loss_scale > 0.0) scalars["train/loss_scale"] = e.loss_scale;
   if (trainer.rank() == 0) {
     write_scalars(sink_, e.step, e.epoch, scalars);
     if (logger_) {

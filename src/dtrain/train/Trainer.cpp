@@ -96,7 +96,8 @@ Trainer::Trainer(config::RunConfig config, comm::CommunicatorPtr comm)
   }
   facts_.summary = models::summary(*model, input_spec(*data_.train));
   facts_.parameters = models::parameter_count(*model);
-  facts_.precision = precision_of(*model);
+  // The precision the run computes in (its parameters stay float32 master weights under bf16/fp16).
+  facts_.precision = config_.train.precision == "fp32" ? precision_of(*model) : config_.train.precision;
   facts_.initial_hash = parameter_hash(*model);
   scheduler_ = std::make_unique<optim::Scheduler>(config_.optim.scheduler, config_.optim.lr);
   loss_ = optim::create_loss(config_.optim.loss);
@@ -104,6 +105,7 @@ Trainer::Trainer(config::RunConfig config, comm::CommunicatorPtr comm)
                                     config_.parallel};
   context.holder_sizes = shard_.rank_sizes;
   context.seed = seed;
+  context.precision = optim::parse_precision(config_.train.precision);
   strategy_ = parallel::create_strategy(std::move(context));
   feed_ = std::make_unique<StepFeed>(data_.train, local, config_.data, seed, strategy_->batches_per_step());
   const auto per_epoch = feed_->steps_per_epoch();
@@ -220,6 +222,8 @@ bool Trainer::train_epoch(TrainResult& result, std::int64_t warmup) {
     event.step_seconds = util::seconds_between(t_prev, t_now);
     event.timing = r.timing;
     event.bytes_sent = r.bytes_sent;
+    event.skipped = r.skipped;
+    event.loss_scale = r.loss_scale;
     if (r.outputs.defined()) {
       train_metrics_->add(r.outputs, batch->targets, r.loss * static_cast<double>(batch->targets.numel()));
     }
@@ -228,6 +232,8 @@ bool Trainer::train_epoch(TrainResult& result, std::int64_t warmup) {
     result.steps_run += 1;
     result.step_time += r.timing;
     result.bytes_sent += r.bytes_sent;
+    result.skipped_steps += r.skipped ? 1 : 0;
+    result.loss_scale = r.loss_scale;
     if (step_ > warmup) {
       timed_samples_ += event.samples;
       timed_seconds_ += event.step_seconds;

@@ -177,32 +177,37 @@ StepResult DadStrategy::train_step(const data::Batch& batch) {
     broadcast_coalesced(*communicator(), buffers, 0, bucket_bytes(options_.bucket_mb));
     result.timing.communication += util::seconds_since(t0);
   }
-  auto network = model_ptr();
-  const ForwardFn forward = [network](const torch::Tensor& x) { return network->forward(x); };
+  const ForwardFn forward = forward_fn();
   // An optimizer that evaluates the closure several times (L-BFGS) adds up each evaluation's phases.
-  optimizer().step([&]() -> torch::Tensor {
-    optimizer().zero_grad();
-    taps_.clear();
-    auto step = forward_backward(forward, loss(), batch.inputs, batch.targets, accumulation,
-                                 [&](int, bool last, const torch::Tensor& loss_so_far) {
-                                   if (!dp_) {
-                                     plan(accumulation);
-                                     build_reducer();
-                                   }
-                                   dp_->set_sync(last);
-                                   if (last) dp_->carry_values(loss_so_far);
-                                 });
-    result.timing.forward += step.forward_seconds;
-    result.timing.backward += step.backward_seconds;
-    dp_->finish();
-    last_exchange_ = exchange_and_rebuild(communicator().get(), exchange_layers(), power, generator_);
-    // Rebuilding the gradients from what was received belongs to the update.
-    result.timing.communication += dp_->last_sync_timing().finish_wait_seconds + last_exchange_.communication;
-    auto global_loss = dp_->carried_values().reshape({});
-    result.outputs = step.outputs;
-    result.loss = global_loss.item<double>();
-    return global_loss;
-  });
+  // In fp16 the rebuilt gradients are checked, agreed and unscaled after the exchange (step_with).
+  step_with(
+      [&]() -> torch::Tensor {
+        optimizer().zero_grad();
+        taps_.clear();
+        auto step = forward_backward(
+            forward, loss(), batch.inputs, batch.targets, accumulation,
+            [&](int, bool last, const torch::Tensor& loss_so_far) {
+              if (!dp_) {
+                plan(accumulation);
+                build_reducer();
+              }
+              dp_->set_sync(last);
+              if (last) dp_->carry_values(loss_so_far);
+            },
+            precision().loss_scale());
+        result.timing.forward += step.forward_seconds;
+        result.timing.backward += step.backward_seconds;
+        dp_->finish();
+        last_exchange_ = exchange_and_rebuild(communicator().get(), exchange_layers(), power, generator_);
+        // Rebuilding the gradients from what was received belongs to the update.
+        result.timing.communication +=
+            dp_->last_sync_timing().finish_wait_seconds + last_exchange_.communication;
+        auto global_loss = dp_->carried_values().reshape({});
+        result.outputs = step.outputs;
+        result.loss = global_loss.item<double>();
+        return global_loss;
+      },
+      result);
   result.timing.set_update_to_rest(util::seconds_since(start));
   result.bytes_sent = count_own_communication(before).total().wire_bytes;
   if (planned) advance_trial(util::seconds_since(start));

@@ -10,14 +10,17 @@ void record(LinearTaps::Layer& layer, const torch::Tensor& input, const torch::T
   // Evaluation (no gradient) and frozen layers leave nothing to synchronise.
   if (!output.requires_grad()) return;
   const std::size_t call = layer.inputs.size();
-  layer.inputs.push_back(input.detach().reshape({-1, layer.in_features}));
+  // Under bf16 autocast the layer's input and output gradient are bfloat16; the weight gradient
+  // rebuilt from them belongs to the float32 master weight, as autograd's would.
+  const auto dtype = layer.module->weight.scalar_type();
+  layer.inputs.push_back(input.detach().to(dtype).reshape({-1, layer.in_features}));
   layer.deltas.emplace_back();
   auto* target = &layer;
   const auto out_features = layer.out_features;
   const auto generation = layer.generation;
-  output.register_hook([target, call, out_features, generation](const torch::Tensor& grad) {
+  output.register_hook([target, call, out_features, generation, dtype](const torch::Tensor& grad) {
     if (target->generation != generation || call >= target->deltas.size()) return;
-    target->deltas[call] = grad.detach().reshape({-1, out_features});
+    target->deltas[call] = grad.detach().to(dtype).reshape({-1, out_features});
   });
 }
 

@@ -53,25 +53,29 @@ StepResult DataParallelStrategy::train_step(const data::Batch& batch) {
   // evaluation's phases add up. The loss rides along in the last gradient bucket: no collective of
   // its own. The buckets all-reduced during backward count as backward; communication is the wait
   // in finish() (the last bucket's blocking all-reduce and whatever had not yet arrived).
-  auto network = model_ptr();
-  const ForwardFn forward = [network](const torch::Tensor& x) { return network->forward(x); };
-  optimizer().step([&]() -> torch::Tensor {
-    optimizer().zero_grad();
-    auto step =
-        forward_backward(forward, loss(), batch.inputs, batch.targets, parallel_config().accumulation_steps,
-                         [&](int, bool last, const torch::Tensor& loss_so_far) {
-                           dp_->set_sync(last);
-                           if (last) dp_->carry_values(loss_so_far);
-                         });
-    result.timing.forward += step.forward_seconds;
-    result.timing.backward += step.backward_seconds;
-    dp_->finish();
-    result.timing.communication += dp_->last_sync_timing().finish_wait_seconds;
-    auto global_loss = dp_->carried_values().reshape({});
-    result.outputs = step.outputs;
-    result.loss = global_loss.item<double>();
-    return global_loss;
-  });
+  // In fp16 the averaged gradient of a rank's overflow is inf or NaN on every rank already; the
+  // explicit agreement in step_with() makes that a decision rather than a consequence.
+  const ForwardFn forward = forward_fn();
+  step_with(
+      [&]() -> torch::Tensor {
+        optimizer().zero_grad();
+        auto step = forward_backward(
+            forward, loss(), batch.inputs, batch.targets, parallel_config().accumulation_steps,
+            [&](int, bool last, const torch::Tensor& loss_so_far) {
+              dp_->set_sync(last);
+              if (last) dp_->carry_values(loss_so_far);
+            },
+            precision().loss_scale());
+        result.timing.forward += step.forward_seconds;
+        result.timing.backward += step.backward_seconds;
+        dp_->finish();
+        result.timing.communication += dp_->last_sync_timing().finish_wait_seconds;
+        auto global_loss = dp_->carried_values().reshape({});
+        result.outputs = step.outputs;
+        result.loss = global_loss.item<double>();
+        return global_loss;
+      },
+      result);
   result.timing.set_update_to_rest(util::seconds_since(start));
   result.bytes_sent = count_own_communication(traffic_before).total().wire_bytes;
   return result;

@@ -18,6 +18,16 @@
 //          average as an outer gradient for Nesterov momentum (outer_lr, outer_momentum).
 //   centralized  one model; every node's batch in one step, gradients averaged over ranks.
 //   individual   every node steps alone.
+//
+// Note [fp16 in decentralized rounds]
+// With train.precision: fp16 a node's optimizer step may only be taken once every rank knows that
+// no node anywhere overflowed (the skip is agreed, as in every strategy). So a round computes all
+// of this rank's nodes' gradients first (each kept as a flat vector, since the nodes share one
+// model), agrees once (agree_on_step), and then steps every node with its unscaled gradient, or
+// none; the gossip of the round happens either way. CADMM, whose primal iterations step a node
+// several times in a row, agrees after each (every rank hosts as many nodes, so the agreements
+// line up); DSGT, which steps by its tracker, leaves tracker and last gradient as they were on a
+// skipped round (at round 0 with init_grads an overflow starts them at zero, as without).
 #include <torch/torch.h>
 
 #include "dtrain/optim/Optimizers.h"
@@ -60,11 +70,28 @@ torch::Tensor DecentralizedStrategy::round_dsgd(const data::Batch& batch, double
 torch::Tensor DecentralizedStrategy::round_local(const data::Batch& batch, double& loss, StepTiming& timing) {
   const auto rows = batch.size() / static_cast<std::int64_t>(nodes_.size());
   std::vector<torch::Tensor> outputs;
+  const bool scaling = precision_.scaling();
+  const double scale = precision_.loss_scale();
+  std::vector<torch::Tensor> gradients;  // fp16: each node's, until the ranks agree
+  bool overflow = false;
   for (std::size_t h = 0; h < nodes_.size(); ++h) {
     auto& node = *nodes_[h];
     outputs.push_back(forward_backward(node, rows_of(batch.inputs, h, 0, 1, rows),
                                        rows_of(batch.targets, h, 0, 1, rows), loss, timing));
-    node.optimizer->step();
+    if (!scaling) {
+      node.optimizer->step();
+      continue;
+    }
+    overflow = precision_.check_gradients(model_params_) || overflow;
+    gradients.push_back(flat_gradient().clone());
+  }
+  if (scaling && agree_on_step(overflow, timing)) {
+    for (std::size_t h = 0; h < nodes_.size(); ++h) {
+      bind(*nodes_[h]);
+      zero_gradients();
+      add_to_gradient(gradients[h].div_(scale));
+      nodes_[h]->optimizer->step();
+    }
   }
   loss /= static_cast<double>(nodes_.size());
   if (options_.algorithm == "local_sgd" && (round_ + 1) % options_.local_steps == 0)
@@ -120,6 +147,10 @@ torch::Tensor DecentralizedStrategy::round_cadmm(const data::Batch& batch, doubl
     for (int it = 0; it < iterations; ++it) {
       outputs.push_back(forward_backward(node, rows_of(batch.inputs, h, it, iterations, rows),
                                          rows_of(batch.targets, h, it, iterations, rows), loss, timing));
+      // fp16: the loss's gradient is checked, agreed and unscaled before the regulariser's joins it.
+      const double scale = precision_.loss_scale();
+      if (!agree_on_step(precision_.check_gradients(model_params_), timing)) continue;
+      if (precision_.scaling()) precision_.unscale(model_params_, scale);
       add_to_gradient(node.dual + 2.0 * rho_ * (degree * node.theta - anchor_sum));
       optimizer->step();
     }
@@ -136,9 +167,15 @@ torch::Tensor DecentralizedStrategy::round_dsgt(const data::Batch& batch, double
       auto& node = *nodes_[h];
       if (options_.init_grads) {
         double ignored = 0.0;
+        const double scale = precision_.loss_scale();
         forward_backward(node, rows_of(batch.inputs, h, 0, 1, rows), rows_of(batch.targets, h, 0, 1, rows),
                          ignored, timing);
-        node.last_gradient = flat_gradient().detach().clone();
+        // fp16: agreed per node (every rank hosts as many); an overflow starts from zero.
+        if (agree_on_step(precision_.check_gradients(model_params_), timing)) {
+          node.last_gradient = flat_gradient().detach().div(precision_.scaling() ? scale : 1.0);
+        } else {
+          node.last_gradient = torch::zeros({length_});
+        }
       } else {
         node.last_gradient = torch::zeros({length_});
       }
@@ -164,15 +201,24 @@ torch::Tensor DecentralizedStrategy::round_dsgt(const data::Batch& batch, double
       node->tracker = mix(node->index, trackers);
     }
   }
-  std::vector<torch::Tensor> outputs;
+  std::vector<torch::Tensor> outputs, gradients;
+  const double scale = precision_.loss_scale();
+  bool overflow = false;
   for (std::size_t h = 0; h < nodes_.size(); ++h) {
     auto& node = *nodes_[h];
     outputs.push_back(forward_backward(node, rows_of(batch.inputs, h, 0, 1, rows),
                                        rows_of(batch.targets, h, 0, 1, rows), loss, timing));
+    overflow = precision_.check_gradients(model_params_) || overflow;
+    gradients.push_back(flat_gradient().detach().clone());
+  }
+  if (agree_on_step(overflow, timing)) {
     torch::NoGradGuard no_grad;
-    const auto gradient = flat_gradient();
-    node.tracker.add_(gradient - node.last_gradient);
-    node.last_gradient = gradient.clone();
+    for (std::size_t h = 0; h < nodes_.size(); ++h) {
+      auto& node = *nodes_[h];
+      const auto gradient = precision_.scaling() ? gradients[h].div_(scale) : gradients[h];
+      node.tracker.add_(gradient - node.last_gradient);
+      node.last_gradient = gradient;
+    }
   }
   loss /= static_cast<double>(nodes_.size());
   return torch::cat(outputs);
@@ -212,7 +258,11 @@ torch::Tensor DecentralizedStrategy::round_centralized(const data::Batch& batch,
     zero_gradients();
     add_to_gradient(gradient);
   }
-  first.optimizer->step();
+  const double scale = precision_.loss_scale();
+  if (agree_on_step(precision_.check_gradients(model_params_), timing)) {
+    if (precision_.scaling()) precision_.unscale(model_params_, scale);
+    first.optimizer->step();
+  }
   const double n = layout_.nodes();
   const double bytes = n > 1 ? 2.0 * (n - 1.0) / n * 4.0 * static_cast<double>(length_) : 0.0;
   torch::NoGradGuard no_grad;

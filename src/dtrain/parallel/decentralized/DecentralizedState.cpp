@@ -132,10 +132,12 @@ void DecentralizedStrategy::save(io::Checkpoint& checkpoint) const {
     checkpoint.set_tensor(kPrefix + "outer", outer_);
     checkpoint.set_tensor(kPrefix + "outer_momentum", outer_momentum_);
   }
+  precision_.save(checkpoint);
 }
 
 void DecentralizedStrategy::load(const io::Checkpoint& checkpoint) {
   torch::NoGradGuard no_grad;
+  precision_.load(checkpoint);
   if (!checkpoint.contains(kPrefix + "round")) {
     // Saved by another strategy: every node starts from its model.
     checkpoint.load_module_state("model", *context_.model);

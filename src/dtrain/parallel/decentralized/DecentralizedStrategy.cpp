@@ -64,7 +64,8 @@ DecentralizedStrategy::DecentralizedStrategy(StrategyContext context)
     : context_(std::move(context)),
       options_(context_.parallel.options.get<DecentralizedOptions>("decentralized")),
       graph_options_(context_.parallel.options.get<GraphOptions>("graph")),
-      layout_(graph_nodes(graph_options_, world_of(context_.comm)), world_of(context_.comm)) {
+      layout_(graph_nodes(graph_options_, world_of(context_.comm)), world_of(context_.comm)),
+      precision_(context_.precision, context_.comm) {
   options_.check();
   check_graph(graph_options_);
   if (options_.algorithm == "choco" && graph_options_.redraw_every > 0) {
@@ -86,6 +87,7 @@ DecentralizedStrategy::DecentralizedStrategy(StrategyContext context)
   {
     const auto probe = make_node_optimizer();
     check_optimizer(*probe, options_.algorithm);
+    check_precision_optimizer(context_.precision, *probe);
     lr_ = optim::learning_rate(*probe);  // until the trainer's schedule sets it
   }
   rho_ = options_.rho_init;
@@ -166,12 +168,18 @@ torch::Tensor DecentralizedStrategy::forward_backward(Node& node, const torch::T
                                                       StepTiming& timing) {
   bind(node);
   zero_gradients();
+  // fp16: the node's parameters hold their fp16-rounded values until the backward is done.
+  const auto half = precision_.half_weights(model_params_);
   auto start = util::Clock::now();
-  const auto outputs = context_.model->forward(inputs);
+  const auto outputs = precision_.forward(*context_.model, inputs);
   const auto loss = context_.loss(outputs, targets);
   timing.forward += util::seconds_since(start);
   start = util::Clock::now();
-  loss.backward();
+  if (precision_.scaling()) {
+    (loss * precision_.loss_scale()).backward();
+  } else {
+    loss.backward();
+  }
   timing.backward += util::seconds_since(start);
   node.samples += inputs.size(0);
   loss_sum += loss.item<double>();
@@ -193,6 +201,13 @@ void DecentralizedStrategy::add_to_gradient(const torch::Tensor& flat) {
     p.mutable_grad().add_(flat.narrow(0, offset, p.numel()).view(p.sizes()));
     offset += p.numel();
   }
+}
+
+bool DecentralizedStrategy::agree_on_step(bool overflow, StepTiming& timing) {
+  if (!precision_.scaling()) return true;
+  bool step = true;
+  communicate(&timing, [&] { step = precision_.agree(overflow, nullptr); });
+  return step;
 }
 
 void DecentralizedStrategy::communicate(StepTiming* timing, const std::function<void()>& op) {
@@ -239,6 +254,7 @@ StepResult DecentralizedStrategy::train_step(const data::Batch& batch) {
   StepResult result;
   result.samples = batch.size();
   double loss = 0.0;
+  const auto skipped_before = precision_.scaler() ? precision_.scaler()->skipped_steps() : 0;
   const auto& a = options_.algorithm;
   if (a == "dsgd") {
     result.outputs = round_dsgd(batch, loss, result.timing);
@@ -255,6 +271,10 @@ StepResult DecentralizedStrategy::train_step(const data::Batch& batch) {
   }
   ++round_;
   result.loss = loss;
+  if (const auto* scaler = precision_.scaler()) {
+    result.skipped = scaler->skipped_steps() > skipped_before;
+    result.loss_scale = scaler->scale();
+  }
   result.bytes_sent = comm::difference(own_comm_, before).total().wire_bytes;
   result.timing.set_update_to_rest(util::seconds_since(start));
   return result;

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "dtrain/parallel/MixedPrecision.h"
 #include "dtrain/parallel/Strategy.h"
 #include "dtrain/parallel/decentralized/Compressor.h"
 #include "dtrain/parallel/decentralized/DecentralizedOptions.h"
@@ -56,13 +57,18 @@ class DecentralizedStrategy final : public Strategy {
  private:
   // Points the model at `node`'s parameters and buffers.
   void bind(Node& node);
-  // Forward and backward of the bound model on (inputs, targets); returns the detached outputs
-  // and adds the loss to `loss_sum`; the gradients are in the model's parameters.
+  // Forward and backward of the bound model on (inputs, targets) under train.precision; returns
+  // the detached outputs and adds the (unscaled) loss to `loss_sum`; the gradients are in the
+  // model's parameters, multiplied by precision_.loss_scale() in fp16.
   torch::Tensor forward_backward(Node& node, const torch::Tensor& inputs, const torch::Tensor& targets,
                                  double& loss_sum, StepTiming& timing);
   // The model's gradients as one vector (after forward_backward).
   torch::Tensor flat_gradient() const;
   void add_to_gradient(const torch::Tensor& flat);
+  // fp16 (see Note [fp16 in decentralized rounds]): every rank's nodes have their gradients,
+  // `overflow` says whether any of this rank's held an inf/NaN; agrees over ranks (timed and
+  // counted as communication) and returns whether the round's nodes step. True without fp16.
+  bool agree_on_step(bool overflow, StepTiming& timing);
   void zero_gradients();
   // Runs `op` (this strategy's communication), timed into timing->communication and counted as
   // its own traffic; with no timing (evaluation, checkpoints) neither.
@@ -107,6 +113,7 @@ class DecentralizedStrategy final : public Strategy {
   // outer iterate and momentum.
   std::map<int, torch::Tensor> xhat_;
   torch::Tensor outer_, outer_momentum_;
+  MixedPrecision precision_;
   comm::CommStats own_comm_;
 };
 

@@ -13,23 +13,27 @@ LocalStrategy::LocalStrategy(StrategyContext context) : ReplicaStrategy(std::mov
 
 StepResult LocalStrategy::train_step(const data::Batch& batch) {
   const auto start = util::Clock::now();
+  const auto traffic_before = communicator() ? communicator()->stats() : comm::CommStats{};
   StepResult result;
   result.samples = batch.size();
-  auto network = model_ptr();
-  const ForwardFn forward = [network](const torch::Tensor& x) { return network->forward(x); };
+  const ForwardFn forward = forward_fn();
   // An optimizer that evaluates the closure several times (L-BFGS) adds up each evaluation's phases.
-  optimizer().step([&]() -> torch::Tensor {
-    optimizer().zero_grad();
-    auto step =
-        forward_backward(forward, loss(), batch.inputs, batch.targets, parallel_config().accumulation_steps);
-    result.timing.forward += step.forward_seconds;
-    result.timing.backward += step.backward_seconds;
-    result.outputs = step.outputs;
-    result.loss = step.loss.item<double>();
-    return step.loss;
-  });
-  // No communication: bytes_sent stays 0, even with a communicator (each rank trains its own copy).
+  step_with(
+      [&]() -> torch::Tensor {
+        optimizer().zero_grad();
+        auto step = forward_backward(forward, loss(), batch.inputs, batch.targets,
+                                     parallel_config().accumulation_steps, nullptr, precision().loss_scale());
+        result.timing.forward += step.forward_seconds;
+        result.timing.backward += step.backward_seconds;
+        result.outputs = step.outputs;
+        result.loss = step.loss.item<double>();
+        return step.loss;
+      },
+      result);
+  // No communication: bytes_sent stays 0, even with a communicator (each rank trains its own copy),
+  // except for fp16's agreement on a skipped step, one flag per step.
   result.timing.set_update_to_rest(util::seconds_since(start));
+  if (communicator()) result.bytes_sent = count_own_communication(traffic_before).total().wire_bytes;
   return result;
 }
 

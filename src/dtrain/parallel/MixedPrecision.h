@@ -1,0 +1,110 @@
+// train.precision inside a strategy's step: the forward pass under bf16 autocast or fp16 numerics,
+// fp16's loss scale, and after backward (and the strategy's gradient communication) the overflow
+// check every rank agrees on, the unscaling, and whether the step is taken. Every strategy uses
+// one; parameters and optimizer state stay float32 (the master weights) in every mode.
+#pragma once
+
+#include <torch/types.h>
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "dtrain/comm/Communicator.h"
+#include "dtrain/io/Checkpoint.h"
+#include "dtrain/models/Network.h"
+#include "dtrain/optim/LossScaler.h"
+
+namespace torch::optim {
+class Optimizer;
+}
+
+namespace dtrain::parallel {
+
+// Note [fp16 numerics]
+// LibTorch 1.13 cannot compute in float16 on the CPU: addmm, slow_conv2d, max_pool2d, clamp_min
+// (ReLU) and log_softmax have no Half kernel there ("not implemented for 'Half'"), and CPU autocast
+// refuses any dtype but bfloat16. So train.precision: fp16 reproduces fp16's *numbers*, computed
+// by float32 kernels, as Apex's O2 lays them out:
+//   - the weights the forward pass sees are the float32 master weights rounded to float16
+//     (HalfWeights; the master values come back before the update);
+//   - the input of every stage of the network (models::Network::stages(), e.g. each conv, ReLU,
+//     pool and Linear of lenet5; a whole block of a ResNet) and the network's output are rounded
+//     to float16 on the way forward, and the gradient flowing back through each of those points
+//     is rounded to float16 on the way back (x.to(kHalf).to(kFloat) is differentiable, and its
+//     backward rounds the gradient the same way);
+//   - the parameters' gradients are rounded to float16 once the strategy's communication is done.
+// Values above 65504 become inf and values below 2^-24 vanish, exactly where fp16 hardware would
+// overflow or underflow at those points, so the dynamic loss scale does the work it does on a
+// GPU. What differs: the products and sums inside one kernel accumulate in float32 (fp16 tensor
+// cores accumulate in float32 too), values inside one stage (a ResNet block) are not rounded
+// between its ops, and nothing is faster or smaller: this mode is for studying fp16's numerics
+// and the loss scaler, not for speed. bf16 is real CPU autocast (optim/Autocast.h).
+
+class MixedPrecision {
+ public:
+  // `comm` (may be null) is what the ranks agree on a skipped step over.
+  MixedPrecision(optim::Precision precision, comm::CommunicatorPtr comm,
+                 optim::LossScalerOptions scaler = {});
+
+  optim::Precision precision() const { return precision_; }
+  bool scaling() const { return scaler_.has_value(); }
+
+  // network.forward(inputs) under this precision; floating outputs come back as float32, so the
+  // loss is computed in float32.
+  torch::Tensor forward(models::Network& network, const torch::Tensor& inputs) const;
+  // The loss is multiplied by this before backward: the scaler's scale for fp16, else 1.
+  double loss_scale() const { return scaler_ ? scaler_->scale() : 1.0; }
+
+  // RAII for fp16: `parameters` hold their float16-rounded values while it lives (the forward and
+  // backward of a step), their float32 master values again after. Does nothing in other modes.
+  class HalfWeights {
+   public:
+    HalfWeights(std::vector<torch::Tensor> parameters, bool active);
+    ~HalfWeights();
+    HalfWeights(const HalfWeights&) = delete;
+    HalfWeights& operator=(const HalfWeights&) = delete;
+
+   private:
+    std::vector<torch::Tensor> parameters_, masters_;
+  };
+  std::unique_ptr<HalfWeights> half_weights(const std::vector<torch::Tensor>& parameters) const;
+
+  // After backward and the strategy's own gradient communication, in three parts that
+  // finish_gradients() runs in a row (a strategy whose nodes step one after another calls them
+  // itself). check_gradients: rounds the gradients to fp16 and says whether any is inf or NaN on
+  // this rank (false without scaling). agree: collective when scaling (every rank calls it at the
+  // same point): one all-reduce (a sum) of the overflow flags, so one rank's overflow skips
+  // the step everywhere; updates the scale and returns whether the optimizer should step
+  // (true without scaling, with no communication); the wait is added to *communication_seconds.
+  // unscale: divides the gradients by the scale they were computed with.
+  bool check_gradients(const std::vector<torch::Tensor>& parameters) const;
+  bool agree(bool local_overflow, double* communication_seconds);
+  void unscale(const std::vector<torch::Tensor>& parameters, double scale) const;
+  bool finish_gradients(const std::vector<torch::Tensor>& parameters, double* communication_seconds);
+  // Whether the last agreement skipped the step.
+  bool last_skipped() const { return last_skipped_; }
+
+  // The scaler's state under "strategy/loss_scaler/<field>" (see Note [Checkpoint layout]); a
+  // checkpoint without it (saved in fp32 or bf16) leaves the initial scale.
+  void save(io::Checkpoint& checkpoint) const;
+  void load(const io::Checkpoint& checkpoint);
+  const optim::LossScaler* scaler() const { return scaler_ ? &*scaler_ : nullptr; }
+
+ private:
+  optim::Precision precision_;
+  comm::CommunicatorPtr comm_;
+  std::optional<optim::LossScaler> scaler_;
+  bool last_skipped_ = false;
+};
+
+// A tensor's values rounded to float16 and back to its dtype, differentiably: the gradient that
+// flows back through it is rounded the same way. Non-floating tensors (token ids) pass unchanged.
+torch::Tensor round_through_half(const torch::Tensor& tensor);
+
+// Refuses, with a one-line std::invalid_argument, an optimizer the precision cannot honour:
+// fp16's loss scaler decides after backward whether to step, which an optimizer that runs its own
+// closure several times per step (lbfgs) does not allow (PyTorch's GradScaler refuses closures too).
+void check_precision_optimizer(optim::Precision precision, const torch::optim::Optimizer& optimizer);
+
+}  // namespace dtrain::parallel

@@ -1,0 +1,140 @@
+// train.precision through the Trainer: fp16's overflow is skipped, logged on rank 0's log in the
+// issue's words and counted in the result; a resume continues with the saved loss scale; bf16 is
+// reported as the run's precision.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "dtrain/io/Logger.h"
+#include "dtrain/train/RunCallbacks.h"
+#include "dtrain/train/Trainer.h"
+
+namespace dtrain::train {
+namespace {
+
+config::RunConfig small_config(const std::string& precision) {
+  config::RunConfig c;
+  c.name = "precision-test";
+  c.data.dataset = "synthetic";
+  c.data.synthetic_shape = {1, 8, 8};
+  c.data.synthetic_classes = 4;
+  c.data.synthetic_size = 256;
+  c.data.batch_size = 16;
+  c.data.eval_batch_size = 64;
+  c.data.test_subset_size = 32;
+  c.model.name = "mlp";
+  c.model.hidden = {16};
+  c.optim.name = "adam";
+  c.optim.lr = 0.01;
+  c.parallel.strategy = "local";
+  c.train.epochs = 2;
+  c.train.seed = 7;
+  c.train.log_every_steps = 0;
+  c.train.precision = precision;
+  return c;
+}
+
+// After step `at`, the weights are blown up by 1e4 so that the next step's fp16 forward
+// overflows; after that step (skipped, so the weights did not move) they are put back exactly.
+struct InjectOverflow : Callback {
+  explicit InjectOverflow(std::int64_t at) : at(at) {}
+  void on_step_end(Trainer& t, const StepEvent& e) override {
+    torch::NoGradGuard no_grad;
+    if (e.step == at) {
+      for (auto& [name, value] : t.strategy().model_state()) {
+        saved.push_back(value.clone());
+        value.mul_(1e4);  // model_state() shares the parameters' storage for this strategy
+      }
+    } else if (e.step == at + 1) {
+      skipped_when_injected = e.skipped;
+      std::size_t i = 0;
+      for (auto& [name, value] : t.strategy().model_state()) value.copy_(saved[i++]);
+    }
+  }
+  std::int64_t at;
+  std::vector<torch::Tensor> saved;
+  bool skipped_when_injected = false;
+};
+
+struct StopAt : Callback {
+  explicit StopAt(std::int64_t at) : at(at) {}
+  void on_step_end(Trainer& t, const StepEvent& e) override {
+    if (e.step == at) t.request_stop("interrupted");
+  }
+  std::int64_t at;
+};
+
+std::vector<std::string> lines_with(const std::filesystem::path& file, const std::string& text) {
+  std::ifstream in(file);
+  std::vector<std::string> out;
+  for (std::string line; std::getline(in, line);) {
+    if (line.find(text) != std::string::npos) out.push_back(line);
+  }
+  return out;
+}
+
+TEST(MixedPrecisionTrainer, Fp16OverflowIsSkippedLoggedAndCounted) {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("dtrain-precision-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  io::LoggerOptions options;
+  options.file = dir / "log.txt";
+  auto logger = std::make_shared<io::Logger>(options);
+  Trainer trainer(small_config("fp16"), nullptr);
+  auto inject = std::make_shared<InjectOverflow>(5);
+  trainer.add_callback(inject);
+  trainer.add_callback(std::make_shared<MetricsLog>(nullptr, logger, 0));
+  const auto result = trainer.fit();
+  EXPECT_TRUE(inject->skipped_when_injected);
+  ASSERT_GE(result.skipped_steps, 1);
+  EXPECT_EQ(result.loss_scale, 65536.0 * std::pow(0.5, static_cast<double>(result.skipped_steps)));
+  const auto logged = lines_with(options.file, "gradient overflow: skipping step, loss scale → ");
+  EXPECT_EQ(static_cast<std::int64_t>(logged.size()), result.skipped_steps);
+  ASSERT_FALSE(logged.empty());
+  EXPECT_NE(logged.front().find("loss scale → 32768"), std::string::npos) << logged.front();
+  EXPECT_EQ(trainer.model_facts().precision, "fp16");
+  EXPECT_LT(result.final_eval.loss, std::log(4.0));  // it learned despite the skip
+  std::filesystem::remove_all(dir);
+}
+
+TEST(MixedPrecisionTrainer, ResumeContinuesWithTheSavedScale) {
+  auto config = small_config("fp16");
+  config.train.epochs = 3;
+  Trainer straight(config, nullptr);
+  straight.add_callback(std::make_shared<InjectOverflow>(5));
+  const auto straight_result = straight.fit();
+
+  Trainer first(config, nullptr);
+  first.add_callback(std::make_shared<InjectOverflow>(5));
+  first.add_callback(std::make_shared<StopAt>(21));
+  first.fit();
+  io::Checkpoint checkpoint;
+  first.save_state(checkpoint);
+  ASSERT_TRUE(checkpoint.contains("strategy/loss_scaler/scale"));
+
+  Trainer resumed(config, nullptr);
+  resumed.load_state(checkpoint);
+  const auto resumed_result = resumed.fit();
+  EXPECT_EQ(resumed_result.loss_scale, straight_result.loss_scale);
+  EXPECT_LT(resumed_result.loss_scale, 65536.0);
+  const auto a = resumed.strategy().model_state();
+  const auto b = straight.strategy().model_state();
+  for (const auto& [name, value] : b) EXPECT_TRUE(torch::equal(a.at(name), value)) << name;
+}
+
+TEST(MixedPrecisionTrainer, Bf16RunLearnsAndReportsItsPrecision) {
+  Trainer trainer(small_config("bf16"), nullptr);
+  const auto result = trainer.fit();
+  EXPECT_EQ(trainer.model_facts().precision, "bf16");
+  EXPECT_EQ(result.loss_scale, 0.0);
+  EXPECT_LT(result.final_eval.loss, std::log(4.0));
+}
+
+}  // namespace
+}  // namespace dtrain::train
