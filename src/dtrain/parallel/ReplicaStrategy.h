@@ -31,6 +31,7 @@ class ReplicaStrategy : public Strategy {
   const optim::LossFn& loss() const { return context_.loss; }
   const comm::CommunicatorPtr& communicator() const { return context_.comm; }
   const config::ParallelConfig& parallel_config() const { return context_.parallel; }
+  std::uint64_t seed() const { return context_.seed; }
 
   // Counts the communicator's traffic since `before` (a stats() snapshot taken when this
   // strategy's own communication began) as this strategy's own, and returns it (a step's
