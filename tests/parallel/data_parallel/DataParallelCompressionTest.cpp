@@ -106,6 +106,39 @@ torch::Tensor rank_gradient(int rank, int round) {
          at::randn({24, 16}, at::make_generator<at::CPUGeneratorImpl>(100 * round + rank + 1), at::kFloat);
 }
 
+// With a gradient that stays the same, warm start makes the rounds one power iteration: the
+// rank-1 update converges to the best rank-1 approximation s1 u1 v1^T (the error shrinks by
+// (s2 / s1)^2 = 1/4 a round here). A fresh random Q every round stays one iteration away from it.
+TEST(PowerSgd, WarmStartConvergesToTheBestRankOneApproximation) {
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(5);
+  const auto u = std::get<0>(at::linalg_qr(at::randn({24, 16}, generator, at::kFloat)));
+  const auto v = std::get<0>(at::linalg_qr(at::randn({16, 16}, generator, at::kFloat)));
+  auto s = torch::ones({16});
+  s[0] = 10;
+  s[1] = 5;
+  const auto g = u.mm(torch::diag(s)).mm(v.t());
+  const auto best = 10 * u.narrow(1, 0, 1).mm(v.narrow(1, 0, 1).t());
+  for (bool warm_start : {true, false}) {
+    DataParallelOptions options;
+    options.compression = GradCompression::PowerSgd;
+    options.powersgd.start_round = 0;
+    options.powersgd.error_feedback = false;
+    options.powersgd.warm_start = warm_start;
+    dtrain::testing::run_world(2, [&](comm::CommunicatorPtr comm) {
+      Linearish m;
+      DataParallel dp(m.module, comm, options);
+      torch::Tensor update;
+      for (int round = 0; round < 10; ++round) update = m.round(dp, g);
+      const double error = ((update - best).norm() / best.norm()).item<double>();
+      if (warm_start) {
+        EXPECT_LT(error, 1e-4) << "rank " << comm->rank();
+      } else {
+        EXPECT_GT(error, 1e-2) << "rank " << comm->rank();
+      }
+    });
+  }
+}
+
 // Note [PowerSGD state in checkpoints]: 2 ranks run 8 rounds; the state saved after round 4 lets 2
 // ranks, and 1 rank fed the 2 ranks' mean gradient, compute rounds 5 to 7's updates again.
 TEST(PowerSgd, ResumedStateGivesTheSameUpdatesAtAnyWorldSize) {
