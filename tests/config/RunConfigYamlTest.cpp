@@ -193,9 +193,9 @@ TEST(RunConfigErrors, BadEnumListsTheAllowedValues) {
                    .c_str());
   EXPECT_STREQ(error_of_text("parallel:\n  backend: tcp\n").what(),
                "x.yaml:2: parallel.backend: expected one of gloo, mpi, nccl; found \"tcp\"");
-  EXPECT_STREQ(
-      error_of_text("parallel:\n  data_parallel:\n    compression: int8\n").what(),
-      "x.yaml:3: parallel.data_parallel.compression: expected one of none, fp16, bf16; found \"int8\"");
+  EXPECT_STREQ(error_of_text("parallel:\n  data_parallel:\n    compression: int8\n").what(),
+               "x.yaml:3: parallel.data_parallel.compression: expected one of none, fp16, bf16, powersgd; "
+               "found \"int8\"");
   const auto e = error_of_text("optim:\n  scheduler:\n    name: exp\n");
   EXPECT_EQ(e.key(), "optim.scheduler.name");
   EXPECT_NE(std::string(e.what()).find(registered_choices(kScheduleKey).list()), std::string::npos);

@@ -166,6 +166,7 @@ WireCall wire_call(CommOp op, const at::Tensor& t, bool async_op, int root = 0) 
   call.element_size = static_cast<std::int64_t>(t.element_size());
   call.root = root;
   call.async_op = async_op;
+  call.bfloat16 = t.scalar_type() == at::kBFloat16;
   return call;
 }
 

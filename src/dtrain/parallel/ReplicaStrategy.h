@@ -46,6 +46,7 @@ class ReplicaStrategy : public Strategy {
   // whether the optimizer steps; result.skipped and result.loss_scale say what happened, and the
   // agreement's wait counts as result.timing.communication.
   void step_with(const std::function<torch::Tensor()>& closure, StepResult& result);
+  std::uint64_t seed() const { return context_.seed; }
 
   // Counts the communicator's traffic since `before` (a stats() snapshot taken when this
   // strategy's own communication began) as this strategy's own, and returns it (a step's

@@ -26,6 +26,25 @@ namespace dtrain::comm {
 //   temporary of the input's size and the local reduction that the ring would do anyway.
 // Data-movement operations (allgather, broadcast, alltoall, send, recv) move bytes, so they view
 // tensors as uint8: every dtype works, including those Gloo cannot reduce (BFloat16, Bool, complex).
+//
+// Note [bfloat16 on Gloo]
+// LibTorch 1.13's ProcessGroupGloo cannot reduce bfloat16 (its type switch ends at float16 and
+// throws "Invalid scalar type"), which made `parallel.data_parallel.compression: bf16` fail on the
+// default backend. Three ways to reduce it with what Gloo has:
+// - widen to float32 and all-reduce: 4 bytes an element on the wire, so bf16 would save nothing;
+// - all-gather the 2-byte payloads and sum locally: (n-1) x the buffer per rank, more than the
+//   float32 ring's 2(n-1)/n x 2 once n > 4;
+// - what we do: a reduce-scatter and an all-gather of the 2-byte payloads, with a float32 sum in
+//   between. The buffer is padded to n equal chunks; an alltoall brings chunk j of every rank to
+//   rank j, which sums the n copies in float32 and rounds once to bfloat16; an all-gather of the
+//   reduced chunks gives every rank the same bits. Each rank sends 2(n-1)/n of the padded buffer
+//   in 2-byte elements, what a bfloat16 ring would send and half of float32's; wire_bytes()
+//   reports exactly these two operations, padding included. The sum is rounded once rather than
+//   at every hop of a ring.
+// The local reduction sits between the two collectives. Issuing the all-gather later, from a
+// wait(), could order it differently against collectives issued meanwhile on different ranks, so
+// the exchange runs inline: an async_op call returns completed, and a bfloat16 all-reduce on gloo
+// does not overlap with its caller.
 
 namespace {
 
@@ -61,6 +80,29 @@ auto call_c10d(F&& f) -> decltype(f()) {
 
 at::Tensor as_bytes(const at::Tensor& t) {
   return t.view({-1}).view(at::kByte);
+}
+
+// out = op over the rows of `rows` (ranks, chunk), in float32 for 16-bit floats so that the
+// result is rounded once: the local step of an emulated reduce_scatter or bfloat16 all-reduce.
+void reduce_rows(const at::Tensor& rows, const at::Tensor& out, ReduceOp op, int n) {
+  const bool narrow = rows.scalar_type() == at::kBFloat16 || rows.scalar_type() == at::kHalf;
+  const at::Tensor in = narrow ? rows.to(at::kFloat) : rows;
+  at::Tensor result;
+  switch (op) {
+    case ReduceOp::Sum:
+      result = in.sum(0);
+      break;
+    case ReduceOp::Avg:
+      result = in.sum(0).div_(n);
+      break;
+    case ReduceOp::Max:
+      result = at::amax(in, {0});
+      break;
+    case ReduceOp::Min:
+      result = at::amin(in, {0});
+      break;
+  }
+  out.view({-1}).copy_(result);
 }
 
 // Note [Polling before blocking]
@@ -206,6 +248,9 @@ void C10dCommunicator::check_reducible(const at::Tensor& tensor, ReduceOp op, co
 WorkPtr C10dCommunicator::do_allreduce(at::Tensor& tensor, ReduceOp op, bool async_op) {
   check_reducible(tensor, op, "allreduce");
   if (tensor.numel() == 0) return completed_work();
+  if (tensor.scalar_type() == at::kBFloat16 && !capabilities_.reduces_bfloat16) {
+    return allreduce_by_exchange(tensor, op);
+  }
   std::vector<at::Tensor> tensors{tensor};
   ::c10d::AllreduceOptions options;
   options.reduceOp = to_c10d(op);
@@ -214,6 +259,40 @@ WorkPtr C10dCommunicator::do_allreduce(at::Tensor& tensor, ReduceOp op, bool asy
   std::function<void()> finish;
   if (op == ReduceOp::Avg) finish = [tensor, n = size()] { tensor.div_(n); };
   return wrap(std::move(work), std::move(finish));
+}
+
+WorkPtr C10dCommunicator::allreduce_by_exchange(at::Tensor& tensor, ReduceOp op) {
+  // See Note [bfloat16 on Gloo].
+  const int n = size();
+  const std::int64_t numel = tensor.numel();
+  const std::int64_t chunk = (numel + n - 1) / n;
+  at::Tensor flat = tensor.view({-1});
+  const bool padded = chunk * n != numel;
+  at::Tensor buffer = padded ? at::zeros({chunk * n}, tensor.options()) : flat;
+  if (padded) buffer.narrow(0, 0, numel).copy_(flat);
+  at::Tensor received = at::empty({chunk * n}, tensor.options());
+  {
+    at::Tensor in = as_bytes(buffer);
+    at::Tensor out = as_bytes(received);
+    std::vector<int64_t> equal_splits;
+    ::c10d::AllToAllOptions options;
+    options.timeout = timeout();
+    wrap(call_c10d([&] {
+      return group_->alltoall_base(out, in, equal_splits, equal_splits, options);
+    }))->wait();
+  }
+  at::Tensor reduced = at::empty({chunk}, tensor.options());
+  reduce_rows(received.view({n, chunk}), reduced, op, n);
+  {
+    // The send buffer is free again: the reduced chunks gather into it.
+    std::vector<at::Tensor> inputs{as_bytes(reduced)};
+    std::vector<std::vector<at::Tensor>> outputs{as_bytes(buffer).split(chunk * tensor.element_size())};
+    ::c10d::AllgatherOptions options;
+    options.timeout = timeout();
+    wrap(call_c10d([&] { return group_->allgather(outputs, inputs, options); }))->wait();
+  }
+  if (padded) flat.copy_(buffer.narrow(0, 0, numel));
+  return completed_work();
 }
 
 WorkPtr C10dCommunicator::do_allgather(at::Tensor& input, at::Tensor& output, bool async_op) {
@@ -264,25 +343,7 @@ WorkPtr C10dCommunicator::do_reduce_scatter(at::Tensor& input, at::Tensor& outpu
   auto work = call_c10d([&] {
     return group_->alltoall_base(received_bytes, input_bytes, equal_splits, equal_splits, options);
   });
-  auto finish = [received, output, op, n] {
-    at::Tensor chunks = received.view({n, -1});  // (ranks, chunk)
-    at::Tensor out = output.view({-1});
-    switch (op) {
-      case ReduceOp::Sum:
-        at::sum_out(out, chunks, {0}, false, out.scalar_type());
-        break;
-      case ReduceOp::Avg:
-        at::sum_out(out, chunks, {0}, false, out.scalar_type());
-        out.div_(n);
-        break;
-      case ReduceOp::Max:
-        at::amax_out(out, chunks, {0});
-        break;
-      case ReduceOp::Min:
-        at::amin_out(out, chunks, {0});
-        break;
-    }
-  };
+  auto finish = [received, output, op, n] { reduce_rows(received.view({n, -1}), output, op, n); };
   return wrap(std::move(work), std::move(finish));
 }
 
@@ -318,6 +379,16 @@ std::uint64_t C10dCommunicator::wire_bytes(const WireCall& call) const {
   // Operations on empty tensors return before reaching the group.
   if (call.numel == 0 && call.op != CommOp::Barrier) return 0;
   WireCall ran = call;
+  if (call.op == CommOp::Allreduce && call.bfloat16 && !capabilities_.reduces_bfloat16) {
+    // See Note [bfloat16 on Gloo]: an alltoall of n equal chunks, then an all-gather of one.
+    const std::int64_t chunk = (call.numel + size() - 1) / size();
+    ran.op = CommOp::Alltoall;
+    ran.numel = chunk * size();
+    WireCall gather = call;
+    gather.op = CommOp::Allgather;
+    gather.numel = chunk;
+    return capabilities_.wire_bytes(ran, rank(), size()) + capabilities_.wire_bytes(gather, rank(), size());
+  }
   // See Note [Emulated collectives].
   if (call.op == CommOp::ReduceScatter && !capabilities_.flat_collectives) ran.op = CommOp::Alltoall;
   return capabilities_.wire_bytes(ran, rank(), size());

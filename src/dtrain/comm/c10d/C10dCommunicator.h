@@ -1,6 +1,6 @@
 // A Communicator over any c10d process group (ProcessGroupGloo, ProcessGroupNCCL): maps dtrain's
-// operations onto c10d's, emulates what a backend lacks (Avg, flat allgather, reduce_scatter), and
-// builds subgroups through the store the group was made from.
+// operations onto c10d's, emulates what a backend lacks (Avg, flat allgather, reduce_scatter, the
+// bfloat16 all-reduce), and builds subgroups through the store the group was made from.
 #pragma once
 
 #include <chrono>
@@ -20,6 +20,9 @@ struct C10dCapabilities {
   bool flat_collectives = false;
   // Work::isCompleted() becomes true for send/recv without anyone waiting (not Gloo's).
   bool p2p_completes_without_wait = true;
+  // Reduces bfloat16 natively (NCCL). Otherwise an all-reduce of bfloat16 is an exchange of the
+  // 16-bit payloads around a float32 reduction; see Note [bfloat16 on Gloo].
+  bool reduces_bfloat16 = true;
   // How long Work::wait() polls isCompleted(), yielding the core between polls, before it blocks.
   // See Note [Polling before blocking] in C10dCommunicator.cpp.
   std::chrono::microseconds poll_wait{0};
@@ -57,6 +60,8 @@ class C10dCommunicator final : public Communicator {
  private:
   WorkPtr wrap(compat::WorkHandle work, std::function<void()> finish = {}, bool p2p = false);
   void check_reducible(const at::Tensor& tensor, ReduceOp op, const char* what) const;
+  // See Note [bfloat16 on Gloo].
+  WorkPtr allreduce_by_exchange(at::Tensor& tensor, ReduceOp op);
 
   std::string backend_;
   compat::StorePtr store_;

@@ -46,6 +46,7 @@ std::unique_ptr<Communicator> connect_gloo(const BackendOptions& options, const 
   capabilities.flat_collectives = false;            // See Note [Emulated collectives]
   capabilities.p2p_completes_without_wait = false;  // Gloo's SendWork/RecvWork finish inside wait()
   capabilities.wire_bytes = gloo_wire_bytes;        // See Note [Gloo's algorithms]
+  capabilities.reduces_bfloat16 = false;            // See Note [bfloat16 on Gloo]
   if (size == 1) {
     // Nothing to meet: no store, no sockets, every operation is local.
     GroupFactory unused = [](const compat::StorePtr&, int, int) -> compat::GroupPtr {

@@ -16,6 +16,7 @@
 
 #include "dtrain/parallel/ModuleSync.h"
 #include "dtrain/parallel/data_parallel/GradientBuckets.h"
+#include "dtrain/parallel/data_parallel/PowerSgd.h"
 #include "dtrain/util/Clock.h"
 #include "dtrain/util/EnumNames.h"
 
@@ -42,8 +43,10 @@ namespace dtrain::parallel {
 // grad() at the slot, as DDP's gradient_as_bucket_view does.
 
 namespace {
-constexpr util::EnumNames<GradCompression, 3> kCompressionNames{
-    {{{GradCompression::None, "none"}, {GradCompression::Fp16, "fp16"}, {GradCompression::Bf16, "bf16"}}}};
+constexpr util::EnumNames<GradCompression, 4> kCompressionNames{{{{GradCompression::None, "none"},
+                                                                  {GradCompression::Fp16, "fp16"},
+                                                                  {GradCompression::Bf16, "bf16"},
+                                                                  {GradCompression::PowerSgd, "powersgd"}}}};
 }  // namespace
 
 std::string to_string(GradCompression compression) {
@@ -64,6 +67,8 @@ struct DataParallel::Impl {
   DataParallelOptions options;
   std::vector<ParamSlot> params;
   std::vector<Bucket> buckets;
+  // With compression powersgd; its rounds replace launch() once it is compressing.
+  std::unique_ptr<detail::PowerSgd> powersgd;
 
   // Hooks run on the autograd engine's threads; finish() and set_sync() on the caller's.
   mutable std::mutex mutex;
@@ -180,6 +185,10 @@ void DataParallel::Impl::launch_ready_buckets(bool in_finish) {
 }
 
 void DataParallel::Impl::launch(Bucket& bucket, bool async_op) {
+  if (powersgd && powersgd->compressing()) {
+    powersgd->launch(static_cast<std::size_t>(&bucket - buckets.data()), async_op);
+    return;
+  }
   torch::NoGradGuard no_grad;
   const int n = comm->size();
   // The last bucket takes the carried values along when there are any.
@@ -211,6 +220,7 @@ void DataParallel::Impl::reset_round() {
 }
 
 void DataParallel::Impl::wait_outstanding_quietly() {
+  if (powersgd) powersgd->wait_quietly();
   for (auto& bucket : buckets) {
     if (!bucket.work) continue;
     try {
@@ -239,6 +249,9 @@ DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> module, comm::Comm
   const auto cap = static_cast<std::int64_t>(options.bucket_mb * 1024 * 1024);
   if (options.broadcast_initial_state) broadcast_coalesced(c, module_state(*impl_->module), /*root=*/0, cap);
   impl_->build_buckets();
+  if (options.compression == GradCompression::PowerSgd) {
+    impl_->powersgd = std::make_unique<detail::PowerSgd>(options.powersgd, impl_->params, impl_->buckets, c);
+  }
   impl_->install_hooks();
 }
 
@@ -277,13 +290,18 @@ void DataParallel::finish() {
   try {
     s.launch_ready_buckets(/*in_finish=*/true);
     TORCH_INTERNAL_ASSERT(s.next_launch == s.buckets.size(), "not every bucket was launched");
-    for (auto& bucket : s.buckets) {
-      bucket.work->wait();
-      if (bucket.wire.defined()) {
-        torch::NoGradGuard no_grad;
-        bucket.grads.copy_(bucket.wire);
+    if (s.powersgd && s.powersgd->compressing()) {
+      s.powersgd->finish();
+    } else {
+      for (auto& bucket : s.buckets) {
+        bucket.work->wait();
+        if (bucket.wire.defined()) {
+          torch::NoGradGuard no_grad;
+          bucket.grads.copy_(bucket.wire);
+        }
       }
     }
+    if (s.powersgd) s.powersgd->end_round();
   } catch (...) {
     s.wait_outstanding_quietly();
     s.reset_round();
@@ -368,6 +386,32 @@ void DataParallel::sync_buffers() {
   std::vector<torch::Tensor> buffers = impl_->module->buffers(/*recurse=*/true);
   const auto cap = static_cast<std::int64_t>(impl_->options.bucket_mb * 1024 * 1024);
   broadcast_coalesced(*impl_->comm, buffers, /*root=*/0, cap);
+}
+
+std::map<std::string, torch::Tensor> DataParallel::compression_state() const {
+  if (!impl_->powersgd) return {};
+  return impl_->powersgd->state();
+}
+
+void DataParallel::load_compression_state(const std::map<std::string, torch::Tensor>& state) {
+  if (state.empty()) return;
+  if (!impl_->powersgd) {
+    throw std::invalid_argument("DataParallel: compression state given, but compression is " +
+                                to_string(impl_->options.compression));
+  }
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->powersgd->load_state(state);
+}
+
+DataParallel::CompressionSummary DataParallel::compression_summary() const {
+  if (impl_->powersgd) return impl_->powersgd->summary();
+  CompressionSummary s;
+  for (const auto& bucket : impl_->buckets) {
+    s.plain_tensors += static_cast<int>(bucket.params.size());
+    s.elements += bucket.grads.numel();
+  }
+  s.sent_elements = s.elements;
+  return s;
 }
 
 torch::nn::Module& DataParallel::module() {

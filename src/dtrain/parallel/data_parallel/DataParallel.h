@@ -12,6 +12,7 @@
 #include <torch/nn/module.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -21,19 +22,43 @@
 
 namespace dtrain::parallel {
 
-// The dtype gradients travel in. Compression halves the bytes on the wire and changes the
-// mathematics slightly (the sum is taken in 16 bits), as DDP's fp16/bf16 communication hooks do.
-enum class GradCompression { None, Fp16, Bf16 };
+// How gradients travel. fp16 and bf16 halve the bytes on the wire and change the mathematics
+// slightly (the values are rounded to 16 bits), as DDP's fp16/bf16 communication hooks do;
+// powersgd sends a low-rank approximation of each weight matrix (PowerSgd.h).
+enum class GradCompression { None, Fp16, Bf16, PowerSgd };
 
 std::string to_string(GradCompression compression);
-// Parses "none", "fp16", "bf16"; throws std::invalid_argument listing them otherwise.
+// Parses "none", "fp16", "bf16", "powersgd"; throws std::invalid_argument listing them otherwise.
 GradCompression parse_grad_compression(const std::string& name);
+
+// PowerSGD (Vogels et al. 2019; PyTorch's powerSGD_hook). See Note [PowerSGD] in PowerSgd.cpp.
+struct PowerSgdOptions {
+  // Rank r of the approximation P Q^T of each (rows, cols) gradient matrix; 1 to 4 is typical.
+  int rank = 1;
+  // Synchronised rounds (finish() calls) reduced by plain all-reduce before compression starts;
+  // PyTorch suggests about 10% of training. The authors' library starts after 100.
+  std::int64_t start_round = 100;
+  // A matrix is compressed only when (rows + cols) r x min_compression < rows x cols; the
+  // others (and every vector: biases, normalisation weights) go through plain all-reduce.
+  double min_compression = 2.0;
+  // Start each round's power iteration from the last round's Q (else a fresh random Q).
+  bool warm_start = true;
+  // Keep what compression left out of each rank's gradient and add it to the next one.
+  bool error_feedback = true;
+  // How P, Q and the plainly reduced gradients travel: None (the gradients' own dtype), Fp16 or
+  // Bf16 (rounded for the wire only; the arithmetic stays in the gradients' dtype).
+  GradCompression wire = GradCompression::None;
+  // Seeds the random Q every rank draws alike (the run's seed).
+  std::uint64_t seed = 0;
+};
 
 struct DataParallelOptions {
   // Gradient bucket capacity in megabytes (2^20 bytes); a parameter larger than this gets a bucket
   // of its own. Small buckets start communication earlier, large ones cost fewer messages.
   double bucket_mb = 25.0;
   GradCompression compression = GradCompression::None;
+  // Read when compression is PowerSgd.
+  PowerSgdOptions powersgd;
   // Broadcast rank 0's parameters and buffers at construction.
   bool broadcast_initial_state = true;
   // Check at construction that every rank has the same parameter and buffer names, shapes and
@@ -103,6 +128,22 @@ class DataParallel {
 
   // Collective: broadcasts rank 0's buffers (BatchNorm running statistics) to every rank.
   void sync_buffers();
+
+  // What a resume needs of the compression's own state, by key ("round", "q/<parameter>",
+  // "error/<parameter>"; see Note [PowerSGD state in checkpoints] in PowerSgd.cpp); empty unless
+  // compression is powersgd. Collective (the error memories are averaged over ranks).
+  std::map<std::string, torch::Tensor> compression_state() const;
+  // Takes such a state; keys it does not know are refused, a Q of another rank is drawn afresh.
+  void load_compression_state(const std::map<std::string, torch::Tensor>& state);
+  // With powersgd: how many gradient tensors are compressed and how many go plainly, and the
+  // elements one compressed round sends against the plain all-reduce's.
+  struct CompressionSummary {
+    int compressed_tensors = 0;
+    int plain_tensors = 0;
+    std::int64_t elements = 0;       // of every bucketed gradient
+    std::int64_t sent_elements = 0;  // P, Q and the plain gradients
+  };
+  CompressionSummary compression_summary() const;
 
   torch::nn::Module& module();
   const std::shared_ptr<torch::nn::Module>& module_ptr() const;

@@ -2,6 +2,7 @@
 // overlapping backward, finish(), then the same update on every rank.
 #include "dtrain/parallel/data_parallel/DataParallelStrategy.h"
 
+#include <fmt/format.h>
 #include <torch/torch.h>
 
 #include "dtrain/parallel/MicroBatches.h"
@@ -11,12 +12,21 @@
 namespace dtrain::parallel {
 namespace {
 
-const config::ChoiceSet kCompressions{"none", "fp16", "bf16"};
+const config::ChoiceSet kCompressions{"none", "fp16", "bf16", "powersgd"};
+const config::ChoiceSet kPowerSgdWires{"none", "fp16", "bf16"};
+const std::string kPowerSgdPrefix = "strategy/data_parallel/powersgd/";
 
-DataParallelOptions reducer_options(const DataParallelStrategyOptions& o) {
+DataParallelOptions reducer_options(const DataParallelStrategyOptions& o, std::uint64_t seed) {
   DataParallelOptions options;
   options.bucket_mb = o.bucket_mb;
   options.compression = parse_grad_compression(o.compression);
+  options.powersgd.rank = o.powersgd_rank;
+  options.powersgd.start_round = o.powersgd_start_step;
+  options.powersgd.min_compression = o.powersgd_min_compression;
+  options.powersgd.warm_start = o.powersgd_warm_start;
+  options.powersgd.error_feedback = o.powersgd_error_feedback;
+  options.powersgd.wire = parse_grad_compression(o.powersgd_wire);
+  options.powersgd.seed = seed;
   return options;
 }
 
@@ -26,13 +36,38 @@ void describe_options(config::OptionVisitor& v, DataParallelStrategyOptions& o) 
   v.number("bucket_mb", o.bucket_mb, config::kPositive);
   v.choice("compression", o.compression, kCompressions);
   v.boolean("broadcast_buffers", o.broadcast_buffers);
+  v.integer("powersgd_rank", o.powersgd_rank, config::at_least(1));
+  v.integer("powersgd_start_step", o.powersgd_start_step, config::at_least(0));
+  v.number("powersgd_min_compression", o.powersgd_min_compression, config::kNonNegative);
+  v.boolean("powersgd_warm_start", o.powersgd_warm_start);
+  v.boolean("powersgd_error_feedback", o.powersgd_error_feedback);
+  v.choice("powersgd_wire", o.powersgd_wire, kPowerSgdWires);
+}
+
+void check(const DataParallelStrategyOptions& o) {
+  if (o.compression == "powersgd") return;
+  const DataParallelStrategyOptions d;
+  const char* given = o.powersgd_rank != d.powersgd_rank                         ? "powersgd_rank"
+                      : o.powersgd_start_step != d.powersgd_start_step           ? "powersgd_start_step"
+                      : o.powersgd_min_compression != d.powersgd_min_compression ? "powersgd_min_compression"
+                      : o.powersgd_warm_start != d.powersgd_warm_start           ? "powersgd_warm_start"
+                      : o.powersgd_error_feedback != d.powersgd_error_feedback   ? "powersgd_error_feedback"
+                      : o.powersgd_wire != d.powersgd_wire                       ? "powersgd_wire"
+                                                                                 : nullptr;
+  if (given) {
+    throw std::invalid_argument(
+        fmt::format("parallel.data_parallel.{}: applies to compression powersgd, not {}; set "
+                    "parallel.data_parallel.compression: powersgd or leave {} out",
+                    given, o.compression, given));
+  }
 }
 
 DataParallelStrategy::DataParallelStrategy(StrategyContext context)
     : ReplicaStrategy(std::move(context)),
       options_(parallel_config().options.get<DataParallelStrategyOptions>("data_parallel")) {
+  check(options_);
   const auto before = communicator()->stats();
-  dp_ = std::make_unique<DataParallel>(model_ptr(), communicator(), reducer_options(options_));
+  dp_ = std::make_unique<DataParallel>(model_ptr(), communicator(), reducer_options(options_, seed()));
   count_own_communication(before);
 }
 
@@ -87,15 +122,59 @@ std::map<std::string, double> DataParallelStrategy::metrics() {
            static_cast<double>(dp_->last_sync_timing().buckets_launched_in_backward)}};
 }
 
-DTRAIN_REGISTER_STRATEGY(
-    data_parallel,
-    StrategyInfo{"data_parallel",
-                 "every rank the whole model; gradients all-reduced in buckets during backward (DDP, dSGD)",
-                 /*exact=*/true, /*needs_communicator=*/true,
-                 [](StrategyContext c) -> std::unique_ptr<Strategy> {
-                   return std::make_unique<DataParallelStrategy>(std::move(c));
-                 },
-                 /*options_section=*/"", /*aliases=*/{"dsgd", "ddp"}},
-    DataParallelStrategyOptions{}, describe_options);
+std::map<std::string, std::string> DataParallelStrategy::notes() const {
+  if (options_.compression != "powersgd") return {};
+  const auto s = dp_->compression_summary();
+  return {{"data_parallel/powersgd",
+           fmt::format(
+               "{} of {} gradient tensors compressed at rank {}; a compressed step sends {} of {} elements "
+               "({:.1f}x fewer)",
+               s.compressed_tensors, s.compressed_tensors + s.plain_tensors, options_.powersgd_rank,
+               s.sent_elements, s.elements,
+               s.sent_elements > 0 ? static_cast<double>(s.elements) / s.sent_elements : 0.0)}};
+}
+
+void DataParallelStrategy::save(io::Checkpoint& checkpoint) const {
+  ReplicaStrategy::save(checkpoint);
+  for (const auto& [key, value] : dp_->compression_state())
+    checkpoint.set_tensor(kPowerSgdPrefix + key, value);
+}
+
+void DataParallelStrategy::load(const io::Checkpoint& checkpoint) {
+  ReplicaStrategy::load(checkpoint);
+  // A checkpoint of another compression (or strategy) has no such keys; PowerSGD then starts afresh.
+  if (options_.compression != "powersgd") return;
+  std::map<std::string, torch::Tensor> state;
+  for (const auto& [key, value] : checkpoint.tensors()) {
+    if (key.rfind(kPowerSgdPrefix, 0) == 0) state.emplace(key.substr(kPowerSgdPrefix.size()), value);
+  }
+  dp_->load_compression_state(state);
+}
+
+namespace {
+
+StrategyInfo data_parallel_info() {
+  StrategyInfo info{
+      "data_parallel",
+      "every rank the whole model; gradients all-reduced in buckets during backward (DDP, dSGD)",
+      /*exact=*/true,
+      /*needs_communicator=*/true,
+      [](StrategyContext c) -> std::unique_ptr<Strategy> {
+        return std::make_unique<DataParallelStrategy>(std::move(c));
+      },
+      /*options_section=*/"",
+      /*aliases=*/{"dsgd", "ddp"}};
+  // One data holder per rank; also what `dtrain train --nproc` checks before it starts workers.
+  info.data_holders = [](const config::ParallelConfig& parallel, int world) {
+    check(parallel.options.get<DataParallelStrategyOptions>("data_parallel"));
+    return world;
+  };
+  return info;
+}
+
+}  // namespace
+
+DTRAIN_REGISTER_STRATEGY(data_parallel, data_parallel_info(), DataParallelStrategyOptions{},
+                         describe_options);
 
 }  // namespace dtrain::parallel

@@ -12,14 +12,28 @@ namespace dtrain::parallel {
 struct DataParallelStrategyOptions {
   // Gradient bucket capacity in megabytes; PyTorch DDP's default is 25.
   double bucket_mb = 25.0;
-  // Gradients on the wire: none | fp16 | bf16 (halves the bytes, sums in 16 bits).
+  // Gradients on the wire: none | fp16 | bf16 (halves the bytes, rounds to 16 bits) | powersgd
+  // (a rank-r approximation of each weight matrix; Note [PowerSGD] in PowerSgd.cpp).
   std::string compression = "none";
+  // PowerSGD's settings (PowerSgdOptions), refused with any other compression: the rank r; the
+  // steps all-reduced plainly before compression starts (synchronised rounds: each L-BFGS
+  // evaluation is one); the compression rate below which a matrix goes plainly; warm start and
+  // error feedback; and how P, Q and the plain gradients travel (none = float32, fp16, bf16).
+  int powersgd_rank = 1;
+  std::int64_t powersgd_start_step = 100;
+  double powersgd_min_compression = 2.0;
+  bool powersgd_warm_start = true;
+  bool powersgd_error_feedback = true;
+  std::string powersgd_wire = "none";
   // Broadcast rank 0's buffers (BatchNorm statistics) before every step, as DDP's
   // broadcast_buffers does; costs nothing for models without buffers.
   bool broadcast_buffers = true;
 };
 
 void describe_options(config::OptionVisitor& visitor, DataParallelStrategyOptions& options);
+// Throws std::invalid_argument naming the first powersgd_* option set while compression is not
+// powersgd.
+void check(const DataParallelStrategyOptions& options);
 
 class DataParallelStrategy final : public ReplicaStrategy {
  public:
@@ -33,6 +47,13 @@ class DataParallelStrategy final : public ReplicaStrategy {
   // "data_parallel/buckets": buckets per step; "data_parallel/overlapped": of which launched
   // during backward in the last step (the rest are reduced in finish()).
   std::map<std::string, double> metrics() override;
+  // With powersgd, "data_parallel/powersgd": the tensors compressed and the elements a compressed
+  // step sends against plain all-reduce's.
+  std::map<std::string, std::string> notes() const override;
+  // The model, the optimizer and, with powersgd, its state under strategy/data_parallel/powersgd/
+  // (Note [PowerSGD state in checkpoints]).
+  void save(io::Checkpoint& checkpoint) const override;
+  void load(const io::Checkpoint& checkpoint) override;
 
   DataParallel& data_parallel() { return *dp_; }
 

@@ -6,16 +6,22 @@
 namespace dtrain::parallel::detail {
 namespace {
 
-torch::ScalarType wire_dtype(GradCompression compression) {
-  switch (compression) {
+// How the buckets travel when they are all-reduced plainly: PowerSGD's plain rounds use its wire.
+GradCompression plain_wire(const DataParallelOptions& options) {
+  return options.compression == GradCompression::PowerSgd ? options.powersgd.wire : options.compression;
+}
+
+torch::ScalarType wire_dtype(GradCompression wire) {
+  switch (wire) {
     case GradCompression::Fp16:
       return torch::kHalf;
     case GradCompression::Bf16:
       return torch::kBFloat16;
     case GradCompression::None:
+    case GradCompression::PowerSgd:
       break;
   }
-  return torch::kFloat;
+  TORCH_INTERNAL_ASSERT(false, "a bucket's wire is none, fp16 or bf16");
 }
 
 // The slots of the trainable parameters in reverse registration order, which approximates the
@@ -55,21 +61,23 @@ std::vector<std::vector<int>> plan_buckets(const torch::nn::Module& module,
 
 // Allocates bucket `b`'s buffers and re-points its parameters' gradients into them.
 Bucket allocate_bucket(BucketLayout& layout, const std::vector<int>& members, bool last,
-                       GradCompression compression, std::int64_t carry_slots) {
+                       const DataParallelOptions& options, std::int64_t carry_slots) {
+  const auto wire = plain_wire(options);
   Bucket bucket;
   std::int64_t numel = 0;
   for (int i : members) numel += layout.params[i].param.numel();
   const auto& first = layout.params[members.front()].param;
   // The last bucket to launch has room for the carried values behind its gradients.
-  const bool carries = last && compression == GradCompression::None && first.scalar_type() == torch::kFloat;
+  const bool carries =
+      last && options.compression == GradCompression::None && first.scalar_type() == torch::kFloat;
   bucket.buffer = torch::zeros({numel + (carries ? carry_slots : 0)}, first.options().requires_grad(false));
   bucket.grads = bucket.buffer.narrow(0, 0, numel);
   if (carries) {
     layout.carry_slots = bucket.buffer.narrow(0, numel, carry_slots);
     layout.carry_inline = true;
   }
-  if (compression != GradCompression::None) {
-    bucket.wire = torch::zeros({numel}, bucket.buffer.options().dtype(wire_dtype(compression)));
+  if (wire != GradCompression::None) {
+    bucket.wire = torch::zeros({numel}, bucket.buffer.options().dtype(wire_dtype(wire)));
   }
   std::int64_t offset = 0;
   for (int i : members) {
@@ -92,12 +100,11 @@ Bucket allocate_bucket(BucketLayout& layout, const std::vector<int>& members, bo
 BucketLayout build_buckets(const torch::nn::Module& module, const DataParallelOptions& options,
                            std::int64_t carry_slots) {
   BucketLayout layout;
-  const auto compression = options.compression;
   const auto members = plan_buckets(module, options, layout.params);
   torch::NoGradGuard no_grad;
   for (std::size_t b = 0; b < members.size(); ++b) {
     layout.buckets.push_back(
-        allocate_bucket(layout, members[b], b + 1 == members.size(), compression, carry_slots));
+        allocate_bucket(layout, members[b], b + 1 == members.size(), options, carry_slots));
   }
   // No float32 bucket to ride in: the values get an all-reduce of their own in finish().
   if (!layout.carry_slots.defined()) layout.carry_slots = torch::zeros({carry_slots}, torch::kFloat);

@@ -31,7 +31,7 @@ struct ParamSlot {
 struct Bucket {
   torch::Tensor buffer;  // flat, the parameters' dtype and device (the last bucket: + carry slots)
   torch::Tensor grads;   // the gradients' part of buffer
-  torch::Tensor wire;    // the compressed copy that is all-reduced, or undefined
+  torch::Tensor wire;    // the 16-bit copy that is all-reduced, or undefined
   std::vector<int> params;
   int pending = 0;  // parameters still without a gradient in this backward
   comm::WorkPtr work;
@@ -48,7 +48,8 @@ struct BucketLayout {
 
 // Lays out `module`'s trainable parameters, except options.exclude, in buckets of at most
 // options.bucket_mb megabytes and points every parameter's grad() into its bucket (a gradient
-// already present is copied in). With compression, each bucket gets a 16-bit wire copy.
+// already present is copied in). With fp16 or bf16 on the wire (compression, or PowerSGD's wire
+// for its plain rounds), each bucket gets a 16-bit wire copy.
 BucketLayout build_buckets(const torch::nn::Module& module, const DataParallelOptions& options,
                            std::int64_t carry_slots);
 
