@@ -208,6 +208,27 @@ TEST(DataParallelStrategyOptions, PowerSgdOptionsWithAnotherCompressionAreRefuse
   EXPECT_THROW(config_with({"parallel.data_parallel.powersgd_wire=int8"}), config::ConfigError);
 }
 
+// L-BFGS evaluates its closure several times a step: error feedback would carry one evaluation's
+// residue into the next, so the pair is refused when the strategy is built; without it, it builds.
+TEST(DataParallelStrategyOptions, PowerSgdErrorFeedbackWithLbfgsIsRefused) {
+  const auto refused = config_with({"parallel.data_parallel.compression=powersgd", "optim.name=lbfgs"});
+  const auto allowed = config_with({"parallel.data_parallel.compression=powersgd", "optim.name=lbfgs",
+                                    "parallel.data_parallel.powersgd_error_feedback=false"});
+  dtrain::testing::run_world(1, [&](comm::CommunicatorPtr comm) {
+    try {
+      build_strategy(refused, build_model(refused, 1), comm);
+      FAIL() << "expected std::invalid_argument";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(
+          std::string(e.what()).find("parallel.data_parallel.powersgd_error_feedback: true does not work "
+                                     "with optim.name lbfgs"),
+          std::string::npos)
+          << e.what();
+    }
+    EXPECT_NE(build_strategy(allowed, build_model(allowed, 1), comm), nullptr);
+  });
+}
+
 // The strategy as the trainer builds it: its checkpoint holds PowerSGD's state under
 // strategy/data_parallel/powersgd/, and its notes say what is compressed.
 TEST(DataParallelStrategyOptions, PowerSgdStateIsInTheStrategysCheckpoint) {

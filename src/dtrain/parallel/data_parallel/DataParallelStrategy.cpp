@@ -66,6 +66,16 @@ DataParallelStrategy::DataParallelStrategy(StrategyContext context)
     : ReplicaStrategy(std::move(context)),
       options_(parallel_config().options.get<DataParallelStrategyOptions>("data_parallel")) {
   check(options_);
+  // L-BFGS evaluates its closure several times per step; with error feedback each evaluation
+  // would add the residue the previous evaluation left, so its line search compares gradients of
+  // different functions (a 3-step trial on an mlp diverged to a loss of 4e5). Refused, not warned.
+  if (options_.compression == "powersgd" && options_.powersgd_error_feedback &&
+      dynamic_cast<torch::optim::LBFGS*>(&optimizer()) != nullptr) {
+    throw std::invalid_argument(
+        "parallel.data_parallel.powersgd_error_feedback: true does not work with optim.name lbfgs (each "
+        "line-search evaluation would carry the last one's residue); set "
+        "parallel.data_parallel.powersgd_error_feedback: false or choose another optimizer");
+  }
   const auto before = communicator()->stats();
   dp_ = std::make_unique<DataParallel>(model_ptr(), communicator(), reducer_options(options_, seed()));
   count_own_communication(before);
