@@ -123,6 +123,27 @@ TEST(RunConfigYaml, ApplyOverridesOnANode) {
   EXPECT_EQ(root["data"]["dataset"].as<std::string>(), "mnist");
 }
 
+TEST(RunConfigYaml, TransferOptionsReadAndRoundTrip) {
+  const auto c = parse_run_config(
+      "model:\n  init_from: runs/a/model.pt\n  init_strict: false\n  freeze: [\"layers.0.*\", layers.3.*]\n",
+      "x.yaml");
+  EXPECT_EQ(c.model.init_from, "runs/a/model.pt");
+  EXPECT_FALSE(c.model.init_strict);
+  EXPECT_EQ(c.model.freeze, (std::vector<std::string>{"layers.0.*", "layers.3.*"}));
+  const RunConfig back = parse_run_config(to_yaml(c), "roundtrip.yaml");
+  EXPECT_TRUE(back == c);
+  RunConfig other = back;
+  other.model.freeze.pop_back();
+  EXPECT_FALSE(other == back);
+  EXPECT_EQ(to_json(c)["model"]["freeze"], nlohmann::json({"layers.0.*", "layers.3.*"}));
+  EXPECT_EQ(parse_run_config("", "x.yaml", {"model.freeze=[layers.1.*]"}).model.freeze,
+            std::vector<std::string>{"layers.1.*"});
+  EXPECT_STREQ(
+      error_of_text("model:\n  freeze: layers.0.*\n").what(),
+      "x.yaml:2: model.freeze: expected a sequence of non-empty strings, e.g. [\"layers.0.*\"]; found "
+      "\"layers.0.*\"");
+}
+
 TEST(RunConfigErrors, WrongTypeNamesFileLineAndKey) {
   const std::string yaml =
       "name: run\n"

@@ -224,7 +224,11 @@ int train_in(const TrainArgs& a, const config::RunConfig& cfg, const comm::Commu
     logger->info(fmt::format("run folder {}", run.root().string()));
   }
 
-  train::Trainer trainer(cfg, communicator);
+  // A resumed run's checkpoint holds its weights: model.init_from is not applied over them again
+  // (and its file need not exist any more); model.freeze still applies.
+  auto trainer_cfg = cfg;
+  if (!a.resume.empty()) trainer_cfg.model.init_from.clear();
+  train::Trainer trainer(trainer_cfg, communicator);
   trainer.add_callback(
       std::make_shared<train::MetricsLog>(sink, logger, cfg.train.log_every_steps, cfg.train.log_evals));
   if (rank == 0) trainer.add_callback(std::make_shared<train::Progress>(logger->console()));

@@ -49,6 +49,7 @@ int main(int argc, char** argv) {
   runs["train"] = dtrain::cli::add_train_command(app);
   runs["experiment"] = dtrain::cli::add_experiment_command(app);
   runs["report"] = dtrain::cli::add_report_command(app);
+  runs["cam"] = dtrain::cli::add_cam_command(app);
   if (argc > 1) {
     if (const auto unknown = dtrain::cli::unknown_command(app, argv[1]); !unknown.empty()) {
       std::cerr << "dtrain: error: " + unknown + "\n";

@@ -95,6 +95,8 @@ class OptionVisitor {
   virtual void int_list(const char* key, std::vector<int>& value, std::int64_t min, bool allow_empty) = 0;
   virtual void int_list(const char* key, std::vector<std::int64_t>& value, std::int64_t min,
                         bool allow_empty) = 0;
+  // A sequence of non-empty strings (model.freeze's name patterns); empty allowed.
+  virtual void text_list(const char* key, std::vector<std::string>& value) = 0;
   // A nested section. `unused` is null when the section applies to this configuration; otherwise
   // it says why not ("options of strategy data_parallel, but parallel.strategy is local"):
   // readers refuse the section with that reason when it is given, writers leave it out.

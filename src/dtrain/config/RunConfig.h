@@ -65,6 +65,14 @@ struct ModelConfig {
   int num_filters = 3;
   int kernel_size = 5;
   int linear_width = 64;
+  // Transfer learning: start from the weights in this dtrain checkpoint, run folder (its model.pt,
+  // else its latest checkpoint) or exported model.pt, matched by name and shape; "" = from the seed.
+  std::string init_from;
+  // true: every parameter and buffer must be found with its shape; false: load what matches and
+  // keep the rest (a classifier head for another class count) as initialised.
+  bool init_strict = true;
+  // Glob patterns ('*', '?') over parameter names ("layers.0.*"): those parameters are not trained.
+  std::vector<std::string> freeze;
 };
 
 struct SchedulerConfig {

@@ -53,6 +53,7 @@ class YamlWriter final : public TreeWriter {
   void int_list(const char* key, std::vector<std::int64_t>& values, std::int64_t, bool) override {
     list(key, values);
   }
+  void text_list(const char* key, std::vector<std::string>& values) override { list(key, values); }
   void section(const char* key, const std::function<void()>& body, const char* unused) override {
     if (unused) return;
     YAML::Node child(YAML::NodeType::Map);
@@ -71,7 +72,7 @@ class YamlWriter final : public TreeWriter {
   template <class T>
   void list(const char* key, const std::vector<T>& values) {
     YAML::Node node(YAML::NodeType::Sequence);
-    for (const auto v : values) node.push_back(v);
+    for (const auto& v : values) node.push_back(v);
     node.SetStyle(YAML::EmitterStyle::Flow);
     set(key, node);
   }
@@ -92,6 +93,9 @@ class JsonWriter final : public TreeWriter {
   void int_list(const char* key, std::vector<std::int64_t>& values, std::int64_t, bool) override {
     (*stack_.back())[key] = values;
   }
+  void text_list(const char* key, std::vector<std::string>& values) override {
+    (*stack_.back())[key] = values;
+  }
   void section(const char* key, const std::function<void()>& body, const char* unused) override {
     if (unused) return;
     nlohmann::json& child = (*stack_.back())[key] = nlohmann::json::object();
@@ -109,9 +113,9 @@ class JsonWriter final : public TreeWriter {
   std::vector<nlohmann::json*> stack_;
 };
 
-using FieldPtr =
-    std::variant<const int*, const std::int64_t*, const std::uint64_t*, const double*, const bool*,
-                 const std::string*, const std::vector<int>*, const std::vector<std::int64_t>*>;
+using FieldPtr = std::variant<const int*, const std::int64_t*, const std::uint64_t*, const double*,
+                              const bool*, const std::string*, const std::vector<int>*,
+                              const std::vector<std::int64_t>*, const std::vector<std::string>*>;
 
 // Every field's address, or every dotted key, in description order; every section counts.
 class FieldCollector final : public OptionVisitor {
@@ -130,6 +134,7 @@ class FieldCollector final : public OptionVisitor {
   void int_list(const char* key, std::vector<std::int64_t>& value, std::int64_t, bool) override {
     add(key, &value);
   }
+  void text_list(const char* key, std::vector<std::string>& value) override { add(key, &value); }
   void section(const char* key, const std::function<void()>& body, const char*) override {
     keys.push_back(prefix_ + key);
     const auto saved = prefix_;

@@ -72,6 +72,9 @@ void describe_model(OptionVisitor& v, ModelConfig& m) {
   v.integer("num_filters", m.num_filters, at_least(1));
   v.integer("kernel_size", m.kernel_size, at_least(1));
   v.integer("linear_width", m.linear_width, at_least(1));
+  v.text("init_from", m.init_from, Text::Any);
+  v.boolean("init_strict", m.init_strict);
+  v.text_list("freeze", m.freeze);
 }
 
 void describe_scheduler(OptionVisitor& v, SchedulerConfig& s) {

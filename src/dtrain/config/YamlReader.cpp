@@ -137,6 +137,20 @@ void YamlReader::read_int_list(const char* key, std::vector<T>& out, std::int64_
   out = std::move(values);
 }
 
+void YamlReader::text_list(const char* key, std::vector<std::string>& out) {
+  const auto node = value(key);
+  if (!node) return;
+  const std::string expected = "expected a sequence of non-empty strings, e.g. [\"layers.0.*\"]; found ";
+  if (!node->IsSequence()) fail(*node, key, expected + found(*node));
+  std::vector<std::string> values;
+  for (const auto& item : *node) {
+    if (!item.IsScalar() || item.Scalar().empty())
+      fail(item, key, expected + found(item) + " in the sequence");
+    values.push_back(item.Scalar());
+  }
+  out = std::move(values);
+}
+
 void YamlReader::section(const char* key, const std::function<void()>& body, const char* unused) {
   const auto node = value(key);
   YAML::Node section_node;

@@ -39,6 +39,7 @@ class YamlReader final : public OptionVisitor {
                 bool allow_empty) override {
     read_int_list(key, value, min, allow_empty);
   }
+  void text_list(const char* key, std::vector<std::string>& value) override;
   void section(const char* key, const std::function<void()>& body, const char* unused) override;
 
   // Checks the root's own keys; sections check theirs when they close. `top_keys` lists them for

@@ -13,6 +13,7 @@
 #include "dtrain/models/ModelFactory.h"
 #include "dtrain/optim/Optimizers.h"
 #include "dtrain/parallel/Registry.h"
+#include "dtrain/train/Transfer.h"
 #include "dtrain/util/Clock.h"
 
 namespace dtrain::train {
@@ -50,6 +51,21 @@ std::string precision_of(const torch::nn::Module& module) {
     }
   }
   return "fp32";
+}
+
+// Note [Frozen parameters]
+// A parameter frozen by model.freeze has requires_grad false: backward gives it no gradient,
+// data_parallel leaves it out of its buckets and dAD out of its exchanges. The optimizer is not
+// given it either, so no weight decay, momentum or L-BFGS direction can move it and its state is
+// not saved; it stays bit-identical to the loaded value on every rank.
+optim::OptimizerFactory trainable_only(optim::OptimizerFactory make) {
+  return [make = std::move(make)](std::vector<torch::Tensor> parameters) {
+    std::vector<torch::Tensor> trainable;
+    for (auto& p : parameters) {
+      if (p.requires_grad()) trainable.push_back(std::move(p));
+    }
+    return make(std::move(trainable));
+  };
 }
 
 }  // namespace
@@ -94,6 +110,9 @@ Trainer::Trainer(config::RunConfig config, comm::CommunicatorPtr comm)
     torch::manual_seed(seed);
     model = models::create_model(config_.model, input_spec(*data_.train));
   }
+  // Transfer learning: the same file and patterns on every rank give every rank the same model
+  // before the strategy broadcasts or copies it.
+  facts_.transfer = apply_transfer(*model, config_.model).lines();
   facts_.summary = models::summary(*model, input_spec(*data_.train));
   facts_.parameters = models::parameter_count(*model);
   // The precision the run computes in (its parameters stay float32 master weights under bf16/fp16).
@@ -101,8 +120,8 @@ Trainer::Trainer(config::RunConfig config, comm::CommunicatorPtr comm)
   facts_.initial_hash = parameter_hash(*model);
   scheduler_ = std::make_unique<optim::Scheduler>(config_.optim.scheduler, config_.optim.lr);
   loss_ = optim::create_loss(config_.optim.loss);
-  parallel::StrategyContext context{model, optim::optimizer_factory(config_.optim), loss_, comm_,
-                                    config_.parallel};
+  parallel::StrategyContext context{model, trainable_only(optim::optimizer_factory(config_.optim)), loss_,
+                                    comm_, config_.parallel};
   context.holder_sizes = shard_.rank_sizes;
   context.seed = seed;
   context.precision = optim::parse_precision(config_.train.precision);

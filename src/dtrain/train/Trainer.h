@@ -33,6 +33,8 @@ struct ModelFacts {
   std::int64_t parameters = 0;  // scalar parameters
   std::string precision;        // "fp32", "fp64", "fp16" or "bf16"
   std::string initial_hash;     // of the parameters and buffers as built; equal for equal seeds
+  // What model.init_from loaded and model.freeze froze, one line each for the log (Transfer.h).
+  std::vector<std::string> transfer;
 };
 
 class Trainer {

@@ -76,6 +76,15 @@ DecentralizedStrategy::DecentralizedStrategy(StrategyContext context)
   }
   check_compressor(options_);
   for (const auto& p : context_.model->named_parameters(/*recurse=*/true)) {
+    // Nodes mix whole flat parameter vectors with their neighbours: a frozen parameter would still
+    // move by the rounding of every weighted average, so freezing is refused rather than broken.
+    if (!p.value().requires_grad()) {
+      throw std::invalid_argument(
+          "model.freeze: parameter " + p.key() +
+          " is frozen, but parallel.strategy decentralized mixes every parameter with the "
+          "graph neighbours; freeze with local, data_parallel, dad or rankdad, or remove "
+          "model.freeze");
+    }
     param_names_.push_back(p.key());
     model_params_.push_back(p.value());
     length_ += p.value().numel();
