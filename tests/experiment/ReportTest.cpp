@@ -139,6 +139,25 @@ TEST_F(ReportTest, ReadsWhatARunRecorded) {
   EXPECT_EQ(runs[0].metrics[1], (MetricRecord{{"step", 2}, {"epoch", 1}, {"wall_time", 101.0}}));
 }
 
+TEST_F(ReportTest, DataParallelWireCompressionJoinsThePrecision) {
+  auto results = [](const std::string& strategy, int world, const json& dp) {
+    return json{{"strategy", strategy},
+                {"world_size", world},
+                {"precision", "bf16"},
+                {"config", {{"parallel", {{"data_parallel", dp}}}}}};
+  };
+  EXPECT_EQ(parse_run_results(results("data_parallel", 2, {{"compression", "fp16"}})).precision,
+            "bf16, fp16 wire");
+  EXPECT_EQ(
+      parse_run_results(results("data_parallel", 2, {{"compression", "powersgd"}, {"powersgd_rank", 4}}))
+          .precision,
+      "bf16, powersgd r4 wire");
+  EXPECT_EQ(parse_run_results(results("data_parallel", 2, {{"compression", "none"}})).precision, "bf16");
+  // One worker sends nothing, and other strategies do not read data_parallel's options.
+  EXPECT_EQ(parse_run_results(results("data_parallel", 1, {{"compression", "fp16"}})).precision, "bf16");
+  EXPECT_EQ(parse_run_results(results("dad", 2, {{"compression", "fp16"}})).precision, "bf16");
+}
+
 TEST_F(ReportTest, FieldsAResultsFileLacksTakeTheirDefaults) {
   const auto r = parse_run_results(json{{"model", "mlp"}});
   EXPECT_EQ(r.precision, "fp32");

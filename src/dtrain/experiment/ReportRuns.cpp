@@ -40,6 +40,14 @@ RunResults parse_run_results(const json& r) {
   out.backend = r.value("backend", "");
   out.precision = r.value("precision", "fp32");
   out.world_size = r.value("world_size", 1);
+  // Seed 003's table sets the wire format beside the arithmetic: a data_parallel run on several
+  // workers whose gradients travel compressed is "fp32, fp16 wire" or "fp32, powersgd r4 wire".
+  const auto& dp = member(member(member(r, "config"), "parallel"), "data_parallel");
+  const std::string wire = dp.value("compression", "none");
+  if (out.world_size > 1 && out.strategy == "data_parallel" && wire != "none") {
+    out.precision += wire == "powersgd" ? fmt::format(", powersgd r{} wire", dp.value("powersgd_rank", 1))
+                                        : fmt::format(", {} wire", wire);
+  }
   out.steps = r.value("steps", std::int64_t{1});
   out.epochs = r.value("epochs", 1);
   out.batch_size = member(member(r, "config"), "data").value("batch_size", 0);

@@ -19,7 +19,7 @@ struct RunResults {
   std::string model;               // model
   std::string strategy;            // strategy
   std::string backend;             // backend
-  std::string precision = "fp32";  // precision
+  std::string precision = "fp32";  // precision, and data_parallel's wire compression (", fp16 wire")
   int world_size = 1;              // world_size: workers
   std::int64_t steps = 1;          // steps: optimizer steps (per-step figures divide by at least 1)
   int epochs = 1;                  // epochs completed
