@@ -538,6 +538,8 @@ for i in range(10):
     d = {'data': x[lo:hi, :], 'labels': np.array(y)[lo:hi].tolist(), 'mean': mean}
     pickle.dump(d, open(os.path.join(out, 'train_data_batch_%d' % (i + 1)), 'wb'))
 pickle.dump({'data': x[20:], 'labels': y[20:]}, open(os.path.join(out, 'val_data'), 'wb'), 3)
+for p in (2, 5):  # Python 3's protocol 2 writes bytes as _codecs.encode(text, 'latin1')
+    pickle.dump({'data': x[20:], 'labels': y[20:]}, open(os.path.join(out, 'val_p%d' % p), 'wb'), p)
 x.tofile(os.path.join(out, 'pixels.raw'))
 np.array(y, dtype=np.int64).tofile(os.path.join(out, 'labels.raw'))
 )";
@@ -556,4 +558,9 @@ np.array(y, dtype=np.int64).tofile(os.path.join(out, 'labels.raw'))
   const auto expected_labels = torch::from_blob(l.data(), {25}, torch::kLong).clone() - 1;
   EXPECT_TRUE(torch::equal(torch::cat({train.images(), val.images()}), expected_images));
   EXPECT_TRUE(torch::equal(torch::cat({train.labels(), val.labels()}), expected_labels));
+  for (const char* other : {"val_p2", "val_p5"}) {
+    const auto same = read_imagenet_files({dir / other}, 32, other);
+    EXPECT_TRUE(torch::equal(same.images(), val.images())) << other;
+    EXPECT_TRUE(torch::equal(same.labels(), val.labels())) << other;
+  }
 }

@@ -382,6 +382,14 @@ class Parser {
 
   static bool is(const PickleRef& v, Kind k) { return v && v->kind == k; }
 
+  // Python 2 pickles write numpy's type strings as str, read here as short (decoded) bytes.
+  static bool is_text(const PickleRef& v) {
+    return is(v, Kind::text) || (is(v, Kind::bytes) && v->bytes.offset < 0);
+  }
+  static const std::string& text_of(const PickleRef& v) {
+    return v->kind == Kind::text ? v->text : v->bytes.decoded;
+  }
+
   std::vector<std::int64_t> shape_of(const PickleRef& v) {
     if (!is(v, Kind::tuple)) fail("a numpy array's shape is a " + kind_name(*v) + ", not a tuple");
     std::vector<std::int64_t> shape;
@@ -421,9 +429,9 @@ class Parser {
       return make(Kind::array);  // shape, dtype and data come with BUILD
     }
     if (f == "numpy.dtype") {
-      if (a.empty() || !is(a[0], Kind::text)) fail("numpy.dtype is called without a type string");
+      if (a.empty() || !is_text(a[0])) fail("numpy.dtype is called without a type string");
       auto d = make(Kind::dtype);
-      d->text = a[0]->text;
+      d->text = text_of(a[0]);
       return d;
     }
     if (f == "numpy.core.numeric._frombuffer") {
@@ -459,9 +467,9 @@ class Parser {
     const auto& s = state->items;
     if (obj.kind == Kind::dtype) {
       // (version, byte order, subarray, names, fields, itemsize, alignment, flags)
-      if (s.size() < 2 || !is(s[1], Kind::text) || s[1]->text.size() != 1)
+      if (s.size() < 2 || !is_text(s[1]) || text_of(s[1]).size() != 1)
         fail("a numpy dtype's state has no byte order");
-      obj.byte_order = s[1]->text[0];
+      obj.byte_order = text_of(s[1])[0];
       if (obj.byte_order == '=') obj.byte_order = '<';  // native, as written by a little-endian machine
       if (s.size() >= 3 && !is(s[2], Kind::none)) fail("numpy dtype '" + obj.text + "' is a sub-array type");
       obj.built = true;
