@@ -62,6 +62,20 @@ void ReplicaStrategy::load(const io::Checkpoint& checkpoint) {
   optim::load_named_optimizer_state(*optimizer_, named_parameters(*context_.model), entries);
 }
 
+std::int64_t ReplicaStrategy::step_optimizer(const std::function<torch::Tensor()>& closure) {
+  std::int64_t evaluations = 0;
+  optimizer_->step([&]() -> torch::Tensor {
+    ++evaluations;
+    return closure();
+  });
+  closure_evaluations_ += evaluations;
+  return evaluations;
+}
+
+std::map<std::string, double> ReplicaStrategy::metrics() {
+  return {{"optim/closure_evaluations", static_cast<double>(closure_evaluations_)}};
+}
+
 comm::CommStats ReplicaStrategy::count_own_communication(const comm::CommStats& before) {
   if (!context_.comm) return {};
   auto traffic = comm::difference(context_.comm->stats(), before);

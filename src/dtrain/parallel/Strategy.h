@@ -84,6 +84,10 @@ struct StepResult {
   // Bytes this rank put on the wire for the step's own communication, under the algorithms the
   // backend actually ran (comm::OpStats::wire_bytes); 0 for a strategy that does not communicate.
   std::uint64_t bytes_sent = 0;
+  // How often the optimizer evaluated the step's closure (forward, backward and, where the strategy
+  // synchronises, the all-reduce): 1 for sgd and adam, 1 or more for lbfgs, equal on every rank
+  // (Note [Distributed L-BFGS]).
+  std::int64_t closure_evaluations = 0;
 };
 
 // A model the trainer evaluates: the model itself for most strategies; for decentralized training

@@ -179,8 +179,9 @@ StepResult DadStrategy::train_step(const data::Batch& batch) {
   }
   auto network = model_ptr();
   const ForwardFn forward = [network](const torch::Tensor& x) { return network->forward(x); };
-  // An optimizer that evaluates the closure several times (L-BFGS) adds up each evaluation's phases.
-  optimizer().step([&]() -> torch::Tensor {
+  // An optimizer that evaluates the closure several times (L-BFGS) adds up each evaluation's phases;
+  // the exchange is inside the closure (Note [Distributed L-BFGS]).
+  result.closure_evaluations = step_optimizer([&]() -> torch::Tensor {
     optimizer().zero_grad();
     taps_.clear();
     auto step = forward_backward(forward, loss(), batch.inputs, batch.targets, accumulation,
@@ -210,8 +211,8 @@ StepResult DadStrategy::train_step(const data::Batch& batch) {
 }
 
 std::map<std::string, double> DadStrategy::metrics() {
-  std::map<std::string, double> out{
-      {"dad/layers_gradient", 0}, {"dad/layers_dad", 0}, {"dad/layers_rankdad", 0}};
+  auto out = ReplicaStrategy::metrics();
+  for (const char* key : {"dad/layers_gradient", "dad/layers_dad", "dad/layers_rankdad"}) out[key] = 0;
   for (const auto method : methods_) out["dad/layers_" + to_string(method)] += 1;
   if (mode_ == Mode::RankDad) out["dad/mean_rank"] = last_exchange_.mean_rank;
   return out;

@@ -55,7 +55,8 @@ StepResult DataParallelStrategy::train_step(const data::Batch& batch) {
   // in finish() (the last bucket's blocking all-reduce and whatever had not yet arrived).
   auto network = model_ptr();
   const ForwardFn forward = [network](const torch::Tensor& x) { return network->forward(x); };
-  optimizer().step([&]() -> torch::Tensor {
+  // See Note [Distributed L-BFGS].
+  result.closure_evaluations = step_optimizer([&]() -> torch::Tensor {
     optimizer().zero_grad();
     auto step =
         forward_backward(forward, loss(), batch.inputs, batch.targets, parallel_config().accumulation_steps,
@@ -78,9 +79,10 @@ StepResult DataParallelStrategy::train_step(const data::Batch& batch) {
 }
 
 std::map<std::string, double> DataParallelStrategy::metrics() {
-  return {{"data_parallel/buckets", static_cast<double>(dp_->bucket_parameter_names().size())},
-          {"data_parallel/overlapped",
-           static_cast<double>(dp_->last_sync_timing().buckets_launched_in_backward)}};
+  auto out = ReplicaStrategy::metrics();
+  out["data_parallel/buckets"] = static_cast<double>(dp_->bucket_parameter_names().size());
+  out["data_parallel/overlapped"] = static_cast<double>(dp_->last_sync_timing().buckets_launched_in_backward);
+  return out;
 }
 
 DTRAIN_REGISTER_STRATEGY(

@@ -18,7 +18,7 @@ StepResult LocalStrategy::train_step(const data::Batch& batch) {
   auto network = model_ptr();
   const ForwardFn forward = [network](const torch::Tensor& x) { return network->forward(x); };
   // An optimizer that evaluates the closure several times (L-BFGS) adds up each evaluation's phases.
-  optimizer().step([&]() -> torch::Tensor {
+  result.closure_evaluations = step_optimizer([&]() -> torch::Tensor {
     optimizer().zero_grad();
     auto step =
         forward_backward(forward, loss(), batch.inputs, batch.targets, parallel_config().accumulation_steps);
