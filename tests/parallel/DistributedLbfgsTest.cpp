@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "dtrain/config/RunConfigYaml.h"
+#include "dtrain/io/Checkpoint.h"
 #include "parallel/ParallelTestUtil.h"
 #include "support/ThreadWorld.h"
 
@@ -171,6 +172,19 @@ TEST(DistributedLbfgsLineSearch, StrongWolfeChangesTheEvaluationsAndTheSteps) {
     ends[search] = values(strategy->model_state());
   }
   EXPECT_EQ(evaluations["none"], std::vector<std::int64_t>(kSteps, 4));
+  // 10 steps of 4 iterations filled the history of 5; the state is saveable before that too.
+  const auto cfg = config_of("local", "strong_wolfe");
+  auto young = testing::build_strategy(cfg, testing::build_model(cfg, 5, torch::kDouble), nullptr);
+  young->train_step({inputs[0], targets[0]});
+  io::Checkpoint checkpoint;
+  EXPECT_NO_THROW(young->save(checkpoint));
+  EXPECT_TRUE(checkpoint.contains("optimizer/lbfgs"));
+  auto resumed = testing::build_strategy(cfg, testing::build_model(cfg, 6, torch::kDouble), nullptr);
+  resumed->load(checkpoint);
+  EXPECT_EQ(resumed->train_step({inputs[1], targets[1]}).closure_evaluations,
+            young->train_step({inputs[1], targets[1]}).closure_evaluations);
+  EXPECT_LE(testing::max_relative_difference(values(resumed->model_state()), values(young->model_state())),
+            1e-12);
   EXPECT_NE(evaluations["strong_wolfe"], evaluations["none"]);
   EXPECT_GT(testing::max_relative_difference(ends["strong_wolfe"], ends["none"]), 1e-3);
 }

@@ -1,6 +1,7 @@
 // See ReplicaStrategy.h.
 #include "dtrain/parallel/ReplicaStrategy.h"
 
+#include <torch/optim/lbfgs.h>
 #include <torch/torch.h>
 
 #include "dtrain/optim/OptimizerState.h"
@@ -69,7 +70,30 @@ std::int64_t ReplicaStrategy::step_optimizer(const std::function<torch::Tensor()
     return closure();
   });
   closure_evaluations_ += evaluations;
+  fill_lbfgs_scratch();
   return evaluations;
+}
+
+// LibTorch's L-BFGS keeps `al` as a vector of history_size tensors, defined only as far as the
+// history has grown; its archive cannot hold an undefined tensor, so a checkpoint (or model.pt's
+// run end) before the history is full failed with "Cannot access storage of UndefinedTensorImpl".
+// `al` is scratch: step() writes al[i] before it reads it, for every i it uses, so a zero there
+// changes nothing but makes the state saveable.
+void ReplicaStrategy::fill_lbfgs_scratch() {
+  auto* lbfgs = dynamic_cast<torch::optim::LBFGS*>(optimizer_.get());
+  if (!lbfgs) return;
+  for (auto& entry : lbfgs->state()) {
+    auto& state = static_cast<torch::optim::LBFGSParamState&>(*entry.second);
+    if (!state.al()) continue;
+    auto al = *state.al();
+    bool filled = false;
+    for (auto& a : al) {
+      if (a.defined()) continue;
+      a = torch::zeros({});
+      filled = true;
+    }
+    if (filled) state.al(std::move(al));
+  }
 }
 
 std::map<std::string, double> ReplicaStrategy::metrics() {

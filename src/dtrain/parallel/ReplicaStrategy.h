@@ -58,6 +58,10 @@ class ReplicaStrategy : public Strategy {
   std::int64_t step_optimizer(const std::function<torch::Tensor()>& closure);
 
  private:
+  void fill_lbfgs_scratch();
+
+ protected:
+ private:
   StrategyContext context_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   comm::CommStats own_comm_;
