@@ -100,7 +100,7 @@ TEST(Factory, UnknownNameListsKnownOnes) {
   EXPECT_THAT(
       error_of([&] { load_datasets(c); }),
       HasSubstr("data.dataset: unknown data set 'imagenet'; expected one of: fashion-mnist, mnist, cifar10, "
-                "cifar100, image-folder, dogsvscats, synthetic, text"));
+                "cifar100, imagenet32, imagenet64, image-folder, dogsvscats, synthetic, text"));
 }
 
 TEST(Factory, MissingMnistSaysWhereItLookedAndHowToGetIt) {

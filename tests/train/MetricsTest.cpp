@@ -32,6 +32,20 @@ TEST(Metrics, MacroPrecisionRecallF1MatchHandComputedValues) {
   EXPECT_NEAR(m.f1, (2.0 / 3 + 0.5 + 0.0) / 3, 1e-12);
 }
 
+TEST(Metrics, PerClassFiguresMatchHandComputedValues) {
+  // targets 0 0 1 2, predictions 0 1 1 1 (as above): per_class.csv's columns.
+  MetricsAccumulator acc(3);
+  acc.add(logits_ranking({{0, 1, 2}, {1, 0, 2}, {1, 2, 0}, {1, 0, 2}}, 3),
+          torch::tensor({0, 0, 1, 2}, torch::kLong), 2.0);
+  const auto m = acc.result();
+  EXPECT_EQ(m.class_samples, (std::vector<std::int64_t>{2, 1, 1}));
+  EXPECT_EQ(m.class_recall, (std::vector<double>{0.5, 1.0, 0.0}));
+  ASSERT_EQ(m.class_precision.size(), 3u);
+  EXPECT_DOUBLE_EQ(m.class_precision[0], 1.0);
+  EXPECT_DOUBLE_EQ(m.class_precision[1], 1.0 / 3);
+  EXPECT_DOUBLE_EQ(m.class_precision[2], 0.0);
+}
+
 TEST(Metrics, TopKCountsATargetAmongTheKBest) {
   MetricsAccumulator acc(6);
   // Target 5 ranked 1st, 2nd, 4th and 6th.

@@ -18,6 +18,7 @@
 #include "dtrain/comm/Backend.h"
 #include "dtrain/config/Environment.h"
 #include "dtrain/config/RunConfigYaml.h"
+#include "dtrain/io/AtomicFile.h"
 #include "dtrain/io/JsonFile.h"
 #include "dtrain/io/RunDir.h"
 #include "dtrain/io/TensorBoardWriter.h"
@@ -179,6 +180,20 @@ nlohmann::json results_json(const config::RunConfig& cfg, const train::Trainer& 
   return j;
 }
 
+// The final evaluation by class, named where the data set names its classes (data::class_names):
+// class, name, samples, precision, recall. "" when there are no names to report by.
+std::string per_class_csv(const train::EvalMetrics& m, const std::vector<std::string>& names) {
+  if (names.empty() || names.size() != m.class_samples.size()) return "";
+  std::string csv = "class,name,samples,precision,recall\n";
+  for (std::size_t c = 0; c < names.size(); ++c) {
+    std::string quoted;  // names hold commas ("tench, Tinca tinca")
+    for (const char ch : names[c]) quoted += ch == '"' ? std::string("\"\"") : std::string(1, ch);
+    csv += fmt::format("{},\"{}\",{},{:.6f},{:.6f}\n", c, quoted, m.class_samples[c], m.class_precision[c],
+                       m.class_recall[c]);
+  }
+  return csv;
+}
+
 // Starts `nproc` local workers running this same command, each told the run folder.
 int launch_workers(const TrainArgs& a, const config::RunConfig& cfg, int nproc,
                    const comm::Environment& env) {
@@ -247,7 +262,12 @@ int train_in(const TrainArgs& a, const config::RunConfig& cfg, const comm::Commu
 
   const auto result = trainer.fit();
   if (rank == 0) {
-    const auto j = results_json(cfg, trainer, result, run, communicator ? communicator->backend() : "none");
+    auto j = results_json(cfg, trainer, result, run, communicator ? communicator->backend() : "none");
+    const auto by_class = per_class_csv(result.final_eval, trainer.datasets().class_names);
+    if (!by_class.empty()) {
+      io::write_file_atomic(run.root() / "per_class.csv", by_class);
+      j["per_class"] = "per_class.csv";
+    }
     io::write_json_file(run.results_path(), j);
     std::cout << j.dump() << std::endl;
   }

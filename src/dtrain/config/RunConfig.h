@@ -96,7 +96,8 @@ struct OptimConfig {
   double eps = 1e-8;
   int lbfgs_history = 10;
   int lbfgs_max_iter = 20;
-  std::string loss = "cross_entropy";  // registered by optim/: cross_entropy, nll, mse
+  std::string lbfgs_line_search = "none";  // none | strong_wolfe
+  std::string loss = "cross_entropy";      // registered by optim/: cross_entropy, nll, mse
   SchedulerConfig scheduler;
 };
 

@@ -17,6 +17,7 @@ const ChoiceSet kTasks{"classifier", "lm"};
 const ChoiceSet kBackends{"gloo", "mpi", "nccl"};
 const ChoiceSet kDevices{"cpu", "cuda"};
 const ChoiceSet kPrecisions{"fp32", "bf16", "fp16"};
+const ChoiceSet kLineSearches{"none", "strong_wolfe"};
 const ChoiceSet kRunFolders{"dated", "named"};
 
 // A registered set; an empty one means the layer that owns it is not linked into this program.
@@ -97,6 +98,7 @@ void describe_optim(OptionVisitor& v, OptimConfig& o) {
   v.number("eps", o.eps, kPositive);
   v.integer("lbfgs_history", o.lbfgs_history, at_least(1));
   v.integer("lbfgs_max_iter", o.lbfgs_max_iter, at_least(1));
+  v.choice("lbfgs_line_search", o.lbfgs_line_search, kLineSearches);
   v.choice("loss", o.loss, registered(kLossKey));
   v.section("scheduler", [&] { describe_scheduler(v, o.scheduler); });
 }

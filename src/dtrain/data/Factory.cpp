@@ -4,6 +4,7 @@
 #include "dtrain/data/Cifar.h"
 #include "dtrain/data/Idx.h"
 #include "dtrain/data/ImageFolder.h"
+#include "dtrain/data/Imagenet.h"
 #include "dtrain/data/Synthetic.h"
 #include "dtrain/data/TextDataset.h"
 
@@ -28,6 +29,14 @@ namespace {
            {"mnist", "MNIST, IDX files (.gz or raw) under data.root", {"MNIST"}},
            {"cifar10", "CIFAR-10, the binary version (data_batch_*.bin, test_batch.bin)"},
            {"cifar100", "CIFAR-100, the binary version (train.bin, test.bin)"},
+           {"imagenet32",
+            "downsampled ImageNet 32x32 (Chrabaszcz et al. 2017): the pickled train_data_batch_1..10 and "
+            "val_data under data.root (default /usr/share/datasets/imagenet32)",
+            {"Imagenet32"}},
+           {"imagenet64",
+            "downsampled ImageNet 64x64: the pickled train_data_batch_1..10 and val_data under data.root "
+            "(default /usr/share/datasets/imagenet64)",
+            {"Imagenet64"}},
            {"image-folder", "one folder per class of PNG/JPEG images (train/ and test/ under data.root)"},
            {"dogsvscats",
             "seed 000's cats and dogs: an image folder of exactly two classes, train/{cat,dog} and "
@@ -97,6 +106,7 @@ std::string default_root(const std::string& dataset) {
   if (name == "fashion-mnist") return kFashionMnistRoot;
   if (name == "mnist") return "/usr/share/datasets/mnist";
   if (name == "dogsvscats") return "/usr/share/datasets/dogsvscats";
+  if (name == "imagenet32" || name == "imagenet64") return "/usr/share/datasets/" + name;
   return "";
 }
 
@@ -107,17 +117,33 @@ DataSets load_datasets(const config::DataConfig& data) {
   if (name == "fashion-mnist" || name == "mnist") {
     // Train before test (argument order is unspecified), so a missing root names the train file.
     auto train = load_mnist(root, true, name);
-    return finish_images(std::move(train), load_mnist(root, false, name), data);
+    auto sets = finish_images(std::move(train), load_mnist(root, false, name), data);
+    sets.class_names = class_names(data);
+    return sets;
   }
   if (name == "cifar10" || name == "cifar100") {
     const int classes = name == "cifar10" ? 10 : 100;
     auto train = load_cifar(root, classes, true);
-    return finish_images(std::move(train), load_cifar(root, classes, false), data);
+    auto sets = finish_images(std::move(train), load_cifar(root, classes, false), data);
+    sets.class_names = class_names(data);
+    return sets;
+  }
+  if (name == "imagenet32" || name == "imagenet64") {
+    const int size = name == "imagenet32" ? 32 : 64;
+    // The names first: a labels file that cannot name these classes is refused before the
+    // (large) batch files are read.
+    auto names = class_names(data);
+    auto train = load_imagenet(root, size, true);
+    auto sets = finish_images(std::move(train), load_imagenet(root, size, false), data);
+    sets.class_names = std::move(names);
+    return sets;
   }
   if (name == "image-folder" || name == "dogsvscats") {
     if (name == "dogsvscats") require_cats_and_dogs(root);
     auto train = load_image_folder(root, data.image_size, true);
-    return finish_images(std::move(train), load_image_folder(root, data.image_size, false), data);
+    auto sets = finish_images(std::move(train), load_image_folder(root, data.image_size, false), data);
+    sets.class_names = class_names(data);
+    return sets;
   }
   if (name == "synthetic") {
     SyntheticOptions o;
@@ -139,9 +165,27 @@ DataSets load_datasets(const config::DataConfig& data) {
     std::shared_ptr<const Dataset> test = data.test_subset_size > 0
                                               ? split.test->head(data.test_subset_size)
                                               : std::shared_ptr<const Dataset>(split.test);
-    return DataSets{train, train, test};
+    return DataSets{train, train, test, {}};
   }
   TORCH_CHECK(false, "data.dataset: unknown data set '", name, "'; expected one of: ", names.list());
+}
+
+std::vector<std::string> class_names(const config::DataConfig& data) {
+  const std::string name =
+      config::registered_choices(config::kDatasetKey).resolve(data.dataset).value_or(data.dataset);
+  const std::string root = data.root.empty() ? default_root(name) : data.root;
+  if (name == "cifar10") {
+    return {"airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"};
+  }
+  if (name == "mnist") return {"0", "1", "2", "3", "4", "5", "6", "7", "8", "9"};
+  if (name == "fashion-mnist") {
+    return {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+            "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
+  }
+  if (name == "imagenet32" || name == "imagenet64")
+    return load_imagenet_class_names(root, name == "imagenet32" ? 32 : 64);
+  if (name == "image-folder" || name == "dogsvscats") return list_classes(class_folders(root).front());
+  return {};
 }
 
 std::unique_ptr<Loader> make_train_loader(std::shared_ptr<const Dataset> train, const Shard& shard,

@@ -17,13 +17,20 @@ struct DataSets {
   std::shared_ptr<const Dataset> train;  // augmented as configured
   std::shared_ptr<const Dataset>
       train_plain;  // the same samples without augmentation: kfold validation, train accuracy
-  std::shared_ptr<const Dataset> test;  // normalised with the training set's statistics
+  std::shared_ptr<const Dataset> test;   // normalised with the training set's statistics
+  std::vector<std::string> class_names;  // by label; empty when the data set names none
 };
 
 // Where a data set is looked for when data.root is empty ("" when it has no default).
 std::string default_root(const std::string& dataset);
 
 DataSets load_datasets(const config::DataConfig& data);
+
+// The names of the data set's classes, by label (0 first), for reports: fixed for cifar10, mnist
+// and fashion-mnist; from map_clsloc.txt / imagenet1000_clsidx_to_labels.txt under data.root for
+// imagenet32/64 (Note [ImageNet class numbering]); the folder names of an image folder's train/.
+// Empty when the data set has none. Reads no images.
+std::vector<std::string> class_names(const config::DataConfig& data);
 
 // This rank's training batches: its shard, reshuffled every epoch from `seed`, the same number of
 // batches on every rank.

@@ -17,19 +17,13 @@ std::int64_t steps_or_one(const RunResults& run) {
 std::vector<std::string> run_row(const ReportRun& run, const std::map<std::string, double>& one_worker) {
   const auto& r = run.results;
   const auto efficiency = scaling_efficiency(r, one_worker);
-  return {run.name,
-          r.strategy,
-          r.backend,
-          std::to_string(r.world_size),
-          r.model,
-          std::to_string(steps_or_one(r)),
-          fmt::format("{:.4f}", r.top1),
-          fmt::format("{:.4f}", r.top5),
-          fmt::format("{:.4f}", r.loss),
-          fmt::format("{:.0f}", r.samples_per_second),
-          efficiency ? fmt::format("{:.2f}", *efficiency) : "",
-          fmt::format("{:.3f}", comm_mb_per_step(r)),
-          fmt::format("{:.3f}", comm_wait_ms_per_step(r))};
+  return {run.name, r.strategy, r.backend, std::to_string(r.world_size), r.model,
+          std::to_string(steps_or_one(r)), fmt::format("{:.4f}", r.top1), fmt::format("{:.4f}", r.top5),
+          fmt::format("{:.4f}", r.loss), fmt::format("{:.0f}", r.samples_per_second),
+          efficiency ? fmt::format("{:.2f}", *efficiency) : "", fmt::format("{:.3f}", comm_mb_per_step(r)),
+          fmt::format("{:.3f}", comm_wait_ms_per_step(r)),
+          // Wall time of training (seed 002 compares optimizers by it): without evaluation.
+          fmt::format("{:.2f}", r.train_seconds)};
 }
 
 }  // namespace
@@ -71,7 +65,7 @@ std::vector<int> worker_counts(const std::vector<ReportRun>& runs) {
 
 Table run_table(const std::vector<ReportRun>& runs) {
   Table table{{"run", "strategy", "backend", "workers", "model", "steps", "test top-1", "test top-5",
-               "test loss", "samples/s", "scaling eff.", "comm MB/step", "wait ms/step"}};
+               "test loss", "samples/s", "scaling eff.", "comm MB/step", "wait ms/step", "train s"}};
   const auto one_worker = one_worker_throughput(runs);
   for (const auto& run : runs) table.push_back(run_row(run, one_worker));
   return table;

@@ -32,6 +32,12 @@ void validate_common(const config::OptimConfig& config, const std::string& name)
                         "with {}; remove them or set optim.name: sgd (adam's momentum is optim.beta1)",
                         config.momentum, config.nesterov, name));
   }
+  if (name != "lbfgs") {
+    require(config.lbfgs_line_search == "none",
+            fmt::format("optim.lbfgs_line_search: applies to lbfgs only, found {} with {}; remove it or set "
+                        "optim.name: lbfgs",
+                        config.lbfgs_line_search, name));
+  }
   if (name == "adam" || name == "adamw") {
     require(config.beta1 >= 0.0 && config.beta1 < 1.0 && config.beta2 >= 0.0 && config.beta2 < 1.0,
             fmt::format("optim.beta1/optim.beta2: expected both in [0, 1), found {} and {}", config.beta1,
@@ -83,9 +89,16 @@ std::unique_ptr<torch::optim::Optimizer> build_lbfgs(Parameters parameters,
   require(config.lbfgs_history > 0 && config.lbfgs_max_iter > 0,
           fmt::format("optim.lbfgs_history/optim.lbfgs_max_iter: expected both > 0, found {} and {}",
                       config.lbfgs_history, config.lbfgs_max_iter));
+  require(config.lbfgs_line_search == "none" || config.lbfgs_line_search == "strong_wolfe",
+          fmt::format("optim.lbfgs_line_search: expected none or strong_wolfe, found {}",
+                      config.lbfgs_line_search));
   auto options = torch::optim::LBFGSOptions(config.lr)
                      .history_size(config.lbfgs_history)
                      .max_iter(config.lbfgs_max_iter);
+  // Without a line search every iteration takes a step of lr along the direction; strong Wolfe
+  // evaluates the closure until the step satisfies both Wolfe conditions (Nocedal & Wright, alg.
+  // 3.5/3.6, as PyTorch implements it).
+  if (config.lbfgs_line_search == "strong_wolfe") options.line_search_fn("strong_wolfe");
   return std::make_unique<torch::optim::LBFGS>(std::move(parameters), options);
 }
 
@@ -100,7 +113,9 @@ const std::vector<OptimizerEntry>& optimizer_table() {
       {{"sgd", "stochastic gradient descent; optim.momentum, nesterov, weight_decay"}, build_sgd},
       {{"adam", "Adam; optim.beta1, beta2, eps, weight_decay (L2)"}, build_adam},
       {{"adamw", "AdamW; decoupled optim.weight_decay"}, build_adamw},
-      {{"lbfgs", "L-BFGS; optim.lbfgs_history, lbfgs_max_iter; evaluates the step's closure several times"},
+      {{"lbfgs",
+        "L-BFGS; optim.lbfgs_history, lbfgs_max_iter, lbfgs_line_search (none | strong_wolfe); evaluates the "
+        "step's closure several times"},
        build_lbfgs},
   };
   return table;

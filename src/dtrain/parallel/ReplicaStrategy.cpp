@@ -1,6 +1,7 @@
 // See ReplicaStrategy.h.
 #include "dtrain/parallel/ReplicaStrategy.h"
 
+#include <torch/optim/lbfgs.h>
 #include <torch/torch.h>
 
 #include "dtrain/optim/OptimizerState.h"
@@ -28,7 +29,7 @@ ForwardFn ReplicaStrategy::forward_fn() {
 
 void ReplicaStrategy::step_with(const std::function<torch::Tensor()>& closure, StepResult& result) {
   if (!precision_.scaling()) {
-    optimizer_->step(closure);
+    result.closure_evaluations = step_optimizer(closure);
     return;
   }
   const auto parameters = context_.model->parameters();
@@ -36,6 +37,8 @@ void ReplicaStrategy::step_with(const std::function<torch::Tensor()>& closure, S
     const auto half = precision_.half_weights(parameters);
     closure();
   }
+  result.closure_evaluations = 1;  // lbfgs, the optimizer that evaluates more, is refused with fp16
+  closure_evaluations_ += 1;
   if (precision_.finish_gradients(parameters, &result.timing.communication)) optimizer_->step();
   result.skipped = precision_.last_skipped();
   result.loss_scale = precision_.loss_scale();
@@ -83,6 +86,43 @@ void ReplicaStrategy::load(const io::Checkpoint& checkpoint) {
   }
   optim::load_named_optimizer_state(*optimizer_, named_parameters(*context_.model), entries);
   precision_.load(checkpoint);
+}
+
+std::int64_t ReplicaStrategy::step_optimizer(const std::function<torch::Tensor()>& closure) {
+  std::int64_t evaluations = 0;
+  optimizer_->step([&]() -> torch::Tensor {
+    ++evaluations;
+    return closure();
+  });
+  closure_evaluations_ += evaluations;
+  fill_lbfgs_scratch();
+  return evaluations;
+}
+
+// LibTorch's L-BFGS keeps `al` as a vector of history_size tensors, defined only as far as the
+// history has grown; its archive cannot hold an undefined tensor, so a checkpoint (or model.pt's
+// run end) before the history is full failed with "Cannot access storage of UndefinedTensorImpl".
+// `al` is scratch: step() writes al[i] before it reads it, for every i it uses, so a zero there
+// changes nothing but makes the state saveable.
+void ReplicaStrategy::fill_lbfgs_scratch() {
+  auto* lbfgs = dynamic_cast<torch::optim::LBFGS*>(optimizer_.get());
+  if (!lbfgs) return;
+  for (auto& entry : lbfgs->state()) {
+    auto& state = static_cast<torch::optim::LBFGSParamState&>(*entry.second);
+    if (!state.al()) continue;
+    auto al = *state.al();
+    bool filled = false;
+    for (auto& a : al) {
+      if (a.defined()) continue;
+      a = torch::zeros({});
+      filled = true;
+    }
+    if (filled) state.al(std::move(al));
+  }
+}
+
+std::map<std::string, double> ReplicaStrategy::metrics() {
+  return {{"optim/closure_evaluations", static_cast<double>(closure_evaluations_)}};
 }
 
 comm::CommStats ReplicaStrategy::count_own_communication(const comm::CommStats& before) {

@@ -5,7 +5,9 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
+#include <string>
 
 #include "dtrain/parallel/MicroBatches.h"
 #include "dtrain/parallel/MixedPrecision.h"
@@ -23,6 +25,8 @@ class ReplicaStrategy : public Strategy {
   void save(io::Checkpoint& checkpoint) const override;
   void load(const io::Checkpoint& checkpoint) override;
   comm::CommStats comm_stats() const override { return own_comm_; }
+  // optim/closure_evaluations: the closure evaluations of every step so far in this process.
+  std::map<std::string, double> metrics() override;
 
  protected:
   // Builds the optimizer over every parameter of context.model; refuses an optimizer that
@@ -44,7 +48,8 @@ class ReplicaStrategy : public Strategy {
   // optimizer().step(closure) in fp32 and bf16. In fp16 the closure runs once on the
   // fp16-rounded weights, then precision().finish_gradients() decides, agreed by every rank,
   // whether the optimizer steps; result.skipped and result.loss_scale say what happened, and the
-  // agreement's wait counts as result.timing.communication.
+  // agreement's wait counts as result.timing.communication. result.closure_evaluations counts the
+  // closure's evaluations (see Note [Distributed L-BFGS]).
   void step_with(const std::function<torch::Tensor()>& closure, StepResult& result);
   std::uint64_t seed() const { return context_.seed; }
 
@@ -54,11 +59,28 @@ class ReplicaStrategy : public Strategy {
   // step runs, so the difference is exactly the strategy's.
   comm::CommStats count_own_communication(const comm::CommStats& before);
 
+  // Note [Distributed L-BFGS]
+  // L-BFGS evaluates its closure as often as its line search and tolerances decide, from the loss
+  // and gradient it is given. Each rank's copy of the optimizer takes the same decisions, and so
+  // the same number of evaluations and the same steps, only if every evaluation sees the same
+  // global loss and gradient: the closure itself must all-reduce both (pytorch#30439; seed 002's
+  // lesson). Reducing once per step outside the closure lets ranks' line searches diverge, and a
+  // rank that evaluates once more waits forever in a collective the others never join. Every
+  // replica strategy therefore passes optimizer().step() a closure that runs forward, backward
+  // and the strategy's whole synchronisation, and returns the global mean loss; the reductions
+  // leave identical bits on every rank, so identical optimizers stay identical. step_with counts
+  // the evaluations (StepResult::closure_evaluations, optim/closure_evaluations) so that tests and
+  // logs can check it.
+
  private:
+  std::int64_t step_optimizer(const std::function<torch::Tensor()>& closure);
+  void fill_lbfgs_scratch();
+
   StrategyContext context_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   MixedPrecision precision_;
   comm::CommStats own_comm_;
+  std::int64_t closure_evaluations_ = 0;
 };
 
 }  // namespace dtrain::parallel

@@ -92,6 +92,10 @@ struct StepResult {
   // or NaN (the same on every rank), and the loss scale after the step; 0 without a loss scale.
   bool skipped = false;
   double loss_scale = 0.0;
+  // How often the optimizer evaluated the step's closure (forward, backward and, where the strategy
+  // synchronises, the all-reduce): 1 for sgd and adam, 1 or more for lbfgs, equal on every rank
+  // (Note [Distributed L-BFGS]).
+  std::int64_t closure_evaluations = 0;
 };
 
 // A model the trainer evaluates: the model itself for most strategies; for decentralized training

@@ -92,6 +92,14 @@ EvalMetrics MetricsAccumulator::result() const {
   const auto denom = precision + recall;
   const auto f1 =
       torch::where(denom.gt(0), 2 * precision * recall / denom.clamp_min(1e-300), torch::zeros_like(denom));
+  const auto samples = actual.to(torch::kLong).contiguous();
+  const auto recall_c = recall.contiguous();
+  const auto precision_c = precision.contiguous();
+  m.class_samples.assign(samples.data_ptr<std::int64_t>(),
+                         samples.data_ptr<std::int64_t>() + samples.numel());
+  m.class_recall.assign(recall_c.data_ptr<double>(), recall_c.data_ptr<double>() + recall_c.numel());
+  m.class_precision.assign(precision_c.data_ptr<double>(),
+                           precision_c.data_ptr<double>() + precision_c.numel());
   m.precision = (precision * present).sum().item<double>() / classes;
   m.recall = (recall * present).sum().item<double>() / classes;
   m.f1 = (f1 * present).sum().item<double>() / classes;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 namespace dtrain::comm {
 class Communicator;
@@ -24,6 +25,11 @@ struct EvalMetrics {
   double recall = 0.0;
   double f1 = 0.0;
   std::int64_t samples = 0;
+  // Per class (index = label): how often it was the target, its recall and its precision; what a
+  // report lists by class name (results' per_class.csv).
+  std::vector<std::int64_t> class_samples;
+  std::vector<double> class_recall;
+  std::vector<double> class_precision;
 
   // {"loss": .., "top1": .., ...} with a prefix, e.g. "val/".
   std::map<std::string, double> named(const std::string& prefix) const;

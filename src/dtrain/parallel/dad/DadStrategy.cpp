@@ -215,8 +215,8 @@ StepResult DadStrategy::train_step(const data::Batch& batch) {
 }
 
 std::map<std::string, double> DadStrategy::metrics() {
-  std::map<std::string, double> out{
-      {"dad/layers_gradient", 0}, {"dad/layers_dad", 0}, {"dad/layers_rankdad", 0}};
+  auto out = ReplicaStrategy::metrics();
+  for (const char* key : {"dad/layers_gradient", "dad/layers_dad", "dad/layers_rankdad"}) out[key] = 0;
   for (const auto method : methods_) out["dad/layers_" + to_string(method)] += 1;
   if (mode_ == Mode::RankDad) out["dad/mean_rank"] = last_exchange_.mean_rank;
   return out;

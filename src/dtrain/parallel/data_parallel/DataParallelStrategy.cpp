@@ -127,9 +127,10 @@ StepResult DataParallelStrategy::train_step(const data::Batch& batch) {
 }
 
 std::map<std::string, double> DataParallelStrategy::metrics() {
-  return {{"data_parallel/buckets", static_cast<double>(dp_->bucket_parameter_names().size())},
-          {"data_parallel/overlapped",
-           static_cast<double>(dp_->last_sync_timing().buckets_launched_in_backward)}};
+  auto out = ReplicaStrategy::metrics();
+  out["data_parallel/buckets"] = static_cast<double>(dp_->bucket_parameter_names().size());
+  out["data_parallel/overlapped"] = static_cast<double>(dp_->last_sync_timing().buckets_launched_in_backward);
+  return out;
 }
 
 std::map<std::string, std::string> DataParallelStrategy::notes() const {
