@@ -241,8 +241,9 @@ TEST_F(ReportTest, TheRunTableHasEveryRunsNumbers) {
                                                 "scaling eff.", "comm MB/step", "wait ms/step", "train s"}));
   EXPECT_EQ(table[1], (std::vector<std::string>{"one", "local", "none", "1", "mlp", "10", "0.5000", "0.9000",
                                                 "1.2500", "100", "1.00", "0.000", "0.000", "8.00"}));
-  EXPECT_EQ(table[2], (std::vector<std::string>{"two", "data_parallel", "gloo", "2", "mlp", "5", "0.5000",
-                                                "0.9000", "1.2500", "180", "0.90", "0.800", "2.000", "5.00"}));
+  EXPECT_EQ(table[2],
+            (std::vector<std::string>{"two", "data_parallel", "gloo", "2", "mlp", "5", "0.5000", "0.9000",
+                                      "1.2500", "180", "0.90", "0.800", "2.000", "5.00"}));
   EXPECT_EQ(table[3][9], "150");
   EXPECT_EQ(table[3][10], "0.75");  // 150 / (2 x 100)
   EXPECT_EQ(table[4][10], "0.75");  // 300 / (4 x 100)

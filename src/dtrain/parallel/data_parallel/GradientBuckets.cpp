@@ -11,19 +11,6 @@ GradCompression plain_wire(const DataParallelOptions& options) {
   return options.compression == GradCompression::PowerSgd ? options.powersgd.wire : options.compression;
 }
 
-torch::ScalarType wire_dtype(GradCompression wire) {
-  switch (wire) {
-    case GradCompression::Fp16:
-      return torch::kHalf;
-    case GradCompression::Bf16:
-      return torch::kBFloat16;
-    case GradCompression::None:
-    case GradCompression::PowerSgd:
-      break;
-  }
-  TORCH_INTERNAL_ASSERT(false, "a bucket's wire is none, fp16 or bf16");
-}
-
 // The slots of the trainable parameters in reverse registration order, which approximates the
 // order backward produces gradients in, so the first bucket completes first; and which slots
 // share a bucket.
@@ -96,6 +83,19 @@ Bucket allocate_bucket(BucketLayout& layout, const std::vector<int>& members, bo
 }
 
 }  // namespace
+
+torch::ScalarType wire_dtype(GradCompression wire) {
+  switch (wire) {
+    case GradCompression::Fp16:
+      return torch::kHalf;
+    case GradCompression::Bf16:
+      return torch::kBFloat16;
+    case GradCompression::None:
+    case GradCompression::PowerSgd:
+      break;
+  }
+  TORCH_INTERNAL_ASSERT(false, "a 16-bit wire is fp16 or bf16");
+}
 
 BucketLayout build_buckets(const torch::nn::Module& module, const DataParallelOptions& options,
                            std::int64_t carry_slots) {

@@ -17,6 +17,10 @@
 
 namespace dtrain::parallel::detail {
 
+// The dtype a 16-bit wire carries (fp16 or bf16; an internal assert for any other), for the buckets
+// and for PowerSGD's factors.
+torch::ScalarType wire_dtype(GradCompression wire);
+
 struct ParamSlot {
   std::string name;
   torch::Tensor param;

@@ -69,19 +69,6 @@ std::uint64_t splitmix(std::uint64_t x) {
   return x ^ (x >> 31);
 }
 
-torch::ScalarType wire_dtype(GradCompression wire) {
-  switch (wire) {
-    case GradCompression::Fp16:
-      return torch::kHalf;
-    case GradCompression::Bf16:
-      return torch::kBFloat16;
-    case GradCompression::None:
-    case GradCompression::PowerSgd:
-      break;
-  }
-  TORCH_INTERNAL_ASSERT(false, "PowerSGD's wire is none, fp16 or bf16");
-}
-
 }  // namespace
 
 PowerSgd::PowerSgd(const PowerSgdOptions& options, const std::vector<ParamSlot>& params,
