@@ -14,28 +14,13 @@
 #include "dtrain/io/Logger.h"
 #include "dtrain/train/RunCallbacks.h"
 #include "dtrain/train/Trainer.h"
+#include "train/TrainTestUtil.h"
 
 namespace dtrain::train {
 namespace {
 
 config::RunConfig small_config(const std::string& precision) {
-  config::RunConfig c;
-  c.name = "precision-test";
-  c.data.dataset = "synthetic";
-  c.data.synthetic_shape = {1, 8, 8};
-  c.data.synthetic_classes = 4;
-  c.data.synthetic_size = 256;
-  c.data.batch_size = 16;
-  c.data.eval_batch_size = 64;
-  c.data.test_subset_size = 32;
-  c.model.name = "mlp";
-  c.model.hidden = {16};
-  c.optim.name = "adam";
-  c.optim.lr = 0.01;
-  c.parallel.strategy = "local";
-  c.train.epochs = 2;
-  c.train.seed = 7;
-  c.train.log_every_steps = 0;
+  auto c = testing::small_trainer_config("precision-test");
   c.train.precision = precision;
   return c;
 }
