@@ -288,6 +288,31 @@ TEST(LocalStrategy, StepSendsNothingAndItsPhasesFitItsWallTime) {
   }
 }
 
+// ZeRO's accounting for a replica (Rajbhandari et al. 2020, §3): parameters 4Ψ, gradients 4Ψ,
+// Adam 8Ψ, sgd with momentum 4Ψ; before the first step no optimizer state and no gradients.
+TEST(StrategyMemory, ReplicaFootprintIsZerosAccounting) {
+  const auto data = batches(1, 8);
+  for (const auto& [optimizer, state_per_parameter] :
+       std::vector<std::pair<std::string, std::uint64_t>>{{"adam", 8}, {"sgd", 4}}) {
+    auto overrides = std::vector<std::string>{"parallel.strategy=local", "optim.name=" + optimizer};
+    if (optimizer == "sgd") overrides.push_back("optim.momentum=0.9");
+    const auto cfg = config_with(overrides);
+    auto model = mlp(cfg, 3);
+    std::uint64_t psi = 0;
+    for (const auto& p : model->parameters()) psi += static_cast<std::uint64_t>(p.numel());
+    auto strategy = make(cfg, model, nullptr);
+    const auto before = strategy->memory_footprint();
+    EXPECT_EQ(before.parameters, 4 * psi);
+    EXPECT_EQ(before.optimizer_state, 0u) << optimizer;
+    strategy->train_step({data.inputs[0], data.targets[0]});
+    const auto after = strategy->memory_footprint();
+    EXPECT_EQ(after.parameters, 4 * psi) << optimizer;
+    EXPECT_EQ(after.gradients, 4 * psi) << optimizer;
+    EXPECT_EQ(after.optimizer_state, state_per_parameter * psi) << optimizer;
+    EXPECT_EQ(after.total(), after.parameters + after.gradients + after.optimizer_state);
+  }
+}
+
 TEST(LocalStrategy, AccumulationMatchesOneBigBatch) {
   const auto whole_cfg = config_with({"parallel.strategy=local", "optim.name=sgd", "optim.lr=0.05"});
   const auto split_cfg = config_with(

@@ -8,6 +8,7 @@
 #include <torch/optim/sgd.h>
 #include <torch/serialize/archive.h>
 
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <type_traits>
@@ -178,6 +179,37 @@ void load_named_optimizer_state(torch::optim::Optimizer& optimizer, const NamedP
       state[state_key(state, p)] = std::move(s);
     }
   }
+}
+
+std::vector<torch::Tensor> optimizer_state_tensors(const torch::optim::Optimizer& optimizer) {
+  std::vector<torch::Tensor> out;
+  for (const auto& entry : optimizer.state()) {
+    const auto* state = entry.second.get();
+    if (const auto* s = dynamic_cast<const torch::optim::SGDParamState*>(state)) {
+      out.push_back(s->momentum_buffer());
+    } else if (const auto* s = dynamic_cast<const torch::optim::AdamParamState*>(state)) {
+      out.insert(out.end(), {s->exp_avg(), s->exp_avg_sq(), s->max_exp_avg_sq()});
+    } else if (const auto* s = dynamic_cast<const torch::optim::AdamWParamState*>(state)) {
+      out.insert(out.end(), {s->exp_avg(), s->exp_avg_sq(), s->max_exp_avg_sq()});
+    } else if (const auto* s = dynamic_cast<const torch::optim::LBFGSParamState*>(state)) {
+      out.insert(out.end(), {s->d(), s->H_diag(), s->prev_flat_grad()});
+      for (const auto* history : {&s->old_dirs(), &s->old_stps(), &s->ro()})
+        out.insert(out.end(), history->begin(), history->end());
+      if (s->al()) out.insert(out.end(), s->al()->begin(), s->al()->end());
+    }
+  }
+  return out;
+}
+
+std::uint64_t unique_storage_bytes(const std::vector<torch::Tensor>& tensors) {
+  std::set<const void*> seen;
+  std::uint64_t bytes = 0;
+  for (const auto& t : tensors) {
+    if (!t.defined()) continue;
+    const auto& storage = t.storage();
+    if (seen.insert(storage.unsafeGetStorageImpl()).second) bytes += storage.nbytes();
+  }
+  return bytes;
 }
 
 }  // namespace dtrain::optim

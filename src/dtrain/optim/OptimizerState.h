@@ -6,6 +6,7 @@
 
 #include <torch/optim/optimizer.h>
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <utility>
@@ -27,5 +28,13 @@ std::map<std::string, torch::Tensor> named_optimizer_state(const torch::optim::O
 // kind of optimizer.
 void load_named_optimizer_state(torch::optim::Optimizer& optimizer, const NamedParameters& parameters,
                                 const std::map<std::string, torch::Tensor>& entries);
+
+// Every tensor the optimizer's state holds (sgd's momentum, Adam's moments, L-BFGS's history), for
+// counting the bytes a rank keeps (parallel::MemoryFootprint). Empty before the first step.
+std::vector<torch::Tensor> optimizer_state_tensors(const torch::optim::Optimizer& optimizer);
+
+// The bytes of the storages behind `tensors`, each storage counted once (views of one flat
+// buffer count as the buffer); undefined tensors count nothing.
+std::uint64_t unique_storage_bytes(const std::vector<torch::Tensor>& tensors);
 
 }  // namespace dtrain::optim

@@ -69,6 +69,12 @@ std::map<std::string, torch::Tensor> ReplicaStrategy::model_state() const {
   return state;
 }
 
+MemoryFootprint ReplicaStrategy::memory_footprint() const {
+  auto footprint = module_footprint(*context_.model);
+  footprint.optimizer_state = optim::unique_storage_bytes(optim::optimizer_state_tensors(*optimizer_));
+  return footprint;
+}
+
 void ReplicaStrategy::save(io::Checkpoint& checkpoint) const {
   checkpoint.set_module_state("model", *context_.model);
   for (const auto& [key, value] :

@@ -27,6 +27,9 @@ class ReplicaStrategy : public Strategy {
   comm::CommStats comm_stats() const override { return own_comm_; }
   // optim/closure_evaluations: the closure evaluations of every step so far in this process.
   std::map<std::string, double> metrics() override;
+  // The model's parameters and gradients (data_parallel's flat buckets, which the gradients view,
+  // included) and the optimizer's state.
+  MemoryFootprint memory_footprint() const override;
 
  protected:
   // Builds the optimizer over every parameter of context.model; refuses an optimizer that

@@ -98,6 +98,20 @@ struct StepResult {
   std::int64_t closure_evaluations = 0;
 };
 
+// The bytes this rank holds in the model state, in ZeRO's accounting (Rajbhandari et al. 2020,
+// §3): parameters, gradients (allocated .grad tensors and any flat gradient buffers the strategy
+// keeps) and optimizer state (momentum, Adam's moments, L-BFGS's history), each counted once
+// even where tensors are views of one flat buffer. What `dtrain bench throughput` prints per rank.
+struct MemoryFootprint {
+  std::uint64_t parameters = 0;
+  std::uint64_t gradients = 0;
+  std::uint64_t optimizer_state = 0;
+  std::uint64_t total() const { return parameters + gradients + optimizer_state; }
+};
+
+// The parameters and gradients of `module` (their storages, each counted once), optimizer state 0.
+MemoryFootprint module_footprint(const torch::nn::Module& module);
+
 // A model the trainer evaluates: the model itself for most strategies; for decentralized training
 // the node average and each node.
 struct EvalModel {
@@ -153,6 +167,9 @@ class Strategy {
   // Facts about how the strategy set itself up, for the log and results.json (e.g. dAD's choice
   // per layer); settled after the first step.
   virtual std::map<std::string, std::string> notes() const { return {}; }
+  // What this rank holds in parameters, gradients and optimizer state now (after a step the
+  // optimizer state exists). Local, no communication.
+  virtual MemoryFootprint memory_footprint() const = 0;
 
  protected:
   Strategy() = default;

@@ -66,6 +66,23 @@ std::map<std::string, double> DecentralizedStrategy::metrics() {
   return out;
 }
 
+MemoryFootprint DecentralizedStrategy::memory_footprint() const {
+  std::vector<torch::Tensor> parameters, gradients, state;
+  for (const auto& node : nodes_) {
+    parameters.push_back(node->theta);
+    for (const auto& t : optim::optimizer_state_tensors(*node->optimizer)) state.push_back(t);
+    state.insert(state.end(), {node->dual, node->tracker, node->last_gradient});
+  }
+  for (const auto& p : model_params_) gradients.push_back(p.grad());
+  for (const auto& entry : xhat_) state.push_back(entry.second);
+  state.insert(state.end(), {outer_, outer_momentum_});
+  MemoryFootprint footprint;
+  footprint.parameters = optim::unique_storage_bytes(parameters);
+  footprint.gradients = optim::unique_storage_bytes(gradients);
+  footprint.optimizer_state = optim::unique_storage_bytes(state);
+  return footprint;
+}
+
 std::map<std::string, torch::Tensor> DecentralizedStrategy::model_state() const {
   auto* self = const_cast<DecentralizedStrategy*>(this);
   const double n = layout_.nodes();

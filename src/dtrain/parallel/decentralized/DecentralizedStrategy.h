@@ -46,6 +46,9 @@ class DecentralizedStrategy final : public Strategy {
   comm::CommStats comm_stats() const override { return own_comm_; }
   std::map<std::string, double> metrics() override;
   std::map<std::string, std::string> notes() const override;
+  // Every node this rank hosts: its parameters, its optimizer's state and its algorithm's vectors
+  // (counted as optimizer state); the model's gradients once (the nodes share them in turn).
+  MemoryFootprint memory_footprint() const override;
 
   // For tests: graph node `node`'s parameters as one vector (only on the rank hosting it).
   torch::Tensor node_parameters(int node) const;
