@@ -9,8 +9,8 @@
 # table on stdout. Measure on an idle machine: timings on a shared one are noise.
 #   bench/powersgd_compare.sh [BUILD_DIR=build] [RATES="none 1gbit 100mbit"] [STEPS=100] [BATCH=32] [ROUNDS=1]
 #   METHODS="none fp16 powersgd1 powersgd2 powersgd4" START=0 SIZE=2048 (environment)
-# DATA=fmnist (environment) trains on Fashion-MNIST instead (1 x 28 x 28, top-1 on the first 2,000 test
-# images): synthetic images carry no signal, so the accuracy study uses real data.
+# DATA=fmnist (environment) trains on Fashion-MNIST instead (1 x 28 x 28, top-1 on the first
+# TEST_SUBSET=2000 test images; 0: all 10,000): synthetic images carry no signal, so the accuracy study uses real data.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
@@ -46,7 +46,7 @@ run() {  # rate method
   case $DATA in
     synthetic) args="$args data.dataset=synthetic data.synthetic_shape=[3,32,32] data.synthetic_classes=10"
                args="$args data.synthetic_size=$SIZE" ;;
-    fmnist) args="$args data.dataset=fashion-mnist data.test_subset_size=2000" ;;
+    fmnist) args="$args data.dataset=fashion-mnist data.test_subset_size=${TEST_SUBSET:-2000}" ;;
     *) echo "powersgd_compare.sh: DATA is synthetic or fmnist, not $DATA" >&2; exit 2 ;;
   esac
   args="$args data.batch_size=$BATCH model.name=resnet18 model.stem=cifar"

@@ -60,6 +60,16 @@ TEST_F(YamlFile, ASecondDocumentIsRefusedAtItsLine) {
   EXPECT_EQ(error_of(write("one.yaml", "---\nname: a\n")), "");
 }
 
+TEST_F(YamlFile, AnUnterminatedQuoteIsRefusedAtItsLine) {
+  const auto path = write("quote.yaml", "model: {name: mlp}\nname: \"abc\n");
+  EXPECT_EQ(error_of(path),
+            path + ":2: a quoted string that is never closed (no matching \" before the end of the file)");
+  EXPECT_NE(error_of(write("single.yaml", "name: 'abc\n")), "");
+  EXPECT_NE(error_of(write("escaped.yaml", "name: \"abc\\\"\n")), "");  // the only quote is escaped
+  // Closed quotes, escapes and '' inside single quotes are fine, in keys and in lists too.
+  EXPECT_EQ(error_of(write("closed.yaml", "name: \"a\\\"b\"\n\"out_dir\": 'it''s'\nx: [\"1\", '2']\n")), "");
+}
+
 TEST_F(YamlFile, AFileWithNoSettingsIsRefused) {
   for (const std::string text : {"", "\n\n", "# only a comment\n"}) {
     const auto path = write("empty.yaml", text);

@@ -56,6 +56,48 @@ std::string at_line(const std::string& source, const std::string& text, std::siz
   return source + ":" + std::to_string(1 + std::count(text.begin(), text.begin() + offset, '\n'));
 }
 
+// Whether the quoted scalar opening at text[open] (' or ") closes before the end of the text.
+// yaml-cpp takes the end of the text as the end of an unterminated quoted scalar, so a file whose
+// last quote is missing would otherwise be read as if it were there.
+bool quote_closes(const std::string& text, std::size_t open) {
+  const char quote = text[open];
+  for (std::size_t i = open + 1; i < text.size(); ++i) {
+    if (quote == '"' && text[i] == '\\') {
+      ++i;  // an escape: the next character is the escaped one
+    } else if (text[i] == quote) {
+      if (quote == '\'' && i + 1 < text.size() && text[i + 1] == '\'') {
+        ++i;  // '' inside single quotes is one quote
+      } else {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+// Throws naming the line of the first quoted scalar in `node` that is not closed.
+void check_quotes(const YAML::Node& node, const std::string& text, const std::string& source) {
+  if (node.IsScalar()) {
+    const auto mark = node.Mark();
+    if (node.Tag() == "!" && !mark.is_null() && mark.pos >= 0 &&
+        static_cast<std::size_t>(mark.pos) < text.size()) {
+      const auto pos = static_cast<std::size_t>(mark.pos);
+      if ((text[pos] == '"' || text[pos] == '\'') && !quote_closes(text, pos)) {
+        throw ConfigError(at_line(source, text, pos), "",
+                          std::string("a quoted string that is never closed (no matching ") + text[pos] +
+                              " before the end of the file)");
+      }
+    }
+  } else if (node.IsSequence()) {
+    for (const auto& item : node) check_quotes(item, text, source);
+  } else if (node.IsMap()) {
+    for (const auto& item : node) {
+      check_quotes(item.first, text, source);
+      check_quotes(item.second, text, source);
+    }
+  }
+}
+
 }  // namespace
 
 YAML::Node parse_yaml(const std::string& text, const std::string& source) {
@@ -76,7 +118,9 @@ YAML::Node parse_yaml(const std::string& text, const std::string& source) {
     throw ConfigError(yaml_location(source, documents[1]), "",
                       "a second YAML document (after '---'); a configuration is one document");
   }
-  return documents.empty() ? YAML::Node() : documents.front();
+  if (documents.empty()) return YAML::Node();
+  check_quotes(documents.front(), text, source);
+  return documents.front();
 }
 
 YAML::Node load_yaml_file(const std::string& path) {
