@@ -206,6 +206,7 @@ class RecordingDataParallel final : public parallel::Strategy {
   void save(io::Checkpoint& checkpoint) const override { inner_->save(checkpoint); }
   void load(const io::Checkpoint& checkpoint) override { inner_->load(checkpoint); }
   comm::CommStats comm_stats() const override { return inner_->comm_stats(); }
+  parallel::MemoryFootprint memory_footprint() const override { return inner_->memory_footprint(); }
   std::map<std::string, double> metrics() override {
     return {{"recorded_steps", double(batches()[rank_].size())}};
   }
