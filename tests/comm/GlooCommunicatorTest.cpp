@@ -58,7 +58,7 @@ std::uint64_t gloo_expected_wire_bytes(const WireCall& call, int rank, int n) {
     }
     case CommOp::Allgather:
       return (size - 1) * bytes;
-    case CommOp::ReduceScatter:  // an alltoall: one chunk to every other rank
+    case CommOp::ReduceScatter:  // the ring: n-1 steps of one chunk
     case CommOp::Alltoall:
       return (size - 1) * bytes / size;
     case CommOp::Send:

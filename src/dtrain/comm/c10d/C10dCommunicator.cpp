@@ -18,6 +18,9 @@ namespace dtrain::comm {
 // _reduce_scatter_base. Here:
 // - Avg is a Sum followed by an in-place division on completion: one extra pass over the tensor,
 //   no extra bytes. Integer tensors are refused (the mean of integers is not an integer).
+// The gloo backend runs reduce_scatter and the flat allgather natively on the group's Gloo context
+// (C10dCapabilities::reduce_scatter and allgather; Note [Gloo's native collectives]); for a backend
+// without them and without flat collectives:
 // - allgather passes the flat output's chunk views as c10d's output list; Gloo gathers into one
 //   buffer and copies it into the views: one extra copy of the output, no extra bytes.
 // - reduce_scatter is an alltoall (chunk j of every rank lands on rank j) followed by a local
@@ -116,39 +119,40 @@ void reduce_rows(const at::Tensor& rows, const at::Tensor& out, ReduceOp op, int
 // bench/RESULTS.md has the measurements (mlp over gloo, 2 ranks: 31k samples/s blocking, 56k
 // polling).
 
+// Note [Gloo's send and recv]
+// c10d Gloo's SendWork and RecvWork complete only inside wait(): isCompleted() stays false until
+// someone waits, so neither completed() nor Note [Polling before blocking]'s poll can see them
+// finish. They used to get a thread each that waited for them (and a blocking send/recv first
+// polled isCompleted() for the whole poll budget, 50 ms, in vain). Now wait() waits for the
+// transfer on the caller's thread, as c10d's own users do, and only completed() called before
+// wait() starts a thread that waits, so that it can answer without blocking; the usual post,
+// compute, wait pattern starts no thread. The thread is per operation, so that no transfer waits
+// behind another one that the peer has not yet matched.
+
 // Wraps a c10d Work: waits with the communicator's timeout and runs a completion step (the
 // division of an emulated Avg, the local reduction of an emulated reduce_scatter) exactly once.
 class C10dWork final : public Work {
  public:
+  // waits_inside_wait: the Work completes only inside wait() (Note [Gloo's send and recv]).
   C10dWork(compat::WorkHandle work, std::chrono::milliseconds timeout, std::chrono::microseconds poll,
-           std::function<void()> finish, bool wait_on_thread)
+           std::function<void()> finish, bool waits_inside_wait)
       : work_(std::move(work)),
         timeout_(timeout),
         poll_(poll),
         finish_(std::move(finish)),
-        on_thread_(wait_on_thread) {
-    // Gloo's send/recv Work completes only inside wait(); a thread waiting for it is what lets
-    // completed() answer without blocking. One thread per operation, so that no transfer waits
-    // behind another one that the peer has not yet matched.
-    if (wait_on_thread) {
-      waiter_ = std::thread([this] {
-        try {
-          work_->wait(timeout_);
-        } catch (const std::exception& e) {
-          waiter_error_ = std::make_exception_ptr(std::runtime_error(error_text(e)));
-        }
-        waited_.store(true, std::memory_order_release);
-      });
-    }
-  }
+        inside_wait_(waits_inside_wait) {}
 
   ~C10dWork() override {
     if (waiter_.joinable()) waiter_.join();
   }
 
   bool completed() override {
-    if (on_thread_) {
-      if (!waited_.load(std::memory_order_acquire)) return false;
+    if (inside_wait_) {
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (!waited_inline_ && !waiter_.joinable() && !waiter_joined_) start_waiter_locked();
+      }
+      if (!waited_inline_ && !waited_.load(std::memory_order_acquire)) return false;
       join_waiter();
     } else {
       if (!call_c10d([&] { return work_->isCompleted(); })) return false;
@@ -159,8 +163,18 @@ class C10dWork final : public Work {
   }
 
   void wait() override {
-    if (on_thread_) {
-      join_waiter();
+    if (inside_wait_) {
+      bool inline_wait = false;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        inline_wait = !waiter_.joinable() && !waiter_joined_;
+      }
+      if (inline_wait) {
+        call_c10d([&] { return work_->wait(timeout_); });
+        waited_inline_ = true;
+      } else {
+        join_waiter();
+      }
     } else {
       if (poll_.count() > 0) {
         // See Note [Polling before blocking].
@@ -175,10 +189,24 @@ class C10dWork final : public Work {
   }
 
  private:
+  void start_waiter_locked() {
+    waiter_ = std::thread([this] {
+      try {
+        work_->wait(timeout_);
+      } catch (const std::exception& e) {
+        waiter_error_ = std::make_exception_ptr(std::runtime_error(error_text(e)));
+      }
+      waited_.store(true, std::memory_order_release);
+    });
+  }
+
   void join_waiter() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (waiter_.joinable()) waiter_.join();
+      if (waiter_.joinable()) {
+        waiter_.join();
+        waiter_joined_ = true;
+      }
     }
     if (waiter_error_) std::rethrow_exception(waiter_error_);
   }
@@ -203,9 +231,11 @@ class C10dWork final : public Work {
   std::chrono::milliseconds timeout_;
   std::chrono::microseconds poll_;
   std::function<void()> finish_;
-  const bool on_thread_;
+  const bool inside_wait_;
   std::mutex mutex_;
   std::thread waiter_;
+  bool waiter_joined_ = false;  // guarded by mutex_
+  bool waited_inline_ = false;  // set by wait() on the caller's thread
   std::atomic<bool> waited_{false};
   std::exception_ptr waiter_error_;
 };
@@ -231,8 +261,9 @@ C10dCommunicator::~C10dCommunicator() = default;
 
 WorkPtr C10dCommunicator::wrap(compat::WorkHandle work, std::function<void()> finish, bool p2p) {
   TORCH_INTERNAL_ASSERT(work, backend_, " returned no Work");
-  return std::make_shared<C10dWork>(std::move(work), timeout(), capabilities_.poll_wait, std::move(finish),
-                                    p2p && !capabilities_.p2p_completes_without_wait);
+  return std::make_shared<C10dWork>(
+      std::move(work), timeout(), capabilities_.poll_wait, std::move(finish),
+      p2p && !capabilities_.p2p_completes_without_wait);  // See Note [Gloo's send and recv]
 }
 
 void C10dCommunicator::check_reducible(const at::Tensor& tensor, ReduceOp op, const char* what) const {
@@ -299,6 +330,11 @@ WorkPtr C10dCommunicator::do_allgather(at::Tensor& input, at::Tensor& output, bo
   if (input.numel() == 0) return completed_work();
   at::Tensor in = as_bytes(input);
   at::Tensor out = as_bytes(output);
+  if (capabilities_.allgather) {
+    auto work = call_c10d(
+        [&] { return capabilities_.allgather(*group_, in, out, ReduceOp::Sum, async_op, timeout()); });
+    return work ? wrap(std::move(work)) : completed_work();
+  }
   ::c10d::AllgatherOptions options;
   options.timeout = timeout();
   if (capabilities_.flat_collectives) {
@@ -323,6 +359,17 @@ WorkPtr C10dCommunicator::do_reduce_scatter(at::Tensor& input, at::Tensor& outpu
   check_reducible(input, op, "reduce_scatter");
   if (output.numel() == 0) return completed_work();
   const int n = size();
+  if (capabilities_.reduce_scatter) {
+    auto work = call_c10d(
+        [&] { return capabilities_.reduce_scatter(*group_, input, output, op, async_op, timeout()); });
+    if (!work) {
+      if (op == ReduceOp::Avg) output.div_(n);
+      return completed_work();
+    }
+    std::function<void()> finish;
+    if (op == ReduceOp::Avg) finish = [output, n] { output.div_(n); };
+    return wrap(std::move(work), std::move(finish));
+  }
   if (capabilities_.flat_collectives) {
     at::Tensor in = input.view({-1});
     at::Tensor out = output.view({-1});
@@ -390,7 +437,9 @@ std::uint64_t C10dCommunicator::wire_bytes(const WireCall& call) const {
     return capabilities_.wire_bytes(ran, rank(), size()) + capabilities_.wire_bytes(gather, rank(), size());
   }
   // See Note [Emulated collectives].
-  if (call.op == CommOp::ReduceScatter && !capabilities_.flat_collectives) ran.op = CommOp::Alltoall;
+  if (call.op == CommOp::ReduceScatter && !capabilities_.flat_collectives && !capabilities_.reduce_scatter) {
+    ran.op = CommOp::Alltoall;
+  }
   return capabilities_.wire_bytes(ran, rank(), size());
 }
 

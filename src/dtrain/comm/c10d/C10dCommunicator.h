@@ -14,6 +14,13 @@
 
 namespace dtrain::comm {
 
+// A collective a backend runs itself on its own process group instead of through c10d (gloo's
+// reduce_scatter and flat allgather, Note [Gloo's native collectives]). With async_op = false it
+// runs inline and returns an empty handle; otherwise it returns the c10d Work it queued.
+using NativeCollective = std::function<compat::WorkHandle(
+    compat::CollectiveGroup& group, const at::Tensor& input, const at::Tensor& output, ReduceOp op,
+    bool async_op, std::chrono::milliseconds timeout)>;
+
 // What a c10d backend does natively (everything else is emulated), and what its algorithms send.
 struct C10dCapabilities {
   // _allgather_base and _reduce_scatter_base on flat tensors (NCCL; not Gloo in 1.13).
@@ -29,6 +36,10 @@ struct C10dCapabilities {
   // The bytes rank `rank` of `size` sends for a call the backend runs natively (an emulated
   // reduce_scatter is asked as the alltoall it runs). See Note [Wire bytes].
   std::function<std::uint64_t(const WireCall& call, int rank, int size)> wire_bytes;
+  // Set: the backend's own reduce_scatter (every op) and flat allgather (op unused), run instead of
+  // c10d's or the emulation; wire_bytes is then asked about them as they are.
+  NativeCollective reduce_scatter;
+  NativeCollective allgather;
 };
 
 // Builds the process group of `size` ranks meeting through `store`; used for the world and for

@@ -1,5 +1,5 @@
-// connect_gloo(): the store rendezvous, then c10d's ProcessGroupGloo with the options of
-// BackendOptions (timeout, worker threads, network interface).
+// connect_gloo(): the store rendezvous, then c10d's ProcessGroupGloo (as GlooGroup, for the native
+// collectives) with the options of BackendOptions (timeout, worker threads, network interface).
 #include "dtrain/comm/gloo/GlooCommunicator.h"
 
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -9,6 +9,7 @@
 #include "dtrain/comm/C10dCompat.h"
 #include "dtrain/comm/c10d/C10dCommunicator.h"
 #include "dtrain/comm/c10d/StoreRendezvous.h"
+#include "dtrain/comm/gloo/GlooCollectives.h"
 #include "dtrain/comm/gloo/GlooWireBytes.h"
 
 namespace dtrain::comm {
@@ -43,10 +44,12 @@ std::unique_ptr<Communicator> connect_gloo(const BackendOptions& options, const 
   }
   C10dCapabilities capabilities;
   capabilities.poll_wait = options.poll_wait;
-  capabilities.flat_collectives = false;            // See Note [Emulated collectives]
-  capabilities.p2p_completes_without_wait = false;  // Gloo's SendWork/RecvWork finish inside wait()
-  capabilities.wire_bytes = gloo_wire_bytes;        // See Note [Gloo's algorithms]
-  capabilities.reduces_bfloat16 = false;            // See Note [bfloat16 on Gloo]
+  capabilities.flat_collectives = false;              // See Note [Emulated collectives]
+  capabilities.p2p_completes_without_wait = false;    // Gloo's SendWork/RecvWork finish inside wait()
+  capabilities.wire_bytes = gloo_wire_bytes;          // See Note [Gloo's algorithms]
+  capabilities.reduces_bfloat16 = false;              // See Note [bfloat16 on Gloo]
+  capabilities.reduce_scatter = gloo_reduce_scatter;  // See Note [Gloo's native collectives]
+  capabilities.allgather = gloo_allgather;
   if (size == 1) {
     // Nothing to meet: no store, no sockets, every operation is local.
     GroupFactory unused = [](const compat::StorePtr&, int, int) -> compat::GroupPtr {
@@ -77,7 +80,7 @@ std::unique_ptr<Communicator> connect_gloo(const BackendOptions& options, const 
     gloo_options->devices = {device};
     gloo_options->threads = threads;
     return compat::GroupPtr(
-        c10::make_intrusive<::c10d::ProcessGroupGloo>(group_store, group_rank, group_size, gloo_options));
+        c10::make_intrusive<GlooGroup>(group_store, group_rank, group_size, gloo_options));
   };
   compat::GroupPtr group;
   try {

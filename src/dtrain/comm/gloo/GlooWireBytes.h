@@ -25,8 +25,10 @@ namespace dtrain::comm {
 // - broadcast: a binomial tree rooted at `root` (virtual rank v = (rank - root) mod n; in round i
 //   ranks v < 2^i send to v + 2^i when that is below n): the root and every inner node of the tree
 //   send the whole buffer once per child.
-// - alltoall (equal splits; dtrain's reduce_scatter is this alltoall too, Note [Emulated
-//   collectives]): one chunk to each other rank, (n-1)/n of the input.
+// - alltoall (equal splits): one chunk to each other rank, (n-1)/n of the input.
+// - reduce_scatter: dtrain's own ring on the group's Gloo context (Note [Gloo's native
+//   collectives]): n-1 steps of one chunk each, (n-1)/n of the input, the alltoall's figure.
+// - allgather also runs as gloo::allgather on that context: the ring above, the same bytes.
 // - barrier: a dissemination barrier of zero-byte messages. send: the tensor; recv: nothing.
 
 // What rank `rank` of `size` sends for `call` under the algorithms above.

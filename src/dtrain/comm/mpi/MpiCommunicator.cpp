@@ -145,13 +145,13 @@ class MpiCommunicator final : public Communicator {
     check_tag(tag);
     const MPI_Datatype datatype = runtime_->datatype(tensor.scalar_type());
     const int count = checked_count(tensor);
-    return submit(std::make_unique<RequestOperation>(
-                      "MPI_Isend",
-                      [=, comm = p2p_comm_](MPI_Request* request) {
-                        return MPI_Isend(tensor.data_ptr(), count, datatype, dst, tag, comm, request);
-                      },
-                      /*collective=*/false),
-                  async_op);
+    return transfer(std::make_unique<RequestOperation>(
+                        "MPI_Isend",
+                        [=, comm = p2p_comm_](MPI_Request* request) {
+                          return MPI_Isend(tensor.data_ptr(), count, datatype, dst, tag, comm, request);
+                        },
+                        /*collective=*/false),
+                    async_op);
   }
 
   WorkPtr do_recv(at::Tensor& tensor, int src, int tag, bool async_op) override {
@@ -165,7 +165,7 @@ class MpiCommunicator final : public Communicator {
         },
         /*collective=*/false);
     operation->expect_receive(datatype, count);
-    return submit(std::move(operation), async_op);
+    return transfer(std::move(operation), async_op);
   }
 
   WorkPtr do_barrier(bool async_op) override {
@@ -203,6 +203,15 @@ class MpiCommunicator final : public Communicator {
  private:
   WorkPtr submit(std::unique_ptr<Operation> operation, bool async_op) {
     return engine_->submit(std::move(operation), async_op);
+  }
+
+  // A send or recv, posted and tested on the caller's thread (Note [Point-to-point on the caller's
+  // thread]); a blocking one waits for itself here.
+  WorkPtr transfer(std::unique_ptr<Operation> operation, bool async_op) {
+    WorkPtr work = engine_->post_now(std::move(operation));
+    if (async_op) return work;
+    work->wait();
+    return completed_work();
   }
 
   std::function<void()> divide_by_size(at::Tensor tensor) const {

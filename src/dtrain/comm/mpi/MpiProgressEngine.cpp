@@ -52,7 +52,77 @@ class MpiWork final : public Work {
   std::shared_ptr<Pending> pending_;
 };
 
+// Note [Point-to-point on the caller's thread]
+// An asynchronous send or recv used to be queued for the progress thread, which posted it and
+// tested it, while the caller waited for the progress thread to say so: two thread hand-offs per
+// transfer, each a wake-up that costs up to a scheduler tick on busy cores (bench/RESULTS.md). A
+// point-to-point operation needs no ordering against collectives (it runs on its own duplicate of
+// the communicator) and none against other transfers but its own posting order, so it is posted
+// at once on the caller's thread, as MPI_Isend and MPI_Irecv would be, and its Work tests it
+// there: wait() polls it as the blocking path does, completed() tests it once. OpenMPI advances
+// every posted request inside any MPI call of the process (the progress thread's tests of other
+// operations, a blocking collective, another Work's test), so a transfer nobody waits for still
+// moves while others are waited for; one posted alone moves when it is tested.
+class PostedWork final : public Work {
+ public:
+  PostedWork(std::shared_ptr<ProgressEngine> engine, std::shared_ptr<Pending> pending)
+      : engine_(std::move(engine)), pending_(std::move(pending)) {}
+  bool completed() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return engine_->test_posted(pending_);
+  }
+  void wait() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Backoff backoff;
+    while (!engine_->test_posted(pending_)) backoff.idle();
+  }
+
+ private:
+  std::shared_ptr<ProgressEngine> engine_;
+  std::shared_ptr<Pending> pending_;
+  std::mutex mutex_;  // one test at a time: a finished request must not be tested again
+};
+
 }  // namespace
+
+WorkPtr ProgressEngine::post_now(std::unique_ptr<Operation> op) {
+  auto pending = std::make_shared<Pending>();
+  pending->op = std::move(op);
+  pending->deadline = Clock::now() + timeout_;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!broken_.empty()) {
+      throw std::runtime_error("the communicator is unusable after an earlier failure (" + broken_ +
+                               "); the process should exit");
+    }
+  }
+  post(*pending);
+  return std::make_shared<PostedWork>(shared_from_this(), pending);
+}
+
+bool ProgressEngine::test_posted(const std::shared_ptr<Pending>& posted) {
+  Pending& pending = *posted;
+  if (!pending.done.load(std::memory_order_acquire)) {
+    std::string error;
+    if (!test(posted, error)) return false;
+    if (error.empty() && pending.op->on_done) pending.op->on_done();
+    pending.error = std::move(error);
+    pending.done.store(true, std::memory_order_release);
+  }
+  if (!pending.error.empty()) throw std::runtime_error(pending.error);
+  return true;
+}
+
+void ProgressEngine::drain_queued() {
+  Backoff backoff;
+  while (true) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (queue_.empty()) return;
+    }
+    backoff.idle();
+  }
+}
 
 ProgressEngine::~ProgressEngine() {
   // An abandoned operation is still posted: MPI may yet write into its buffers, so it is never

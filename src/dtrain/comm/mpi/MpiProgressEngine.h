@@ -41,6 +41,14 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   // the Work that waits for it. Throws when an earlier failure left the communicator unusable.
   WorkPtr submit(std::unique_ptr<Operation> op, bool async_op);
 
+  // Posts a point-to-point `op` now, on the caller's thread, and returns the Work that tests it
+  // there: see Note [Point-to-point on the caller's thread]. Throws like submit().
+  WorkPtr post_now(std::unique_ptr<Operation> op);
+
+  // Returns once every queued operation has been posted (the progress thread posts them in
+  // order), so that a blocking MPI collective called next is started after them on every rank.
+  void drain_queued();
+
   // Waits for everything queued to finish and stops the thread.
   void shutdown();
 
@@ -56,6 +64,9 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   // For Work: waits until `pending` is done, throwing its error.
   void wait(const std::shared_ptr<Pending>& pending);
   bool completed(const std::shared_ptr<Pending>& pending);
+  // For an operation of post_now(): tests it once on the caller's thread (true: done, or throws
+  // its error).
+  bool test_posted(const std::shared_ptr<Pending>& pending);
 
  private:
   void post(Pending& pending);

@@ -1,0 +1,155 @@
+// The gloo backend's reduce_scatter (a ring over Gloo's unbound buffers) and flat allgather
+// (gloo::allgather into the caller's output), on the context of c10d's process group. See Note
+// [Gloo's native collectives] in GlooCollectives.h.
+#include "dtrain/comm/gloo/GlooCollectives.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <gloo/allgather.h>
+#include <gloo/context.h>
+#include <gloo/transport/unbound_buffer.h>
+
+#include <stdexcept>
+#include <utility>
+
+namespace dtrain::comm {
+namespace {
+
+// A c10d Work that runs a function on the group's worker threads.
+class FunctionWork final : public ::c10d::ProcessGroupGloo::AsyncWork {
+ public:
+  FunctionWork(const at::Tensor& output, std::function<void()> body)
+      : AsyncWork({{output}}, "dtrain:gloo"), body_(std::move(body)) {}
+  void run() override { body_(); }
+
+ private:
+  std::function<void()> body_;
+};
+
+// A Gloo slot no Gloo algorithm or c10d send/recv uses: prefix 0x5d in the top byte (Gloo's own
+// prefixes are small; c10d's point-to-point slots are the user's tag), then the ring's step, then
+// c10d's collective tag.
+std::uint64_t ring_slot(std::uint32_t tag, int step) {
+  return (std::uint64_t{0x5d} << 56) | (static_cast<std::uint64_t>(step) << 32) | tag;
+}
+
+void check_reduced(const at::Tensor& tensor) {
+  switch (tensor.scalar_type()) {
+    case at::kFloat:
+    case at::kDouble:
+    case at::kHalf:
+    case at::kBFloat16:
+    case at::kChar:
+    case at::kByte:
+    case at::kInt:
+    case at::kLong:
+      return;
+    default:
+      throw std::invalid_argument(fmt::format(
+          "gloo reduces float32, float64, float16, bfloat16, int8, uint8, int32 and int64; found {}",
+          c10::toString(tensor.scalar_type())));
+  }
+}
+
+// out = a op b, elementwise (Avg sums; the caller divides at the end).
+void combine(at::Tensor& out, const at::Tensor& a, const at::Tensor& b, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum:
+    case ReduceOp::Avg:
+      at::add_out(out, a, b);
+      return;
+    case ReduceOp::Max:
+      at::maximum_out(out, a, b);
+      return;
+    case ReduceOp::Min:
+      at::minimum_out(out, a, b);
+      return;
+  }
+}
+
+// The ring of Note [Gloo's native collectives]; input is n chunks, output one.
+void ring_reduce_scatter(::gloo::Context& context, std::uint32_t tag, const at::Tensor& input,
+                         at::Tensor output, ReduceOp op, std::chrono::milliseconds timeout) {
+  const int n = context.size;
+  const int r = context.rank;
+  const std::int64_t numel = output.numel();
+  const std::size_t chunk_bytes = output.nbytes();
+  const at::Tensor chunks = input.view({n, numel});
+  // Two halves: the step receives into one while the previous step's partial sum goes out of the other.
+  at::Tensor partial = at::empty({2, numel}, output.options());
+  auto in_buffer = context.createUnboundBuffer(input.data_ptr(), input.nbytes());
+  auto partial_buffer = context.createUnboundBuffer(partial.data_ptr(), partial.nbytes());
+  const int right = (r + 1) % n;
+  const int left = (r + n - 1) % n;
+  for (int step = 0; step + 1 < n; ++step) {
+    const int half = step % 2;
+    const int received_chunk = ((r - step - 2) % n + 2 * n) % n;
+    const std::uint64_t slot = ring_slot(tag, step);
+    partial_buffer->recv(left, slot, half * chunk_bytes, chunk_bytes);
+    if (step == 0) {
+      const int sent_chunk = (r + n - 1) % n;
+      in_buffer->send(right, slot, sent_chunk * chunk_bytes, chunk_bytes);
+      partial_buffer->waitRecv(timeout);
+      in_buffer->waitSend(timeout);
+    } else {
+      partial_buffer->send(right, slot, (1 - half) * chunk_bytes, chunk_bytes);
+      partial_buffer->waitRecv(timeout);
+      partial_buffer->waitSend(timeout);
+    }
+    at::Tensor into = step + 2 == n ? output.view({numel}) : partial[half];
+    combine(into, partial[half], chunks[received_chunk], op);
+  }
+}
+
+GlooGroup& as_gloo(compat::CollectiveGroup& group) {
+  auto* gloo = dynamic_cast<GlooGroup*>(&group);
+  TORCH_INTERNAL_ASSERT(gloo, "the gloo backend's group is not a GlooGroup");
+  return *gloo;
+}
+
+}  // namespace
+
+compat::WorkHandle GlooGroup::run(
+    bool async_op, const at::Tensor& output,
+    std::function<void(const std::shared_ptr<::gloo::Context>&, std::uint32_t)> body) {
+  // c10d's tag, taken on the caller's thread in call order as c10d's collectives take theirs, keeps
+  // every rank's n-th collective on the same slot and apart from every other collective's.
+  const std::uint32_t tag = nextTag();
+  std::shared_ptr<::gloo::Context> context = getContext(tag);
+  if (!async_op) {
+    body(context, tag);
+    return {};
+  }
+  auto work = c10::make_intrusive<FunctionWork>(
+      output, [body = std::move(body), context = std::move(context), tag] { body(context, tag); });
+  enqueue(work);
+  return work;
+}
+
+compat::WorkHandle gloo_reduce_scatter(compat::CollectiveGroup& group, const at::Tensor& input,
+                                       const at::Tensor& output, ReduceOp op, bool async_op,
+                                       std::chrono::milliseconds timeout) {
+  check_reduced(input);
+  return as_gloo(group).run(
+      async_op, output,
+      [input, output, op, timeout](const std::shared_ptr<::gloo::Context>& context, std::uint32_t tag) {
+        ring_reduce_scatter(*context, tag, input, output, op, timeout);
+      });
+}
+
+compat::WorkHandle gloo_allgather(compat::CollectiveGroup& group, const at::Tensor& input,
+                                  const at::Tensor& output, ReduceOp, bool async_op,
+                                  std::chrono::milliseconds timeout) {
+  return as_gloo(group).run(
+      async_op, output,
+      [input, output, timeout](const std::shared_ptr<::gloo::Context>& context, std::uint32_t tag) {
+        ::gloo::AllgatherOptions options(context);
+        options.setInput(static_cast<std::uint8_t*>(input.data_ptr()), input.nbytes());
+        options.setOutput(static_cast<std::uint8_t*>(output.data_ptr()), output.nbytes());
+        options.setTag(tag);
+        options.setTimeout(timeout);
+        ::gloo::allgather(options);
+      });
+}
+
+}  // namespace dtrain::comm

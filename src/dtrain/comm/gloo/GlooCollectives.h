@@ -1,0 +1,59 @@
+// The gloo backend's own process group: c10d's ProcessGroupGloo with access to its Gloo context,
+// so that reduce_scatter and the flat allgather run on Gloo directly instead of through c10d's
+// emulations. See Note [Gloo's native collectives].
+#pragma once
+
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "dtrain/comm/C10dCompat.h"
+#include "dtrain/comm/ReduceOp.h"
+
+namespace gloo {
+class Context;
+}
+
+namespace dtrain::comm {
+
+// Note [Gloo's native collectives]
+// LibTorch 1.13's ProcessGroupGloo has neither reduce_scatter nor _allgather_base, and its
+// allgather gathers into a buffer of its own and copies that into the caller's chunk views. Both
+// are collectives Gloo itself can run on the group's context, which c10d keeps protected; this
+// subclass hands it out, with c10d's own collective tag, so that our operations and c10d's never
+// share a Gloo slot.
+// - reduce_scatter: a ring over Gloo's unbound buffers (n-1 steps; at step s rank r sends the
+//   partial sum of chunk (r-s-1) mod n to r+1 and adds its own chunk (r-s-2) mod n to what r-1
+//   sent; after the last step chunk r is complete). Each rank sends (n-1)/n of its input, as the
+//   alltoall emulation did, without its temporary of the input's size. Gloo's library has
+//   ReduceScatterHalvingDoubling, but it binds its buffers when it is built (registration and a
+//   handshake per pair): worth it for one buffer reduced many times, as Gloo's benchmarks do, not
+//   for a fresh tensor per call. The ring is what NCCL and Horovod run and what our wire-byte
+//   model already counted. Partial sums of 16-bit floats are rounded at each hop, as in any ring.
+// - allgather: gloo::allgather (the ring c10d's allgather runs) writing straight into the flat
+//   output: no copy, same bytes.
+// A blocking call runs on the caller's thread (no hand-off to c10d's worker and back: see
+// bench/RESULTS.md on wake-ups); an asynchronous one is queued on c10d's worker threads like any
+// c10d collective, so it overlaps with the caller and completes as c10d's own Work does.
+class GlooGroup final : public ::c10d::ProcessGroupGloo {
+ public:
+  using ::c10d::ProcessGroupGloo::ProcessGroupGloo;
+
+  // Runs body(context, tag) inline (async_op false: returns an empty handle) or on c10d's worker
+  // threads (returns the queued Work; `output` is what its result holds).
+  compat::WorkHandle run(bool async_op, const at::Tensor& output,
+                         std::function<void(const std::shared_ptr<::gloo::Context>&, std::uint32_t)> body);
+};
+
+// The NativeCollective functions of C10dCapabilities for a GlooGroup; see the Note.
+compat::WorkHandle gloo_reduce_scatter(compat::CollectiveGroup& group, const at::Tensor& input,
+                                       const at::Tensor& output, ReduceOp op, bool async_op,
+                                       std::chrono::milliseconds timeout);
+compat::WorkHandle gloo_allgather(compat::CollectiveGroup& group, const at::Tensor& input,
+                                  const at::Tensor& output, ReduceOp op, bool async_op,
+                                  std::chrono::milliseconds timeout);
+
+}  // namespace dtrain::comm
