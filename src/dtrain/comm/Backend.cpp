@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "dtrain/comm/gloo/GlooCommunicator.h"
@@ -26,7 +27,41 @@ std::vector<std::string> available_backends() {
   return names;
 }
 
+BackendChoice choose_backend(const BackendLayout& layout) {
+  const auto built = available_backends();
+  auto has = [&](const char* name) { return std::find(built.begin(), built.end(), name) != built.end(); };
+  const int n = layout.world_size;
+  if (layout.cuda && has("nccl")) return {"nccl", "CUDA tensors, NCCL"};
+  if (n <= 1) return {"gloo", "1 rank, nothing to communicate"};
+  if (layout.local_world_size < n) {
+    if (layout.mpi_processes && has("mpi")) {
+      return {"mpi",
+              fmt::format("{} ranks over several hosts ({} on this one), started by mpirun: shared memory "
+                          "within a host, TCP between hosts",
+                          n, layout.local_world_size)};
+    }
+    return {"gloo", fmt::format("{} ranks over several hosts ({} on this one), TCP between hosts", n,
+                                layout.local_world_size)};
+  }
+  if (!has("mpi"))
+    return {"gloo", fmt::format("{} ranks on one host, but this build has no MPI; TCP over loopback", n)};
+  if (!layout.mpi_processes) {
+    return {"gloo",
+            fmt::format("{} ranks on one host, but not started by mpirun (dtrain train --nproc starts it "
+                        "when mpirun is in PATH); TCP over loopback",
+                        n)};
+  }
+  return {"mpi", fmt::format("{} ranks on one host, shared memory", n)};
+}
+
+std::string describe(const BackendChoice& choice) {
+  return fmt::format("backend auto \u2192 {}: {}", choice.name, choice.reason);
+}
+
 std::unique_ptr<Communicator> connect(const BackendOptions& backend, const RendezvousInfo& rendezvous) {
+  if (backend.name == "auto") {
+    throw std::invalid_argument("backend 'auto' must be resolved with choose_backend() before connecting");
+  }
   if (backend.name == "gloo") return connect_gloo(backend, rendezvous);
 #ifdef DTRAIN_WITH_MPI
   if (backend.name == "mpi") return connect_mpi(backend, rendezvous);

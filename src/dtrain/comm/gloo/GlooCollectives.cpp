@@ -127,21 +127,22 @@ compat::WorkHandle GlooGroup::run(
 }
 
 compat::WorkHandle gloo_reduce_scatter(compat::CollectiveGroup& group, const at::Tensor& input,
-                                       const at::Tensor& output, ReduceOp op, bool async_op,
+                                       const at::Tensor& output, ReduceOp op, bool,
                                        std::chrono::milliseconds timeout) {
   check_reduced(input);
+  // Queued even when blocking: see Note [Gloo's native collectives].
   return as_gloo(group).run(
-      async_op, output,
+      /*async_op=*/true, output,
       [input, output, op, timeout](const std::shared_ptr<::gloo::Context>& context, std::uint32_t tag) {
         ring_reduce_scatter(*context, tag, input, output, op, timeout);
       });
 }
 
 compat::WorkHandle gloo_allgather(compat::CollectiveGroup& group, const at::Tensor& input,
-                                  const at::Tensor& output, ReduceOp, bool async_op,
+                                  const at::Tensor& output, ReduceOp, bool,
                                   std::chrono::milliseconds timeout) {
   return as_gloo(group).run(
-      async_op, output,
+      /*async_op=*/true, output,
       [input, output, timeout](const std::shared_ptr<::gloo::Context>& context, std::uint32_t tag) {
         ::gloo::AllgatherOptions options(context);
         options.setInput(static_cast<std::uint8_t*>(input.data_ptr()), input.nbytes());

@@ -35,15 +35,18 @@ namespace dtrain::comm {
 //   model already counted. Partial sums of 16-bit floats are rounded at each hop, as in any ring.
 // - allgather: gloo::allgather (the ring c10d's allgather runs) writing straight into the flat
 //   output: no copy, same bytes.
-// A blocking call runs on the caller's thread (no hand-off to c10d's worker and back: see
-// bench/RESULTS.md on wake-ups); an asynchronous one is queued on c10d's worker threads like any
-// c10d collective, so it overlaps with the caller and completes as c10d's own Work does.
+// Both run on c10d's worker threads like any c10d collective, blocking calls too, and the caller
+// waits by polling (Note [Polling before blocking] in C10dCommunicator.cpp). Run inline on the
+// caller's thread instead, a blocking call sleeps in Gloo's waitRecv until Gloo's device thread
+// wakes it, and on busy cores that wake-up costs a scheduler tick: measured 2 ranks, 4 KB
+// allgather 3990 us inline against 119 us for c10d's queued allgather (bench/RESULTS.md, issue 14).
 class GlooGroup final : public ::c10d::ProcessGroupGloo {
  public:
   using ::c10d::ProcessGroupGloo::ProcessGroupGloo;
 
   // Runs body(context, tag) inline (async_op false: returns an empty handle) or on c10d's worker
-  // threads (returns the queued Work; `output` is what its result holds).
+  // threads (returns the queued Work; `output` is what its result holds). The native collectives
+  // always queue (see the Note).
   compat::WorkHandle run(bool async_op, const at::Tensor& output,
                          std::function<void(const std::shared_ptr<::gloo::Context>&, std::uint32_t)> body);
 };

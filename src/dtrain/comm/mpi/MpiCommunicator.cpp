@@ -1,7 +1,8 @@
-// The mpi backend: every operation is a non-blocking MPI call (or a polled step list, for the
-// asynchronous all-reduce) started in submission order and polled to completion against the
-// communicator's timeout by the progress engine (MpiProgressEngine.h). A blocking all-reduce is
-// MPI_Allreduce under a watchdog (Note [Blocking collectives and the watchdog]).
+// The mpi backend: every asynchronous collective is a non-blocking MPI call (or a polled step list,
+// for the all-reduce) started in submission order and polled to completion against the
+// communicator's timeout by the progress engine (MpiProgressEngine.h). A blocking all-reduce or
+// allgather is MPI's blocking call under a watchdog (Note [Blocking collectives and the
+// watchdog]); send and recv are posted and tested on the caller's thread.
 #include "dtrain/comm/mpi/MpiCommunicator.h"
 
 #include <ATen/ATen.h>
@@ -68,20 +69,9 @@ class MpiCommunicator final : public Communicator {
     const MPI_Op mpi_op = runtime_->op(op, tensor.scalar_type());
     const int count = checked_count(tensor);
     if (!async_op) {
-      // See Note [Blocking collectives and the watchdog].
-      engine_->drain_stepped();
-      if (engine_->broken()) {
-        throw std::runtime_error(
-            "the communicator is unusable after an earlier failure; the process should exit");
-      }
-      int rc = MPI_SUCCESS;
-      {
-        std::lock_guard<std::mutex> mpi_lock(runtime_->mutex());
-        watchdog_.arm("allreduce", static_cast<std::int64_t>(tensor.nbytes()));
-        rc = MPI_Allreduce(MPI_IN_PLACE, tensor.data_ptr(), count, datatype, mpi_op, collective_comm_);
-        watchdog_.disarm();
-      }
-      check_mpi(rc, "MPI_Allreduce");
+      blocking("allreduce", tensor, "MPI_Allreduce", [&] {
+        return MPI_Allreduce(MPI_IN_PLACE, tensor.data_ptr(), count, datatype, mpi_op, collective_comm_);
+      });
       if (op == ReduceOp::Avg) tensor.div_(size());
       return completed_work();
     }
@@ -95,6 +85,13 @@ class MpiCommunicator final : public Communicator {
     const MPI_Datatype datatype = runtime_->datatype(input.scalar_type());
     const int count = checked_count(input);
     checked_count(output);
+    if (!async_op) {
+      blocking("allgather", output, "MPI_Allgather", [&] {
+        return MPI_Allgather(input.data_ptr(), count, datatype, output.data_ptr(), count, datatype,
+                             collective_comm_);
+      });
+      return completed_work();
+    }
     return submit(std::make_unique<RequestOperation>("MPI_Iallgather",
                                                      [=, comm = collective_comm_](MPI_Request* request) {
                                                        return MPI_Iallgather(input.data_ptr(), count,
@@ -120,6 +117,7 @@ class MpiCommunicator final : public Communicator {
     const MPI_Op mpi_op = runtime_->op(op, input.scalar_type());
     checked_count(input);
     const int count = checked_count(output);
+    // Not MPI_Reduce_scatter_block even when blocking: see Note [Blocking collectives and the watchdog].
     auto operation = std::make_unique<RequestOperation>(
         "MPI_Ireduce_scatter_block", [=, comm = collective_comm_](MPI_Request* request) {
           return MPI_Ireduce_scatter_block(input.data_ptr(), output.data_ptr(), count, datatype, mpi_op, comm,
@@ -203,6 +201,27 @@ class MpiCommunicator final : public Communicator {
  private:
   WorkPtr submit(std::unique_ptr<Operation> operation, bool async_op) {
     return engine_->submit(std::move(operation), async_op);
+  }
+
+  // A blocking collective: `call` (a blocking MPI function) on the caller's thread under the
+  // watchdog, once every operation queued before it has been posted and every stepped one has
+  // finished. See Note [Blocking collectives and the watchdog].
+  template <typename Call>
+  void blocking(const char* op, const at::Tensor& tensor, const char* name, Call&& call) {
+    engine_->drain_queued();
+    engine_->drain_stepped();
+    if (engine_->broken()) {
+      throw std::runtime_error(
+          "the communicator is unusable after an earlier failure; the process should exit");
+    }
+    int rc = MPI_SUCCESS;
+    {
+      std::lock_guard<std::mutex> mpi_lock(runtime_->mutex());
+      watchdog_.arm(op, static_cast<std::int64_t>(tensor.nbytes()));
+      rc = call();
+      watchdog_.disarm();
+    }
+    check_mpi(rc, name);
   }
 
   // A send or recv, posted and tested on the caller's thread (Note [Point-to-point on the caller's

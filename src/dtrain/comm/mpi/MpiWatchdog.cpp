@@ -11,16 +11,22 @@ namespace dtrain::comm::mpi {
 using util::Clock;
 
 // Note [Blocking collectives and the watchdog]
-// A blocking all-reduce calls MPI_Allreduce itself: OpenMPI's shared-memory collective is several
-// times faster at small sizes than anything polled from outside (bench/RESULTS.md: 4 KB, 1.4 us
-// against 4.3 us). Blocking and non-blocking collectives never match each other in MPI, so every
-// rank takes this path for the same call. Such a call cannot be given up, so a watchdog thread
-// checks it against the communicator's timeout and, when a peer never arrives, prints the error
-// naming rank, operation and size and ends the process with exit code 1, upon which mpirun stops
-// the job: PyTorch's NCCL watchdog does the same. Before the call, the caller waits until no
-// stepped operation (our own polled all-reduce, advanced by the progress thread) is outstanding:
-// the call holds the MPI lock, and a peer may be waiting for the next step of one of those before
-// it reaches this collective.
+// A blocking all-reduce calls MPI_Allreduce itself, and a blocking allgather MPI_Allgather:
+// OpenMPI's tuned collectives are several times faster at small sizes than anything polled from
+// outside or libnbc's schedules (bench/RESULTS.md: 4 KB all-reduce 1.4 us against 4.3 us; 4 KB
+// allgather 0.5 us against libnbc's 0.9 us). A blocking reduce_scatter stays on
+// MPI_Ireduce_scatter_block (libnbc), although MPI_Reduce_scatter_block is 4x faster at 4 KB:
+// OpenMPI 4.1 picks among four algorithms by world size and block size (basic linear, recursive
+// doubling, recursive halving, butterfly), and until their bytes are modelled exactly (Note
+// [OpenMPI's algorithms], checked by the comm.mpi.monitored tests) CommStats would be wrong. Every
+// operation queued before such a call is posted first (drain_queued), so that every rank starts
+// its collectives in the same order. Blocking and non-blocking collectives never match each other in MPI, so
+// every rank takes this path for the same call. Such a call cannot be given up, so a watchdog thread checks
+// it against the communicator's timeout and, when a peer never arrives, prints the error naming rank,
+// operation and size and ends the process with exit code 1, upon which mpirun stops the job: PyTorch's NCCL
+// watchdog does the same. Before the call, the caller waits until no stepped operation (our own polled
+// all-reduce, advanced by the progress thread) is outstanding: the call holds the MPI lock, and a peer may be
+// waiting for the next step of one of those before it reaches this collective.
 Watchdog::~Watchdog() {
   {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -30,8 +30,11 @@ namespace dtrain::comm::mpi {
 //   for small buffers: its reduce and bcast are chosen by further decision tables that dtrain
 //   does not model; it is counted as a tree reduce (every rank but the root sends the buffer
 //   once, as every tree reduce does) and a binomial bcast, an estimate.
-// - MPI_Iallgather: libnbc's linear schedule (nbc_iallgather.c; recursive doubling only when
-//   forced): each rank sends its input to every other, (n-1) x the input.
+// - MPI_Iallgather (asynchronous): libnbc's linear schedule (nbc_iallgather.c; recursive doubling
+//   only when forced): each rank sends its input to every other, (n-1) x the input.
+// - MPI_Allgather (blocking): tuned's fixed rules pick two_proc on 2 ranks and recursive doubling
+//   below 32 (Bruck where n is not a power of two), ring or neighbour exchange above: each sends
+//   n-1 blocks of the input, (n-1) x the input, as libnbc's schedule does.
 // - MPI_Ibcast: libnbc (nbc_ibcast.c, coll_libnbc_ibcast_skip_dt_decision true): linear for
 //   n <= 4 (the root sends to every rank), else a binomial tree whose virtual ranks swap 0 and the
 //   root.
