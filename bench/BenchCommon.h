@@ -1,5 +1,6 @@
 // Small helpers shared by the reference benchmarks in bench/: flags, the torchrun-style
-// environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), sizes and medians.
+// environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), sizes and medians, and the ops the
+// raw-library comparisons (mpi_compare, gloo_compare) time.
 #pragma once
 
 #include <algorithm>
@@ -59,6 +60,23 @@ inline std::vector<std::int64_t> parse_sizes(const std::string& list) {
   return sizes;
 }
 
+// The operations mpi_compare and gloo_compare time, with `dtrain bench comm`'s meaning of a size:
+// the all-reduced buffer, allgather's output, reduce_scatter's input, what each rank sends in
+// sendrecv (to the next rank, while receiving from the previous one).
+inline const std::vector<std::string>& compared_ops() {
+  static const std::vector<std::string> ops{"allreduce", "reduce_scatter", "allgather", "sendrecv"};
+  return ops;
+}
+
+inline std::string checked_op(const std::string& op) {
+  const auto& ops = compared_ops();
+  if (std::find(ops.begin(), ops.end(), op) == ops.end()) {
+    throw std::invalid_argument("--op: '" + op +
+                                "' is not one of allreduce, reduce_scatter, allgather, sendrecv");
+  }
+  return op;
+}
+
 inline double median(std::vector<double> values) {
   if (values.empty()) return 0.0;
   std::sort(values.begin(), values.end());
@@ -115,9 +133,9 @@ inline Comparison compare_ab(int rounds, int iters, const std::function<void()>&
   return c;
 }
 
-inline void print_comparison(const char* name, std::int64_t bytes, const Comparison& c) {
-  std::printf("%-12s %6s plain_us=%9.1f dtrain_us=%9.1f ratio=%.3f rounds=", name, human_bytes(bytes).c_str(),
-              c.plain_us, c.dtrain_us, c.dtrain_us / c.plain_us);
+inline void print_comparison(const std::string& name, std::int64_t bytes, const Comparison& c) {
+  std::printf("%-24s %6s plain_us=%9.1f dtrain_us=%9.1f ratio=%.3f rounds=", name.c_str(),
+              human_bytes(bytes).c_str(), c.plain_us, c.dtrain_us, c.dtrain_us / c.plain_us);
   for (std::size_t i = 0; i < c.round_ratios.size(); ++i) {
     std::printf("%s%.2f", i ? "," : "", c.round_ratios[i]);
   }

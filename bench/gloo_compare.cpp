@@ -1,13 +1,22 @@
-// dtrain's gloo all-reduce against a plain c10d ProcessGroupGloo loop written as a c10d user
-// would (default Options: 2 threads, createDefaultDevice), on the same buffer in the same process,
-// A B A B. Start one process per rank with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set; dtrain
-// meets at MASTER_PORT, the plain group at MASTER_PORT + 1 (bench/comm_compare.sh).
+// dtrain's gloo backend against the raw library for the same operation on the same buffers in the
+// same process, A B A B (--op; sizes as `dtrain bench comm` means them). Raw is what the gloo
+// backend is built on, called as its own users would: a plain c10d ProcessGroupGloo (default
+// Options: 2 threads, createDefaultDevice) for allreduce, allgather (its list form) and sendrecv
+// (recv and send, then wait both); for reduce_scatter, which c10d's Gloo lacks in LibTorch 1.13,
+// Gloo's own ReduceScatterHalvingDoubling on a Gloo context of its own, built once per size and
+// run on the same buffer each call (its best case: buffers registered once). Start one process
+// per rank with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set; dtrain meets at MASTER_PORT, the
+// raw group at MASTER_PORT + 1 (bench/comm_compare.sh).
+#include <gloo/reduce_scatter.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/prefix_store.h>
 #include <torch/torch.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <cstdio>
 #include <exception>
+#include <memory>
 
 #include "BenchCommon.h"
 #include "dtrain/comm/Backend.h"
@@ -16,6 +25,7 @@
 int main(int argc, char** argv) try {
   const bench::Flags flags(argc, argv);
   const auto sizes = bench::parse_sizes(flags.get("sizes", "4K,1M,16M"));
+  const std::string op = bench::checked_op(flags.get("op", "allreduce"));
   const int iters = flags.get_int("iters", 50);
   const int rounds = flags.get_int("rounds", 4);
   const int warmup = flags.get_int("warmup", 10);
@@ -25,6 +35,9 @@ int main(int argc, char** argv) try {
   dtrain::comm::BackendOptions backend;
   backend.name = "gloo";
   auto comm = dtrain::comm::connect(backend, rendezvous);
+  const int n = comm->size();
+  const int next = (comm->rank() + 1) % n;
+  const int previous = (comm->rank() + n - 1) % n;
 
   c10d::TCPStoreOptions store_options;
   store_options.port = static_cast<std::uint16_t>(rendezvous.master_port + 1);
@@ -32,9 +45,18 @@ int main(int argc, char** argv) try {
   store_options.numWorkers = rendezvous.world_size;
   auto store = c10::make_intrusive<c10d::TCPStore>(rendezvous.master_addr, store_options);
   auto options = c10d::ProcessGroupGloo::Options::create();
-  options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+  auto device = c10d::ProcessGroupGloo::createDefaultDevice();
+  options->devices.push_back(device);
   auto pg =
       c10::make_intrusive<c10d::ProcessGroupGloo>(store, rendezvous.rank, rendezvous.world_size, options);
+  // reduce_scatter's raw side: a Gloo context of its own, meeting through the same store.
+  std::shared_ptr<gloo::rendezvous::Context> context;
+  if (op == "reduce_scatter") {
+    context = std::make_shared<gloo::rendezvous::Context>(rendezvous.rank, rendezvous.world_size);
+    c10d::ProcessGroupGloo::GlooStore gloo_store(store);
+    gloo::rendezvous::PrefixStore prefixed("raw_reduce_scatter", gloo_store);
+    context->connectFullMesh(prefixed, device);
+  }
 
   auto slowest = [&](double v) {
     std::vector<at::Tensor> t{torch::tensor({v}, torch::kFloat64)};
@@ -42,20 +64,49 @@ int main(int argc, char** argv) try {
     return t[0].item<double>();
   };
   if (comm->rank() == 0) {
-    std::printf("# gloo_compare world=%d plain_threads=%d omp=%d iters=%d rounds=%d\n", comm->size(),
+    std::printf("# gloo_compare op=%s world=%d plain_threads=%d omp=%d iters=%d rounds=%d\n", op.c_str(), n,
                 options->threads, at::get_num_threads(), iters, rounds);
   }
   for (const auto bytes : sizes) {
-    std::vector<at::Tensor> buffer{torch::zeros({bytes / 4})};
-    auto plain = [&] { pg->allreduce(buffer)->wait(); };
-    auto ours = [&] { comm->allreduce(buffer[0]); };
+    // Zeros: repeated sums never overflow or turn denormal. See mpi_compare.cpp for the buffers.
+    const bool chunked = op == "reduce_scatter" || op == "allgather";
+    const std::int64_t chunk = chunked ? bytes / 4 / n : bytes / 4;
+    std::vector<at::Tensor> whole{torch::zeros({chunked ? chunk * n : chunk})};
+    std::vector<at::Tensor> part{torch::zeros({chunk})};
+    std::vector<std::vector<at::Tensor>> chunks{whole[0].split(chunk)};
+    std::unique_ptr<gloo::ReduceScatterHalvingDoubling<float>> halving_doubling;
+    std::function<void()> plain, ours;
+    if (op == "allreduce") {
+      plain = [&] { pg->allreduce(whole)->wait(); };
+      ours = [&] { comm->allreduce(whole[0]); };
+    } else if (op == "reduce_scatter") {
+      halving_doubling = std::make_unique<gloo::ReduceScatterHalvingDoubling<float>>(
+          context, std::vector<float*>{whole[0].data_ptr<float>()}, static_cast<int>(chunk * n),
+          std::vector<int>(n, static_cast<int>(chunk)));
+      plain = [&] { halving_doubling->run(); };
+      ours = [&] { comm->reduce_scatter(whole[0], part[0]); };
+    } else if (op == "allgather") {
+      plain = [&] { pg->allgather(chunks, part)->wait(); };
+      ours = [&] { comm->allgather(part[0], whole[0]); };
+    } else {
+      plain = [&] {
+        auto received = pg->recv(part, previous, 0);
+        pg->send(whole, next, 0)->wait();
+        received->wait();
+      };
+      ours = [&] {
+        auto received = comm->recv(part[0], previous, 0, /*async_op=*/true);
+        comm->send(whole[0], next, 0, /*async_op=*/true)->wait();
+        received->wait();
+      };
+    }
     for (int i = 0; i < warmup; ++i) {
       plain();
       ours();
     }
     pg->barrier()->wait();
     const auto c = bench::compare_ab(rounds, iters, plain, ours, slowest);
-    if (comm->rank() == 0) bench::print_comparison("gloo", bytes, c);
+    if (comm->rank() == 0) bench::print_comparison("gloo:" + op, bytes, c);
   }
   pg->barrier()->wait();
   return 0;

@@ -1,6 +1,8 @@
-// dtrain's mpi all-reduce against a plain MPI_Allreduce loop on the same buffer in the same
-// process, A B A B. Run with mpirun -np 2 (bench/comm_compare.sh). dtrain initialises MPI
-// (MPI_THREAD_SERIALIZED, for its progress thread); the plain loop then uses MPI_COMM_WORLD.
+// dtrain's mpi backend against the raw MPI call for the same operation on the same buffers in the
+// same process, A B A B: MPI_Allreduce, MPI_Reduce_scatter_block, MPI_Allgather, and MPI_Irecv +
+// MPI_Isend + MPI_Waitall for sendrecv (--op; sizes as `dtrain bench comm` means them). Run with
+// mpirun (bench/comm_compare.sh). dtrain initialises MPI (MPI_THREAD_SERIALIZED, for its progress
+// thread); the raw loop then uses MPI_COMM_WORLD.
 #include <mpi.h>
 #include <torch/torch.h>
 
@@ -14,6 +16,7 @@
 int main(int argc, char** argv) try {
   const bench::Flags flags(argc, argv);
   const auto sizes = bench::parse_sizes(flags.get("sizes", "4K,1M,16M"));
+  const std::string op = bench::checked_op(flags.get("op", "allreduce"));
   const int iters = flags.get_int("iters", 50);
   const int rounds = flags.get_int("rounds", 4);
   const int warmup = flags.get_int("warmup", 10);
@@ -24,6 +27,9 @@ int main(int argc, char** argv) try {
       backend, dtrain::comm::resolve_rendezvous({}, dtrain::config::process_environment()));
   int provided = 0;
   MPI_Query_thread(&provided);
+  const int n = comm->size();
+  const int next = (comm->rank() + 1) % n;
+  const int previous = (comm->rank() + n - 1) % n;
 
   auto slowest = [](double v) {
     double out = v;
@@ -31,24 +37,50 @@ int main(int argc, char** argv) try {
     return out;
   };
   if (comm->rank() == 0) {
-    std::printf("# mpi_compare world=%d thread_level=%d iters=%d rounds=%d\n", comm->size(), provided, iters,
-                rounds);
+    std::printf("# mpi_compare op=%s world=%d thread_level=%d iters=%d rounds=%d\n", op.c_str(), n, provided,
+                iters, rounds);
   }
   for (const auto bytes : sizes) {
-    // Zeros: repeated sums never overflow or turn denormal.
-    torch::Tensor buffer = torch::zeros({bytes / 4});
-    auto plain = [&] {
-      MPI_Allreduce(MPI_IN_PLACE, buffer.data_ptr<float>(), static_cast<int>(buffer.numel()), MPI_FLOAT,
-                    MPI_SUM, MPI_COMM_WORLD);
-    };
-    auto ours = [&] { comm->allreduce(buffer); };
+    // Zeros: repeated sums never overflow or turn denormal. `whole` is the all-reduced buffer,
+    // reduce_scatter's input, allgather's output and sendrecv's outgoing message; `part` one chunk
+    // of it, or sendrecv's incoming message.
+    const bool chunked = op == "reduce_scatter" || op == "allgather";
+    const std::int64_t chunk = chunked ? bytes / 4 / n : bytes / 4;
+    torch::Tensor whole = torch::zeros({chunked ? chunk * n : chunk});
+    torch::Tensor part = torch::zeros({chunk});
+    float* w = whole.data_ptr<float>();
+    float* p = part.data_ptr<float>();
+    const int count = static_cast<int>(chunk);
+    std::function<void()> plain, ours;
+    if (op == "allreduce") {
+      plain = [&] { MPI_Allreduce(MPI_IN_PLACE, w, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); };
+      ours = [&] { comm->allreduce(whole); };
+    } else if (op == "reduce_scatter") {
+      plain = [&] { MPI_Reduce_scatter_block(w, p, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); };
+      ours = [&] { comm->reduce_scatter(whole, part); };
+    } else if (op == "allgather") {
+      plain = [&] { MPI_Allgather(p, count, MPI_FLOAT, w, count, MPI_FLOAT, MPI_COMM_WORLD); };
+      ours = [&] { comm->allgather(part, whole); };
+    } else {
+      plain = [&] {
+        MPI_Request requests[2];
+        MPI_Irecv(p, count, MPI_FLOAT, previous, 0, MPI_COMM_WORLD, &requests[0]);
+        MPI_Isend(w, count, MPI_FLOAT, next, 0, MPI_COMM_WORLD, &requests[1]);
+        MPI_Waitall(2, requests, MPI_STATUSES_IGNORE);
+      };
+      ours = [&] {
+        auto received = comm->recv(part, previous, 0, /*async_op=*/true);
+        comm->send(whole, next, 0, /*async_op=*/true)->wait();
+        received->wait();
+      };
+    }
     for (int i = 0; i < warmup; ++i) {
       plain();
       ours();
     }
     MPI_Barrier(MPI_COMM_WORLD);
     const auto c = bench::compare_ab(rounds, iters, plain, ours, slowest);
-    if (comm->rank() == 0) bench::print_comparison("mpi", bytes, c);
+    if (comm->rank() == 0) bench::print_comparison("mpi:" + op, bytes, c);
   }
   comm->barrier();
   return 0;

@@ -61,6 +61,7 @@ TEST(BenchCommand, BusFactorsAreNcclTests) {
   EXPECT_DOUBLE_EQ(bus_factor("allgather", 4), 0.75);
   EXPECT_DOUBLE_EQ(bus_factor("reduce_scatter", 2), 0.5);
   EXPECT_DOUBLE_EQ(bus_factor("broadcast", 8), 1.0);
+  EXPECT_DOUBLE_EQ(bus_factor("sendrecv", 4), 1.0);
   EXPECT_THROW(bus_factor("alltoall", 2), std::invalid_argument);
 }
 
@@ -141,6 +142,34 @@ TEST(BenchCommand, TwoRanksMeasureTheSlowestRank) {
   }
   // Every rank reports the same per-iteration maxima, hence the same median.
   EXPECT_DOUBLE_EQ(results[0].median_us, results[1].median_us);
+}
+
+// sendrecv: each rank's whole buffer goes to the next rank (nccl-tests' sendrecv_perf), busbw = algbw;
+// on one rank there is nobody to exchange with, and the command says so.
+TEST(BenchCommand, SendrecvExchangesAroundTheRing) {
+  BenchCommOptions o;
+  o.op = "sendrecv";
+  o.iters = 5;
+  o.warmup = 1;
+  std::vector<BenchCommResult> results(3);
+  dtrain::testing::run_world(
+      3, [&](std::shared_ptr<comm::Communicator> c) { results[c->rank()] = measure(*c, o, 4098); });
+  for (const auto& r : results) {
+    EXPECT_EQ(r.op, "sendrecv");
+    EXPECT_EQ(r.world, 3);
+    EXPECT_EQ(r.bytes, 4096);
+    EXPECT_GT(r.median_us, 0.0);
+    EXPECT_DOUBLE_EQ(r.busbw_GBps, r.algbw_GBps);
+  }
+  EXPECT_DOUBLE_EQ(results[0].median_us, results[2].median_us);
+  dtrain::testing::run_world(1, [&](std::shared_ptr<comm::Communicator> c) {
+    try {
+      measure(*c, o, 4096);
+      ADD_FAILURE() << "sendrecv on one rank was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("at least 2 ranks"), std::string::npos) << e.what();
+    }
+  });
 }
 
 TEST(BenchData, ThreadListsAreCheckedItemByItem) {

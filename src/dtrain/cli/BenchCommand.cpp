@@ -32,7 +32,7 @@ namespace dtrain::cli {
 
 namespace {
 
-const std::vector<std::string> kOps{"allreduce", "allgather", "broadcast", "reduce_scatter"};
+const std::vector<std::string> kOps{"allreduce", "allgather", "broadcast", "reduce_scatter", "sendrecv"};
 
 constexpr util::EnumNames<at::ScalarType, 4> kDtypeNames{
     {{{at::kFloat, "float32"}, {at::kDouble, "float64"}, {at::kInt, "int32"}, {at::kLong, "int64"}}}};
@@ -145,7 +145,7 @@ double bus_factor(const std::string& op, int world) {
   const double n = world;
   if (op == "allreduce") return 2.0 * (n - 1) / n;
   if (op == "allgather" || op == "reduce_scatter") return (n - 1) / n;
-  if (op == "broadcast") return 1.0;
+  if (op == "broadcast" || op == "sendrecv") return 1.0;
   throw std::invalid_argument(
       fmt::format("--op: unknown collective '{}'; expected one of {}", op, fmt::join(kOps, ", ")));
 }
@@ -183,12 +183,25 @@ BenchCommResult measure(comm::Communicator& comm, const BenchCommOptions& o, std
                     "ranks; use a size of at least {} bytes",
                     bytes, o.dtype, o.op, world, element * (chunked ? world : 1)));
   }
+  if (o.op == "sendrecv" && world < 2) {
+    throw std::invalid_argument(
+        "--op sendrecv exchanges between ranks; run it on at least 2 ranks (--nproc 2)");
+  }
   // Zeros stay zeros under a sum, so repeated reductions never overflow or turn denormal.
   const auto opts = at::TensorOptions().dtype(dtype);
   at::Tensor full = at::zeros({numel}, opts);
   at::Tensor part = at::zeros({chunk}, opts);
+  // sendrecv, as nccl-tests' sendrecv_perf: every rank sends its buffer to the next rank and
+  // receives the previous rank's into another, both posted before either is waited for.
+  at::Tensor inbox = o.op == "sendrecv" ? at::zeros({numel}, opts) : at::Tensor();
+  const int next = (comm.rank() + 1) % world;
+  const int previous = (comm.rank() + world - 1) % world;
   auto call = [&] {
-    if (o.op == "allreduce") {
+    if (o.op == "sendrecv") {
+      auto received = comm.recv(inbox, previous, /*tag=*/0, /*async_op=*/true);
+      comm.send(full, next, /*tag=*/0, /*async_op=*/true)->wait();
+      received->wait();
+    } else if (o.op == "allreduce") {
       comm.allreduce(full);
     } else if (o.op == "allgather") {
       comm.allgather(part, full);
@@ -260,7 +273,11 @@ CLI::App* add_comm_subcommand(CLI::App& bench, BenchCommOptions& o) {
   cmd->add_option("--nproc", o.nproc,
                   "Start this many local workers (mpi: through mpirun); without it, join a job from the "
                   "environment (torchrun, mpirun, srun, dtrain launch)");
-  cmd->add_option("--op", o.op, "allreduce | allgather | broadcast | reduce_scatter")->capture_default_str();
+  cmd->add_option(
+         "--op", o.op,
+         "allreduce | allgather | broadcast | reduce_scatter | sendrecv (each rank sends to the next "
+         "and receives from the previous at once)")
+      ->capture_default_str();
   cmd->add_option("--sizes", o.sizes, "Comma-separated sizes in bytes; K, M, G are powers of 1024")
       ->capture_default_str();
   cmd->add_option("--iters", o.iters, "Timed iterations per size")->capture_default_str();

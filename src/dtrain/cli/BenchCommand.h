@@ -17,7 +17,7 @@ namespace dtrain::cli {
 struct BenchCommOptions {
   std::string backend = "gloo";  // gloo | mpi (| nccl where built)
   int nproc = 0;                 // > 0: start this many local workers; 0: this process is a worker
-  std::string op = "allreduce";  // allreduce | allgather | broadcast | reduce_scatter
+  std::string op = "allreduce";  // allreduce | allgather | broadcast | reduce_scatter | sendrecv
   std::string sizes = "4K,1M,16M,64M";
   int iters = 20;
   int warmup = 5;
@@ -26,7 +26,8 @@ struct BenchCommOptions {
 };
 
 // One line of the benchmark's output. bytes is nccl-tests' "size": the buffer each rank hands
-// to allreduce and broadcast, allgather's output and reduce_scatter's input.
+// to allreduce and broadcast, allgather's output, reduce_scatter's input, and what each rank
+// sends (and receives) in sendrecv.
 struct BenchCommResult {
   std::string op;
   std::string backend;
@@ -42,7 +43,7 @@ struct BenchCommResult {
 std::vector<std::int64_t> parse_sizes(const std::string& list);
 
 // nccl-tests' bus-bandwidth factor: allreduce 2(n-1)/n, allgather and reduce_scatter (n-1)/n,
-// broadcast 1. Throws std::invalid_argument for an unknown op.
+// broadcast and sendrecv 1. Throws std::invalid_argument for an unknown op.
 double bus_factor(const std::string& op, int world);
 
 // Checks the options a user gave; throws std::invalid_argument saying what to change.
