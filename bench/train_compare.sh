@@ -53,6 +53,7 @@ for round in $(seq "$ROUNDS"); do
     peer_run "$model" 1
     dtrain_run dtrain "$model" 1 parallel.strategy=local
     peer_run "$model" 2
+    dtrain_run dtrain-default "$model" 2
     dtrain_run dtrain-gloo "$model" 2 parallel.backend=gloo
     dtrain_run dtrain-mpi "$model" 2 parallel.backend=mpi
     pair_run "$model"
@@ -73,7 +74,7 @@ for model in sorted({r["model"] for r in rows}):
     print(f"| {model} | pytorch | 1 | {p1:.0f} | {med('pytorch', model, 1, 'test_top1'):.4f} | 1.00 | |")
     print(f"| {model} | dtrain local | 1 | {d1:.0f} | {med('dtrain', model, 1, 'test_top1'):.4f} | {d1/p1:.2f} | |")
     print(f"| {model} | pytorch-ddp | 2 | {p2:.0f} | {med('pytorch-ddp', model, 2, 'test_top1'):.4f} | 1.00 | {p2/(2*p1):.2f} |")
-    for impl in ("dtrain-gloo", "dtrain-mpi"):
+    for impl in ("dtrain-default", "dtrain-gloo", "dtrain-mpi"):
         d2 = med(impl, model, 2)
         print(f"| {model} | {impl} | 2 | {d2:.0f} | {med(impl, model, 2, 'test_top1'):.4f} | {d2/p2:.2f} | {d2/(2*d1):.2f} |")
     pair = med("local-pair", model, 2)
@@ -83,10 +84,10 @@ for model in sorted({r["model"] for r in rows}):
 def series(impl, model):
     return [r["samples_per_second"] for r in rows if r["impl"] == impl and r["model"] == model]
 print()
-print("| model | round | peer 1 | dtrain 1 | 1-thread ratio | gloo vs DDP | mpi vs DDP | mpi scaling eff. | ceiling |")
-print("|---|---|---|---|---|---|---|---|---|")
+print("| model | round | peer 1 | dtrain 1 | 1-thread ratio | default vs DDP | gloo vs DDP | mpi vs DDP | mpi scaling eff. | ceiling |")
+print("|---|---|---|---|---|---|---|---|---|---|")
 for model in sorted({r["model"] for r in rows}):
-    cols = [series(i, model) for i in ("pytorch", "dtrain", "pytorch-ddp", "dtrain-gloo", "dtrain-mpi", "local-pair")]
-    for n, (p1, d1, p2, g2, m2, pair) in enumerate(zip(*cols), 1):
-        print(f"| {model} | {n} | {p1:.0f} | {d1:.0f} | {d1/p1:.2f} | {g2/p2:.2f} | {m2/p2:.2f} | {m2/(2*d1):.2f} | {pair/(2*d1):.2f} |")
+    cols = [series(i, model) for i in ("pytorch", "dtrain", "pytorch-ddp", "dtrain-default", "dtrain-gloo", "dtrain-mpi", "local-pair")]
+    for n, (p1, d1, p2, a2, g2, m2, pair) in enumerate(zip(*cols), 1):
+        print(f"| {model} | {n} | {p1:.0f} | {d1:.0f} | {d1/p1:.2f} | {a2/p2:.2f} | {g2/p2:.2f} | {m2/p2:.2f} | {m2/(2*d1):.2f} | {pair/(2*d1):.2f} |")
 PYEOF

@@ -145,7 +145,7 @@ TEST(SeedFlags, ErrorsNameTheFlagAndTheKey) {
   EXPECT_EQ(error_of({"--num-folds", "5", "--k", "5"}),
             "--k 5: data.fold: expected an integer in [0, 4], found \"5\"");
   EXPECT_EQ(error_of({"--backend", "tcp"}),
-            "--backend tcp: parallel.backend: expected one of gloo, mpi, nccl; found \"tcp\"");
+            "--backend tcp: parallel.backend: expected one of auto, gloo, mpi, nccl; found \"tcp\"");
   EXPECT_EQ(error_of({"--name", "a/b"}),
             "--name a/b: name: expected a name without '/' or control characters, not . or .. (it names the "
             "run folder), found "

@@ -22,6 +22,8 @@
 #include <vector>
 
 #include "cli/CliTestUtil.h"
+#include "dtrain/config/Environment.h"
+#include "dtrain/launch/Launcher.h"
 
 namespace {
 
@@ -107,6 +109,31 @@ TEST_F(TrainCommand, TwoWorkersLeaveACompleteRunFolderAndResumeContinues) {
   const auto resumed = last_json_line(third.out);
   EXPECT_EQ(resumed["steps"], 4 * 512 / (16 * 2));
   EXPECT_EQ(resumed["run_dir"], run_dir.string());
+}
+
+// parallel.backend left out: auto picks for two ranks on this host (mpi when the build has it and
+// mpirun is in PATH: the launcher starts the workers through it; gloo otherwise), trains, and both
+// rank logs say in one line which backend it chose and why.
+TEST_F(TrainCommand, TwoWorkersWithoutABackendLogTheChoiceAndTrain) {
+  std::string text = synthetic_config();
+  text.replace(text.find("backend: gloo, "), 15, "");
+  const auto cfg = write_config("auto.yaml", text + "");
+  const auto result = run("train " + cfg.string() + " train.epochs=1 train.checkpoint_every_epochs=0", dir_);
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  const auto results = last_json_line(result.out);
+  EXPECT_EQ(results["world_size"], 2);
+  EXPECT_EQ(results["steps"], 512 / (16 * 2));
+  const std::string expected =
+      dtrain::launch::start_method_for("auto", 2, false, dtrain::config::process_environment());
+  EXPECT_EQ(results["backend"], expected);
+  const fs::path run_dir = results["run_dir"].get<std::string>();
+  for (const auto* site : {"site_0", "site_1"}) {
+    std::ifstream log(run_dir / site / "log.txt");
+    const std::string all((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+    const std::string line = "backend auto \u2192 " + expected + ": 2 ranks on one host";
+    EXPECT_NE(all.find(line), std::string::npos) << site << ":\n" << all;
+    if (expected == "mpi") EXPECT_NE(all.find("shared memory"), std::string::npos) << all;
+  }
 }
 
 TEST_F(TrainCommand, TwoRunsOnTwoWorkersGiveIdenticalNumbers) {

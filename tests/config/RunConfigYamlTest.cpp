@@ -213,7 +213,7 @@ TEST(RunConfigErrors, BadEnumListsTheAllowedValues) {
                 "; found \"sgdd\"; did you mean sgd?")
                    .c_str());
   EXPECT_STREQ(error_of_text("parallel:\n  backend: tcp\n").what(),
-               "x.yaml:2: parallel.backend: expected one of gloo, mpi, nccl; found \"tcp\"");
+               "x.yaml:2: parallel.backend: expected one of auto, gloo, mpi, nccl; found \"tcp\"");
   EXPECT_STREQ(error_of_text("parallel:\n  data_parallel:\n    compression: int8\n").what(),
                "x.yaml:3: parallel.data_parallel.compression: expected one of none, fp16, bf16, powersgd; "
                "found \"int8\"");

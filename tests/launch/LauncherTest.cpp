@@ -25,6 +25,7 @@
 #include <string>
 #include <thread>
 
+#include "dtrain/comm/Backend.h"
 #include "dtrain/launch/Launcher.h"
 #include "dtrain/util/Clock.h"
 
@@ -468,6 +469,27 @@ TEST_F(LauncherTest, MpiBackendDelegatesToMpirun) {
   } else {
     EXPECT_NE(result.failure.find("mpirun did not say which rank"), std::string::npos) << result.failure;
   }
+}
+
+// How the launcher starts a job whose parallel.backend is auto: through mpirun when auto would pick
+// mpi for ranks that mpirun starts (one host, MPI built, mpirun found in PATH), else gloo's way; a
+// named backend is taken as it is.
+TEST(StartMethod, AutoStartsMpirunOnlyWhereItIsFoundAndMpiIsBuilt) {
+  const fs::path dir = fs::temp_directory_path() / ("dtrain-start-method-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const fs::path fake = dir / "mpirun";
+  std::ofstream(fake) << "#!/bin/sh\n";
+  fs::permissions(fake, fs::perms::owner_all);
+  const std::string with_mpirun = comm::choose_backend({2, 2, true, false}).name == "mpi" ? "mpi" : "gloo";
+  EXPECT_EQ(start_method_for("auto", 2, false, {{"PATH", "/nonexistent:" + dir.string()}}), with_mpirun);
+  EXPECT_EQ(start_method_for("auto", 2, false, {{"PATH", "/nonexistent"}}), "gloo");
+  EXPECT_EQ(start_method_for("auto", 2, false, {}), "gloo");
+  EXPECT_EQ(start_method_for("auto", 1, false, {{"PATH", dir.string()}}), "gloo");
+  EXPECT_EQ(start_method_for("auto", 2, false, {}, fake.string()), with_mpirun);
+  EXPECT_EQ(start_method_for("gloo", 2, false, {{"PATH", dir.string()}}), "gloo");
+  EXPECT_EQ(start_method_for("mpi", 2, false, {}), "mpi");
+  EXPECT_EQ(start_method_for("nccl", 2, true, {}), "gloo");
+  fs::remove_all(dir);
 }
 
 TEST(StatusRelay, RequestedOnlyWhenTheVariableIsOne) {

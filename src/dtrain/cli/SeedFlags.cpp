@@ -112,7 +112,7 @@ struct FlagSpec {
 // In the order of the seed's usage line.
 const std::vector<FlagSpec>& flag_table() {
   static const std::vector<FlagSpec> table{
-      {"--backend", "parallel.backend: gloo | mpi | nccl",
+      {"--backend", "parallel.backend: auto | gloo | mpi | nccl",
        [](const std::string& t, const std::string& v) -> Overrides {
          return {key("parallel.backend", v, t)};
        }},

@@ -207,7 +207,7 @@ int launch_workers(const TrainArgs& a, const config::RunConfig& cfg, int nproc,
   }
   launch::LaunchOptions options;
   options.nproc_per_node = nproc;
-  options.backend = cfg.parallel.backend == "mpi" ? "mpi" : "gloo";
+  options.backend = launch::start_method_for(cfg.parallel.backend, nproc, cfg.train.device == "cuda", env);
   options.threads = cfg.train.threads;
   options.log_dir = (root / "launch").string();
   options.rendezvous_timeout =
@@ -285,9 +285,21 @@ int run_worker(const TrainArgs& a, const config::RunConfig& cfg, const comm::Env
   const auto rendezvous = comm::resolve_rendezvous(rv, env);
 
   comm::CommunicatorPtr communicator;
+  std::string backend_line;  // what parallel.backend: auto chose, and why
   if (rendezvous.world_size > 1 || parallel::find_strategy(cfg.parallel.strategy).needs_communicator) {
     comm::BackendOptions backend;
     backend.name = cfg.parallel.backend;
+    if (backend.name == "auto") {
+      // See Note [Choosing a backend].
+      comm::BackendLayout layout;
+      layout.world_size = rendezvous.world_size;
+      layout.local_world_size = rendezvous.local_world_size;
+      layout.mpi_processes = rendezvous.source == "openmpi";
+      layout.cuda = cfg.train.device == "cuda";
+      const auto choice = comm::choose_backend(layout);
+      backend.name = choice.name;
+      backend_line = comm::describe(choice);
+    }
     backend.timeout = rv.timeout;
     backend.poll_wait = std::chrono::microseconds(cfg.parallel.poll_wait_us);
     backend.gloo_threads = cfg.parallel.gloo_threads;
@@ -311,6 +323,7 @@ int run_worker(const TrainArgs& a, const config::RunConfig& cfg, const comm::Env
     run = io::RunDir::open(run->root(), rank, world);
   }
   auto logger = io::Logger::for_rank(run->log_path(), rank, world, launch::status_relay_requested(env));
+  if (!backend_line.empty()) logger->info(backend_line);
   try {
     return train_in(a, cfg, communicator, *run, logger);
   } catch (const std::exception& e) {

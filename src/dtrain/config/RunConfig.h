@@ -104,7 +104,7 @@ struct OptimConfig {
 struct ParallelConfig {
   // registered by parallel/, one folder each: local, data_parallel
   std::string strategy = "data_parallel";
-  std::string backend = "gloo";       // gloo | mpi | nccl
+  std::string backend = "auto";       // auto | gloo | mpi | nccl (comm: Note [Choosing a backend])
   int accumulation_steps = 1;         // micro-batches per optimizer step; communicate on the last only
   double timeout_s = 300.0;           // rendezvous and every collective
   std::int64_t poll_wait_us = 50000;  // wait for a collective polling this long, then block

@@ -14,7 +14,7 @@ namespace {
 const ChoiceSet kActivations{"relu", "tanh", "gelu", "sigmoid"};
 const ChoiceSet kStems{"cifar", "imagenet"};
 const ChoiceSet kTasks{"classifier", "lm"};
-const ChoiceSet kBackends{"gloo", "mpi", "nccl"};
+const ChoiceSet kBackends{"auto", "gloo", "mpi", "nccl"};
 const ChoiceSet kDevices{"cpu", "cuda"};
 const ChoiceSet kPrecisions{"fp32", "bf16", "fp16"};
 const ChoiceSet kLineSearches{"none", "strong_wolfe"};

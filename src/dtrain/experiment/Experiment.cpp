@@ -82,7 +82,8 @@ void train(const ExperimentSpec& spec, const ExperimentOptions& options, const R
            const config::RunConfig& cfg, const fs::path& run_dir, const comm::Environment& environment) {
   launch::LaunchOptions job;
   job.nproc_per_node = cfg.nproc;
-  job.backend = cfg.parallel.backend == "mpi" ? "mpi" : "gloo";
+  job.backend =
+      launch::start_method_for(cfg.parallel.backend, cfg.nproc, cfg.train.device == "cuda", environment);
   job.threads = cfg.train.threads;
   job.log_dir = (run_dir / "launch").string();
   job.environment = environment;

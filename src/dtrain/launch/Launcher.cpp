@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "dtrain/comm/Backend.h"
 #include "dtrain/launch/Attempt.h"
 #include "dtrain/launch/Job.h"
 #include "dtrain/launch/WorkerEnvironment.h"
@@ -195,6 +197,36 @@ class Launcher {
 bool status_relay_requested(const comm::Environment& env) {
   const auto relay = env.find(kStatusRelayVariable);
   return relay != env.end() && relay->second == "1";
+}
+
+namespace {
+
+// Whether `program` names an executable file, directly or in one of PATH's directories.
+bool runnable(const std::string& program, const comm::Environment& env) {
+  if (program.find('/') != std::string::npos) return ::access(program.c_str(), X_OK) == 0;
+  const auto path = env.find("PATH");
+  if (path == env.end()) return false;
+  std::size_t start = 0;
+  while (start <= path->second.size()) {
+    const std::size_t colon = std::min(path->second.find(':', start), path->second.size());
+    const std::string dir = path->second.substr(start, colon - start);
+    if (!dir.empty() && ::access((dir + "/" + program).c_str(), X_OK) == 0) return true;
+    start = colon + 1;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string start_method_for(const std::string& configured, int nproc, bool cuda,
+                             const comm::Environment& env, const std::string& mpirun) {
+  if (configured != "auto") return configured == "mpi" ? "mpi" : "gloo";
+  comm::BackendLayout layout;
+  layout.world_size = nproc;
+  layout.local_world_size = nproc;
+  layout.mpi_processes = runnable(mpirun, env);
+  layout.cuda = cuda;
+  return comm::choose_backend(layout).name == "mpi" ? "mpi" : "gloo";
 }
 
 LaunchResult launch(const LaunchOptions& options) {

@@ -58,6 +58,14 @@ struct LaunchResult {
   std::optional<int> signal;  // set when SIGINT/SIGTERM/SIGHUP to the launcher ended the job
 };
 
+// How a launcher that starts `nproc` local workers of a job configured with parallel.backend
+// `configured` starts them: "mpi" (through mpirun) or "gloo" (torchrun's environment and a store).
+// "auto" is resolved by comm::choose_backend (Note [Choosing a backend]) for ranks that would be
+// MPI processes if `mpirun` is found in the PATH of `env`; the workers, configured alike, then
+// choose the same backend from the layout they see.
+std::string start_method_for(const std::string& configured, int nproc, bool cuda,
+                             const comm::Environment& env, const std::string& mpirun = "mpirun");
+
 // Runs the job to completion. Throws std::invalid_argument for inconsistent options. While it
 // runs, SIGINT, SIGTERM and SIGHUP to this process are forwarded to every worker (the previous
 // handlers come back on return), so one launch() at a time per process. Workers die with the
