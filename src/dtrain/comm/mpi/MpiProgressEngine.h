@@ -52,6 +52,8 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   // Waits for everything queued to finish and stops the thread.
   void shutdown();
 
+  std::chrono::microseconds poll_wait() const { return poll_wait_; }
+
   bool broken() {
     std::lock_guard<std::mutex> lock(mutex_);
     return !broken_.empty();
