@@ -112,8 +112,12 @@ TEST_P(CommunicatorConformance, WireBytesAreWhatTheBackendsAlgorithmSends) {
       check("broadcast", float_call(CommOp::Broadcast, 1024, false, root), [&] { comm.broadcast(t, root); });
     }
     at::Tensor chunks = on_device(at::ones({n * 1024}));
-    check("reduce_scatter", float_call(CommOp::ReduceScatter, n * 1024),
-          [&] { comm.reduce_scatter(chunks, t); });
+    for (const bool async_op : {false, true}) {
+      check("reduce_scatter", float_call(CommOp::ReduceScatter, n * 1024, async_op),
+            [&] { comm.reduce_scatter(chunks, t, ReduceOp::Sum, async_op)->wait(); });
+      check("allgather", float_call(CommOp::Allgather, 1024, async_op),
+            [&] { comm.allgather(t, gathered, async_op)->wait(); });
+    }
     check("alltoall", float_call(CommOp::Alltoall, n * 1024), [&] { comm.alltoall(chunks, gathered); });
     const int next = (comm.rank() + 1) % n;
     const int previous = (comm.rank() + n - 1) % n;

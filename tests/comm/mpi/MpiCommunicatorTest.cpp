@@ -83,7 +83,10 @@ std::uint64_t mpi_expected_wire_bytes(const WireCall& call, int rank, int n) {
       return rank == call.root ? (size - 1) * bytes : 0;
     case CommOp::Allgather:  // libnbc, linear
       return (size - 1) * bytes;
-    case CommOp::ReduceScatter:  // libnbc: a binomial reduce of the whole input to 0, which scatters
+    case CommOp::ReduceScatter:
+      // Blocking on two ranks: tuned's one exchange of the peer's chunk below 128 KiB chunks.
+      if (!call.async_op && n == 2 && bytes / 2 < 131072) return bytes / 2;
+      // libnbc (and tuned's basic linear): a reduce of the whole input to 0, which scatters.
       return rank == 0 ? (size - 1) * bytes / size : bytes;
     case CommOp::Alltoall:  // libnbc, linear
       return (size - 1) * bytes / size;

@@ -39,6 +39,8 @@ void movements(Communicator& comm, std::int64_t numel) {
   comm.allgather(t, out);
   for (int root = 0; root < n; ++root) comm.broadcast(t, root);
   comm.reduce_scatter(whole, t);
+  comm.reduce_scatter(whole, t, ReduceOp::Sum, /*async_op=*/true)->wait();
+  comm.allgather(t, out, /*async_op=*/true)->wait();
   comm.alltoall(whole, out);
   at::Tensor inbox = at::empty({numel});
   auto receive = comm.recv(inbox, (comm.rank() + n - 1) % n, /*tag=*/3, /*async_op=*/true);

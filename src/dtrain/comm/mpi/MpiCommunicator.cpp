@@ -1,8 +1,9 @@
 // The mpi backend: every asynchronous collective is a non-blocking MPI call (or a polled step list,
 // for the all-reduce) started in submission order and polled to completion against the
-// communicator's timeout by the progress engine (MpiProgressEngine.h). A blocking all-reduce or
-// allgather is MPI's blocking call under a watchdog (Note [Blocking collectives and the
-// watchdog]); send and recv are posted and tested on the caller's thread.
+// communicator's timeout by the progress engine (MpiProgressEngine.h). A blocking all-reduce,
+// allgather, or reduce_scatter on two ranks, is MPI's blocking call under a watchdog (Note
+// [Blocking collectives and the watchdog]); send and recv are posted and tested on the caller's
+// thread.
 #include "dtrain/comm/mpi/MpiCommunicator.h"
 
 #include <ATen/ATen.h>
@@ -117,7 +118,15 @@ class MpiCommunicator final : public Communicator {
     const MPI_Op mpi_op = runtime_->op(op, input.scalar_type());
     checked_count(input);
     const int count = checked_count(output);
-    // Not MPI_Reduce_scatter_block even when blocking: see Note [Blocking collectives and the watchdog].
+    if (!async_op && size() == 2) {
+      // See Note [Blocking collectives and the watchdog]: on two ranks only.
+      blocking("reduce_scatter", input, "MPI_Reduce_scatter_block", [&] {
+        return MPI_Reduce_scatter_block(input.data_ptr(), output.data_ptr(), count, datatype, mpi_op,
+                                        collective_comm_);
+      });
+      if (op == ReduceOp::Avg) output.div_(size());
+      return completed_work();
+    }
     auto operation = std::make_unique<RequestOperation>(
         "MPI_Ireduce_scatter_block", [=, comm = collective_comm_](MPI_Request* request) {
           return MPI_Ireduce_scatter_block(input.data_ptr(), output.data_ptr(), count, datatype, mpi_op, comm,

@@ -150,6 +150,7 @@ std::uint64_t mpi_wire_bytes(const WireCall& call, int rank, int size) {
       return binomial_bcast_bytes(v, size, bytes);
     }
     case CommOp::ReduceScatter:
+      if (!call.async_op && size == 2 && bytes / n < 131072) return bytes / n;  // tuned's exchange
       return rank == 0 ? (n - 1) * (bytes / n) : bytes;
     case CommOp::Alltoall:
       return (n - 1) * (bytes / n);

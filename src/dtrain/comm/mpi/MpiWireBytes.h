@@ -41,6 +41,11 @@ namespace dtrain::comm::mpi {
 // - MPI_Ialltoall (not in place): libnbc's linear schedule: (n-1)/n of the input.
 // - MPI_Ireduce_scatter_block: libnbc's binomial reduce of the whole input to rank 0 (every other
 //   rank sends the input once), then rank 0 sends each rank its chunk.
+// - MPI_Reduce_scatter_block (blocking, two ranks only): tuned's fixed rules
+//   (ompi_coll_tuned_reduce_scatter_block_intra_dec_fixed, fewer than 4 ranks) pick basic linear
+//   from a block of 131072 bytes up (a reduce to rank 0, in which rank 1 sends the whole input,
+//   then rank 0 scatters rank 1's chunk) and below it butterfly, recursive halving or recursive
+//   doubling, each of which on two ranks is one exchange of the peer's chunk.
 // - MPI_Ibarrier: dissemination with zero-byte messages. Isend: the tensor; Irecv: nothing.
 // Another OpenMPI version, an MCA setting that forces an algorithm or raises another component's
 // priority, or another MPI library may choose differently; the figures then describe these
