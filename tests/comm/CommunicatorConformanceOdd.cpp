@@ -5,6 +5,7 @@
 // result is checked against a reference this rank computes from what every rank contributed.
 // See CommunicatorConformance.h.
 #include <algorithm>
+#include <memory>
 #include <vector>
 
 #include "comm/CommunicatorConformance.h"
@@ -144,6 +145,42 @@ TEST_P(CommunicatorConformance, ManyTaggedTransfersMatchByTagInAnyOrder) {
     for (int tag = 0; tag < 2 * kTags; ++tag) {
       const int from = tag % 2 == 0 ? prev : next;
       EXPECT_TRUE(same(inboxes[tag], message(from, tag))) << "rank " << comm.rank() << " tag " << tag;
+    }
+  });
+}
+
+// Sharded strategies reduce-scatter and all-gather within subgroups: the even ranks and the odd ranks
+// each form one with split(), and each reduces and gathers its own members' contributions.
+TEST_P(CommunicatorConformance, ReduceScatterAndAllgatherWithinSplits) {
+  const int n = this->n();
+  if (n < 3) GTEST_SKIP() << "needs a subgroup of two ranks or more";
+  world([&](Communicator& comm) {
+    std::unique_ptr<Communicator> mine;
+    for (const int parity : {0, 1}) {
+      std::vector<int> members;
+      for (int r = parity; r < n; r += 2) members.push_back(r);
+      auto sub = comm.split(members);
+      if (comm.rank() % 2 == parity) mine = std::move(sub);
+    }
+    ASSERT_TRUE(mine);
+    const int m = mine->size();
+    std::vector<int> members;
+    for (int r = comm.rank() % 2; r < n; r += 2) members.push_back(r);
+    for (const std::int64_t chunk : {7, 1001}) {
+      at::Tensor expected = at::zeros({chunk}, at::kDouble);
+      for (const int global : members) {
+        expected += odd_values(global, m * chunk, at::kDouble).narrow(0, mine->rank() * chunk, chunk);
+      }
+      at::Tensor output = on_device(at::zeros({chunk}, at::kDouble));
+      mine->reduce_scatter(on_device(odd_values(comm.rank(), m * chunk, at::kDouble)), output, ReduceOp::Sum,
+                           /*async_op=*/true)
+          ->wait();
+      EXPECT_TRUE(same(output, expected)) << "rank " << comm.rank() << " chunk " << chunk;
+      std::vector<at::Tensor> parts;
+      for (const int global : members) parts.push_back(odd_values(global, chunk, at::kFloat));
+      at::Tensor gathered = on_device(at::zeros({m * chunk}));
+      mine->allgather(on_device(odd_values(comm.rank(), chunk, at::kFloat)), gathered);
+      EXPECT_TRUE(same(gathered, at::cat(parts))) << "rank " << comm.rank() << " chunk " << chunk;
     }
   });
 }
