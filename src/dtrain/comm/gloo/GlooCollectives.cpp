@@ -19,7 +19,7 @@ namespace {
 class FunctionWork final : public ::c10d::ProcessGroupGloo::AsyncWork {
  public:
   FunctionWork(const at::Tensor& output, std::function<void()> body)
-      : AsyncWork({{output}}, "dtrain:gloo"), body_(std::move(body)) {}
+      : AsyncWork({{output}}, /*profilingTitle=*/nullptr), body_(std::move(body)) {}
   void run() override { body_(); }
 
  private:
@@ -76,7 +76,8 @@ void ring_reduce_scatter(::gloo::Context& context, std::uint32_t tag, const at::
   const std::size_t chunk_bytes = output.nbytes();
   const at::Tensor chunks = input.view({n, numel});
   // Two halves: the step receives into one while the previous step's partial sum goes out of the other.
-  at::Tensor partial = at::empty({2, numel}, output.options());
+  // (One half is enough on two ranks: a single step.)
+  at::Tensor partial = at::empty({n > 2 ? 2 : 1, numel}, output.options());
   auto in_buffer = context.createUnboundBuffer(input.data_ptr(), input.nbytes());
   auto partial_buffer = context.createUnboundBuffer(partial.data_ptr(), partial.nbytes());
   const int right = (r + 1) % n;
