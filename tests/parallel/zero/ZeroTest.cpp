@@ -3,9 +3,11 @@
 // units do not divide evenly by 2, 3 or 4 ranks; a stage-3 checkpoint from 4 ranks resumes at 2
 // ranks and as data_parallel with the same state and continues as if never interrupted; the bytes
 // memory_footprint() reports are ZeRO's accounting with the padding; and what zero refuses.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <map>
 #include <string>
 #include <vector>
@@ -64,18 +66,23 @@ data::Batch rank_slice(const Data& data, int step, int rank, int ranks) {
 // (the strategy must broadcast rank 0's), optionally loading `resume` first and saving into
 // `saved` (rank 0's) at the end; returns rank 0's model state and checks every rank agrees.
 State train(const config::RunConfig& cfg, int ranks, const Data& data, int first, int last,
-            torch::Dtype dtype, const io::Checkpoint* resume = nullptr, io::Checkpoint* saved = nullptr) {
+            torch::Dtype dtype, const io::Checkpoint* resume = nullptr, io::Checkpoint* saved = nullptr,
+            optim::Precision precision = optim::Precision::Fp32, std::vector<double>* losses = nullptr) {
   std::vector<models::NetworkPtr> models;
   for (int r = 0; r < ranks; ++r) models.push_back(testing::build_model(cfg, 7 + r, dtype));
   std::vector<State> ends(ranks);
   dtrain::testing::run_world(ranks, [&](comm::CommunicatorPtr comm) {
     const int r = comm->rank();
-    auto strategy = testing::build_strategy(cfg, models[r], comm);
+    StrategyContext context{models[r], optim::optimizer_factory(cfg.optim),
+                            optim::create_loss(cfg.optim.loss), comm, cfg.parallel};
+    context.precision = precision;
+    auto strategy = create_strategy(std::move(context));
     if (resume) strategy->load(*resume);
     for (int s = first; s < last; ++s) {
       const auto result = strategy->train_step(rank_slice(data, s, r, ranks));
       EXPECT_EQ(result.samples, kGlobalBatch / ranks);
       EXPECT_EQ(result.outputs.size(0), kGlobalBatch / ranks);
+      if (losses && r == 0) losses->push_back(result.loss);
     }
     ends[r] = strategy->model_state();
     if (saved) {
@@ -154,6 +161,37 @@ TEST(Zero, SgdWithMomentumAdamwAccumulationAndNoPrefetchEqualDataParallel) {
                                      kSteps, torch::kDouble),
                                expected),
             1e-6);
+}
+
+// train.precision as data_parallel honours it: bf16 autocast, and fp16's rounded weights (stage 3
+// rounds what it gathers), rounded gradients and loss scale, with an overflowing step skipped on
+// every rank. sgd in float32; 16-bit rounding can turn the last-bit differences of another
+// summation order into one 16-bit step, hence the looser bound (the updates themselves are ~1e-2).
+TEST(Zero, MixedPrecisionStepsAsDataParallelDoes) {
+  const int ranks = 2, steps = 4;
+  for (const auto precision : {optim::Precision::Bf16, optim::Precision::Fp16}) {
+    auto data = data_of(steps, torch::kFloat);
+    if (precision == optim::Precision::Fp16) data.inputs[2].mul_(1e6);  // overflows: skipped everywhere
+    std::vector<double> expected_losses;
+    const auto expected = train(config_of("data_parallel", "sgd"), ranks, data, 0, steps, torch::kFloat,
+                                nullptr, nullptr, precision, &expected_losses);
+    for (int stage : {1, 2, 3}) {
+      std::vector<double> losses;
+      const auto end = train(zero_config(stage, "sgd"), ranks, data, 0, steps, torch::kFloat, nullptr,
+                             nullptr, precision, &losses);
+      const auto name =
+          fmt::format("{} stage {}", precision == optim::Precision::Bf16 ? "bf16" : "fp16", stage);
+      EXPECT_LE(max_abs_difference(end, expected), 1e-4) << name;
+      ASSERT_EQ(losses.size(), expected_losses.size());
+      for (std::size_t i = 0; i < losses.size(); ++i) {
+        if (std::isnan(expected_losses[i])) {
+          EXPECT_TRUE(std::isnan(losses[i])) << name << " step " << i;
+        } else {
+          EXPECT_NEAR(losses[i], expected_losses[i], 1e-3) << name << " step " << i;
+        }
+      }
+    }
+  }
 }
 
 // Rank 0's checkpoint's tensors by name, and which of them are optimizer state.
