@@ -316,13 +316,19 @@ void ZeroStrategy::launch_ready_reductions() {
 void ZeroStrategy::launch_reduction(std::size_t u) {
   torch::NoGradGuard no_grad;
   auto& unit = units_[u];
-  auto flat = torch::zeros({unit.layout.padded}, unit.shard.options().requires_grad(false));
+  auto flat = torch::empty({unit.layout.padded}, unit.shard.options().requires_grad(false));
   for (const auto& p : unit.layout.params) {
     auto param = p.param;
     auto& grad = param.mutable_grad();
-    if (grad.defined()) flat.narrow(0, p.offset, p.numel).copy_(grad.reshape({-1}));
+    auto slot = flat.narrow(0, p.offset, p.numel);
+    if (grad.defined()) {
+      slot.copy_(grad.reshape({-1}));
+    } else {
+      slot.zero_();  // unused in this forward
+    }
     grad = torch::Tensor();
   }
+  flat.narrow(0, unit.layout.numel, unit.layout.padded - unit.layout.numel).zero_();
   release(u);
   // Dividing before the sum, as data_parallel's buckets do.
   if (world_ > 1) flat.div_(world_);
