@@ -322,6 +322,10 @@ TEST(Zero, StepCountsItsOwnCommunication) {
     EXPECT_EQ(traffic.ops.at("allgather").calls, 3u);
     EXPECT_EQ(traffic.ops.at("reduce_scatter").calls, 2u);
     EXPECT_EQ(traffic.ops.at("allreduce").calls, 1u);
+    // Each unit's reduce-scatter was launched from backward's hooks, not after it.
+    const auto metrics = strategy->metrics();
+    EXPECT_EQ(metrics.at("zero/units"), 2.0);
+    EXPECT_EQ(metrics.at("zero/overlapped"), 2.0);
   });
 }
 

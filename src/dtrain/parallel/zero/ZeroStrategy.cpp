@@ -339,6 +339,8 @@ void ZeroStrategy::launch_reduction(std::size_t u) {
 }
 
 double ZeroStrategy::finish_backward(bool last) {
+  overlapped_ = 0;
+  for (const auto& unit : units_) overlapped_ += unit.launched ? 1 : 0;
   // Units that got no gradient on this rank (unused in this forward) still take part, as zeros.
   for (auto& unit : units_) unit.pending = 0;
   launch_ready_reductions();
@@ -594,6 +596,12 @@ void ZeroStrategy::load(const io::Checkpoint& checkpoint) {
   }
   optim::load_named_optimizer_state(*optimizer_, named, entries);
   precision_.load(checkpoint);
+}
+
+std::map<std::string, double> ZeroStrategy::metrics() {
+  std::map<std::string, double> out{{"zero/units", static_cast<double>(units_.size())}};
+  if (options_.stage >= 2) out["zero/overlapped"] = static_cast<double>(overlapped_);
+  return out;
 }
 
 std::map<std::string, std::string> ZeroStrategy::notes() const {

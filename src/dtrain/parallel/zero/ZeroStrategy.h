@@ -56,6 +56,9 @@ class ZeroStrategy final : public Strategy {
   void save(io::Checkpoint& checkpoint) const override;
   void load(const io::Checkpoint& checkpoint) override;
   comm::CommStats comm_stats() const override { return own_comm_; }
+  // "zero/units": the units (stages with parameters); stages 2 and 3, "zero/overlapped": of which
+  // reduce-scattered during the last backward (the rest were launched after it).
+  std::map<std::string, double> metrics() override;
   // "zero/layout": the units, the parameters, the padding and the shard per rank.
   std::map<std::string, std::string> notes() const override;
   // What this rank holds: see Note [ZeRO's accounting].
@@ -111,6 +114,7 @@ class ZeroStrategy final : public Strategy {
   comm::CommStats own_comm_;
   std::size_t next_reduction_ = 0;  // into units_ counted from the back (backward's order)
   bool evaluating_ = false;
+  int overlapped_ = 0;    // units whose reduce-scatter the last backward launched
   bool in_step_ = false;  // inside train_step's forward and backward (fp16 rounds what it gathers)
 };
 
