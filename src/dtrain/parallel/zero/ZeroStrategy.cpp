@@ -55,8 +55,9 @@ namespace dtrain::parallel {
 //   stage 2: parameters 4P, gradients 4P/N, optimizer 8P/N (4Ψ + 12Ψ/N)
 //   stage 3: parameters 4P/N, gradients 4P/N, optimizer 8P/N (16Ψ/N)
 // sgd with momentum holds 4P/N of optimizer state, without momentum none. Transient buffers
-// (one unit's whole gradients between backward and its reduction; stage 3's gathered units during
-// forward and backward, at most two with prefetch plus the last one) are not held after the step.
+// (the whole gradients of at most kReductionsInFlight units, whose reduce-scatters are in flight;
+// stage 3's gathered units, at most the current one and the prefetched one) are not held after the
+// step.
 
 namespace {
 
@@ -204,6 +205,7 @@ void ZeroStrategy::wait_outstanding_quietly() {
       work->reset();
     }
   }
+  in_flight_.clear();
 }
 
 // ---- stage 3: gathering and freeing parameters ----
@@ -336,6 +338,21 @@ void ZeroStrategy::launch_reduction(std::size_t u) {
   unit.received = torch::empty({unit.layout.shard}, flat.options());
   unit.reduce = context_.comm->reduce_scatter(flat, unit.received, comm::ReduceOp::Sum, /*async_op=*/true);
   unit.launched = true;
+  in_flight_.push_back(u);
+  // Each reduction in flight holds a unit's whole gradients: bounded, so that stages 2 and 3 never
+  // hold all of them at once (FSDP frees each after its reduce-scatter the same way).
+  while (in_flight_.size() > kReductionsInFlight) retire_reduction();
+}
+
+void ZeroStrategy::retire_reduction() {
+  torch::NoGradGuard no_grad;
+  auto& unit = units_[in_flight_.front()];
+  in_flight_.pop_front();
+  unit.reduce->wait();
+  unit.reduce.reset();
+  unit.shard.mutable_grad().add_(unit.received);
+  unit.received = torch::Tensor();
+  unit.full_grad = torch::Tensor();
 }
 
 double ZeroStrategy::finish_backward(bool last) {
@@ -345,14 +362,8 @@ double ZeroStrategy::finish_backward(bool last) {
   for (auto& unit : units_) unit.pending = 0;
   launch_ready_reductions();
   const auto start = util::Clock::now();
-  torch::NoGradGuard no_grad;
-  for (std::size_t i = 0; i < units_.size(); ++i) {
-    auto& unit = units_[units_.size() - 1 - i];
-    unit.reduce->wait();
-    unit.reduce.reset();
-    unit.shard.mutable_grad().add_(unit.received);
-    unit.received = torch::Tensor();
-    unit.full_grad = torch::Tensor();
+  while (!in_flight_.empty()) retire_reduction();
+  for (auto& unit : units_) {
     unit.launched = false;
     unit.pending = static_cast<int>(unit.layout.params.size());
   }

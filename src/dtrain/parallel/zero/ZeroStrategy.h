@@ -7,6 +7,7 @@
 #include <torch/csrc/autograd/function.h>
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -93,6 +94,8 @@ class ZeroStrategy final : public Strategy {
   void on_gradient_ready(std::size_t u);
   void launch_ready_reductions();
   void launch_reduction(std::size_t u);
+  // Waits for the oldest reduction in flight and adds it to its shard's gradient.
+  void retire_reduction();
   // Waits for this backward's reductions and adds them to the shards' gradients; `last`: the
   // step's last backward (stage 3 then frees every unit still gathered).
   double finish_backward(bool last);
@@ -113,6 +116,9 @@ class ZeroStrategy final : public Strategy {
   MixedPrecision precision_;
   comm::CommStats own_comm_;
   std::size_t next_reduction_ = 0;  // into units_ counted from the back (backward's order)
+  // Units whose reduce-scatter is in flight, oldest first; at most kReductionsInFlight.
+  static constexpr std::size_t kReductionsInFlight = 2;
+  std::deque<std::size_t> in_flight_;
   bool evaluating_ = false;
   int overlapped_ = 0;    // units whose reduce-scatter the last backward launched
   bool in_step_ = false;  // inside train_step's forward and backward (fp16 rounds what it gathers)
