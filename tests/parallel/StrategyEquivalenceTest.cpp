@@ -23,6 +23,8 @@ struct Row {
   std::vector<std::string> overrides;  // its own options, parallel.<strategy>.*=...
   std::vector<int> ranks;              // world sizes to run it at
   std::vector<std::string> models;
+  bool lbfgs = true;  // also run lbfgs on the mlp (zero refuses it)
+  std::string tag{};  // in the test's name instead of "options" (rows of one strategy told apart)
 };
 
 // The table. Keep a row for every strategy registered with exact = true.
@@ -36,6 +38,10 @@ const std::vector<Row>& rows() {
       {"dad", {}, {2, 3}, {"mlp", "lenet5"}},
       // Every layer as the cheapest of its gradient and dAD.
       {"dad", {"parallel.dad.auto=true"}, {2}, {"mlp"}},
+      // Sharded: every stage; units that do not divide evenly by 3 ranks (padding).
+      {"zero", {"parallel.zero.stage=1"}, {3}, {"mlp"}, false, "stage1"},
+      {"zero", {"parallel.zero.stage=2"}, {3}, {"lenet5"}, false, "stage2"},
+      {"zero", {"parallel.zero.stage=3"}, {2, 3}, {"mlp", "lenet5"}, false, "stage3"},
   };
   return table;
 }
@@ -51,9 +57,11 @@ struct Case {
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   const auto& c = info.param;
-  std::string name = c.row.strategy + (c.row.overrides.empty() ? "" : "_options") + "_" +
-                     std::to_string(c.ranks) + "ranks_" + c.model + "_accum" +
-                     std::to_string(c.accumulation) + "_" + c.optimizer + "_" +
+  const std::string options = !c.row.tag.empty()        ? "_" + c.row.tag
+                              : c.row.overrides.empty() ? ""
+                                                        : "_options";
+  std::string name = c.row.strategy + options + "_" + std::to_string(c.ranks) + "ranks_" + c.model +
+                     "_accum" + std::to_string(c.accumulation) + "_" + c.optimizer + "_" +
                      (c.backend == "gloo" ? "gloo" : "inprocess");
   return name;
 }
@@ -76,7 +84,7 @@ std::vector<Case> cases() {
             for (const char* optimizer : {"sgd", "adam"})
               out.push_back({row, ranks, model, accumulation, optimizer, backend});
           }
-          if (model == "mlp") out.push_back({row, ranks, model, 1, "lbfgs", backend});
+          if (model == "mlp" && row.lbfgs) out.push_back({row, ranks, model, 1, "lbfgs", backend});
         }
       }
     }

@@ -129,10 +129,22 @@ class InProcessCommunicator final : public comm::Communicator {
         rank(), {"barrier", 0}, at::Tensor(), [](const std::vector<at::Tensor>&) {}, [] {});
     return std::make_shared<comm::CompletedWork>();
   }
-  // The strategies under test use none of these; a call is a test bug, reported as such.
-  comm::WorkPtr do_reduce_scatter(at::Tensor&, at::Tensor&, comm::ReduceOp, bool) override {
-    unused("reduce_scatter");
+  comm::WorkPtr do_reduce_scatter(at::Tensor& input, at::Tensor& output, comm::ReduceOp op, bool) override {
+    TORCH_CHECK(op == comm::ReduceOp::Sum, "the in-process test communicator reduces with sum only");
+    at::Tensor result;
+    hub_->collective(
+        rank(), {"reduce_scatter", input.numel()}, input,
+        [&](const std::vector<at::Tensor>& all) {
+          // This rank's chunk, summed in rank order.
+          const auto n = output.numel();
+          result = all[0].reshape({-1}).narrow(0, rank() * n, n).clone();
+          for (std::size_t r = 1; r < all.size(); ++r)
+            result.add_(all[r].reshape({-1}).narrow(0, rank() * n, n));
+        },
+        [&] { output.view({-1}).copy_(result); });
+    return std::make_shared<comm::CompletedWork>();
   }
+  // The strategies under test use none of these; a call is a test bug, reported as such.
   comm::WorkPtr do_alltoall(at::Tensor&, at::Tensor&, bool) override { unused("alltoall"); }
   comm::WorkPtr do_send(at::Tensor&, int, int, bool) override { unused("send"); }
   comm::WorkPtr do_recv(at::Tensor&, int, int, bool) override { unused("recv"); }
@@ -142,7 +154,9 @@ class InProcessCommunicator final : public comm::Communicator {
 
  private:
   [[noreturn]] void unused(const std::string& op) const {
-    fail(op, "the in-process test communicator offers allreduce, allgather, broadcast and barrier only");
+    fail(op,
+         "the in-process test communicator offers allreduce, allgather, reduce_scatter, broadcast and "
+         "barrier only");
   }
 
   std::shared_ptr<Hub> hub_;

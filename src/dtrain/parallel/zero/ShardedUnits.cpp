@@ -1,0 +1,132 @@
+// The zero strategy's units and storage handling; see ShardedUnits.h.
+#include "dtrain/parallel/zero/ShardedUnits.h"
+
+#include <c10/core/StorageImpl.h>
+#include <c10/util/strides.h>
+#include <fmt/format.h>
+
+#include <set>
+#include <stdexcept>
+#include <unordered_map>
+
+namespace dtrain::parallel::zero {
+
+// Note [Freeing storage]
+// FairScale's FSDP frees a module's full parameters after its forward with
+// `p._full_param_padded.storage().resize_(0)` and, before its backward, resizes the storage back
+// and all-gathers into it (_free_full_params, _rebuild_full_params). The tensors autograd saved
+// in forward (a Linear's weight, or a transpose of it) are views of that same storage, so they
+// see the gathered values again without being saved anew. LibTorch 1.13 offers no public
+// storage resize in C++, so we do the equivalent on the c10::StorageImpl: swap its DataPtr for
+// an empty one and set its size to 0 bytes (free), then give it a fresh allocation of the full
+// size from its own allocator (allocate). Tensor metadata (sizes, strides, offsets) is untouched,
+// so every parameter and saved tensor stays valid as long as nobody reads it while freed.
+
+std::vector<UnitLayout> plan_units(const models::Network& network, int world) {
+  TORCH_INTERNAL_ASSERT(world >= 1);
+  std::unordered_map<const void*, std::string> names;
+  for (const auto& p : network.named_parameters(/*recurse=*/true))
+    names.emplace(p.value().unsafeGetTensorImpl(), p.key());
+  std::set<const void*> seen;
+  std::vector<UnitLayout> units;
+  const auto stages = network.stages();
+  for (std::size_t s = 0; s < stages.size(); ++s) {
+    UnitLayout unit;
+    unit.stage = static_cast<int>(s);
+    for (const auto& p : stages[s].ptr()->parameters(/*recurse=*/true)) {
+      const auto* key = p.unsafeGetTensorImpl();
+      const auto name = names.count(key) ? names.at(key) : fmt::format("stage {} parameter", s);
+      if (!seen.insert(key).second) {
+        throw std::invalid_argument(fmt::format(
+            "parallel.strategy zero: parameter '{}' is shared by two stages of the model; zero shards "
+            "each stage's parameters separately, so use parallel.strategy: data_parallel for this model",
+            name));
+      }
+      if (!p.requires_grad()) {
+        throw std::invalid_argument(fmt::format(
+            "parallel.strategy zero: parameter '{}' is frozen (model.freeze); zero shards every parameter "
+            "with its gradient, so leave model.freeze out or use parallel.strategy: data_parallel",
+            name));
+      }
+      if (!unit.params.empty()) {
+        const auto& first = unit.params.front().param;
+        if (first.scalar_type() != p.scalar_type() || first.device() != p.device()) {
+          throw std::invalid_argument(fmt::format(
+              "parallel.strategy zero: parameter '{}' is {} on {}, the rest of its stage {} on {}; a stage's "
+              "parameters share one flat buffer, so give them one dtype and device",
+              name, c10::toString(p.scalar_type()), p.device().str(), c10::toString(first.scalar_type()),
+              first.device().str()));
+        }
+      }
+      unit.params.push_back(UnitParameter{name, p, unit.numel, p.numel()});
+      unit.numel += p.numel();
+    }
+    if (unit.params.empty()) continue;
+    unit.shard = (unit.numel + world - 1) / world;
+    unit.padded = unit.shard * world;
+    units.push_back(std::move(unit));
+  }
+  for (const auto& [key, name] : names) {
+    if (!seen.count(key)) {
+      throw std::invalid_argument(fmt::format(
+          "parallel.strategy zero: parameter '{}' belongs to no stage of the model (Network::stages()); zero "
+          "gathers parameters stage by stage, so use parallel.strategy: data_parallel for this model",
+          name));
+    }
+  }
+  return units;
+}
+
+torch::Tensor alias(const torch::Tensor& buffer, std::int64_t offset, torch::IntArrayRef sizes) {
+  auto out = torch::empty({0}, buffer.options().requires_grad(false));
+  out.set_(buffer.storage(), buffer.storage_offset() + offset, sizes, c10::contiguous_strides(sizes));
+  return out;
+}
+
+void free_storage(const torch::Tensor& tensor) {
+  auto* storage = tensor.storage().unsafeGetStorageImpl();
+  storage->set_data_ptr_noswap(at::DataPtr(nullptr, storage->device()));
+  storage->set_nbytes(0);
+}
+
+void allocate_storage(const torch::Tensor& tensor, std::size_t nbytes) {
+  auto* storage = tensor.storage().unsafeGetStorageImpl();
+  TORCH_INTERNAL_ASSERT(storage->allocator(), "a zero unit's storage has no allocator");
+  storage->set_data_ptr_noswap(storage->allocator()->allocate(nbytes));
+  storage->set_nbytes(nbytes);
+}
+
+bool storage_allocated(const torch::Tensor& tensor) {
+  return tensor.storage().nbytes() > 0;
+}
+
+std::map<std::string, torch::Tensor> split_whole(const UnitLayout& unit, const torch::Tensor& flat) {
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& p : unit.params) out[p.name] = flat.narrow(0, p.offset, p.numel).view(p.param.sizes());
+  return out;
+}
+
+torch::Tensor join_whole(const UnitLayout& unit, const std::map<std::string, torch::Tensor>& whole,
+                         const std::string& what) {
+  TORCH_INTERNAL_ASSERT(!unit.params.empty());
+  const auto& first = unit.params.front().param;
+  auto flat = torch::zeros({unit.padded}, first.options().requires_grad(false));
+  for (const auto& p : unit.params) {
+    const auto it = whole.find(p.name);
+    if (it == whole.end()) {
+      throw std::invalid_argument(fmt::format(
+          "checkpoint: {} of parameter '{}' is missing while others of its stage have it; the file "
+          "is incomplete",
+          what, p.name));
+    }
+    if (it->second.numel() != p.numel) {
+      throw std::invalid_argument(
+          fmt::format("checkpoint: {} of parameter '{}' has shape {}, the parameter {}", what, p.name,
+                      c10::str(it->second.sizes()), c10::str(p.param.sizes())));
+    }
+    flat.narrow(0, p.offset, p.numel).copy_(it->second.reshape({-1}));
+  }
+  return flat;
+}
+
+}  // namespace dtrain::parallel::zero

@@ -1,0 +1,66 @@
+// The flat, sharded layout behind the `zero` strategy: the model's parameters grouped into units
+// (one per stage of models::Network that has parameters), each unit's parameters one flat buffer
+// padded to a multiple of the world size and split into equal shards, one per rank. Also the
+// storage tricks stage 3 needs (freeing a unit's full buffer and bringing it back) and the
+// conversions between a unit's flat shard and whole tensors by parameter name (checkpoints).
+// Internal to the zero strategy.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "dtrain/models/Network.h"
+
+namespace dtrain::parallel::zero {
+
+struct UnitParameter {
+  std::string name;     // dotted, as the model's named_parameters() reports it
+  torch::Tensor param;  // the module's parameter; its data lives in the unit's full buffer
+  std::int64_t offset;  // elements into the unit's flat buffer
+  std::int64_t numel;
+};
+
+// Note [Padding is explicit]
+// A unit of `numel` elements is padded to `padded` = world x `shard`, shard = ceil(numel / world):
+// the last rank's shard (or the last few ranks' when numel < world) ends in padding elements,
+// which are zero in the parameters and gradients, so every optimizer we allow (sgd, adam, adamw:
+// element-wise, and zero stays zero under each) leaves them zero. They are real bytes on every
+// rank and memory_footprint() counts them. Nothing is ever replicated instead of sharded.
+struct UnitLayout {
+  int stage = 0;  // index into Network::stages()
+  std::vector<UnitParameter> params;
+  std::int64_t numel = 0;   // sum of the parameters' elements
+  std::int64_t padded = 0;  // numel rounded up to a multiple of the world size
+  std::int64_t shard = 0;   // padded / world: the elements each rank owns
+};
+
+// The units of `network` for `world` ranks, in forward order. Throws std::invalid_argument, naming
+// the parameter, for a parameter outside every stage, one shared by two stages, one that does not
+// require gradients (model.freeze) or one of another dtype or device than its unit.
+std::vector<UnitLayout> plan_units(const models::Network& network, int world);
+
+// A tensor of `sizes` over `buffer`'s storage from element `offset`, sharing it without being an
+// autograd view (LibTorch's optimizers call detach_() on gradients, which autograd refuses on views).
+torch::Tensor alias(const torch::Tensor& buffer, std::int64_t offset, torch::IntArrayRef sizes);
+
+// Stage 3's way of freeing a unit's full parameters while autograd still holds tensors saved from
+// them: the storage keeps its identity (every parameter and saved tensor refers to the same
+// c10::StorageImpl) but gives its bytes back; allocate_storage() gives it `nbytes` fresh bytes
+// again, which the all-gather then fills. See Note [Freeing storage] in ShardedUnits.cpp.
+void free_storage(const torch::Tensor& tensor);
+void allocate_storage(const torch::Tensor& tensor, std::size_t nbytes);
+bool storage_allocated(const torch::Tensor& tensor);
+
+// The whole tensors of a unit's parameters from its flat (padded) buffer: name -> tensor shaped
+// like the parameter (views of `flat`).
+std::map<std::string, torch::Tensor> split_whole(const UnitLayout& unit, const torch::Tensor& flat);
+// The flat padded buffer of a unit from whole tensors by parameter name; throws
+// std::invalid_argument naming `what` and the parameter when one is missing or misshapen.
+torch::Tensor join_whole(const UnitLayout& unit, const std::map<std::string, torch::Tensor>& whole,
+                         const std::string& what);
+
+}  // namespace dtrain::parallel::zero

@@ -1,0 +1,127 @@
+// The `zero` strategy: sharded data parallel after ZeRO (Rajbhandari et al. 2020) and FairScale's
+// FSDP. Every rank computes on its slice of the global batch as in data_parallel, but the model
+// state is split: stage 1 shards the optimizer state, stage 2 also the gradients, stage 3 also the
+// parameters, which are gathered stage by stage just before they are used. See Note [ZeRO in dtrain].
+#pragma once
+
+#include <torch/csrc/autograd/function.h>
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dtrain/comm/Work.h"
+#include "dtrain/parallel/MixedPrecision.h"
+#include "dtrain/parallel/Strategy.h"
+#include "dtrain/parallel/zero/ShardedUnits.h"
+
+namespace dtrain::parallel {
+
+// parallel.zero.*
+struct ZeroOptions {
+  // 1: optimizer state sharded; 2: and gradients (reduce-scattered during backward); 3: and
+  // parameters (gathered per stage before its forward and its backward, freed after).
+  int stage = 2;
+  // Stage 3: gather the next stage's parameters while the current one computes (forward: the
+  // next stage; backward: the one before).
+  bool prefetch = true;
+};
+
+void describe_options(config::OptionVisitor& visitor, ZeroOptions& options);
+// Throws std::invalid_argument when prefetch is changed for a stage that has nothing to prefetch.
+void check(const ZeroOptions& options);
+
+class ZeroStrategy final : public Strategy {
+ public:
+  // Collective: checks that every rank built the same model and broadcasts rank 0's parameters
+  // and buffers, then shards them. Refuses lbfgs (its history is one vector over all parameters,
+  // not element-wise) and a model whose parameters are not each in exactly one stage.
+  explicit ZeroStrategy(StrategyContext context);
+  // Stage 3 leaves the model's parameters without storage (the shards are the parameters); read
+  // them through model_state() before destroying the strategy.
+  ~ZeroStrategy() override;
+
+  std::string name() const override { return "zero"; }
+  StepResult train_step(const data::Batch& batch) override;
+  void set_learning_rate(double lr) override;
+  // Stage 3 gathers every stage's parameters for evaluation and frees them after.
+  void begin_evaluation() override;
+  torch::Tensor eval_forward(std::size_t model, const torch::Tensor& inputs) override;
+  void end_evaluation() override;
+  std::map<std::string, torch::Tensor> model_state() const override;
+  // Whole tensors by name (Note [Checkpoint layout]): the shards' optimizer state is gathered and
+  // cut back into parameters, so a checkpoint reads under any world size and strategy.
+  void save(io::Checkpoint& checkpoint) const override;
+  void load(const io::Checkpoint& checkpoint) override;
+  comm::CommStats comm_stats() const override { return own_comm_; }
+  // "zero/units": the units (stages with parameters); stages 2 and 3, "zero/overlapped": of which
+  // reduce-scattered during the last backward (the rest were launched after it).
+  std::map<std::string, double> metrics() override;
+  // "zero/layout": the units, the parameters, the padding and the shard per rank.
+  std::map<std::string, std::string> notes() const override;
+  // What this rank holds: see Note [ZeRO's accounting].
+  MemoryFootprint memory_footprint() const override;
+
+  int stage() const { return options_.stage; }
+  // The units, in forward order (tests and notes).
+  std::vector<zero::UnitLayout> layouts() const;
+
+ private:
+  struct Unit {
+    zero::UnitLayout layout;
+    torch::Tensor full;       // the padded flat parameters; stage 3: storage freed between uses
+    torch::Tensor shard;      // what the optimizer updates: this rank's part of full
+    torch::Tensor full_grad;  // stage 1: the whole step's; stages 2 and 3: this backward's, in flight
+    torch::Tensor received;   // stages 2 and 3: the reduce-scatter's output
+    comm::WorkPtr gather;     // stage 3: an all-gather in flight
+    comm::WorkPtr reduce;     // stages 2 and 3: a reduce-scatter in flight
+    int pending = 0;          // parameters still without a gradient in this backward
+    bool launched = false;    // its reduce-scatter launched in this backward
+    std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
+    std::vector<std::uintptr_t> hook_keys;
+  };
+
+  torch::Tensor forward_sharded(const torch::Tensor& inputs);
+  void launch_gather(std::size_t u);
+  void wait_gather(std::size_t u, double* communication_seconds = nullptr);
+  void release(std::size_t u);
+  void gather_all(double* communication_seconds = nullptr);
+  void release_all();
+  void pre_backward(std::size_t u);
+  void on_gradient_ready(std::size_t u);
+  void launch_ready_reductions();
+  void launch_reduction(std::size_t u);
+  // Waits for the oldest reduction in flight and adds it to its shard's gradient.
+  void retire_reduction();
+  // Waits for this backward's reductions and adds them to the shards' gradients; `last`: the
+  // step's last backward (stage 3 then frees every unit still gathered).
+  double finish_backward(bool last);
+  double reduce_scatter_step_gradients();
+  double gather_after_step();
+  void install_hooks();
+  void remove_hooks();
+  void wait_outstanding_quietly();
+  bool sharded_parameters() const { return options_.stage == 3; }
+
+  StrategyContext context_;
+  ZeroOptions options_;
+  int rank_ = 0;
+  int world_ = 1;
+  std::vector<Unit> units_;
+  std::vector<int> unit_of_stage_;  // -1 for stages without parameters
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  MixedPrecision precision_;
+  comm::CommStats own_comm_;
+  std::size_t next_reduction_ = 0;  // into units_ counted from the back (backward's order)
+  // Units whose reduce-scatter is in flight, oldest first; at most kReductionsInFlight.
+  static constexpr std::size_t kReductionsInFlight = 2;
+  std::deque<std::size_t> in_flight_;
+  bool evaluating_ = false;
+  int overlapped_ = 0;    // units whose reduce-scatter the last backward launched
+  bool in_step_ = false;  // inside train_step's forward and backward (fp16 rounds what it gathers)
+};
+
+}  // namespace dtrain::parallel

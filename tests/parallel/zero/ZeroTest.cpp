@@ -1,0 +1,333 @@
+// The zero strategy against data_parallel, ranks as threads over gloo: every stage ends where
+// data_parallel ends (Adam, sgd with momentum, adamw, gradient accumulation), on an mlp whose
+// units do not divide evenly by 2, 3 or 4 ranks; a stage-3 checkpoint from 4 ranks resumes at 2
+// ranks and as data_parallel with the same state and continues as if never interrupted; the bytes
+// memory_footprint() reports are ZeRO's accounting with the padding; and what zero refuses.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "dtrain/config/RunConfigYaml.h"
+#include "dtrain/io/Checkpoint.h"
+#include "dtrain/parallel/Registry.h"
+#include "dtrain/parallel/zero/ZeroStrategy.h"
+#include "parallel/ParallelTestUtil.h"
+#include "support/ThreadWorld.h"
+
+namespace dtrain::parallel {
+namespace {
+
+using State = std::map<std::string, torch::Tensor>;
+
+// mlp [31] on 1x28x28 with 10 classes: units of 784*31+31 = 24,335 and 31*10+10 = 320 elements;
+// 24,335 is odd and leaves a remainder at 2, 3 and 4 ranks, 320 at 3.
+config::RunConfig config_of(const std::string& strategy, const std::string& optimizer,
+                            std::vector<std::string> overrides = {}) {
+  overrides.push_back("parallel.strategy=" + strategy);
+  overrides.push_back("optim.name=" + optimizer);
+  if (optimizer == "sgd") overrides.insert(overrides.end(), {"optim.lr=0.05", "optim.momentum=0.9"});
+  if (optimizer == "adam") overrides.push_back("optim.lr=0.001");
+  if (optimizer == "adamw") overrides.insert(overrides.end(), {"optim.lr=0.001", "optim.weight_decay=0.1"});
+  overrides.insert(overrides.end(), {"model.name=mlp", "model.hidden=[31]"});
+  return config::parse_run_config("", "<zero test>", overrides);
+}
+
+config::RunConfig zero_config(int stage, const std::string& optimizer,
+                              std::vector<std::string> overrides = {}) {
+  overrides.push_back("parallel.zero.stage=" + std::to_string(stage));
+  return config_of("zero", optimizer, std::move(overrides));
+}
+
+struct Data {
+  torch::Tensor inputs;   // (steps, global batch, 1, 28, 28)
+  torch::Tensor targets;  // (steps, global batch)
+};
+
+constexpr int kGlobalBatch = 12;  // divides among 2, 3 and 4 ranks
+
+Data data_of(int steps, torch::Dtype dtype) {
+  torch::manual_seed(1234);
+  return {torch::randn({steps, kGlobalBatch, 1, 28, 28}).to(dtype),
+          torch::randint(0, 10, {steps, kGlobalBatch})};
+}
+
+data::Batch rank_slice(const Data& data, int step, int rank, int ranks) {
+  const int per_rank = kGlobalBatch / ranks;
+  const auto rows = torch::indexing::Slice(rank * per_rank, (rank + 1) * per_rank);
+  return {data.inputs[step].index({rows}), data.targets[step].index({rows})};
+}
+
+// Steps [first, last) of `cfg` on `ranks` ranks over gloo, each rank's model from seed 7 + rank
+// (the strategy must broadcast rank 0's), optionally loading `resume` first and saving into
+// `saved` (rank 0's) at the end; returns rank 0's model state and checks every rank agrees.
+State train(const config::RunConfig& cfg, int ranks, const Data& data, int first, int last,
+            torch::Dtype dtype, const io::Checkpoint* resume = nullptr, io::Checkpoint* saved = nullptr,
+            optim::Precision precision = optim::Precision::Fp32, std::vector<double>* losses = nullptr) {
+  std::vector<models::NetworkPtr> models;
+  for (int r = 0; r < ranks; ++r) models.push_back(testing::build_model(cfg, 7 + r, dtype));
+  std::vector<State> ends(ranks);
+  dtrain::testing::run_world(ranks, [&](comm::CommunicatorPtr comm) {
+    const int r = comm->rank();
+    StrategyContext context{models[r], optim::optimizer_factory(cfg.optim),
+                            optim::create_loss(cfg.optim.loss), comm, cfg.parallel};
+    context.precision = precision;
+    auto strategy = create_strategy(std::move(context));
+    if (resume) strategy->load(*resume);
+    for (int s = first; s < last; ++s) {
+      const auto result = strategy->train_step(rank_slice(data, s, r, ranks));
+      EXPECT_EQ(result.samples, kGlobalBatch / ranks);
+      EXPECT_EQ(result.outputs.size(0), kGlobalBatch / ranks);
+      if (losses && r == 0) losses->push_back(result.loss);
+    }
+    ends[r] = strategy->model_state();
+    if (saved) {
+      io::Checkpoint mine;
+      strategy->save(mine);
+      if (r == 0) *saved = mine;
+    }
+  });
+  for (int r = 1; r < ranks; ++r) {
+    for (const auto& [name, value] : ends[0])
+      EXPECT_TRUE(torch::equal(ends[r].at(name), value)) << "rank " << r << " " << name;
+  }
+  return ends[0];
+}
+
+double max_abs_difference(const State& a, const State& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (const auto& [name, value] : b) {
+    const auto it = a.find(name);
+    if (it == a.end()) {
+      ADD_FAILURE() << "missing " << name;
+      continue;
+    }
+    EXPECT_EQ(it->second.sizes(), value.sizes()) << name;
+    worst = std::max(worst,
+                     (it->second.to(torch::kDouble) - value.to(torch::kDouble)).abs().max().item<double>());
+  }
+  return worst;
+}
+
+// Adam divides by sqrt(v): in float32 the summation order of a near-zero gradient entry (a ring
+// all-reduce against a reduce-scatter) can move an update by up to lr, so Adam runs in float64,
+// which isolates the mathematics (as StrategyEquivalenceTest does). sgd runs in float32.
+constexpr int kSteps = 20;
+
+TEST(Zero, EveryStageEqualsDataParallelWithAdamAt2To4Ranks) {
+  const auto data = data_of(kSteps, torch::kDouble);
+  for (int ranks : {2, 3, 4}) {
+    const auto expected = train(config_of("data_parallel", "adam"), ranks, data, 0, kSteps, torch::kDouble);
+    for (int stage : {1, 2, 3}) {
+      const auto end = train(zero_config(stage, "adam"), ranks, data, 0, kSteps, torch::kDouble);
+      EXPECT_LE(max_abs_difference(end, expected), 1e-6) << "stage " << stage << " at " << ranks << " ranks";
+    }
+  }
+}
+
+TEST(Zero, SgdWithMomentumAdamwAccumulationAndNoPrefetchEqualDataParallel) {
+  const int ranks = 3;
+  const auto sgd_data = data_of(kSteps, torch::kFloat);
+  const auto sgd_expected =
+      train(config_of("data_parallel", "sgd"), ranks, sgd_data, 0, kSteps, torch::kFloat);
+  const auto data = data_of(kSteps, torch::kDouble);
+  const auto adamw_expected =
+      train(config_of("data_parallel", "adamw"), ranks, data, 0, kSteps, torch::kDouble);
+  const auto accumulated_expected =
+      train(config_of("data_parallel", "adam", {"parallel.accumulation_steps=2"}), ranks, data, 0, kSteps,
+            torch::kDouble);
+  for (int stage : {1, 2, 3}) {
+    EXPECT_LE(max_abs_difference(train(zero_config(stage, "sgd"), ranks, sgd_data, 0, kSteps, torch::kFloat),
+                                 sgd_expected),
+              1e-6)
+        << "sgd, stage " << stage;
+    EXPECT_LE(max_abs_difference(train(zero_config(stage, "adamw"), ranks, data, 0, kSteps, torch::kDouble),
+                                 adamw_expected),
+              1e-6)
+        << "adamw, stage " << stage;
+    EXPECT_LE(max_abs_difference(train(zero_config(stage, "adam", {"parallel.accumulation_steps=2"}), ranks,
+                                       data, 0, kSteps, torch::kDouble),
+                                 accumulated_expected),
+              1e-6)
+        << "accumulation 2, stage " << stage;
+  }
+  const auto expected = train(config_of("data_parallel", "adam"), ranks, data, 0, kSteps, torch::kDouble);
+  EXPECT_LE(max_abs_difference(train(zero_config(3, "adam", {"parallel.zero.prefetch=false"}), ranks, data, 0,
+                                     kSteps, torch::kDouble),
+                               expected),
+            1e-6);
+}
+
+// train.precision as data_parallel honours it: bf16 autocast, and fp16's rounded weights (stage 3
+// rounds what it gathers), rounded gradients and loss scale, with an overflowing step skipped on
+// every rank. sgd in float32; 16-bit rounding can turn the last-bit differences of another
+// summation order into one 16-bit step, hence the looser bound (the updates themselves are ~1e-2).
+TEST(Zero, MixedPrecisionStepsAsDataParallelDoes) {
+  const int ranks = 2, steps = 4;
+  for (const auto precision : {optim::Precision::Bf16, optim::Precision::Fp16}) {
+    auto data = data_of(steps, torch::kFloat);
+    if (precision == optim::Precision::Fp16) data.inputs[2].mul_(1e6);  // overflows: skipped everywhere
+    std::vector<double> expected_losses;
+    const auto expected = train(config_of("data_parallel", "sgd"), ranks, data, 0, steps, torch::kFloat,
+                                nullptr, nullptr, precision, &expected_losses);
+    for (int stage : {1, 2, 3}) {
+      std::vector<double> losses;
+      const auto end = train(zero_config(stage, "sgd"), ranks, data, 0, steps, torch::kFloat, nullptr,
+                             nullptr, precision, &losses);
+      const auto name =
+          fmt::format("{} stage {}", precision == optim::Precision::Bf16 ? "bf16" : "fp16", stage);
+      EXPECT_LE(max_abs_difference(end, expected), 1e-4) << name;
+      ASSERT_EQ(losses.size(), expected_losses.size());
+      for (std::size_t i = 0; i < losses.size(); ++i) {
+        if (std::isnan(expected_losses[i])) {
+          EXPECT_TRUE(std::isnan(losses[i])) << name << " step " << i;
+        } else {
+          EXPECT_NEAR(losses[i], expected_losses[i], 1e-3) << name << " step " << i;
+        }
+      }
+    }
+  }
+}
+
+// Rank 0's checkpoint's tensors by name, and which of them are optimizer state.
+TEST(Zero, Stage3CheckpointFrom4RanksResumesAt2RanksAndAsDataParallel) {
+  const auto data = data_of(kSteps, torch::kDouble);
+  const auto zero3 = zero_config(3, "adam");
+  const auto dp = config_of("data_parallel", "adam");
+  const int half = kSteps / 2;
+  const auto uninterrupted = train(zero3, 4, data, 0, kSteps, torch::kDouble);
+
+  io::Checkpoint saved;
+  train(zero3, 4, data, 0, half, torch::kDouble, nullptr, &saved);
+  ASSERT_TRUE(saved.contains("optimizer/layers.1.weight/exp_avg")) << "whole tensors by parameter name";
+  EXPECT_EQ(saved.tensor("optimizer/layers.1.weight/exp_avg").sizes(), (std::vector<std::int64_t>{31, 784}));
+  EXPECT_EQ(saved.tensor("optimizer/layers.3.bias/step").item<std::int64_t>(), half);
+
+  for (const auto& [name, cfg] : std::vector<std::pair<std::string, config::RunConfig>>{
+           {"zero stage 3 at 2 ranks", zero3},
+           {"data_parallel at 2 ranks", dp},
+           {"zero stage 1 at 3 ranks", zero_config(1, "adam")}}) {
+    const int ranks = name.find("3 ranks") != std::string::npos ? 3 : 2;
+    // Loaded and saved again at once: the same parameters and optimizer state, bit for bit.
+    io::Checkpoint again;
+    train(cfg, ranks, data, half, half, torch::kDouble, &saved, &again);
+    for (const auto& [key, value] : saved.tensors()) {
+      ASSERT_TRUE(again.contains(key)) << name << ": " << key;
+      EXPECT_TRUE(torch::equal(again.tensor(key), value)) << name << ": " << key;
+    }
+    EXPECT_EQ(again.tensors().size(), saved.tensors().size()) << name;
+    // And the rest of the run ends where the uninterrupted one does.
+    const auto end = train(cfg, ranks, data, half, kSteps, torch::kDouble, &saved);
+    EXPECT_LE(max_abs_difference(end, uninterrupted), 1e-6) << name;
+  }
+}
+
+// mlp [31] at 3 ranks: units 24,335 -> 3 x 8,112 = 24,336 and 320 -> 3 x 107 = 321, so P = 24,657
+// padded elements and S = 8,219 per rank (Ψ = 24,655).
+TEST(Zero, MemoryFootprintIsZerosAccountingWithPadding) {
+  constexpr std::uint64_t P = 24336 + 321, S = 8112 + 107;
+  const auto data = data_of(1, torch::kFloat);
+  for (int stage : {1, 2, 3}) {
+    for (const auto& [optimizer, state_bytes] :
+         std::vector<std::pair<std::string, std::uint64_t>>{{"adam", 8}, {"sgd", 4}}) {
+      const auto cfg = zero_config(stage, optimizer);
+      std::vector<models::NetworkPtr> models;
+      for (int r = 0; r < 3; ++r) models.push_back(testing::build_model(cfg, 7, torch::kFloat));
+      dtrain::testing::run_world(3, [&](comm::CommunicatorPtr comm) {
+        const int r = comm->rank();
+        auto strategy = testing::build_strategy(cfg, models[r], comm);
+        const auto& zero = dynamic_cast<const ZeroStrategy&>(*strategy);
+        const auto layouts = zero.layouts();
+        ASSERT_EQ(layouts.size(), 2u);
+        EXPECT_EQ(layouts[0].numel, 24335);
+        EXPECT_EQ(layouts[0].padded, 24336);
+        EXPECT_EQ(layouts[1].shard, 107);
+        EXPECT_EQ(strategy->memory_footprint().optimizer_state, 0u);
+        strategy->train_step(rank_slice(data, 0, r, 3));
+        const auto f = strategy->memory_footprint();
+        const std::uint64_t parameters = stage == 3 ? 4 * S : 4 * P;
+        const std::uint64_t gradients = stage == 1 ? 4 * P : 4 * S;
+        EXPECT_EQ(f.parameters, parameters) << "stage " << stage << " " << optimizer;
+        EXPECT_EQ(f.gradients, gradients) << "stage " << stage << " " << optimizer;
+        EXPECT_EQ(f.optimizer_state, state_bytes * S) << "stage " << stage << " " << optimizer;
+        if (stage == 3) {
+          // The whole parameters were freed after backward; evaluation gathers them and frees them again.
+          for (const auto& p : models[r]->parameters()) EXPECT_EQ(p.storage().nbytes(), 0u);
+          strategy->begin_evaluation();
+          const auto outputs = strategy->eval_forward(0, data.inputs[0]);
+          EXPECT_EQ(outputs.size(0), kGlobalBatch);
+          EXPECT_EQ(strategy->memory_footprint().parameters, 4 * P + 4 * S);
+          strategy->end_evaluation();
+          EXPECT_EQ(strategy->memory_footprint().parameters, 4 * S);
+        }
+      });
+    }
+  }
+}
+
+TEST(Zero, RefusesWhatItCannotHonourNamingTheKey) {
+  const auto lbfgs = config_of("zero", "lbfgs", {"optim.lbfgs_max_iter=2"});
+  const auto model = testing::build_model(lbfgs, 7);
+  dtrain::testing::run_world(1, [&](comm::CommunicatorPtr comm) {
+    try {
+      testing::build_strategy(lbfgs, model, comm);
+      ADD_FAILURE() << "lbfgs was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("optim.name: lbfgs"), std::string::npos) << e.what();
+    }
+  });
+  try {
+    const auto cfg = zero_config(2, "adam", {"parallel.zero.prefetch=false"});
+    data_holders(cfg.parallel, 2);
+    ADD_FAILURE() << "prefetch with stage 2 was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("parallel.zero.prefetch"), std::string::npos) << e.what();
+  }
+  EXPECT_ANY_THROW(zero_config(4, "adam"));
+  const auto cfg = zero_config(3, "adam");
+  auto frozen = testing::build_model(cfg, 7);
+  frozen->parameters()[0].set_requires_grad(false);
+  dtrain::testing::run_world(1, [&](comm::CommunicatorPtr comm) {
+    try {
+      testing::build_strategy(cfg, frozen, comm);
+      ADD_FAILURE() << "a frozen parameter was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("model.freeze"), std::string::npos) << e.what();
+    }
+  });
+}
+
+// Stage 3's whole-model bytes on the wire per step: each unit gathered for forward and again for
+// backward and reduce-scattered once, against data_parallel's all-reduce; bytes_sent is the
+// strategy's own count.
+TEST(Zero, StepCountsItsOwnCommunication) {
+  const auto data = data_of(1, torch::kFloat);
+  const auto cfg = zero_config(3, "adam", {"parallel.zero.prefetch=false"});
+  std::vector<models::NetworkPtr> models{testing::build_model(cfg, 7), testing::build_model(cfg, 8)};
+  dtrain::testing::run_world(2, [&](comm::CommunicatorPtr comm) {
+    const int r = comm->rank();
+    auto strategy = testing::build_strategy(cfg, models[r], comm);
+    const auto before = strategy->comm_stats();
+    const auto result = strategy->train_step(rank_slice(data, 0, r, 2));
+    const auto traffic = comm::difference(strategy->comm_stats(), before);
+    EXPECT_EQ(result.bytes_sent, traffic.total().wire_bytes);
+    EXPECT_GT(result.bytes_sent, 0u);
+    // Two units: forward gathers both, backward gathers the first again (the last stays), both
+    // are reduce-scattered; then the loss's all-reduce.
+    EXPECT_EQ(traffic.ops.at("allgather").calls, 3u);
+    EXPECT_EQ(traffic.ops.at("reduce_scatter").calls, 2u);
+    EXPECT_EQ(traffic.ops.at("allreduce").calls, 1u);
+    // Each unit's reduce-scatter was launched from backward's hooks, not after it.
+    const auto metrics = strategy->metrics();
+    EXPECT_EQ(metrics.at("zero/units"), 2.0);
+    EXPECT_EQ(metrics.at("zero/overlapped"), 2.0);
+  });
+}
+
+}  // namespace
+}  // namespace dtrain::parallel
