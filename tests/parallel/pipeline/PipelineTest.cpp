@@ -278,6 +278,50 @@ INSTANTIATE_TEST_SUITE_P(Cases, PipelineEqualsLocal,
                                            Case{"1f1b", 2, 3, 2, "adam"}, Case{"gpipe", 2, 5, 2, "sgd"}),
                          case_name);
 
+// train.precision: each stage computes as MixedPrecision computes the whole network (fp16's
+// rounding at every layer's input, bf16 autocast), and fp16's skip is agreed by every rank. The
+// reference accumulates over the same micro-batches: a bf16 weight gradient is rounded per
+// micro-batch, so one 12-row product and three 4-row ones differ in bf16's third digit.
+TEST(PipelinePrecision, Fp16AndBf16EqualOneProcessInTheSamePrecision) {
+  const auto data = make_data(3, 12, torch::kFloat);
+  for (const auto precision : {optim::Precision::Fp16, optim::Precision::Bf16}) {
+    const auto local_cfg = config_of("local", "sgd", {"parallel.accumulation_steps=3"});
+    auto make = [&](const config::RunConfig& cfg, models::NetworkPtr model, comm::CommunicatorPtr comm) {
+      StrategyContext context{std::move(model), optim::optimizer_factory(cfg.optim),
+                              optim::create_loss(cfg.optim.loss), std::move(comm), cfg.parallel};
+      context.precision = precision;
+      return create_strategy(std::move(context));
+    };
+    auto reference = make(local_cfg, testing::build_model(local_cfg, 7), nullptr);
+    std::vector<double> expected_losses;
+    for (int s = 0; s < 3; ++s)
+      expected_losses.push_back(reference->train_step({data.inputs[s], data.targets[s]}).loss);
+    const auto expected = reference->model_state();
+
+    const auto cfg = config_of("pipeline", "sgd", pipeline_options("1f1b", 2, 3));
+    std::vector<models::NetworkPtr> models{testing::build_model(cfg, 7), testing::build_model(cfg, 8)};
+    std::vector<std::map<std::string, torch::Tensor>> ends(2);
+    std::vector<std::vector<double>> losses(2);
+    dtrain::testing::run_world(2, [&](comm::CommunicatorPtr comm) {
+      const int r = comm->rank();
+      auto strategy = make(cfg, models[r], comm);
+      for (int s = 0; s < 3; ++s) {
+        const auto result = strategy->train_step(slice(data, s, r, 6));
+        losses[r].push_back(result.loss);
+        if (precision == optim::Precision::Fp16) {
+          EXPECT_GT(result.loss_scale, 0.0);
+        }
+      }
+      ends[r] = strategy->model_state();
+    });
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_LE(max_abs_difference(ends[r], expected), 1e-5) << optim::to_string(precision) << " rank " << r;
+      for (int s = 0; s < 3; ++s)
+        EXPECT_NEAR(losses[r][s], expected_losses[s], 1e-4) << optim::to_string(precision);
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Refusals, each one line naming the key
 
