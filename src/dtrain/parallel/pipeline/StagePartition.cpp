@@ -111,6 +111,7 @@ std::vector<double> measure_layer_seconds(models::Network& network, const models
     x = torch::linspace(0.0, 1.0, numel, torch::TensorOptions().dtype(dtype)).view(shape);
   }
   std::vector<double> seconds;
+  bool first = true;
   for (auto& layer : network.stages()) {
     const auto module = layer.ptr();
     std::vector<torch::Tensor> wrt;
@@ -122,7 +123,8 @@ std::vector<double> measure_layer_seconds(models::Network& network, const models
     for (int r = 0; r <= repeats; ++r) {
       auto in = x.detach();
       std::vector<torch::Tensor> inputs = wrt;
-      if (torch::isFloatingType(in.scalar_type())) {
+      // The data entering the first layer needs no gradient in training; every later input does.
+      if (!first && torch::isFloatingType(in.scalar_type())) {
         in.requires_grad_(true);
         inputs.push_back(in);
       }
@@ -137,6 +139,7 @@ std::vector<double> measure_layer_seconds(models::Network& network, const models
     std::nth_element(runs.begin(), runs.begin() + runs.size() / 2, runs.end());
     seconds.push_back(runs[runs.size() / 2]);
     x = y.detach();
+    first = false;
   }
   if (was_training) network.train();
   return seconds;
