@@ -45,6 +45,8 @@ struct StrategyContext {
   // train.precision: every strategy computes its forward and backward in it (parallel/MixedPrecision.h)
   // or refuses it when built.
   optim::Precision precision = optim::Precision::Fp32;
+  // The shape of one sample (what pipeline's balance: time measures its layers on).
+  models::InputSpec input{};
 };
 
 // Where one step's wall time went on this rank (seed 000's batch timer), in seconds, each phase

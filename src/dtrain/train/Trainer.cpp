@@ -125,6 +125,7 @@ Trainer::Trainer(config::RunConfig config, comm::CommunicatorPtr comm)
   context.holder_sizes = shard_.rank_sizes;
   context.seed = seed;
   context.precision = optim::parse_precision(config_.train.precision);
+  context.input = input_spec(*data_.train);
   strategy_ = parallel::create_strategy(std::move(context));
   feed_ = std::make_unique<StepFeed>(data_.train, local, config_.data, seed, strategy_->batches_per_step());
   const auto per_epoch = feed_->steps_per_epoch();

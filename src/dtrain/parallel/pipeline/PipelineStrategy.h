@@ -1,0 +1,132 @@
+// The `pipeline` strategy (GPipe, 1F1B): the model's sequence of layers cut into S contiguous
+// stages, one per rank of a pipeline; each step's batch split into M micro-batches whose
+// activations flow forward and whose gradients flow back with tagged send/recv; the loss on the
+// last stage. world = replicas x stages: the ranks holding the same stage in different replicas
+// all-reduce their gradients (data parallel across pipelines). Each rank keeps and updates only
+// its stage's parameters and optimizer state.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dtrain/parallel/MixedPrecision.h"
+#include "dtrain/parallel/Strategy.h"
+#include "dtrain/parallel/pipeline/PipelineSchedule.h"
+#include "dtrain/parallel/pipeline/StagePartition.h"
+
+namespace dtrain::parallel::pipeline {
+
+// parallel.pipeline.*
+struct PipelineOptions {
+  std::string schedule = "1f1b";  // gpipe | 1f1b (Note [Pipeline schedules])
+  // Stages per pipeline; the world size must be a multiple (world / stages pipeline replicas).
+  // 0: one pipeline over the whole world.
+  int stages = 0;
+  // Micro-batches per step; a pipeline's batch is its ranks' batches together.
+  int micro_batches = 4;
+  // Where the cuts go: parameters (balanced parameter counts), time (balanced forward+backward
+  // time, measured per layer once at start by rank 0), cut_points (the list below).
+  std::string balance = "parameters";
+  // With balance cut_points: the first layer of stages 1..S-1, e.g. [2] or [3, 7].
+  std::vector<int> cut_points{};
+};
+
+void describe_options(config::OptionVisitor& visitor, PipelineOptions& options);
+// The stages for `world` ranks; throws std::invalid_argument naming the key when the options
+// cannot be honoured at that world size (S not dividing it, cut_points against balance).
+int check_options(const PipelineOptions& options, int world);
+
+// Where this rank sits and what its stage holds.
+struct StageLayout {
+  int stages = 1;
+  int replicas = 1;
+  int stage = 0;    // this rank's stage
+  int replica = 0;  // this rank's pipeline
+  StageBounds bounds;
+};
+
+class PipelineStrategy final : public Strategy {
+ public:
+  // Collective over the world: splits it into pipelines and stage groups, broadcasts rank 0's
+  // weights, and (balance: time) rank 0's layer timings. Throws std::invalid_argument, naming the
+  // key, for a model that is not a sequence of layers, stages that do not fit the model or the
+  // world, parallel.accumulation_steps > 1 or lbfgs.
+  explicit PipelineStrategy(StrategyContext context);
+  ~PipelineStrategy() override;
+
+  std::string name() const override { return "pipeline"; }
+  // This rank's batch joins its pipeline's batch (the ranks' batches in stage order); the loss is
+  // the global batch mean on every rank; outputs (this rank's rows) on the last stage only.
+  StepResult train_step(const data::Batch& batch) override;
+  void set_learning_rate(double lr) override;
+
+  // Evaluation runs through the first pipeline: its last stage (rank S-1) owns the model and
+  // evaluates the whole set; its other stages serve it inside end_evaluation().
+  std::vector<EvalModel> eval_models() const override;
+  void begin_evaluation() override;
+  torch::Tensor eval_forward(std::size_t model, const torch::Tensor& inputs) override;
+  void end_evaluation() override;
+
+  // Whole, on every rank: each stage broadcasts its part from the first pipeline.
+  std::map<std::string, torch::Tensor> model_state() const override;
+  // Collective: the model and every stage's optimizer state gathered to rank 0, by name (Note
+  // [Checkpoint layout]); load takes this stage's names from a checkpoint of any strategy.
+  void save(io::Checkpoint& checkpoint) const override;
+  void load(const io::Checkpoint& checkpoint) override;
+
+  comm::CommStats comm_stats() const override { return own_comm_; }
+  // Collective: pipeline/idle_fraction/stage<s> (time blocked receiving activations or
+  // gradients over step time, mean over replicas, steps after the first), pipeline/
+  // peak_micro_batches/stage<s> (activations held at once), pipeline/expected_idle_fraction.
+  std::map<std::string, double> metrics() override;
+  // pipeline/stages (the cut) and pipeline/idle (the last metrics() figures in one line).
+  std::map<std::string, std::string> notes() const override;
+  // This rank's stage: its parameters, gradients and optimizer state.
+  MemoryFootprint memory_footprint() const override;
+
+  const StageLayout& layout() const { return layout_; }
+  // The most micro-batches this rank's stage held activations of at once, over all steps.
+  int peak_held_micro_batches() const { return peak_held_; }
+
+ private:
+  struct Entry;  // a parameter or buffer of the whole model, and the stage that holds it
+  struct InFlight;
+
+  torch::Tensor run_stage(const torch::Tensor& inputs);
+  void gather_batch(const data::Batch& batch, const std::vector<std::int64_t>& sizes, torch::Tensor& inputs,
+                    torch::Tensor& targets, StepTiming& timing);
+  void allreduce_gradients(StepTiming& timing);
+  void serve_evaluation();
+  void count_own_communication(const std::vector<comm::CommStats>& before, StepResult* result);
+  std::vector<comm::CommStats> traffic_snapshot() const;
+
+  StrategyContext context_;
+  PipelineOptions options_;
+  ScheduleKind schedule_;
+  StageLayout layout_;
+  std::vector<torch::nn::AnyModule> layers_;                       // this stage's
+  std::vector<std::pair<std::string, torch::Tensor>> parameters_;  // this stage's, by model name
+  std::vector<std::pair<std::string, torch::Tensor>> buffers_;
+  std::vector<Entry> entries_;
+  std::vector<double> parameter_counts_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  MixedPrecision precision_;
+  comm::CommunicatorPtr world_;
+  std::shared_ptr<comm::Communicator> pipe_;   // this rank's pipeline, ranked by stage
+  std::shared_ptr<comm::Communicator> group_;  // the ranks holding this stage, ranked by replica
+  comm::CommStats own_comm_;
+  bool evaluating_ = false;
+
+  // Idle time (blocked receiving activations or gradients) and step time, summed over steps
+  // after the first; the peak of micro-batches held.
+  std::int64_t steps_ = 0;
+  double idle_seconds_ = 0.0;
+  double step_seconds_ = 0.0;
+  int peak_held_ = 0;
+  std::vector<double> stage_idle_fraction_;  // the last metrics(), per stage
+  std::vector<double> stage_peak_held_;
+};
+
+}  // namespace dtrain::parallel::pipeline

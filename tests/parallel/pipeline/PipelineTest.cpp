@@ -1,0 +1,548 @@
+// Pipeline parallel (parallel.strategy: pipeline) against one process: the same parameters and
+// losses after sgd and adam steps under both schedules, S from 2 to 4, M from 1 to 8 (batches M
+// does not divide included) and with two data-parallel replicas; the activations each stage holds;
+// where the cuts go; the refusals; evaluation through the pipeline; checkpoints that continue
+// under local and at another S.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "dtrain/config/RunConfigYaml.h"
+#include "dtrain/models/ModelFactory.h"
+#include "dtrain/parallel/Registry.h"
+#include "dtrain/parallel/pipeline/PipelineSchedule.h"
+#include "dtrain/parallel/pipeline/PipelineStrategy.h"
+#include "dtrain/parallel/pipeline/StagePartition.h"
+#include "parallel/ParallelTestUtil.h"
+#include "support/ThreadWorld.h"
+
+namespace dtrain::parallel::pipeline {
+namespace {
+
+using Pass = PipelineAction::Pass;
+
+// mlp [16, 16]: Flatten, Linear(784, 16), ReLU, Linear(16, 16), ReLU, Linear(16, 10): six layers.
+config::RunConfig config_of(const std::string& strategy, const std::string& optimizer,
+                            const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> overrides{"parallel.strategy=" + strategy, "optim.name=" + optimizer,
+                                     "model.name=mlp", "model.hidden=[16, 16]"};
+  if (optimizer == "sgd") overrides.insert(overrides.end(), {"optim.lr=0.05", "optim.momentum=0.9"});
+  if (optimizer == "adam") overrides.push_back("optim.lr=0.01");
+  overrides.insert(overrides.end(), extra.begin(), extra.end());
+  return config::parse_run_config("", "<pipeline test>", overrides);
+}
+
+std::vector<std::string> pipeline_options(const std::string& schedule, int stages, int micro_batches) {
+  return {"parallel.pipeline.schedule=" + schedule, "parallel.pipeline.stages=" + std::to_string(stages),
+          "parallel.pipeline.micro_batches=" + std::to_string(micro_batches)};
+}
+
+double max_abs_difference(const std::map<std::string, torch::Tensor>& a,
+                          const std::map<std::string, torch::Tensor>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0.0;
+  for (const auto& [name, t] : b) {
+    const auto it = a.find(name);
+    if (it == a.end()) {
+      ADD_FAILURE() << "missing " << name;
+      continue;
+    }
+    EXPECT_EQ(it->second.sizes(), t.sizes()) << name;
+    worst =
+        std::max(worst, (it->second.to(torch::kDouble) - t.to(torch::kDouble)).abs().max().item<double>());
+  }
+  return worst;
+}
+
+struct Data {
+  torch::Tensor inputs;   // (steps, world * per_rank, 1, 28, 28)
+  torch::Tensor targets;  // (steps, world * per_rank)
+};
+
+Data make_data(int steps, int rows, torch::Dtype dtype) {
+  torch::manual_seed(1234);
+  return {torch::randn({steps, rows, 1, 28, 28}).to(dtype), torch::randint(0, 10, {steps, rows})};
+}
+
+data::Batch slice(const Data& d, int step, int rank, int per_rank) {
+  const auto rows = torch::indexing::Slice(rank * per_rank, (rank + 1) * per_rank);
+  return {d.inputs[step].index({rows}), d.targets[step].index({rows})};
+}
+
+// ---------------------------------------------------------------------------------------------
+// Schedules
+
+TEST(PipelineSchedule, EveryMicroBatchRunsForwardThenBackwardOnce) {
+  for (const auto kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB}) {
+    for (int stages = 1; stages <= 5; ++stages) {
+      for (int stage = 0; stage < stages; ++stage) {
+        for (int m = 1; m <= 9; ++m) {
+          const auto actions = stage_schedule(kind, stages, stage, m);
+          ASSERT_EQ(actions.size(), 2u * m);
+          std::vector<int> forward_at(m, -1), backward_at(m, -1);
+          for (std::size_t i = 0; i < actions.size(); ++i) {
+            auto& slot = actions[i].pass == Pass::Forward ? forward_at : backward_at;
+            ASSERT_EQ(slot[actions[i].micro_batch], -1);
+            slot[actions[i].micro_batch] = static_cast<int>(i);
+          }
+          for (int i = 0; i < m; ++i) EXPECT_LT(forward_at[i], backward_at[i]);
+        }
+      }
+    }
+  }
+}
+
+TEST(PipelineSchedule, OneFOneBHoldsAtMostSMicroBatchesGPipeHoldsM) {
+  for (int stages = 1; stages <= 6; ++stages) {
+    for (int stage = 0; stage < stages; ++stage) {
+      for (int m = 1; m <= 12; ++m) {
+        const int one_f_one_b =
+            peak_held_micro_batches(stage_schedule(ScheduleKind::OneFOneB, stages, stage, m));
+        EXPECT_LE(one_f_one_b, stages);
+        EXPECT_EQ(one_f_one_b, std::min(stages - stage, m))
+            << "S " << stages << " stage " << stage << " M " << m;
+        EXPECT_EQ(peak_held_micro_batches(stage_schedule(ScheduleKind::GPipe, stages, stage, m)), m);
+      }
+    }
+  }
+}
+
+TEST(PipelineSchedule, OneFOneBWarmsUpWithSMinusOneMinusSForwards) {
+  // S = 4, stage 1, M = 5: two warm-up forwards, then F B pairs, then the cool-down.
+  const std::vector<PipelineAction> expected{
+      {Pass::Forward, 0},  {Pass::Forward, 1}, {Pass::Forward, 2},  {Pass::Backward, 0}, {Pass::Forward, 3},
+      {Pass::Backward, 1}, {Pass::Forward, 4}, {Pass::Backward, 2}, {Pass::Backward, 3}, {Pass::Backward, 4}};
+  EXPECT_EQ(stage_schedule(ScheduleKind::OneFOneB, 4, 1, 5), expected);
+  EXPECT_DOUBLE_EQ(expected_idle_fraction(4, 8), 3.0 / 11.0);
+  EXPECT_THROW(parse_schedule("interleaved"), std::invalid_argument);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Where the cuts go
+
+TEST(StagePartition, BalancedByParametersOnTheMlp) {
+  // mlp [32]: Flatten (0), Linear 784x32 (25,120), ReLU (0), Linear 32x10 (330).
+  const std::vector<double> counts{0, 25120, 0, 330};
+  // Cuts at 2 and 3 both leave 25,120 in the largest stage; 2 gives it the fewer layers.
+  EXPECT_EQ(balanced_bounds(counts, 2), (StageBounds{0, 2, 4}));
+  EXPECT_EQ(balanced_bounds(counts, 4), (StageBounds{0, 1, 2, 3, 4}));
+  EXPECT_EQ(balanced_bounds({1, 1, 1, 1, 1, 1}, 3), (StageBounds{0, 2, 4, 6}));
+  EXPECT_EQ(balanced_bounds({5, 1, 1, 1, 1, 1}, 2), (StageBounds{0, 1, 6}));
+  EXPECT_EQ(balanced_bounds({1, 2, 3, 4, 5, 6, 7, 8, 9}, 3), (StageBounds{0, 5, 7, 9}));  // 15 | 13 | 17
+  EXPECT_THROW(balanced_bounds({1, 1}, 3), std::invalid_argument);
+}
+
+TEST(StagePartition, LeNet5ByParametersAndTheModelsOwnCounts) {
+  auto cfg = config::parse_run_config("", "<t>", {"model.name=lenet5"});
+  const auto model = testing::build_model(cfg, 1);
+  const auto counts = layer_parameter_counts(*model);
+  // conv 156, relu, pool, conv 2,416, relu, pool, flatten, fc 48,120, relu, fc 10,164, relu, fc 850
+  ASSERT_EQ(counts, (std::vector<double>{156, 0, 0, 2416, 0, 0, 0, 48120, 0, 10164, 0, 850}));
+  // The bottleneck is fc1 with everything before it (50,692); the rest goes to stage 1.
+  EXPECT_EQ(balanced_bounds(counts, 2), (StageBounds{0, 8, 12}));
+  // fc1 is the bottleneck at S = 3 (48,120); the 12 layers go 4 to a stage around it.
+  EXPECT_EQ(balanced_bounds(counts, 3), (StageBounds{0, 4, 8, 12}));
+  EXPECT_EQ(describe_bounds(StageBounds{0, 8, 12}, counts),
+            "stage 0: layers 0-7 (50692 parameters); stage 1: layers 8-11 (11014 parameters)");
+}
+
+TEST(StagePartition, ExplicitCutPointsAndTheirErrors) {
+  EXPECT_EQ(bounds_from_cut_points({2}, 6, 2), (StageBounds{0, 2, 6}));
+  EXPECT_EQ(bounds_from_cut_points({1, 3, 5}, 6, 4), (StageBounds{0, 1, 3, 5, 6}));
+  const auto message = [](const std::vector<int>& cuts, int layers, int stages) {
+    try {
+      bounds_from_cut_points(cuts, layers, stages);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(
+      message({3, 2}, 6, 3),
+      "parallel.pipeline.cut_points: [3, 2] must be strictly increasing layer indices in [1, 5] (the model "
+      "has 6 layers); 2 is not");
+  EXPECT_EQ(message({6}, 6, 2).rfind("parallel.pipeline.cut_points: [6] must be", 0), 0u);
+  EXPECT_EQ(message({2}, 6, 3).rfind("parallel.pipeline.cut_points: 3 stages need 2 cut points", 0), 0u);
+}
+
+TEST(StagePartition, MeasuredTimesArePositiveAndLeaveTheModelAsItWas) {
+  auto cfg = config::parse_run_config("", "<t>", {"model.name=lenet5"});
+  auto model = testing::build_model(cfg, 1);
+  const auto before = testing::snapshot(*model);
+  const auto seconds = measure_layer_seconds(*model, models::InputSpec::image(1, 28, 28, 10), 4, 1);
+  ASSERT_EQ(seconds.size(), 12u);
+  for (const auto s : seconds) EXPECT_GT(s, 0.0);
+  EXPECT_TRUE(model->is_training());
+  for (const auto& p : model->parameters()) EXPECT_FALSE(p.grad().defined());
+  EXPECT_EQ(testing::max_relative_difference(testing::snapshot(*model), before), 0.0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Equivalence with one process
+
+struct Case {
+  std::string schedule;
+  int stages;
+  int micro_batches;
+  int replicas;
+  std::string optimizer;
+  int per_rank = 3;  // rows each rank feeds; a pipeline's batch is stages * per_rank
+};
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  const auto& c = info.param;
+  return c.schedule + "_S" + std::to_string(c.stages) + "_M" + std::to_string(c.micro_batches) + "_R" +
+         std::to_string(c.replicas) + "_" + c.optimizer;
+}
+
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.schedule << " S=" << c.stages << " M=" << c.micro_batches << " R=" << c.replicas << " "
+      << c.optimizer;
+}
+
+class PipelineEqualsLocal : public ::testing::TestWithParam<Case> {};
+
+constexpr int kSteps = 3;
+
+TEST_P(PipelineEqualsLocal, ParametersLossesOutputsAndHeldActivations) {
+  const auto& c = GetParam();
+  const int world = c.stages * c.replicas;
+  // Adam divides by sqrt(v): float64 keeps rounding near zero from moving an update by lr.
+  const auto dtype = c.optimizer == "adam" ? torch::kDouble : torch::kFloat;
+  const auto data = make_data(kSteps, world * c.per_rank, dtype);
+
+  const auto local_cfg = config_of("local", c.optimizer);
+  auto reference = testing::build_strategy(local_cfg, testing::build_model(local_cfg, 7, dtype), nullptr);
+  std::vector<double> expected_losses;
+  for (int s = 0; s < kSteps; ++s)
+    expected_losses.push_back(reference->train_step({data.inputs[s], data.targets[s]}).loss);
+  const auto expected = reference->model_state();
+  reference->begin_evaluation();
+  const auto expected_eval = reference->eval_forward(0, data.inputs[0]);
+  reference->end_evaluation();
+
+  const auto cfg =
+      config_of("pipeline", c.optimizer, pipeline_options(c.schedule, c.stages, c.micro_batches));
+  std::vector<models::NetworkPtr> models;
+  for (int r = 0; r < world; ++r) models.push_back(testing::build_model(cfg, 7 + r, dtype));  // rank 0's wins
+  std::vector<std::map<std::string, torch::Tensor>> ends(world);
+  std::vector<std::vector<double>> losses(world);
+  std::vector<int> peaks(world);
+  torch::Tensor evaluated;
+  dtrain::testing::run_world(world, [&](comm::CommunicatorPtr comm) {
+    const int r = comm->rank();
+    auto strategy = testing::build_strategy(cfg, models[r], comm);
+    auto& pipeline = dynamic_cast<PipelineStrategy&>(*strategy);
+    const bool last = pipeline.layout().stage == c.stages - 1;
+    for (int s = 0; s < kSteps; ++s) {
+      const auto result = strategy->train_step(slice(data, s, r, c.per_rank));
+      EXPECT_EQ(result.samples, c.per_rank);
+      EXPECT_EQ(result.outputs.defined(), last) << "rank " << r;
+      if (last) {
+        EXPECT_EQ(result.outputs.size(0), c.per_rank);
+      }
+      losses[r].push_back(result.loss);
+    }
+    peaks[r] = pipeline.peak_held_micro_batches();
+    ends[r] = strategy->model_state();
+    // Evaluation through the first pipeline: its last stage owns the outputs.
+    const auto owner = strategy->eval_models().front().owner;
+    strategy->begin_evaluation();
+    if (r == owner) evaluated = strategy->eval_forward(0, data.inputs[0]);
+    strategy->end_evaluation();
+  });
+  for (int r = 0; r < world; ++r) {
+    EXPECT_LE(max_abs_difference(ends[r], expected), 1e-5) << "rank " << r;
+    for (int s = 0; s < kSteps; ++s) EXPECT_NEAR(losses[r][s], expected_losses[s], 1e-5) << "rank " << r;
+    EXPECT_EQ(losses[r], losses[0]) << "rank " << r;
+    const int stage = r % c.stages;
+    const int held = c.schedule == "gpipe" ? c.micro_batches : std::min(c.stages - stage, c.micro_batches);
+    EXPECT_EQ(peaks[r], held) << "rank " << r;
+    EXPECT_LE(peaks[r], c.schedule == "gpipe" ? c.micro_batches : c.stages);
+  }
+  ASSERT_TRUE(evaluated.defined());
+  EXPECT_LE((evaluated.to(torch::kDouble) - expected_eval.to(torch::kDouble)).abs().max().item<double>(),
+            1e-5);
+}
+
+// Every S in 2..4 and every M in 1..8 at least once, batches M does not divide (3 * S rows), and
+// two replicas of a two-stage pipeline (world 4).
+INSTANTIATE_TEST_SUITE_P(Cases, PipelineEqualsLocal,
+                         ::testing::Values(Case{"gpipe", 2, 1, 1, "sgd"}, Case{"1f1b", 2, 4, 1, "adam"},
+                                           Case{"gpipe", 3, 4, 1, "adam"}, Case{"1f1b", 3, 8, 1, "sgd"},
+                                           Case{"1f1b", 4, 5, 1, "adam"}, Case{"gpipe", 4, 7, 1, "sgd"},
+                                           Case{"gpipe", 3, 6, 1, "sgd"}, Case{"1f1b", 4, 2, 1, "sgd"},
+                                           Case{"1f1b", 2, 3, 2, "adam"}, Case{"gpipe", 2, 5, 2, "sgd"}),
+                         case_name);
+
+// train.precision: each stage computes as MixedPrecision computes the whole network (fp16's
+// rounding at every layer's input, bf16 autocast), and fp16's skip is agreed by every rank. The
+// reference accumulates over the same micro-batches: a bf16 weight gradient is rounded per
+// micro-batch, so one 12-row product and three 4-row ones differ in bf16's third digit.
+TEST(PipelinePrecision, Fp16AndBf16EqualOneProcessInTheSamePrecision) {
+  const auto data = make_data(3, 12, torch::kFloat);
+  for (const auto precision : {optim::Precision::Fp16, optim::Precision::Bf16}) {
+    const auto local_cfg = config_of("local", "sgd", {"parallel.accumulation_steps=3"});
+    auto make = [&](const config::RunConfig& cfg, models::NetworkPtr model, comm::CommunicatorPtr comm) {
+      StrategyContext context{std::move(model), optim::optimizer_factory(cfg.optim),
+                              optim::create_loss(cfg.optim.loss), std::move(comm), cfg.parallel};
+      context.precision = precision;
+      return create_strategy(std::move(context));
+    };
+    auto reference = make(local_cfg, testing::build_model(local_cfg, 7), nullptr);
+    std::vector<double> expected_losses;
+    for (int s = 0; s < 3; ++s)
+      expected_losses.push_back(reference->train_step({data.inputs[s], data.targets[s]}).loss);
+    const auto expected = reference->model_state();
+
+    const auto cfg = config_of("pipeline", "sgd", pipeline_options("1f1b", 2, 3));
+    std::vector<models::NetworkPtr> models{testing::build_model(cfg, 7), testing::build_model(cfg, 8)};
+    std::vector<std::map<std::string, torch::Tensor>> ends(2);
+    std::vector<std::vector<double>> losses(2);
+    dtrain::testing::run_world(2, [&](comm::CommunicatorPtr comm) {
+      const int r = comm->rank();
+      auto strategy = make(cfg, models[r], comm);
+      for (int s = 0; s < 3; ++s) {
+        const auto result = strategy->train_step(slice(data, s, r, 6));
+        losses[r].push_back(result.loss);
+        if (precision == optim::Precision::Fp16) {
+          EXPECT_GT(result.loss_scale, 0.0);
+        }
+      }
+      ends[r] = strategy->model_state();
+    });
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_LE(max_abs_difference(ends[r], expected), 1e-5) << optim::to_string(precision) << " rank " << r;
+      for (int s = 0; s < 3; ++s)
+        EXPECT_NEAR(losses[r][s], expected_losses[s], 1e-4) << optim::to_string(precision);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Refusals, each one line naming the key
+
+std::string construction_error(const config::RunConfig& cfg, int world, models::NetworkPtr model = nullptr) {
+  std::vector<std::string> errors(world);
+  std::vector<models::NetworkPtr> models;
+  for (int r = 0; r < world; ++r) models.push_back(model ? model : testing::build_model(cfg, 1));
+  dtrain::testing::run_world(world, [&](comm::CommunicatorPtr comm) {
+    try {
+      testing::build_strategy(cfg, models[comm->rank()], comm);
+    } catch (const std::invalid_argument& e) {
+      errors[comm->rank()] = e.what();
+    }
+  });
+  return errors[0];
+}
+
+TEST(PipelineConfig, BadOptionsAreRefusedNamingTheKey) {
+  // Checked without a world: what `dtrain train --nproc` runs before it starts workers.
+  const auto holders = [](const std::vector<std::string>& options, int world) {
+    try {
+      parallel::data_holders(config_of("pipeline", "sgd", options).parallel, world);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(holders({"parallel.pipeline.stages=3"}, 4),
+            "parallel.pipeline.stages: 3 stages do not divide the world size 4; the world must be replicas x "
+            "stages, so choose stages among the divisors of 4 (or 0 for one pipeline over all ranks)");
+  EXPECT_EQ(holders({"parallel.pipeline.cut_points=[2]"}, 2),
+            "parallel.pipeline.cut_points: applies to balance: cut_points, not balance: parameters; set "
+            "parallel.pipeline.balance: cut_points or leave cut_points out");
+  EXPECT_EQ(
+      holders({"parallel.pipeline.balance=cut_points", "parallel.pipeline.cut_points=[2, 4]"}, 2),
+      "parallel.pipeline.cut_points: 2 stages need 1 cut points (the first layer of stages 1..1), found 2");
+  EXPECT_EQ(holders({"parallel.pipeline.stages=2"}, 4), "no error");
+  EXPECT_THROW(config_of("pipeline", "sgd", {"parallel.pipeline.schedule=zigzag"}), std::exception);
+}
+
+TEST(PipelineOptions, ModelsAndSettingsAPipelineCannotHonourAreRefused) {
+  // mlp [] is Flatten and one Linear: two layers.
+  auto two_layers = config_of("pipeline", "sgd", {"model.hidden=[]"});
+  EXPECT_EQ(construction_error(two_layers, 3),
+            "parallel.pipeline.stages: 3 stages but model mlp has 2 layers; use at most 2 stages");
+  EXPECT_EQ(construction_error(config_of("pipeline", "sgd", {"parallel.accumulation_steps=2"}), 2)
+                .rfind("parallel.accumulation_steps: pipeline splits each batch", 0),
+            0u);
+  EXPECT_EQ(construction_error(config_of("pipeline", "lbfgs"), 2).rfind("optim.name: lbfgs", 0), 0u);
+
+  // A network whose forward is not its layers in order.
+  struct Shortcut : models::Network {
+    using models::Network::Network;
+    torch::Tensor forward(torch::Tensor x) override { return models::Network::forward(x) * 2; }
+  };
+  const auto cfg = config_of("pipeline", "sgd");
+  torch::manual_seed(1);
+  auto plain = testing::build_model(cfg, 1);
+  auto shortcut = std::make_shared<Shortcut>("shortcut", plain->layers());
+  EXPECT_EQ(construction_error(cfg, 2, shortcut)
+                .rfind("parallel.strategy: pipeline cuts a model's sequence of "
+                       "layers, but model shortcut computes its forward pass "
+                       "otherwise",
+                       0),
+            0u);
+}
+
+TEST(PipelineOptions, MicroBatchesBeyondThePipelinesBatchAreRefusedAtTheStep) {
+  const auto cfg = config_of("pipeline", "sgd", pipeline_options("1f1b", 2, 8));
+  const auto data = make_data(1, 6, torch::kFloat);
+  std::vector<std::string> errors(2);
+  std::vector<models::NetworkPtr> models{testing::build_model(cfg, 1), testing::build_model(cfg, 1)};
+  dtrain::testing::run_world(2, [&](comm::CommunicatorPtr comm) {
+    auto strategy = testing::build_strategy(cfg, models[comm->rank()], comm);
+    try {
+      strategy->train_step(slice(data, 0, comm->rank(), 3));
+    } catch (const std::invalid_argument& e) {
+      errors[comm->rank()] = e.what();
+    }
+  });
+  for (const auto& e : errors) {
+    EXPECT_EQ(
+        e,
+        "parallel.pipeline.micro_batches: 8 micro-batches but pipeline 0's batch has 6 samples (its 2 ranks' "
+        "batches together); lower micro_batches or raise data.batch_size");
+  }
+}
+
+TEST(PipelineOptions, CutPointsAndBalanceReachTheStages) {
+  for (const auto& [options, bounds] : std::vector<std::pair<std::vector<std::string>, StageBounds>>{
+           // Linear(784, 16) is the bottleneck either way; a cut at 3 leaves 3 layers on each side.
+           {{"parallel.pipeline.stages=2"}, {0, 3, 6}},
+           {{"parallel.pipeline.stages=2", "parallel.pipeline.balance=cut_points",
+             "parallel.pipeline.cut_points=[4]"},
+            {0, 4, 6}},
+           {{"parallel.pipeline.stages=2", "parallel.pipeline.balance=time"}, {}}}) {
+    const auto cfg = config_of("pipeline", "sgd", options);
+    std::vector<models::NetworkPtr> models{testing::build_model(cfg, 1), testing::build_model(cfg, 1)};
+    std::vector<StageBounds> seen(2);
+    std::vector<MemoryFootprint> footprints(2);
+    std::vector<std::string> notes(2);
+    dtrain::testing::run_world(2, [&](comm::CommunicatorPtr comm) {
+      auto strategy = testing::build_strategy(cfg, models[comm->rank()], comm);
+      seen[comm->rank()] = dynamic_cast<PipelineStrategy&>(*strategy).layout().bounds;
+      footprints[comm->rank()] = strategy->memory_footprint();
+      notes[comm->rank()] = strategy->notes().at("pipeline/stages");
+    });
+    EXPECT_EQ(seen[0], seen[1]);  // time: rank 0's measurement decides for both
+    if (!bounds.empty()) {
+      EXPECT_EQ(seen[0], bounds);
+    }
+    EXPECT_EQ(seen[0].front(), 0);
+    EXPECT_EQ(seen[0].back(), 6);
+    // Each rank holds its stage's parameters only: together the model's (4 bytes each).
+    const double total = static_cast<double>(models::parameter_count(*testing::build_model(cfg, 1))) * 4.0;
+    EXPECT_EQ(static_cast<double>(footprints[0].parameters + footprints[1].parameters), total);
+    EXPECT_NE(notes[0].find("stage 0: layers 0-"), std::string::npos) << notes[0];
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Checkpoints move between pipeline and the other strategies
+
+// Runs `steps` steps of `cfg` on `world` ranks from `start` (a checkpoint, or none), feeding step s
+// of `data` from `first`; returns rank 0's checkpoint and the whole model at the end.
+struct Run {
+  io::Checkpoint checkpoint;
+  std::map<std::string, torch::Tensor> state;
+};
+
+Run run_strategy(const config::RunConfig& cfg, int world, const Data& data, int first, int steps,
+                 const io::Checkpoint* start) {
+  const int per_rank = static_cast<int>(data.inputs.size(1)) / world;
+  std::vector<models::NetworkPtr> models;
+  for (int r = 0; r < world; ++r) models.push_back(testing::build_model(cfg, 5, torch::kDouble));
+  Run out;
+  if (cfg.parallel.strategy == "local") {
+    auto strategy = testing::build_strategy(cfg, models[0], nullptr);
+    if (start) strategy->load(*start);
+    for (int s = first; s < first + steps; ++s) strategy->train_step({data.inputs[s], data.targets[s]});
+    strategy->save(out.checkpoint);
+    out.state = strategy->model_state();
+    return out;
+  }
+  std::vector<io::Checkpoint> checkpoints(world);
+  std::vector<std::map<std::string, torch::Tensor>> states(world);
+  dtrain::testing::run_world(world, [&](comm::CommunicatorPtr comm) {
+    const int r = comm->rank();
+    auto strategy = testing::build_strategy(cfg, models[r], comm);
+    if (start) strategy->load(*start);
+    for (int s = first; s < first + steps; ++s) strategy->train_step(slice(data, s, r, per_rank));
+    strategy->save(checkpoints[r]);
+    states[r] = strategy->model_state();
+  });
+  out.checkpoint = checkpoints[0];
+  out.state = states[0];
+  return out;
+}
+
+TEST(PipelineCheckpoint, PipelineResumesAsLocalAndLocalAsPipelineAtAnotherS) {
+  const auto data = make_data(4, 12, torch::kDouble);
+  const auto local = config_of("local", "adam");
+  const auto two = config_of("pipeline", "adam", pipeline_options("1f1b", 2, 3));
+  const auto three = config_of("pipeline", "adam", pipeline_options("gpipe", 3, 4));
+  // The reference: four steps in one process.
+  const auto straight = run_strategy(local, 1, data, 0, 4, nullptr);
+
+  // Two steps as a 2-stage pipeline, saved: the whole model and every stage's Adam state by name.
+  const auto first = run_strategy(two, 2, data, 0, 2, nullptr);
+  for (const auto& [name, t] : first.state) {
+    EXPECT_TRUE(first.checkpoint.contains("model." + name)) << name;
+    EXPECT_TRUE(first.checkpoint.contains("optimizer/" + name + "/exp_avg")) << name;
+    EXPECT_TRUE(first.checkpoint.contains("optimizer/" + name + "/step")) << name;
+  }
+  // ... continued by one process for two steps: the reference's parameters.
+  const auto as_local = run_strategy(local, 1, data, 2, 2, &first.checkpoint);
+  EXPECT_LE(max_abs_difference(as_local.state, straight.state), 1e-5);
+
+  // Two steps in one process, continued as a 3-stage pipeline.
+  const auto local_first = run_strategy(local, 1, data, 0, 2, nullptr);
+  const auto as_pipeline = run_strategy(three, 3, data, 2, 2, &local_first.checkpoint);
+  EXPECT_LE(max_abs_difference(as_pipeline.state, straight.state), 1e-5);
+
+  // ... or by data_parallel on two ranks.
+  const auto as_data_parallel =
+      run_strategy(config_of("data_parallel", "adam"), 2, data, 2, 2, &first.checkpoint);
+  EXPECT_LE(max_abs_difference(as_data_parallel.state, straight.state), 1e-5);
+
+  // And a 2-stage pipeline's checkpoint continued by a 3-stage one.
+  const auto as_three = run_strategy(three, 3, data, 2, 2, &first.checkpoint);
+  EXPECT_LE(max_abs_difference(as_three.state, straight.state), 1e-5);
+}
+
+TEST(PipelineMetrics, IdleFractionsAndHeldMicroBatchesPerStage) {
+  const auto cfg = config_of("pipeline", "sgd", pipeline_options("gpipe", 2, 4));
+  const auto data = make_data(3, 16, torch::kFloat);
+  std::vector<models::NetworkPtr> models{testing::build_model(cfg, 1), testing::build_model(cfg, 1)};
+  std::vector<std::map<std::string, double>> metrics(2);
+  std::vector<std::map<std::string, std::string>> notes(2);
+  std::vector<std::uint64_t> bytes(2);
+  dtrain::testing::run_world(2, [&](comm::CommunicatorPtr comm) {
+    const int r = comm->rank();
+    auto strategy = testing::build_strategy(cfg, models[r], comm);
+    for (int s = 0; s < 3; ++s) bytes[r] = strategy->train_step(slice(data, s, r, 8)).bytes_sent;
+    metrics[r] = strategy->metrics();
+    notes[r] = strategy->notes();
+  });
+  EXPECT_EQ(metrics[0], metrics[1]);
+  for (int s = 0; s < 2; ++s) {
+    const double idle = metrics[0].at("pipeline/idle_fraction/stage" + std::to_string(s));
+    EXPECT_GE(idle, 0.0);
+    EXPECT_LT(idle, 1.0);
+    EXPECT_EQ(metrics[0].at("pipeline/peak_micro_batches/stage" + std::to_string(s)), 4.0);
+  }
+  EXPECT_DOUBLE_EQ(metrics[0].at("pipeline/expected_idle_fraction"), 1.0 / 5.0);
+  EXPECT_NE(notes[0].at("pipeline/idle").find("stage 1 idle"), std::string::npos);
+  // Rank 1 (the last stage) sends stage 0 the gradients of 4 micro-batches of 16 activations
+  // each (16 rows x 16 floats in all) and its 8 inputs of 784 floats; its share of the all-gather
+  // and the loss's all-reduce come on top.
+  EXPECT_GE(bytes[1], (16u * 16u + 8u * 784u) * 4u);
+}
+
+}  // namespace
+}  // namespace dtrain::parallel::pipeline
