@@ -162,6 +162,7 @@ TEST(BenchThroughput, ReportsCombineOverTheSlowestRankPerStep) {
   const auto missing = combine_reports(point, 2, 1, {rank0, ""});
   EXPECT_EQ(missing.status, "failed");
   EXPECT_EQ(missing.reason, "rank 1 wrote no report");
+  EXPECT_EQ(combine_reports(point, 2, 1, {}).status, "failed");
 }
 
 TEST(BenchThroughput, JsonLineHasExactlyTheFields) {
@@ -272,14 +273,24 @@ TEST(BenchThroughput, TinySweepThroughTheBinary) {
   EXPECT_NE(table.find("| mlp | 8 | fp32 | 2 | data_parallel | "), std::string::npos) << table;
   EXPECT_NE(out.err.find("| mlp | 8 | fp32 | 1 | local | "), std::string::npos) << out.err;  // also on stderr
 
+  // At 1 worker the strategy refuses lbfgs when built (in the worker); at 2 workers 3 graph nodes cannot
+  // be spread evenly, refused before any worker starts.
   const auto refused = dtrain::testing::run(
-      "bench throughput --models mlp --batches 8 --workers 1 --strategies decentralized --steps 1 --warmup 0 "
-      "--set optim.name=lbfgs --set 'model.hidden=[16]' --set train.threads=1",
+      "bench throughput --models mlp --batches 8 --workers 1,2 --strategies decentralized --steps 1 --warmup "
+      "0 "
+      "--set optim.name=lbfgs --set parallel.graph.nodes=3 --set 'model.hidden=[16]' --set train.threads=1",
       dir.str());
   ASSERT_EQ(refused.exit_code, 0) << refused.err;
-  const auto row = dtrain::testing::last_json_line(refused.out);
-  EXPECT_EQ(row["status"], "refused");
-  EXPECT_NE(row["reason"].get<std::string>().find("optim.name: lbfgs"), std::string::npos) << row.dump();
+  std::istringstream refused_lines(refused.out);
+  std::vector<nlohmann::json> refusals;
+  for (std::string line; std::getline(refused_lines, line);) refusals.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(refusals.size(), 2u) << refused.out;
+  EXPECT_EQ(refusals[0]["status"], "refused");
+  EXPECT_NE(refusals[0]["reason"].get<std::string>().find("optim.name: lbfgs"), std::string::npos)
+      << refusals[0].dump();
+  EXPECT_EQ(refusals[1]["status"], "refused");
+  EXPECT_NE(refusals[1]["reason"].get<std::string>().find("3"), std::string::npos) << refusals[1].dump();
+  EXPECT_EQ(refusals[1]["ranks"].size(), 0u);
   EXPECT_NE(refused.err.find("refused: optim.name: lbfgs"), std::string::npos) << refused.err;
 }
 

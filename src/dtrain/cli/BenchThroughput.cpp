@@ -371,6 +371,10 @@ ThroughputResult combine_reports(const ThroughputPoint& point, int steps, int wa
     }
     reports.push_back(std::move(j));
   }
+  if (reports.empty()) {
+    r.status = "failed";
+    r.reason = "no rank reported";
+  }
   if (r.status != "ok") return r;
 
   std::size_t timed = reports.empty() ? 0 : reports[0]["step_seconds"].size();
@@ -494,7 +498,9 @@ std::vector<ThroughputResult> run_throughput_sweep(const BenchThroughputOptions&
       holders_refusal = one_line(e.what());
     }
     if (!holders_refusal.empty()) {
-      result = combine_reports(p, o.steps, o.warmup, {});
+      result.point = p;
+      result.steps = o.steps;
+      result.warmup = o.warmup;
       result.status = "refused";
       result.reason = holders_refusal;
     } else {
