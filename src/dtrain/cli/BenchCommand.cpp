@@ -19,6 +19,7 @@
 #include <stdexcept>
 
 #include "dtrain/cli/BenchData.h"
+#include "dtrain/cli/BenchThroughput.h"
 #include "dtrain/cli/Commands.h"
 #include "dtrain/cli/SelfExe.h"
 #include "dtrain/comm/Backend.h"
@@ -327,16 +328,24 @@ int run_data_command(const BenchDataOptions& o) {
 }  // namespace
 
 Run add_bench_command(CLI::App& app) {
-  auto* bench = app.add_subcommand(
-      "bench", "Benchmarks: `dtrain bench comm` times collectives, `dtrain bench data` the data pipeline");
+  auto* bench =
+      app.add_subcommand("bench",
+                         "Benchmarks: `dtrain bench comm` times collectives, `dtrain bench data` the data "
+                         "pipeline, `dtrain bench "
+                         "throughput` training over models, batches, precisions, workers and strategies");
   bench->require_subcommand(1);
   auto options = std::make_shared<BenchCommOptions>();
   auto* comm_cmd = add_comm_subcommand(*bench, *options);
   auto data = std::make_shared<BenchDataOptions>();
   auto* data_cmd = add_data_subcommand(*bench, *data);
-  return [options, comm_cmd, data, data_cmd]() -> int {
+  auto throughput = std::make_shared<BenchThroughputOptions>();
+  auto* throughput_cmd = add_throughput_subcommand(*bench, *throughput);
+  return [options, comm_cmd, data, data_cmd, throughput, throughput_cmd]() -> int {
     if (data_cmd->parsed()) return run_data_command(*data);
-    if (!comm_cmd->parsed()) throw std::invalid_argument("bench: expected a benchmark name: comm or data");
+    if (throughput_cmd->parsed()) return run_throughput_command(*throughput);
+    if (!comm_cmd->parsed()) {
+      throw std::invalid_argument("bench: expected a benchmark name: comm, data or throughput");
+    }
     validate(*options);
     return options->nproc > 0 ? run_launcher(*options) : run_worker(*options);
   };

@@ -166,5 +166,32 @@ TEST(Decentralized, SettingsOfAnotherAlgorithmAndImpossibleLayoutsAreErrors) {
   EXPECT_EQ(data_holders(uneven.parallel, 3), 3);
 }
 
+// ZeRO's accounting (Strategy::memory_footprint) for graph nodes held by one rank: each node keeps its
+// own parameters (4Ψ) and Adam moments (8Ψ); the gradients are those of the one model every node's
+// forward and backward run through (4Ψ). Before the first step no Adam state exists yet.
+TEST(Decentralized, MemoryFootprintCountsEveryNodeOnTheRank) {
+  for (const std::string algorithm : {"dsgd", "individual"}) {
+    SCOPED_TRACE(algorithm);
+    auto cfg = decentralized_config(algorithm, "complete", 2);
+    cfg.optim.name = "adam";
+    cfg.optim.lr = 1e-3;
+    auto model = decentralized_model(cfg);
+    std::uint64_t psi = 0;
+    for (const auto& p : model->parameters()) psi += static_cast<std::uint64_t>(p.numel());
+    auto strategy = make_decentralized(cfg, model, nullptr);
+    ASSERT_EQ(strategy->layout().local(0).size(), 2u);
+    const auto before = strategy->memory_footprint();
+    EXPECT_EQ(before.parameters, 2 * 4 * psi);
+    EXPECT_EQ(before.optimizer_state, 0u);
+    strategy->set_learning_rate(cfg.optim.lr);
+    strategy->train_step(rank_batch(strategy->layout(), 0, 0, strategy->batches_per_step(), 8));
+    const auto after = strategy->memory_footprint();
+    EXPECT_EQ(after.parameters, 2 * 4 * psi);
+    EXPECT_EQ(after.gradients, 4 * psi);
+    EXPECT_EQ(after.optimizer_state, 2 * 8 * psi);
+    EXPECT_EQ(after.total(), 2 * 4 * psi + 4 * psi + 2 * 8 * psi);
+  }
+}
+
 }  // namespace
 }  // namespace dtrain::parallel::testing

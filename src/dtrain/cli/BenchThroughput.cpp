@@ -1,0 +1,665 @@
+// `dtrain bench throughput`: expands the sweep, starts each point's workers through the launcher
+// (re-running this binary with one item per list and --worker-out), and turns the ranks' reports
+// into seed 003's tables. A worker is a short `dtrain train`: the Trainer over the registered
+// strategy, on synthetic data of the model's input shape.
+#include "dtrain/cli/BenchThroughput.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <stdexcept>
+#include <tuple>
+
+#include "dtrain/cli/Commands.h"
+#include "dtrain/cli/SelfExe.h"
+#include "dtrain/comm/Backend.h"
+#include "dtrain/comm/Rendezvous.h"
+#include "dtrain/config/Environment.h"
+#include "dtrain/config/Overrides.h"
+#include "dtrain/config/Registry.h"
+#include "dtrain/config/RunConfigYaml.h"
+#include "dtrain/io/JsonFile.h"
+#include "dtrain/launch/Launcher.h"
+#include "dtrain/parallel/Registry.h"
+#include "dtrain/train/Trainer.h"
+
+namespace dtrain::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kSource = "dtrain bench throughput";
+
+// Keys every point sets from the sweep's own flags: an override of one would be overwritten.
+const std::vector<std::pair<std::string, std::string>> kSweptKeys{
+    {"model.name", "--models"},
+    {"data.batch_size", "--batches"},
+    {"train.precision", "--precisions"},
+    {"nproc", "--workers"},
+    {"parallel.strategy", "--strategies"},
+    {"train.max_steps", "--steps and --warmup"}};
+
+// Models that take CIFAR-shaped images (seed 003's resnets; the transformer classifies image rows);
+// the others are the MNIST-shaped nets. data.synthetic_shape in --set overrides either.
+bool cifar_shaped(const std::string& model) {
+  return model == "resnet18" || model == "resnet50" || model == "vit" || model == "transformer";
+}
+
+// The first line of an error, for a table cell (LibTorch's errors carry their stack trace after it).
+std::string one_line(const std::string& text) {
+  const auto end = text.find('\n');
+  return end == std::string::npos ? text : text.substr(0, end);
+}
+
+// The option sections a strategy reads: its own (or the one it shares) and the extra ones.
+std::vector<std::string> sections_of(const parallel::StrategyInfo& info) {
+  std::vector<std::string> sections = info.extra_sections;
+  if (!info.options_section.empty()) sections.push_back(info.options_section);
+  return sections;
+}
+
+// "parallel.zero.stage" -> "zero" when zero is some registered strategy's option section; "" for
+// keys outside every strategy's section (parallel.backend, optim.lr, ...).
+std::string strategy_section_of(const std::string& key) {
+  const std::string prefix = "parallel.";
+  if (key.rfind(prefix, 0) != 0) return "";
+  const auto dot = key.find('.', prefix.size());
+  const auto section =
+      key.substr(prefix.size(), dot == std::string::npos ? std::string::npos : dot - prefix.size());
+  for (const auto& info : parallel::registered_strategies()) {
+    const auto sections = sections_of(info);
+    if (std::find(sections.begin(), sections.end(), section) != sections.end()) return section;
+  }
+  return "";
+}
+
+// The --set overrides that apply to `strategy`: all but those of another strategy's section.
+std::vector<std::string> overrides_for(const BenchThroughputOptions& o, const std::string& strategy) {
+  const auto sections = sections_of(parallel::find_strategy(strategy));
+  std::vector<std::string> out;
+  for (const auto& text : o.set) {
+    const auto section = strategy_section_of(config::parse_override(text).key);
+    if (section.empty() || std::find(sections.begin(), sections.end(), section) != sections.end()) {
+      out.push_back(text);
+    }
+  }
+  return out;
+}
+
+bool sets_key(const std::vector<std::string>& overrides, const std::string& key) {
+  for (const auto& text : overrides) {
+    const auto given = config::parse_override(text).key;
+    if (given == key || key.rfind(given + ".", 0) == 0) return true;
+  }
+  return false;
+}
+
+// A folder under $TMPDIR for one sweep's reports, removed with everything in it at the end.
+class SweepFolder {
+ public:
+  SweepFolder() {
+    auto pattern = (fs::temp_directory_path() / "dtrain-bench-XXXXXX").string();
+    if (!mkdtemp(pattern.data())) {
+      throw std::runtime_error(
+          fmt::format("bench throughput: cannot make a folder under {}", fs::temp_directory_path().string()));
+    }
+    path_ = pattern;
+  }
+  ~SweepFolder() {
+    std::error_code ignored;
+    fs::remove_all(path_, ignored);
+  }
+  SweepFolder(const SweepFolder&) = delete;
+  SweepFolder& operator=(const SweepFolder&) = delete;
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+// The worker's command line: this point alone, with the overrides that apply to its strategy.
+std::vector<std::string> worker_command(const BenchThroughputOptions& o, const ThroughputPoint& p,
+                                        const fs::path& out) {
+  std::vector<std::string> command{self_executable(),
+                                   "bench",
+                                   "throughput",
+                                   "--models",
+                                   p.model,
+                                   "--batches",
+                                   std::to_string(p.batch),
+                                   "--precisions",
+                                   p.precision,
+                                   "--workers",
+                                   std::to_string(p.workers),
+                                   "--strategies",
+                                   p.strategy,
+                                   "--steps",
+                                   std::to_string(o.steps),
+                                   "--warmup",
+                                   std::to_string(o.warmup)};
+  for (const auto& text : overrides_for(o, p.strategy)) command.insert(command.end(), {"--set", text});
+  command.insert(command.end(), {"--worker-out", out.string()});
+  return command;
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path);
+  if (!in) return "";
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Records each timed step's wall time on this rank and the samples of the whole job in it.
+class StepTimes : public train::Callback {
+ public:
+  explicit StepTimes(int warmup) : warmup_(warmup) {}
+  void on_step_end(train::Trainer&, const train::StepEvent& event) override {
+    if (event.step <= warmup_) return;
+    seconds.push_back(event.step_seconds);
+    samples.push_back(event.samples);
+  }
+  std::vector<double> seconds;
+  std::vector<std::int64_t> samples;
+
+ private:
+  int warmup_;
+};
+
+std::uint64_t peak_rss_bytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<std::uint64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+double mib(std::uint64_t bytes) {
+  return static_cast<double>(bytes) / (1024.0 * 1024.0);
+}
+
+// "12.3 / 12.1": one value per rank.
+template <class Field>
+std::string per_rank(const std::vector<RankMemory>& ranks, Field field) {
+  std::vector<std::string> cells;
+  for (const auto& r : ranks) cells.push_back(fmt::format("{:.2f}", mib(field(r))));
+  return cells.empty() ? "-" : fmt::format("{}", fmt::join(cells, " / "));
+}
+
+std::string escape_cell(std::string text) {
+  std::string out;
+  for (const char c : text) out += c == '|' ? std::string("\\|") : std::string(1, c);
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> parse_name_list(const std::string& flag, const std::string& list) {
+  std::vector<std::string> items;
+  std::size_t start = 0;
+  while (start <= list.size()) {
+    const std::size_t comma = std::min(list.find(',', start), list.size());
+    const auto item = list.substr(start, comma - start);
+    if (item.empty() || item.find_first_of(" \t") != std::string::npos) {
+      throw std::invalid_argument(
+          fmt::format("{}: '{}' has an empty or blank item; give names separated by commas, e.g. {} a,b",
+                      flag, list, flag));
+    }
+    items.push_back(item);
+    start = comma + 1;
+  }
+  return items;
+}
+
+std::vector<int> parse_count_list(const std::string& flag, const std::string& list) {
+  std::vector<int> counts;
+  for (const auto& item : parse_name_list(flag, list)) {
+    const bool digits =
+        std::all_of(item.begin(), item.end(), [](unsigned char c) { return std::isdigit(c); });
+    const long long value = digits && item.size() <= 9 ? std::stoll(item) : 0;
+    if (value < 1) {
+      throw std::invalid_argument(fmt::format(
+          "{}: '{}' is not a whole number of at least 1; give numbers separated by commas, e.g. {} 1,2", flag,
+          item, flag));
+    }
+    counts.push_back(static_cast<int>(value));
+  }
+  return counts;
+}
+
+std::vector<ThroughputPoint> expand_points(const BenchThroughputOptions& o) {
+  if (o.steps < 1) throw std::invalid_argument(fmt::format("--steps must be at least 1; found {}", o.steps));
+  if (o.warmup < 0)
+    throw std::invalid_argument(fmt::format("--warmup must be at least 0; found {}", o.warmup));
+
+  std::vector<std::string> models;
+  const auto& registered_models = config::registered_choices("model.name");
+  for (const auto& name : parse_name_list("--models", o.models)) {
+    const auto canonical = registered_models.resolve(name);
+    if (!canonical) {
+      throw std::invalid_argument(
+          fmt::format("--models: unknown model '{}'; choose among {}", name, registered_models.list()));
+    }
+    models.push_back(*canonical);
+  }
+  const auto batches = parse_count_list("--batches", o.batches);
+  const auto workers = parse_count_list("--workers", o.workers);
+  std::vector<std::string> precisions;
+  for (const auto& name : parse_name_list("--precisions", o.precisions)) {
+    try {
+      precisions.push_back(
+          config::parse_run_config("", kSource, {"train.precision=" + name}).train.precision);
+    } catch (const std::exception& e) {
+      throw std::invalid_argument(fmt::format("--precisions: '{}': {}", name, one_line(e.what())));
+    }
+  }
+  std::vector<std::string> strategies;
+  for (const auto& name : parse_name_list("--strategies", o.strategies)) {
+    try {
+      strategies.push_back(parallel::find_strategy(name).name);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(fmt::format("--strategies: {}", e.what()));
+    }
+  }
+
+  for (const auto& override_ : config::parse_overrides(o.set)) {
+    for (const auto& [key, flag] : kSweptKeys) {
+      if (override_.key == key || key.rfind(override_.key + ".", 0) == 0) {
+        throw std::invalid_argument(fmt::format("--set {}: the sweep sets {} for every point; use {} instead",
+                                                override_.text, key, flag));
+      }
+    }
+    const auto section = strategy_section_of(override_.key);
+    if (section.empty()) continue;
+    const bool read = std::any_of(strategies.begin(), strategies.end(), [&](const std::string& s) {
+      const auto sections = sections_of(parallel::find_strategy(s));
+      return std::find(sections.begin(), sections.end(), section) != sections.end();
+    });
+    if (!read) {
+      throw std::invalid_argument(fmt::format(
+          "--set {}: no strategy in --strategies ({}) reads parallel.{}.*; add one that does or leave it out",
+          override_.text, fmt::join(strategies, ","), section));
+    }
+  }
+
+  std::vector<ThroughputPoint> points;
+  for (const auto& model : models) {
+    for (const int batch : batches) {
+      for (const auto& precision : precisions) {
+        for (const int w : workers) {
+          for (const auto& strategy : strategies) points.push_back({model, batch, precision, w, strategy});
+        }
+      }
+    }
+  }
+  // Every point's configuration reads, so that a bad --set stops the sweep before its first run.
+  for (const auto& p : points) point_config(o, p);
+  return points;
+}
+
+config::RunConfig point_config(const BenchThroughputOptions& o, const ThroughputPoint& p) {
+  const auto user = overrides_for(o, p.strategy);
+  std::vector<std::string> overrides{
+      "name=bench_throughput",
+      "data.dataset=synthetic",
+      cifar_shaped(p.model) ? "data.synthetic_shape=[3,32,32]" : "data.synthetic_shape=[1,28,28]",
+      "data.synthetic_classes=10",
+      fmt::format("data.test_subset_size={}", p.batch),
+      fmt::format("data.eval_batch_size={}", p.batch),
+      "model.name=" + p.model,
+      fmt::format("data.batch_size={}", p.batch),
+      "train.precision=" + p.precision,
+      "parallel.strategy=" + p.strategy,
+      fmt::format("nproc={}", p.workers),
+      "train.epochs=1000",
+      fmt::format("train.max_steps={}", o.warmup + o.steps),
+      "train.eval_every_epochs=0",
+      "train.checkpoint_every_epochs=0",
+  };
+  // SGD with momentum, as seed 003's CIFAR scripts; another optimizer takes none of its momentum.
+  if (!sets_key(user, "optim.name"))
+    overrides.insert(overrides.end(), {"optim.name=sgd", "optim.momentum=0.9"});
+  overrides.insert(overrides.end(), user.begin(), user.end());
+  auto cfg = config::parse_run_config("", kSource, overrides);
+  if (cfg.data.dataset == "synthetic" && !sets_key(user, "data.synthetic_size")) {
+    // One epoch holds every step on each data holder (ranks, or graph nodes), so no epoch end
+    // falls between timed steps; at least 5 batches, since the test set is a fifth of it.
+    int holders = p.workers;
+    try {
+      holders = parallel::data_holders(cfg.parallel, p.workers);
+    } catch (const std::invalid_argument&) {
+      // The sweep reports this point as refused (run_throughput_sweep).
+    }
+    cfg.data.synthetic_size = static_cast<std::int64_t>(p.batch) * holders * std::max(5, o.warmup + o.steps);
+  }
+  return cfg;
+}
+
+ThroughputResult combine_reports(const ThroughputPoint& point, int steps, int warmup,
+                                 const std::vector<std::string>& rank_reports) {
+  ThroughputResult r;
+  r.point = point;
+  r.steps = steps;
+  r.warmup = warmup;
+  std::vector<nlohmann::json> reports;
+  for (std::size_t rank = 0; rank < rank_reports.size(); ++rank) {
+    nlohmann::json j = nlohmann::json::parse(rank_reports[rank], nullptr, /*allow_exceptions=*/false);
+    if (rank_reports[rank].empty() || j.is_discarded() || !j.is_object()) {
+      if (r.status == "ok") {
+        r.status = "failed";
+        r.reason = fmt::format("rank {} wrote no report", rank);
+      }
+      reports.emplace_back();
+      continue;
+    }
+    if (j.value("status", "failed") != "ok" && (r.status == "ok" || r.reason.rfind("rank ", 0) == 0)) {
+      r.status = j.value("status", "failed");
+      r.reason = j.value("reason", "");
+    }
+    reports.push_back(std::move(j));
+  }
+  if (reports.empty()) {
+    r.status = "failed";
+    r.reason = "no rank reported";
+  }
+  if (r.status != "ok") return r;
+
+  std::size_t timed = reports.empty() ? 0 : reports[0]["step_seconds"].size();
+  for (const auto& j : reports) timed = std::min(timed, j["step_seconds"].size());
+  double seconds = 0.0;
+  std::int64_t samples = 0;
+  for (std::size_t s = 0; s < timed; ++s) {
+    double slowest = 0.0;  // a step ends when its slowest rank ends it
+    for (const auto& j : reports) slowest = std::max(slowest, j["step_seconds"][s].get<double>());
+    seconds += slowest;
+    samples += reports[0]["samples"][s].get<std::int64_t>();
+  }
+  r.parameters = reports[0].value("parameters", std::int64_t{0});
+  r.samples_per_second = seconds > 0 ? static_cast<double>(samples) / seconds : 0.0;
+  r.step_ms = timed > 0 ? seconds / static_cast<double>(timed) * 1e3 : 0.0;
+  for (std::size_t rank = 0; rank < reports.size(); ++rank) {
+    const auto& j = reports[rank];
+    r.ranks.push_back({static_cast<int>(rank), j.at("peak_rss_bytes").get<std::uint64_t>(),
+                       j.at("parameters_bytes").get<std::uint64_t>(),
+                       j.at("gradients_bytes").get<std::uint64_t>(),
+                       j.at("optimizer_bytes").get<std::uint64_t>()});
+  }
+  return r;
+}
+
+std::string to_json_line(const ThroughputResult& r) {
+  // Rounded so that the line reads well: the last digit divides, so 0.01 prints as 0.01.
+  auto round_to = [](double v, double per_unit) { return std::round(v * per_unit) / per_unit; };
+  nlohmann::ordered_json j;
+  j["model"] = r.point.model;
+  j["batch"] = r.point.batch;
+  j["precision"] = r.point.precision;
+  j["workers"] = r.point.workers;
+  j["strategy"] = r.point.strategy;
+  j["status"] = r.status;
+  if (r.status != "ok") j["reason"] = r.reason;
+  j["steps"] = r.steps;
+  j["warmup"] = r.warmup;
+  j["parameters"] = r.parameters;
+  j["samples_per_second"] = round_to(r.samples_per_second, 100);
+  j["step_ms"] = round_to(r.step_ms, 1000);
+  j["ranks"] = nlohmann::ordered_json::array();
+  for (const auto& m : r.ranks) {
+    nlohmann::ordered_json rank;
+    rank["rank"] = m.rank;
+    rank["peak_rss_bytes"] = m.peak_rss_bytes;
+    rank["parameters_bytes"] = m.parameters_bytes;
+    rank["gradients_bytes"] = m.gradients_bytes;
+    rank["optimizer_bytes"] = m.optimizer_bytes;
+    j["ranks"].push_back(std::move(rank));
+  }
+  return j.dump();
+}
+
+void write_markdown(std::ostream& out, const std::vector<ThroughputResult>& results) {
+  // Seed 003's layout: a row per model and batch, a column per strategy, precision and workers.
+  using Row = std::pair<std::string, int>;
+  using Column = std::tuple<std::string, std::string, int>;
+  std::vector<Row> rows;
+  std::vector<Column> columns;
+  std::map<std::pair<Row, Column>, std::string> cells;
+  for (const auto& r : results) {
+    const Row row{r.point.model, r.point.batch};
+    const Column column{r.point.strategy, r.point.precision, r.point.workers};
+    if (std::find(rows.begin(), rows.end(), row) == rows.end()) rows.push_back(row);
+    if (std::find(columns.begin(), columns.end(), column) == columns.end()) columns.push_back(column);
+    cells[{row, column}] = r.status == "ok" ? fmt::format("{:.1f}", r.samples_per_second) : r.status;
+  }
+  out << "samples/s (the slowest rank's time per step, after the warm-up)\n\n| model | batch |";
+  for (const auto& [strategy, precision, workers] : columns) {
+    out << fmt::format(" {} {} {}w |", strategy, precision, workers);
+  }
+  out << "\n|---|---:|";
+  for (std::size_t c = 0; c < columns.size(); ++c) out << "---:|";
+  out << "\n";
+  for (const auto& row : rows) {
+    out << fmt::format("| {} | {} |", row.first, row.second);
+    for (const auto& column : columns) {
+      const auto cell = cells.find({row, column});
+      out << " " << (cell == cells.end() ? "-" : cell->second) << " |";
+    }
+    out << "\n";
+  }
+
+  out << "\nper point, memory per rank in MiB (rank 0 / rank 1 / ...): peak resident set, and the "
+         "parameters, gradients and optimizer state the strategy holds\n\n"
+         "| model | batch | precision | workers | strategy | samples/s | step ms | peak RSS | parameters | "
+         "gradients | optimizer | status |\n"
+         "|---|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---|\n";
+  for (const auto& r : results) {
+    const bool ok = r.status == "ok";
+    out << fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", r.point.model,
+                       r.point.batch, r.point.precision, r.point.workers, r.point.strategy,
+                       ok ? fmt::format("{:.1f}", r.samples_per_second) : "-",
+                       ok ? fmt::format("{:.2f}", r.step_ms) : "-",
+                       per_rank(r.ranks, [](const RankMemory& m) { return m.peak_rss_bytes; }),
+                       per_rank(r.ranks, [](const RankMemory& m) { return m.parameters_bytes; }),
+                       per_rank(r.ranks, [](const RankMemory& m) { return m.gradients_bytes; }),
+                       per_rank(r.ranks, [](const RankMemory& m) { return m.optimizer_bytes; }),
+                       ok ? std::string("ok") : escape_cell(r.status + ": " + r.reason));
+  }
+  out.flush();
+}
+
+std::vector<ThroughputResult> run_throughput_sweep(const BenchThroughputOptions& o, std::ostream& json_out,
+                                                   std::ostream& log) {
+  const auto points = expand_points(o);
+  SweepFolder folder;
+  std::vector<ThroughputResult> results;
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    const auto& p = points[i];
+    log << fmt::format("[{}/{}] {} batch {} {} workers {} {}\n", i + 1, points.size(), p.model, p.batch,
+                       p.precision, p.workers, p.strategy)
+        << std::flush;
+    const auto cfg = point_config(o, p);
+    ThroughputResult result;
+    std::string holders_refusal;
+    try {
+      parallel::data_holders(cfg.parallel, p.workers);
+    } catch (const std::invalid_argument& e) {
+      holders_refusal = one_line(e.what());
+    }
+    if (!holders_refusal.empty()) {
+      result.point = p;
+      result.steps = o.steps;
+      result.warmup = o.warmup;
+      result.status = "refused";
+      result.reason = holders_refusal;
+    } else {
+      const auto dir = folder.path() / fmt::format("point{:03d}", i);
+      fs::create_directories(dir);
+      // The workers' output and the launcher's reports go to a file: the reason of a refusal is
+      // in the ranks' reports, and the bench's own output stays the table.
+      const auto log_path = dir / "launch.log";
+      const int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (fd < 0) throw std::runtime_error("bench throughput: cannot write " + log_path.string());
+      launch::LaunchOptions options;
+      options.nproc_per_node = p.workers;
+      options.backend = cfg.parallel.backend == "mpi" ? "mpi" : "gloo";
+      options.threads = cfg.train.threads;
+      options.log_dir = (dir / "launch").string();
+      options.rendezvous_timeout =
+          std::chrono::milliseconds(static_cast<std::int64_t>(cfg.parallel.timeout_s * 1000));
+      options.environment = config::process_environment();
+      options.command = worker_command(o, p, dir);
+      options.output_fd = fd;
+      options.diagnostics_fd = fd;
+      options.status_line = false;
+      launch::LaunchResult launched;
+      try {
+        launched = launch::launch(options);
+      } catch (...) {
+        ::close(fd);
+        throw;
+      }
+      ::close(fd);
+      if (launched.signal) {
+        throw std::runtime_error(fmt::format("bench throughput: stopped by signal {}", *launched.signal));
+      }
+      std::vector<std::string> reports;
+      for (int rank = 0; rank < p.workers; ++rank) {
+        reports.push_back(read_text(dir / fmt::format("rank{}.json", rank)));
+      }
+      result = combine_reports(p, o.steps, o.warmup, reports);
+      if (result.status == "failed" && result.reason.rfind("rank ", 0) == 0 && !launched.failure.empty()) {
+        result.reason = one_line(launched.failure);
+      }
+    }
+    if (result.status != "ok") log << fmt::format("  {}: {}\n", result.status, result.reason) << std::flush;
+    json_out << to_json_line(result) << std::endl;
+    results.push_back(std::move(result));
+  }
+  return results;
+}
+
+int run_throughput_worker(const BenchThroughputOptions& o) {
+  const auto points = expand_points(o);
+  if (points.size() != 1) {
+    throw std::invalid_argument(
+        fmt::format("--worker-out: a worker runs one point, but the lists give {}; it is for bench "
+                    "throughput's own workers",
+                    points.size()));
+  }
+  const auto& p = points.front();
+  const auto cfg = point_config(o, p);
+  comm::RendezvousOptions rv;
+  rv.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(cfg.parallel.timeout_s * 1000));
+  const auto rendezvous = comm::resolve_rendezvous(rv, config::process_environment());
+  nlohmann::json report{{"rank", rendezvous.rank}};
+  auto finish = [&](const std::string& status, const std::string& reason) {
+    report["status"] = status;
+    if (status != "ok") report["reason"] = one_line(reason);
+    io::write_json_file(fs::path(o.worker_out) / fmt::format("rank{}.json", rendezvous.rank), report);
+    return status == "ok" ? 0 : 1;
+  };
+  if (rendezvous.world_size != p.workers) {
+    return finish("failed", fmt::format("started with {} ranks for a point of {} workers",
+                                        rendezvous.world_size, p.workers));
+  }
+
+  comm::CommunicatorPtr communicator;
+  try {
+    if (rendezvous.world_size > 1 || parallel::find_strategy(p.strategy).needs_communicator) {
+      comm::BackendOptions backend;
+      backend.name = cfg.parallel.backend;
+      backend.timeout = rv.timeout;
+      backend.poll_wait = std::chrono::microseconds(cfg.parallel.poll_wait_us);
+      backend.gloo_threads = cfg.parallel.gloo_threads;
+      communicator = comm::connect(backend, rendezvous);
+    }
+  } catch (const std::exception& e) {
+    return finish("failed", one_line(e.what()));
+  }
+  // Building the trainer builds the strategy, which refuses what it cannot run (a world size, an
+  // optimizer, a precision): the point is reported as refused with its reason.
+  std::unique_ptr<train::Trainer> trainer;
+  try {
+    trainer = std::make_unique<train::Trainer>(cfg, communicator);
+  } catch (const std::exception& e) {
+    return finish("refused", one_line(e.what()));
+  }
+  try {
+    auto times = std::make_shared<StepTimes>(o.warmup);
+    trainer->add_callback(times);
+    trainer->fit();
+    const auto footprint = trainer->strategy().memory_footprint();
+    report["parameters"] = trainer->model_facts().parameters;
+    report["step_seconds"] = times->seconds;
+    report["samples"] = times->samples;
+    report["parameters_bytes"] = footprint.parameters;
+    report["gradients_bytes"] = footprint.gradients;
+    report["optimizer_bytes"] = footprint.optimizer_state;
+    report["peak_rss_bytes"] = peak_rss_bytes();
+  } catch (const std::exception& e) {
+    return finish("failed", one_line(e.what()));
+  }
+  return finish("ok", "");
+}
+
+CLI::App* add_throughput_subcommand(CLI::App& bench, BenchThroughputOptions& o) {
+  auto* cmd = bench.add_subcommand(
+      "throughput",
+      "Samples/s of short training runs over model x batch x precision x workers x strategy (seed 003's "
+      "tables), with each rank's peak resident memory and the bytes in parameters, gradients and optimizer "
+      "state; one JSON object per point on stdout (or --json) and the tables on stderr (and --markdown)");
+  cmd->add_option("--models", o.models, "Comma-separated model names (model.name)")->capture_default_str();
+  cmd->add_option("--batches", o.batches, "Comma-separated batch sizes per worker")->capture_default_str();
+  cmd->add_option("--precisions", o.precisions, "Comma-separated train.precision values: fp32, bf16, fp16")
+      ->capture_default_str();
+  cmd->add_option("--workers", o.workers, "Comma-separated numbers of local workers")->capture_default_str();
+  cmd->add_option("--strategies", o.strategies, "Comma-separated registered strategies (parallel.strategy)")
+      ->capture_default_str();
+  cmd->add_option("--steps", o.steps, "Timed training steps per point")->capture_default_str();
+  cmd->add_option("--warmup", o.warmup, "Untimed steps before them")->capture_default_str();
+  cmd->add_option("--set", o.set,
+                  "key=value override for every point (repeatable), e.g. --set optim.name=adam; a strategy's "
+                  "own section (parallel.zero.stage=2) applies to that strategy's points only");
+  cmd->add_option("--json", o.json, "Write the JSON lines into this file instead of stdout");
+  cmd->add_option("--markdown", o.markdown, "Write the markdown tables into this file too");
+  cmd->add_option("--worker-out", o.worker_out)->group("");  // bench throughput's own workers
+  return cmd;
+}
+
+int run_throughput_command(const BenchThroughputOptions& o) {
+  if (!o.worker_out.empty()) return run_throughput_worker(o);
+  expand_points(o);  // every option checked before a file is touched
+  std::ofstream json_file;
+  if (!o.json.empty()) {
+    json_file.open(o.json);
+    if (!json_file) throw std::invalid_argument(fmt::format("--json {}: cannot write this file", o.json));
+  }
+  std::ofstream markdown_file;
+  if (!o.markdown.empty()) {
+    markdown_file.open(o.markdown);
+    if (!markdown_file) {
+      throw std::invalid_argument(fmt::format("--markdown {}: cannot write this file", o.markdown));
+    }
+  }
+  const auto results = run_throughput_sweep(o, o.json.empty() ? std::cout : json_file, std::cerr);
+  std::cerr << "\n";
+  write_markdown(std::cerr, results);
+  if (markdown_file.is_open()) write_markdown(markdown_file, results);
+  const bool failed = std::any_of(results.begin(), results.end(),
+                                  [](const ThroughputResult& r) { return r.status == "failed"; });
+  return failed ? 1 : 0;
+}
+
+}  // namespace dtrain::cli
