@@ -16,9 +16,10 @@
 #include <string>
 #include <thread>
 
-#include "dtrain/config/Environment.h"
 #include "dtrain/launch/HostLaunch.h"
 #include "dtrain/util/Clock.h"
+
+extern char** environ;
 
 namespace dtrain::launch {
 namespace {
@@ -66,6 +67,16 @@ fi
 exit 0
 )";
 
+comm::Environment this_environment() {
+  comm::Environment env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry(*e);
+    const auto eq = entry.find('=');
+    if (eq != std::string::npos) env[entry.substr(0, eq)] = entry.substr(eq + 1);
+  }
+  return env;
+}
+
 class HostLaunchTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -81,7 +92,7 @@ class HostLaunchTest : public ::testing::Test {
     options_.remote_dtrain = (dir_ / "dtrain").string();
     options_.working_directory = dir_.string();
     options_.command = {"worker", "arg one"};
-    options_.environment = config::process_environment();
+    options_.environment = this_environment();
     options_.environment["HOME"] = (dir_ / "home").string();
     options_.environment.erase("DTRAIN_TEST_FAIL_NODE");
     options_.stop_grace = std::chrono::seconds(1);
