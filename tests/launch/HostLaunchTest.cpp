@@ -158,6 +158,30 @@ TEST_F(HostLaunchTest, AnUnreachableHostIsNamed) {
                "unreachable-host"),
       std::string::npos)
       << err;
+  // ssh never reached it: no second ssh to stop a job there.
+  EXPECT_EQ(err.find("could not stop the job there"), std::string::npos) << err;
+}
+
+TEST_F(HostLaunchTest, ASignalStopsEveryHost) {
+  options_.command = {"wait"};
+  int result = -1;
+  std::thread job([&] { result = launch_on_hosts(options_); });
+  // The launch has installed its signal handlers before it started any host.
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  while (!(fs::exists(pid_file(0)) && fs::exists(pid_file(1))) && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(fs::exists(pid_file(0)) && fs::exists(pid_file(1)));
+  ::kill(::getpid(), SIGTERM);
+  job.join();
+  EXPECT_EQ(result, 128 + SIGTERM);
+  EXPECT_FALSE(fs::exists(pid_file(0)));
+  EXPECT_FALSE(fs::exists(pid_file(1)));
+  const std::string out = read("out");
+  EXPECT_NE(out.find("[h0] job test-job: stopped its launcher"), std::string::npos) << out;
+  EXPECT_NE(out.find("[h1] job test-job: stopped its launcher"), std::string::npos) << out;
+  EXPECT_NE(read("err").find("SIGTERM; stopping job test-job on every host"), std::string::npos)
+      << read("err");
 }
 
 TEST_F(HostLaunchTest, StopByJobIdEndsEveryLauncher) {

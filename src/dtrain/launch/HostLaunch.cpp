@@ -59,6 +59,9 @@ struct Remote {
   Worker process;
   std::string pending[2];  // a partial line of stdout, stderr
   std::string last_error;  // the last line on stderr, for a report
+  // Whether anything but ssh's own complaints ("ssh: connect to host ...") came back: the remote
+  // command may have started.
+  bool remote_spoke = false;
   std::optional<int> status;
   bool done() const { return status && process.out_fd < 0 && process.err_fd < 0; }
 };
@@ -208,6 +211,7 @@ class Session {
       const std::string_view line(pending.data() + begin, end - begin);
       out += fmt::format("[{}] {}\n", remote.host, line);
       if (stream == 1 && !line.empty()) remote.last_error = std::string(line);
+      if (!line.empty() && line.rfind("ssh: ", 0) != 0) remote.remote_spoke = true;
     }
     pending.erase(0, begin);
     if (!out.empty()) write_all(stream == 0 ? options_.output_fd : options_.diagnostics_fd, out);
@@ -341,10 +345,11 @@ int launch_on_hosts(const HostLaunchOptions& options) {
   const Host& first = options.hosts.front();
   write_all(
       options.diagnostics_fd,
-      fmt::format("dtrain launch: job {} on {} hosts x {} ranks, rendezvous at {}:{}; stop it from anywhere "
-                  "with: dtrain launch --hostfile FILE --stop {}\n",
-                  options.job_id, options.hosts.size(), first.slots, address_of(first.name),
-                  options.master_port, options.job_id));
+      fmt::format(
+          "dtrain launch: job {} on {} host(s) x {} rank(s), rendezvous at {}:{}; stop it from anywhere "
+          "with: dtrain launch --hostfile FILE --stop {}\n",
+          options.job_id, options.hosts.size(), first.slots, address_of(first.name), options.master_port,
+          options.job_id));
   std::vector<Remote> remotes;
   for (int node : all_nodes(options))
     remotes.push_back(session.start(node, remote_launch_command(options, node)));
@@ -356,7 +361,14 @@ int launch_on_hosts(const HostLaunchOptions& options) {
     stopping = true;
     write_all(options.diagnostics_fd,
               fmt::format("dtrain launch: {}; stopping job {} on every host\n", why, options.job_id));
-    session.stop(all_nodes(options), options.job_id);
+    // A host whose ssh failed before anything ran there has nothing to stop, and would only fail again.
+    std::vector<int> nodes;
+    for (const auto& remote : remotes) {
+      const bool never_connected =
+          remote.status && exit_code_of(*remote.status) == 255 && !remote.remote_spoke;
+      if (!never_connected) nodes.push_back(remote.node);
+    }
+    session.stop(nodes, options.job_id);
     // The job's ssh clients end when their launchers do; any still there after the grace period go.
     signal_workers(Session::processes(remotes), SIGTERM);
     kill_at = Clock::now() + options.stop_grace;
