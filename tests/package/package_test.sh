@@ -61,5 +61,5 @@ for r in 0 1; do
 done
 w0=$(sed -n 's/^consumer: rank 0 of 2, 3 steps, weights \(.*\), max .*/\1/p' "$work/logs/rank_0.log")
 w1=$(sed -n 's/^consumer: rank 1 of 2, 3 steps, weights \(.*\), max .*/\1/p' "$work/logs/rank_1.log")
-[ -n "$w0" ] && [ "$w0" = "$w1" ] || fail "the ranks ended with different weights: '$w0' and '$w1'"
+if [ -z "$w0" ] || [ "$w0" != "$w1" ]; then fail "the ranks ended with different weights: '$w0' and '$w1'"; fi
 echo "PASS: the installed package builds examples/consumer, which trains on two ranks like one process"

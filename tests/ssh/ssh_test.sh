@@ -33,8 +33,8 @@ id=""
 made_run_sshd=0
 job=""
 cleanup() {
-  local pid
-  for pid in $(cat "$work"/sshd-*.pid 2>/dev/null); do kill "$pid" 2>/dev/null || true; done
+  local f
+  for f in "$work"/sshd-*.pid; do [ ! -f "$f" ] || kill "$(cat "$f")" 2>/dev/null || true; done
   [ -z "$id" ] || "$NETNS" down "$id" 2>/dev/null || true
   [ "$made_run_sshd" = 0 ] || rmdir /run/sshd 2>/dev/null || true
   if [ -n "$job" ]; then
@@ -49,7 +49,9 @@ trap cleanup EXIT
 [ "$(id -u)" -eq 0 ] || skip "needs root to create network namespaces (ip netns add)"
 command -v ip >/dev/null || skip "no 'ip' command (iproute2)"
 [ -x "$SSHD" ] || skip "no OpenSSH server ($SSHD); install openssh-server (scripts/install-deps.sh does)"
-command -v ssh >/dev/null && command -v ssh-keygen >/dev/null || skip "no ssh client; install openssh-client"
+if ! command -v ssh >/dev/null || ! command -v ssh-keygen >/dev/null; then
+  skip "no ssh client; install openssh-client"
+fi
 compgen -G "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte*" >/dev/null ||
   skip "Fashion-MNIST is not installed (the quickstart's data set); install dataset-fashion-mnist"
 id=$("$NETNS" up 2 2>"$work/netns.err") || {

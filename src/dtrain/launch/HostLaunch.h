@@ -39,7 +39,8 @@ struct HostLaunchOptions {
 
 // Variables forwarded from this environment to every host's launcher, by name prefix: the BLAS
 // settings among them, since a BLAS kernel chosen otherwise on one host rounds otherwise.
-inline constexpr const char* kForwardedPrefixes[] = {"DTRAIN_", "OMP_", "OPENBLAS_", "MKL_", "GLOO_", "NCCL_"};
+inline constexpr const char* kForwardedPrefixes[] = {"DTRAIN_", "OMP_",  "OPENBLAS_",
+                                                     "MKL_",    "GLOO_", "NCCL_"};
 
 // Where each host records its launcher's pid: $HOME/.dtrain/jobs/JOB/node<i>.pid (node, not host
 // name: hosts that share a home directory over NFS keep apart).
