@@ -299,11 +299,15 @@ std::string remote_launch_command(const HostLaunchOptions& options, int node) {
 }
 
 std::string remote_stop_command(const std::string& job_id, int node, std::chrono::milliseconds grace) {
-  // Polls every 0.1 s for the grace period and 5 s more (the launcher's own grace runs inside).
+  // A job directory without this node's pid file is a launch that has begun here but not yet
+  // recorded its pid (a stop right after the start, when another host failed at once): it gets
+  // 2 s to appear. Then polls every 0.1 s for the grace period and 5 s more (the launcher's own
+  // grace runs inside).
   const long long polls = (grace.count() + 5000) / 100;
   const std::string script = fmt::format(
-      "f={dir}/node{node}.pid; "
-      "if [ ! -f \"$f\" ]; then echo \"job {job}: not running here\"; exit 0; fi; "
+      "f={dir}/node{node}.pid; n=0; "
+      "while [ -d \"${{f%/*}}\" ] && [ ! -s \"$f\" ] && [ $n -lt 20 ]; do sleep 0.1; n=$((n+1)); done; "
+      "if [ ! -s \"$f\" ]; then echo \"job {job}: not running here\"; exit 0; fi; "
       "p=$(cat \"$f\"); "
       "if ! tr '\\0' ' ' </proc/$p/cmdline 2>/dev/null | grep -q -- '--run-id {job} '; then "
       "rm -f \"$f\"; echo \"job {job}: not running here (removed a stale pid file)\"; exit 0; fi; "
