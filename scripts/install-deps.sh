@@ -15,6 +15,7 @@ PACKAGES=(
   gnuplot-nox
   python3-torch
   iproute2
+  openssh-client openssh-server
 )
 
 missing=()

@@ -1,6 +1,9 @@
-// `dtrain launch`: torchrun's command line (dashed and underscored spellings) over launch::launch().
+// `dtrain launch`: torchrun's command line (dashed and underscored spellings) over launch::launch(),
+// and DeepSpeed's --hostfile (Horovod's -H) over ssh through launch::launch_on_hosts().
 // Usage: dtrain launch --nproc-per-node 2 [--nnodes 2 --node-rank 1 --master-addr HOST --master-port P]
 //        [--max-restarts K] [--backend gloo|mpi] [--threads T] [--log-dir D] -- ./worker ARGS...
+//        dtrain launch --hostfile FILE | -H a:2,b:2 [--ssh-option ARGS] [--job-id J] -- ./worker ARGS...
+//        dtrain launch --hostfile FILE --stop J
 #include <fmt/format.h>
 #include <sched.h>
 
@@ -10,8 +13,13 @@
 #include <thread>
 #include <vector>
 
+#include <filesystem>
+#include <sstream>
+
 #include "dtrain/cli/Commands.h"
+#include "dtrain/cli/SelfExe.h"
 #include "dtrain/config/Environment.h"
+#include "dtrain/launch/HostLaunch.h"
 #include "dtrain/launch/Launcher.h"
 
 namespace dtrain::cli {
@@ -34,6 +42,17 @@ struct LaunchArgs {
   std::string run_id = "none";
   std::vector<std::string> command;
   CLI::Option* master_addr_option = nullptr;
+  // Several hosts over ssh.
+  std::string hostfile;
+  std::string host_list;
+  std::vector<std::string> ssh_options;
+  std::string stop_job;
+  // Options that --hostfile sets itself, or that cannot apply to it, to refuse when given.
+  std::vector<CLI::Option*> node_options;
+  CLI::Option* nproc_option = nullptr;
+  CLI::Option* run_id_option = nullptr;
+  CLI::Option* log_dir_option = nullptr;
+  CLI::Option* threads_option = nullptr;
 };
 
 int usable_cores() {
@@ -98,6 +117,71 @@ launch::LaunchOptions to_options(const LaunchArgs& args) {
   return options;
 }
 
+// --hostfile / -H: every host runs `dtrain launch` with the node flags; the flags given here that
+// concern each node's own launcher go along.
+int run_on_hosts(const LaunchArgs& args) {
+  for (const CLI::Option* option : args.node_options) {
+    if (option->count() > 0) {
+      throw std::invalid_argument(fmt::format(
+          "{} cannot be combined with --hostfile or -H, which give every host its node rank, the node count "
+          "and the rendezvous (the first host); drop {}",
+          option->get_name(), option->get_name()));
+    }
+  }
+  if (args.nproc_option->count() > 0) {
+    throw std::invalid_argument(
+        "--nproc-per-node cannot be combined with --hostfile or -H: each host's ranks are its slots "
+        "(HOST slots=N, or -H HOST:N)");
+  }
+  if (args.backend == "mpi") {
+    throw std::invalid_argument(
+        "--backend mpi cannot be combined with --hostfile or -H: run mpirun --hostfile FILE directly "
+        "(README: \"Several hosts\")");
+  }
+  launch::HostLaunchOptions options;
+  options.hosts =
+      args.hostfile.empty() ? launch::parse_host_list(args.host_list) : launch::read_hostfile(args.hostfile);
+  for (const auto& value : args.ssh_options) {
+    std::istringstream words(value);
+    for (std::string word; words >> word;) options.ssh_options.push_back(word);
+  }
+  options.job_id = args.run_id_option->count() > 0 ? args.run_id : launch::new_job_id();
+  options.environment = config::process_environment();
+  if (args.timeout_s <= 0) {
+    throw std::invalid_argument(fmt::format("--timeout: expected seconds > 0, found {}", args.timeout_s));
+  }
+  if (args.stop_grace_s < 0) {
+    throw std::invalid_argument(
+        fmt::format("--stop-grace: expected seconds >= 0, found {}", args.stop_grace_s));
+  }
+  options.stop_grace = std::chrono::milliseconds(static_cast<long long>(args.stop_grace_s * 1000));
+  if (!args.stop_job.empty()) {
+    options.job_id = args.stop_job;
+    return launch::stop_on_hosts(options);
+  }
+  if (args.command.empty()) {
+    throw std::invalid_argument(
+        "dtrain launch: expected a command to run after '--', found none; e.g. dtrain launch --hostfile "
+        "hosts "
+        "-- dtrain train config.yaml");
+  }
+  options.remote_dtrain = self_executable();
+  options.working_directory = std::filesystem::current_path().string();
+  options.master_port = args.master_port == 0 ? 29500 : args.master_port;
+  options.launch_flags = {"--max-restarts", std::to_string(args.max_restarts),
+                          "--backend",      args.backend,
+                          "--timeout",      fmt::format("{}", args.timeout_s),
+                          "--stop-grace",   fmt::format("{}", args.stop_grace_s)};
+  if (args.threads_option->count() > 0) {
+    options.launch_flags.insert(options.launch_flags.end(), {"--threads", std::to_string(args.threads)});
+  }
+  if (args.log_dir_option->count() > 0) {
+    options.launch_flags.insert(options.launch_flags.end(), {"--log-dir", args.log_dir});
+  }
+  options.command = args.command;
+  return launch::launch_on_hosts(options);
+}
+
 }  // namespace
 
 Run add_launch_command(CLI::App& app) {
@@ -105,43 +189,67 @@ Run add_launch_command(CLI::App& app) {
       "launch",
       "Start one worker process per rank with torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR, ...)");
   auto args = std::make_shared<LaunchArgs>();
-  sub->add_option("--nproc-per-node,--nproc_per_node", args->nproc_per_node,
-                  "Worker processes on this node: a number, or 'auto'/'cpu' for one per core")
-      ->capture_default_str();
-  sub->add_option("--nnodes", args->nnodes, "Nodes in the job")->capture_default_str();
-  sub->add_option("--node-rank,--node_rank", args->node_rank, "This node's index, 0 hosts the store")
-      ->capture_default_str();
+  args->nproc_option =
+      sub->add_option("--nproc-per-node,--nproc_per_node", args->nproc_per_node,
+                      "Worker processes on this node: a number, or 'auto'/'cpu' for one per core")
+          ->capture_default_str();
+  args->node_options.push_back(
+      sub->add_option("--nnodes", args->nnodes, "Nodes in the job")->capture_default_str());
+  args->node_options.push_back(
+      sub->add_option("--node-rank,--node_rank", args->node_rank, "This node's index, 0 hosts the store")
+          ->capture_default_str());
   args->master_addr_option = sub->add_option("--master-addr,--master_addr", args->master_addr,
                                              "Address of node 0 (required on other nodes)")
                                  ->capture_default_str();
+  args->node_options.push_back(args->master_addr_option);
   sub->add_option("--master-port,--master_port", args->master_port,
                   "Port of node 0's rendezvous store; 0 = a free port (single node only)")
       ->capture_default_str();
   sub->add_option("--max-restarts,--max_restarts", args->max_restarts,
                   "Restart every worker up to this many times after a failure")
       ->capture_default_str();
-  sub->add_flag("--standalone", args->standalone, "Single node with a local store on a free port");
+  args->node_options.push_back(
+      sub->add_flag("--standalone", args->standalone, "Single node with a local store on a free port"));
   sub->add_flag("--no-python,--no_python", args->no_python,
                 "Accepted for torchrun compatibility: the command always runs as given");
   sub->add_option("--backend", args->backend, "gloo (store hosted here), nccl, or mpi (delegates to mpirun)")
       ->check(CLI::IsMember({"gloo", "nccl", "mpi"}))
       ->capture_default_str();
-  sub->add_option("--threads", args->threads,
-                  "OMP_NUM_THREADS per worker; default: a user-set OMP_NUM_THREADS, else cores / ranks");
-  sub->add_option("--log-dir,--log_dir", args->log_dir,
-                  "Directory for rank_<r>.log; default: a fresh directory under $TMPDIR");
+  args->threads_option =
+      sub->add_option("--threads", args->threads,
+                      "OMP_NUM_THREADS per worker; default: a user-set OMP_NUM_THREADS, else cores / ranks");
+  args->log_dir_option =
+      sub->add_option("--log-dir,--log_dir", args->log_dir,
+                      "Directory for rank_<r>.log; default: a fresh directory under $TMPDIR");
   sub->add_option("--timeout", args->timeout_s, "Rendezvous store timeout in seconds")->capture_default_str();
   sub->add_option("--stop-grace,--stop_grace", args->stop_grace_s,
                   "Seconds between SIGTERM and SIGKILL when stopping workers")
       ->capture_default_str();
-  sub->add_option("--run-id,--run_id,--rdzv-id,--rdzv_id", args->run_id,
-                  "TORCHELASTIC_RUN_ID given to workers")
-      ->capture_default_str();
+  args->run_id_option = sub->add_option("--run-id,--run_id,--rdzv-id,--rdzv_id,--job-id", args->run_id,
+                                        "TORCHELASTIC_RUN_ID given to workers; with --hostfile the job's id "
+                                        "(default: HOST-PID-TIME), which --stop takes")
+                            ->capture_default_str();
+  auto* hostfile =
+      sub->add_option("--hostfile", args->hostfile,
+                      "Run on every host of FILE over ssh, one 'HOST slots=N' a line (DeepSpeed's "
+                      "format); the first host holds the rendezvous");
+  auto* hosts =
+      sub->add_option("-H,--hosts", args->host_list, "Hosts as HOST:SLOTS,... instead of --hostfile");
+  hostfile->excludes(hosts);
+  sub->add_option("--ssh-option", args->ssh_options,
+                  "Arguments for ssh, split at spaces; repeatable (e.g. --ssh-option '-i key -p 2222')");
+  sub->add_option("--stop", args->stop_job,
+                  "Stop job JOB on every host of --hostfile/-H (its launchers and workers), then exit");
   sub->add_option("command", args->command, "The worker program and its arguments, after '--'");
   // Everything from the program on belongs to the worker, dashes included (torchrun's form).
   sub->positionals_at_end(true);
 
   return [args]() -> int {
+    if (!args->hostfile.empty() || !args->host_list.empty()) return run_on_hosts(*args);
+    if (!args->stop_job.empty() || !args->ssh_options.empty()) {
+      throw std::invalid_argument(fmt::format("{} needs --hostfile FILE or -H HOSTS, found neither",
+                                              args->stop_job.empty() ? "--ssh-option" : "--stop"));
+    }
     const launch::LaunchResult result = launch::launch(to_options(*args));
     return result.exit_code;
   };

@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""Runs every shell command README.md shows, so that none drifts from the code.
+
+Each fenced ```sh or ```bash block runs as one bash script (set -e) in a scratch folder that holds
+links to the checkout's top-level entries and to the build folder as build/, so that its relative
+paths work and the runs it makes stay out of the checkout. Commands run as written, with a few
+steps: a `dtrain train` (also through a launcher, and scripts/run-main.sh) gets TRAIN_OVERRIDES
+appended in place of its own train.max_steps and train.epochs, and `dtrain bench comm` one small
+size. A block that cannot run here is marked in the README, just above its fence, with
+    <!-- readme-test: skip: REASON -->
+and listed with its reason; a mark without a reason is an error. Fails naming README.md's line of
+the first block that exits non-zero, with the end of its output.
+    tests/readme/readme_test.py SOURCE_DIR BUILD_DIR [--list]
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+TRAIN_OVERRIDES = "train.max_steps=2 data.subset_size=512 data.test_subset_size=256 train.checkpoint_every_epochs=0"
+BENCH_COMM = "--sizes 4K --iters 2 --warmup 1"
+SKIP = re.compile(r"<!--\s*readme-test:\s*skip\s*:?\s*(.*?)\s*-->")
+BLOCK_TIMEOUT_S = 300
+
+
+def blocks(readme):
+    """(line of the fence, language, text, skip reason or None) for every fenced block."""
+    lines = open(readme, encoding="utf-8").read().split("\n")
+    found, i = [], 0
+    while i < len(lines):
+        m = re.match(r"^```(\w*)\s*$", lines[i])
+        if not m:
+            i += 1
+            continue
+        start, language = i, m.group(1)
+        end = i + 1
+        while end < len(lines) and not lines[end].startswith("```"):
+            end += 1
+        before = lines[start - 1] if start > 0 else ""
+        skip = SKIP.search(before)
+        if skip and not skip.group(1):
+            sys.exit(f"README.md:{start}: a readme-test skip mark needs a reason: {before.strip()}")
+        found.append((start + 1, language, "\n".join(lines[start + 1:end]), skip.group(1) if skip else None))
+        i = end + 1
+    return found
+
+
+def strip_comment(line):
+    """The line without a trailing shell comment (a '#' after whitespace, outside quotes)."""
+    quote = None
+    for i, c in enumerate(line):
+        if quote:
+            quote = None if c == quote else quote
+        elif c in "'\"":
+            quote = c
+        elif c == "#" and (i == 0 or line[i - 1] in " \t"):
+            return line[:i].rstrip()
+    return line
+
+
+def shorten(script):
+    """The block with every training made a few steps long."""
+    logical, pending = [], ""
+    for line in script.split("\n"):
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        logical.append(pending + line)
+        pending = ""
+    out = []
+    for line in logical:
+        if re.search(r"dtrain train\b|scripts/run-main\.sh", line):
+            line = re.sub(r"\s(train\.max_steps|train\.epochs)=\S+", "", strip_comment(line)) + " " + TRAIN_OVERRIDES
+        elif re.search(r"dtrain bench comm\b", line):
+            line = strip_comment(line) + " " + BENCH_COMM
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def scratch(source, build):
+    """A folder with links to the checkout's entries and build/ to the build folder."""
+    folder = tempfile.mkdtemp(prefix="dtrain-readme-test-")
+    for entry in os.listdir(source):
+        if entry in ("build", ".git", "runs", "logs"):
+            continue
+        os.symlink(os.path.join(source, entry), os.path.join(folder, entry))
+    os.symlink(build, os.path.join(folder, "build"))
+    return folder
+
+
+def main():
+    source, build = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+    readme = os.path.join(source, "README.md")
+    shell_blocks = [b for b in blocks(readme) if b[1] in ("sh", "bash")]
+    ran = skipped = 0
+    for line, _, text, reason in shell_blocks:
+        if reason is not None:
+            print(f"README.md:{line}: skipped: {reason}")
+            skipped += 1
+            continue
+        if "--list" in sys.argv:
+            print(f"README.md:{line}: runs:\n{shorten(text)}")
+            continue
+        folder = scratch(source, build)
+        started = time.monotonic()
+        try:
+            result = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", shorten(text)], cwd=folder,
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                    timeout=BLOCK_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            sys.exit(f"FAIL: README.md:{line}: the block ran longer than {BLOCK_TIMEOUT_S} s:\n{shorten(text)}")
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        if result.returncode != 0:
+            tail = "\n".join(result.stdout.rstrip().split("\n")[-30:])
+            sys.exit(f"{tail}\nFAIL: README.md:{line}: the block exited {result.returncode}:\n{shorten(text)}")
+        print(f"README.md:{line}: ok in {time.monotonic() - started:.1f} s")
+        ran += 1
+    print(f"PASS: {ran} blocks of README.md ran, {skipped} skipped (reasons above)")
+
+
+if __name__ == "__main__":
+    main()
