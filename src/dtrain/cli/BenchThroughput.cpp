@@ -513,12 +513,13 @@ std::vector<ThroughputResult> run_throughput_sweep(const BenchThroughputOptions&
       if (fd < 0) throw std::runtime_error("bench throughput: cannot write " + log_path.string());
       launch::LaunchOptions options;
       options.nproc_per_node = p.workers;
-      options.backend = cfg.parallel.backend == "mpi" ? "mpi" : "gloo";
+      options.environment = config::process_environment();
+      options.backend = launch::start_method_for(cfg.parallel.backend, p.workers, cfg.train.device == "cuda",
+                                                 options.environment);
       options.threads = cfg.train.threads;
       options.log_dir = (dir / "launch").string();
       options.rendezvous_timeout =
           std::chrono::milliseconds(static_cast<std::int64_t>(cfg.parallel.timeout_s * 1000));
-      options.environment = config::process_environment();
       options.command = worker_command(o, p, dir);
       options.output_fd = fd;
       options.diagnostics_fd = fd;
@@ -579,7 +580,7 @@ int run_throughput_worker(const BenchThroughputOptions& o) {
   try {
     if (rendezvous.world_size > 1 || parallel::find_strategy(p.strategy).needs_communicator) {
       comm::BackendOptions backend;
-      backend.name = cfg.parallel.backend;
+      backend.name = comm::resolve_backend(cfg.parallel.backend, rendezvous, cfg.train.device == "cuda");
       backend.timeout = rv.timeout;
       backend.poll_wait = std::chrono::microseconds(cfg.parallel.poll_wait_us);
       backend.gloo_threads = cfg.parallel.gloo_threads;

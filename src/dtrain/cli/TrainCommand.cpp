@@ -288,18 +288,9 @@ int run_worker(const TrainArgs& a, const config::RunConfig& cfg, const comm::Env
   std::string backend_line;  // what parallel.backend: auto chose, and why
   if (rendezvous.world_size > 1 || parallel::find_strategy(cfg.parallel.strategy).needs_communicator) {
     comm::BackendOptions backend;
-    backend.name = cfg.parallel.backend;
-    if (backend.name == "auto") {
-      // See Note [Choosing a backend].
-      comm::BackendLayout layout;
-      layout.world_size = rendezvous.world_size;
-      layout.local_world_size = rendezvous.local_world_size;
-      layout.mpi_processes = rendezvous.source == "openmpi";
-      layout.cuda = cfg.train.device == "cuda";
-      const auto choice = comm::choose_backend(layout);
-      backend.name = choice.name;
-      backend_line = comm::describe(choice);
-    }
+    // See Note [Choosing a backend].
+    backend.name =
+        comm::resolve_backend(cfg.parallel.backend, rendezvous, cfg.train.device == "cuda", &backend_line);
     backend.timeout = rv.timeout;
     backend.poll_wait = std::chrono::microseconds(cfg.parallel.poll_wait_us);
     backend.gloo_threads = cfg.parallel.gloo_threads;

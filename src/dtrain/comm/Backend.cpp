@@ -58,6 +58,19 @@ std::string describe(const BackendChoice& choice) {
   return fmt::format("backend auto \u2192 {}: {}", choice.name, choice.reason);
 }
 
+std::string resolve_backend(const std::string& configured, const RendezvousInfo& rendezvous, bool cuda,
+                            std::string* line) {
+  if (configured != "auto") return configured;
+  BackendLayout layout;
+  layout.world_size = rendezvous.world_size;
+  layout.local_world_size = rendezvous.local_world_size;
+  layout.mpi_processes = rendezvous.source == "openmpi";
+  layout.cuda = cuda;
+  const auto choice = choose_backend(layout);
+  if (line) *line = describe(choice);
+  return choice.name;
+}
+
 std::unique_ptr<Communicator> connect(const BackendOptions& backend, const RendezvousInfo& rendezvous) {
   if (backend.name == "auto") {
     throw std::invalid_argument("backend 'auto' must be resolved with choose_backend() before connecting");

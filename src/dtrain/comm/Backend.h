@@ -60,6 +60,12 @@ BackendChoice choose_backend(const BackendLayout& layout);
 // The log line: "backend auto → mpi: 2 ranks on one host, shared memory".
 std::string describe(const BackendChoice& choice);
 
+// `configured` (parallel.backend) for a process that joined `rendezvous`: itself when named, else
+// choose_backend() for the layout the rendezvous describes (MPI processes when OpenMPI started
+// the ranks); `line` receives describe() of an automatic choice and is left alone otherwise.
+std::string resolve_backend(const std::string& configured, const RendezvousInfo& rendezvous, bool cuda,
+                            std::string* line = nullptr);
+
 // Connects this process to the others. Throws std::invalid_argument for an unknown backend
 // (listing the available ones) and CommError when the peers do not show up within the timeout.
 std::unique_ptr<Communicator> connect(const BackendOptions& backend, const RendezvousInfo& rendezvous);
