@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "dtrain/parallel/GradientReadyHook.h"
 #include "dtrain/parallel/ModuleSync.h"
 #include "dtrain/parallel/data_parallel/GradientBuckets.h"
 #include "dtrain/parallel/data_parallel/PowerSgd.h"
@@ -95,21 +96,6 @@ struct DataParallel::Impl {
   void wait_outstanding_quietly();
   bool carry_inline = false;  // carry_slots lie in the last bucket's buffer
 };
-
-namespace {
-
-// Runs after AccumulateGrad has added a parameter's gradient into grad().
-struct GradientReadyHook final : torch::autograd::FunctionPostHook {
-  explicit GradientReadyHook(std::function<void()> on_ready) : on_ready(std::move(on_ready)) {}
-  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
-                                            const torch::autograd::variable_list& /*inputs*/) override {
-    on_ready();
-    return outputs;
-  }
-  std::function<void()> on_ready;
-};
-
-}  // namespace
 
 void DataParallel::Impl::build_buckets() {
   auto layout = detail::build_buckets(*module, options, kMaxCarriedValues);

@@ -12,6 +12,7 @@
 
 #include "dtrain/optim/Autocast.h"
 #include "dtrain/optim/OptimizerState.h"
+#include "dtrain/parallel/GradientReadyHook.h"
 #include "dtrain/parallel/MicroBatches.h"
 #include "dtrain/parallel/ModuleSync.h"
 #include "dtrain/parallel/Registry.h"
@@ -60,17 +61,6 @@ namespace dtrain::parallel {
 // step.
 
 namespace {
-
-// Runs after AccumulateGrad has added a parameter's gradient into grad().
-struct GradientReadyHook final : torch::autograd::FunctionPostHook {
-  explicit GradientReadyHook(std::function<void()> on_ready) : on_ready(std::move(on_ready)) {}
-  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
-                                            const torch::autograd::variable_list& /*inputs*/) override {
-    on_ready();
-    return outputs;
-  }
-  std::function<void()> on_ready;
-};
 
 std::string unit_key(std::size_t u) {
   return fmt::format("zero_unit_{}", u);
