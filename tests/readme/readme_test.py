@@ -6,11 +6,15 @@ links to the checkout's top-level entries and to the build folder as build/, so 
 paths work and the runs it makes stay out of the checkout. Commands run as written, with a few
 steps: a `dtrain train` (also through a launcher, and scripts/run-main.sh) gets TRAIN_OVERRIDES
 appended in place of its own train.max_steps and train.epochs, and `dtrain bench comm` one small
-size. A block that cannot run here is marked in the README, just above its fence, with
-    <!-- readme-test: skip: REASON -->
-and listed with its reason; a mark without a reason is an error. Fails naming README.md's line of
-the first block that exits non-zero, with the end of its output.
-    tests/readme/readme_test.py SOURCE_DIR BUILD_DIR [--list]
+size; a `dtrain experiment` gets the same overrides as --set, a `dtrain bench throughput` two steps
+of one batch size, `dtrain bench data` a small export, bench/precision_compare.sh STEPS=2; a run folder
+named by its date (runs/20261122-050233_quickstart, runs/<date>_quickstart) becomes the newest folder
+of that name. Marks just above a block's fence:
+    <!-- readme-test: skip: REASON -->    the block cannot run here; listed with its reason (required)
+    <!-- readme-test: before: COMMAND --> COMMAND runs first (shortened alike), e.g. the training whose
+                                          run folder the block resumes; several marks run in order
+Fails naming README.md's line of the first block that exits non-zero, with the end of its output.
+    tests/readme/readme_test.py SOURCE_DIR BUILD_DIR [--list] [--line N]   (--line: only the block at N)
 """
 import os
 import re
@@ -21,8 +25,12 @@ import tempfile
 import time
 
 TRAIN_OVERRIDES = "train.max_steps=2 data.subset_size=512 data.test_subset_size=256 train.checkpoint_every_epochs=0"
+# An experiment's decentralized runs split the data over up to 10 graph nodes of several batches each.
+EXPERIMENT_OVERRIDES = TRAIN_OVERRIDES.replace("data.subset_size=512", "data.subset_size=8192")
 BENCH_COMM = "--sizes 4K --iters 2 --warmup 1"
 SKIP = re.compile(r"<!--\s*readme-test:\s*skip\s*:?\s*(.*?)\s*-->")
+BEFORE = re.compile(r"<!--\s*readme-test:\s*before\s*:\s*(.*?)\s*-->")
+DATED = re.compile(r"(\S*?)(?:<date>|\d{8}-\d{6})_([\w.-]+)")
 BLOCK_TIMEOUT_S = 300
 
 
@@ -39,11 +47,16 @@ def blocks(readme):
         end = i + 1
         while end < len(lines) and not lines[end].startswith("```"):
             end += 1
-        before = lines[start - 1] if start > 0 else ""
-        skip = SKIP.search(before)
+        marks, k = [], start - 1
+        while k >= 0 and "readme-test:" in lines[k]:
+            marks.insert(0, lines[k])
+            k -= 1
+        skip = next((m for m in map(SKIP.search, marks) if m), None)
         if skip and not skip.group(1):
-            sys.exit(f"README.md:{start}: a readme-test skip mark needs a reason: {before.strip()}")
-        found.append((start + 1, language, "\n".join(lines[start + 1:end]), skip.group(1) if skip else None))
+            sys.exit(f"README.md:{start}: a readme-test skip mark needs a reason: {skip.group(0)}")
+        setup = [m.group(1) for m in map(BEFORE.search, marks) if m]
+        text = "\n".join(setup + lines[start + 1:end])
+        found.append((start + 1, language, text, skip.group(1) if skip else None))
         i = end + 1
     return found
 
@@ -72,10 +85,20 @@ def shorten(script):
         pending = ""
     out = []
     for line in logical:
+        line = DATED.sub(lambda m: f'"$(ls -d {m.group(1)}*_{m.group(2)} | tail -n 1)"', line)
         if re.search(r"dtrain train\b|scripts/run-main\.sh", line):
             line = re.sub(r"\s(train\.max_steps|train\.epochs)=\S+", "", strip_comment(line)) + " " + TRAIN_OVERRIDES
+        elif re.search(r"dtrain experiment\b", line):
+            line = strip_comment(line) + "".join(f" --set {o}" for o in EXPERIMENT_OVERRIDES.split())
         elif re.search(r"dtrain bench comm\b", line):
             line = strip_comment(line) + " " + BENCH_COMM
+        elif re.search(r"dtrain bench throughput\b", line):
+            line = re.sub(r"--steps \S+", "--steps 2", re.sub(r"--warmup \S+", "--warmup 1", strip_comment(line)))
+            line = re.sub(r"--batches \S+", "--batches 4", line)
+        elif re.search(r"dtrain bench data\b", line):
+            line = re.sub(r"--export \S+", "--export 64", strip_comment(line)).replace("/tmp/", "tmp-")
+        elif re.search(r"bench/precision_compare\.sh", line):
+            line = "STEPS=2 " + strip_comment(line)
         out.append(line)
     return "\n".join(out) + "\n"
 
@@ -95,6 +118,9 @@ def main():
     source, build = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
     readme = os.path.join(source, "README.md")
     shell_blocks = [b for b in blocks(readme) if b[1] in ("sh", "bash")]
+    if "--line" in sys.argv:
+        only = int(sys.argv[sys.argv.index("--line") + 1])
+        shell_blocks = [b for b in shell_blocks if b[0] == only]
     ran = skipped = 0
     for line, _, text, reason in shell_blocks:
         if reason is not None:
