@@ -245,11 +245,18 @@ int restart_count(const comm::Environment& env) {
 // the random generators and the sampler's position all come back (Trainer::load_state), so the
 // final weights equal an uninterrupted run's bit for bit. With no checkpoint yet the attempt
 // starts over from step 0, or from --resume where one was given.
+// Rank 0, which writes the checkpoints, decides for every rank: a rank on a host that does not see
+// the folder then fails naming it instead of starting over alone.
 TrainArgs resume_after_restart(const TrainArgs& a, const io::RunDir& run, int restarts,
+                               const comm::CommunicatorPtr& communicator,
                                const std::shared_ptr<io::Logger>& logger) {
   if (restarts == 0) return a;
   TrainArgs resumed = a;
-  if (io::CheckpointStore(run.checkpoints_dir()).latest_path()) {
+  auto found = torch::zeros({1}, torch::kInt64);
+  if (!communicator || communicator->rank() == 0)
+    found.fill_(io::CheckpointStore(run.checkpoints_dir()).latest_path() ? 1 : 0);
+  if (communicator) communicator->broadcast(found, 0);
+  if (found.item<std::int64_t>() == 1) {
     resumed.resume = run.root().string();
     logger->info(fmt::format("restart {}: continuing from the latest checkpoint in {}", restarts,
                              run.checkpoints_dir().string()));
@@ -273,8 +280,8 @@ int train_in(const TrainArgs& given, const config::RunConfig& cfg, const comm::C
         logger->info("removed " + removed.string() + ", left by an interrupted write");
     }
   }
-  // Every rank decides alike: rank 0 removes only temporaries, never a checkpoint.
-  const TrainArgs a = resume_after_restart(given, run, restarts, logger);
+  // Rank 0 removed only temporaries, never a checkpoint; it decides for every rank where to start.
+  const TrainArgs a = resume_after_restart(given, run, restarts, communicator, logger);
   io::MetricsSinkPtr sink;
   if (rank == 0) {
     run.write_config(cfg);
