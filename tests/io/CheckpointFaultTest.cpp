@@ -228,7 +228,8 @@ TEST(CheckpointKills, FiftyKillsMidWriteAlwaysLeaveALoadableCheckpointAndNoStale
       seconds, killed_mid_write, steps_seen.size(),
       steps_seen.empty() ? 0LL : static_cast<long long>(*steps_seen.rbegin()));
   EXPECT_GE(killed_mid_write, 5) << "too few kills landed inside a write to test it";
-  EXPECT_GE(steps_seen.size(), 10u);
+  // How far the writers get depends on the disk's speed; that some checkpoint was completed does not.
+  EXPECT_FALSE(steps_seen.empty()) << "no writer completed a checkpoint in 50 runs";
 }
 
 }  // namespace
