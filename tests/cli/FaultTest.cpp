@@ -240,6 +240,34 @@ TEST(FaultFlags, MaxRestartsInAWorkerStartedByALauncherIsRefused) {
       << out.err;
 }
 
+// A run removes at its start what a writer killed mid-write left in its run folder.
+TEST(FaultFlags, StartRemovesStaleTemporariesOfItsRunFolder) {
+  const auto dir = fs::temp_directory_path() / ("dtrain-fault-stale-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir / "run" / "checkpoints");
+  const pid_t writer = ::fork();
+  if (writer == 0) ::_exit(0);
+  ASSERT_GT(writer, 0);
+  ASSERT_EQ(::waitpid(writer, nullptr, 0), writer);  // an exited writer's pid
+  const std::string suffix = ".tmp." + std::to_string(writer) + ".0";
+  const auto stale_checkpoint = dir / "run" / "checkpoints" / (".checkpoint-000000000004.ckpt" + suffix);
+  const auto stale_results = dir / "run" / (".results.json" + suffix);
+  std::ofstream(stale_checkpoint) << "partial";
+  std::ofstream(stale_results) << "partial";
+  const auto out =
+      run("train nproc=1 parallel.strategy=local data.dataset=synthetic data.synthetic_size=64 "
+          "data.batch_size=16 model.name=mlp train.max_steps=2 --run-dir " +
+              (dir / "run").string(),
+          dir);
+  EXPECT_EQ(out.exit_code, 0) << out.err;
+  EXPECT_FALSE(fs::exists(stale_checkpoint));
+  EXPECT_FALSE(fs::exists(stale_results));
+  EXPECT_NE(out.err.find("removed " + stale_checkpoint.string() + ", left by an interrupted write"),
+            std::string::npos)
+      << out.err;
+  fs::remove_all(dir);
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, Faults, ::testing::Values("gloo", "mpi"),
                          [](const auto& info) { return info.param; });
 
