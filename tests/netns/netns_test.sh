@@ -4,15 +4,18 @@
 #   mpi      2 hosts x 2 ranks, `dtrain launch --backend mpi` (mpirun) in host 0, which starts host 1's
 #            ranks through netns.sh's launch agent (`ip netns exec`, in place of ssh)
 #   cleanup  an instance interrupted by SIGTERM, and one whose host fails, leave nothing behind
+#   kill     2 hosts x 2 ranks training (gloo, then mpi); every process of host 1's namespace gets
+#            SIGKILL after the first checkpoint; every process of host 0 must be gone within 10 s
+#            and host 0's job must name a rank of host 1, its address or its name
 # gloo and mpi train the quickstart config briefly (mlp, 20 steps, 1 Gbit/s links) and require the
 # final weights (model.pt) to equal, byte for byte, those of one host running 4 ranks of the same
 # backend: rank r gets the same data shard and the all-reduce the same reduction order wherever it
 # runs, and every worker has one intra-op thread. They also require that at least one gradient's
 # worth per step crossed the link in each direction, so the hosts really were apart.
 # Exits 77 (CTest's SKIP_RETURN_CODE) with the reason where namespaces cannot be made.
-#   tests/netns/netns_test.sh gloo|mpi|cleanup DTRAIN SOURCE_DIR
+#   tests/netns/netns_test.sh gloo|mpi|cleanup|kill DTRAIN SOURCE_DIR
 set -euo pipefail
-MODE=${1:?mode: gloo, mpi or cleanup}
+MODE=${1:?mode: gloo, mpi, cleanup or kill}
 DTRAIN=$(readlink -f "${2:?path of the dtrain binary}")
 cd "${3:?the source directory}"
 NETNS=$PWD/bench/netns.sh
@@ -22,7 +25,8 @@ OVERRIDES=(model.name=mlp "train.max_steps=$STEPS" data.subset_size=2560 data.te
   train.checkpoint_every_epochs=0 train.log_every_steps=10)
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/dtrain-netns-test-XXXXXX")
-trap 'rm -rf "$work"' EXIT
+kill_instance=""  # an instance of the kill mode, removed on every way out
+trap '[ -z "$kill_instance" ] || "$NETNS" down "$kill_instance" 2>/dev/null; rm -rf "$work"' EXIT
 
 fail() {
   echo "FAIL: $*" >&2
@@ -170,9 +174,95 @@ test_cleanup() {
   echo "PASS: interrupted and failed runs leave nothing behind"
 }
 
+# Every process of a host namespace, one line; empty when there is none.
+pids_in() { ip netns pids "$1" 2>/dev/null | sort -n | paste -sd' '; }
+
+now() { date +%s.%N; }
+seconds_since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.3f\n", b - a }'; }
+
+test_kill_host() {  # backend
+  local backend=$1 id h0 h1 i job0 job1="" start pids elapsed status=0
+  if ! "$DTRAIN" info | grep -q "^backends .*\b$backend\b"; then
+    echo "SKIPPED ($backend): this dtrain was built without the $backend backend"
+    return
+  fi
+  # A synthetic data set and many steps: host 1 is killed long before the job could end.
+  cat >"$work/kill.yaml" <<END
+name: kill
+out_dir: $work/runs
+data: {dataset: synthetic, synthetic_shape: [1, 8, 8], synthetic_classes: 4, synthetic_size: 512, batch_size: 16,
+       test_subset_size: 64}
+model: {name: mlp, hidden: [16]}
+optim: {name: sgd, lr: 0.05, momentum: 0.9}
+parallel: {strategy: data_parallel, timeout_s: 60}
+train: {epochs: 100000, log_every_steps: 10, checkpoint_every_steps: 10, checkpoint_every_epochs: 0, seed: 1}
+END
+  id=$("$NETNS" up 2 2>"$work/kill-up.err") || {
+    cat "$work/kill-up.err"
+    fail "netns.sh up failed"
+  }
+  kill_instance=$id
+  h0=$id-h0 h1=$id-h1
+  rm -rf "$work/kill-run" "$work"/kill-h*.err
+  if [ "$backend" = gloo ]; then
+    for i in 0 1; do
+      HOST_INDEX=$i "$NETNS" exec "$id-h$i" "$DTRAIN" launch --nnodes 2 --node-rank "$i" --nproc-per-node 2 \
+        --threads 1 --master-addr 10.213.0.1 --master-port 29500 --timeout 60 --log-dir "$work/kill-logs-h$i" -- \
+        "$DTRAIN" train "$work/kill.yaml" parallel.backend=gloo --run-dir "$work/kill-run" \
+        >/dev/null 2>"$work/kill-h$i.err" &
+      if [ "$i" = 0 ]; then job0=$!; else job1=$!; fi
+    done
+  else
+    # mpirun on host 0 starts host 1's ranks (2 and 3) through netns.sh's launch agent.
+    # shellcheck disable=SC2016  # for the host's shell
+    "$NETNS" exec "$h0" sh -c 'OMPI_MCA_orte_default_dash_host=$(sed "s/\$/:2/" "$DTRAIN_NETNS_HOSTFILE" | paste -sd,) exec "$@"' \
+      sh "$DTRAIN" launch --backend mpi --nproc-per-node 4 --threads 1 --log-dir "$work/kill-logs-h0" -- \
+      "$DTRAIN" train "$work/kill.yaml" parallel.backend=mpi --run-dir "$work/kill-run" \
+      >/dev/null 2>"$work/kill-h0.err" &
+    job0=$!
+  fi
+  for _ in $(seq 1200); do
+    grep -q 'checkpoint .*checkpoint-[0-9]*\.ckpt' "$work/kill-h0.err" 2>/dev/null && break
+    kill -0 "$job0" 2>/dev/null || break
+    sleep 0.1
+  done
+  grep -q 'checkpoint .*checkpoint-[0-9]*\.ckpt' "$work/kill-h0.err" || {
+    tail -n 20 "$work"/kill-h*.err
+    fail "$backend: no checkpoint from the two-host job"
+  }
+  pids=$(pids_in "$h1")
+  [ -n "$pids" ] || fail "$backend: no process in host 1's namespace"
+  start=$(now)
+  # shellcheck disable=SC2086  # one pid a word
+  kill -KILL $pids
+  wait "$job0" || status=$?
+  [ -z "$job1" ] || wait "$job1" 2>/dev/null || true
+  while [ -n "$(pids_in "$h0")" ] && awk -v t="$(seconds_since "$start")" 'BEGIN { exit !(t < 30) }'; do
+    sleep 0.01
+  done
+  elapsed=$(seconds_since "$start")
+  echo "$backend, 2 namespaces: kill -9 of every process of host 1 ($pids) -> last process of host 0 gone" \
+    "after $elapsed s (host 0's job exited with $status)"
+  echo "host 0's job said:"
+  grep -E "error|fail|killed|lost|rank [23]\b|10\.213\.0\.2\b|$h1" "$work/kill-h0.err" | head -n 10 | cut -c1-300
+  [ -z "$(pids_in "$h0")" ] || fail "$backend: host 0 still runs $(pids_in "$h0") 30 s after host 1 was killed"
+  [ "$status" -ne 0 ] || fail "$backend: host 0's job exited 0 after host 1 was killed"
+  awk -v t="$elapsed" 'BEGIN { exit !(t < 10) }' || fail "$backend: host 0 took $elapsed s to stop (10 s allowed)"
+  grep -Eq "rank [23]\b|10\.213\.0\.2\b|$h1" "$work/kill-h0.err" ||
+    fail "$backend: host 0's job did not name a rank of host 1 (2 or 3), its address or its name"
+  "$NETNS" down "$id" 2>/dev/null
+  kill_instance=""
+  check_removed "$id"
+  echo "PASS ($backend): killing host 1 stopped host 0 within $elapsed s, naming host 1"
+}
+
 probe
 case $MODE in
   gloo | mpi) test_training "$MODE" ;;
   cleanup) test_cleanup ;;
-  *) fail "unknown mode '$MODE'; expected gloo, mpi or cleanup" ;;
+  kill)
+    test_kill_host gloo
+    test_kill_host mpi
+    ;;
+  *) fail "unknown mode '$MODE'; expected gloo, mpi, cleanup or kill" ;;
 esac

@@ -19,6 +19,7 @@
 #include "dtrain/config/Environment.h"
 #include "dtrain/config/RunConfigYaml.h"
 #include "dtrain/io/AtomicFile.h"
+#include "dtrain/io/Checkpoint.h"
 #include "dtrain/io/JsonFile.h"
 #include "dtrain/io/RunDir.h"
 #include "dtrain/io/TensorBoardWriter.h"
@@ -44,6 +45,7 @@ struct TrainArgs {
   int world_size = -1;
   std::string master_addr;
   int master_port = -1;
+  int max_restarts = 0;
   SeedFlags seed;
 };
 
@@ -207,6 +209,7 @@ int launch_workers(const TrainArgs& a, const config::RunConfig& cfg, int nproc,
   }
   launch::LaunchOptions options;
   options.nproc_per_node = nproc;
+  options.max_restarts = a.max_restarts;
   options.backend = launch::start_method_for(cfg.parallel.backend, nproc, cfg.train.device == "cuda", env);
   options.threads = cfg.train.threads;
   options.log_dir = (root / "launch").string();
@@ -225,10 +228,60 @@ int launch_workers(const TrainArgs& a, const config::RunConfig& cfg, int nproc,
   return launch::launch(options).exit_code;
 }
 
+// The attempt of the job that this worker belongs to: 0, or the restarts before it
+// (TORCHELASTIC_RESTART_COUNT, which dtrain launch and torchrun set, also through mpirun).
+int restart_count(const comm::Environment& env) {
+  const auto it = env.find("TORCHELASTIC_RESTART_COUNT");
+  if (it == env.end() || it->second.empty() || it->second.size() > 6 ||
+      it->second.find_first_not_of("0123456789") != std::string::npos) {
+    return 0;
+  }
+  return std::stoi(it->second);
+}
+
+// Note [Restarts resume]
+// A job restarted by its launcher (--max-restarts) continues where its run folder's latest
+// checkpoint left it, as a resume does: the weights, the optimizer's and the scheduler's state,
+// the random generators and the sampler's position all come back (Trainer::load_state), so the
+// final weights equal an uninterrupted run's bit for bit. With no checkpoint yet the attempt
+// starts over from step 0, or from --resume where one was given.
+// Rank 0, which writes the checkpoints, decides for every rank: a rank on a host that does not see
+// the folder then fails naming it instead of starting over alone.
+TrainArgs resume_after_restart(const TrainArgs& a, const io::RunDir& run, int restarts,
+                               const comm::CommunicatorPtr& communicator,
+                               const std::shared_ptr<io::Logger>& logger) {
+  if (restarts == 0) return a;
+  TrainArgs resumed = a;
+  auto found = torch::zeros({1}, torch::kInt64);
+  if (!communicator || communicator->rank() == 0)
+    found.fill_(io::CheckpointStore(run.checkpoints_dir()).latest_path() ? 1 : 0);
+  if (communicator) communicator->broadcast(found, 0);
+  if (found.item<std::int64_t>() == 1) {
+    resumed.resume = run.root().string();
+    logger->info(fmt::format("restart {}: continuing from the latest checkpoint in {}", restarts,
+                             run.checkpoints_dir().string()));
+  } else {
+    logger->info(fmt::format("restart {}: no checkpoint in {} yet; starting {}", restarts,
+                             run.checkpoints_dir().string(),
+                             a.resume.empty() ? "from step 0" : "from --resume " + a.resume));
+  }
+  return resumed;
+}
+
 // The training itself, in a worker whose run folder and log are ready.
-int train_in(const TrainArgs& a, const config::RunConfig& cfg, const comm::CommunicatorPtr& communicator,
-             io::RunDir& run, const std::shared_ptr<io::Logger>& logger) {
+int train_in(const TrainArgs& given, const config::RunConfig& cfg, const comm::CommunicatorPtr& communicator,
+             io::RunDir& run, const std::shared_ptr<io::Logger>& logger, int restarts) {
   const int rank = communicator ? communicator->rank() : 0;
+  if (rank == 0) {
+    // A writer killed mid-write (a crash, a kill -9, a restart) leaves its temporary files behind;
+    // this run is the folder's only writer, so whatever it finds at its start is stale.
+    for (const auto& dir : {run.root(), run.checkpoints_dir()}) {
+      for (const auto& removed : io::remove_stale_temporaries(dir))
+        logger->info("removed " + removed.string() + ", left by an interrupted write");
+    }
+  }
+  // Rank 0 removed only temporaries, never a checkpoint; it decides for every rank where to start.
+  const TrainArgs a = resume_after_restart(given, run, restarts, communicator, logger);
   io::MetricsSinkPtr sink;
   if (rank == 0) {
     run.write_config(cfg);
@@ -316,7 +369,7 @@ int run_worker(const TrainArgs& a, const config::RunConfig& cfg, const comm::Env
   auto logger = io::Logger::for_rank(run->log_path(), rank, world, launch::status_relay_requested(env));
   if (!backend_line.empty()) logger->info(backend_line);
   try {
-    return train_in(a, cfg, communicator, *run, logger);
+    return train_in(a, cfg, communicator, *run, logger, restart_count(env));
   } catch (const std::exception& e) {
     // In the rank's log too. Rank 0's logger prints on stderr; the other ranks say it there
     // themselves, for the launcher to quote.
@@ -344,6 +397,10 @@ Run add_train_command(CLI::App& app) {
   cmd->add_option("--resume", a->resume,
                   "Continue from a run folder's latest checkpoint or a checkpoint file");
   cmd->add_option("--run-dir", a->run_dir, "Write into this run folder instead of a new one");
+  cmd->add_option("--max-restarts", a->max_restarts,
+                  "Restart the workers up to this many times when one fails; each restart continues from the "
+                  "latest checkpoint")
+      ->check(at_least(0));
   cmd->add_option("--dist-url", a->dist_url, "Rendezvous as tcp://HOST:PORT (with --rank and --world-size)");
   cmd->add_option("--rank", a->rank, "This worker's rank")->check(at_least(0));
   cmd->add_option("--world-size,--num-nodes", a->world_size, "Number of workers")->check(at_least(1));
@@ -359,7 +416,14 @@ Run add_train_command(CLI::App& app) {
     const int nproc = a->nproc > 0 ? a->nproc : cfg.nproc;
     // How the data is held for this many workers (graph nodes over ranks): before any worker starts.
     if (!started_by_a_launcher(env, *a)) parallel::data_holders(cfg.parallel, nproc);
-    if (!started_by_a_launcher(env, *a) && nproc > 1) return launch_workers(*a, cfg, nproc, env);
+    if (a->max_restarts > 0 && started_by_a_launcher(env, *a)) {
+      throw std::invalid_argument(fmt::format(
+          "--max-restarts {}: this process is a worker started by a launcher, which does the restarting; "
+          "give --max-restarts to the launcher (dtrain launch, torchrun) instead",
+          a->max_restarts));
+    }
+    if (!started_by_a_launcher(env, *a) && (nproc > 1 || a->max_restarts > 0))
+      return launch_workers(*a, cfg, nproc, env);
     return run_worker(*a, cfg, env);
   };
 }

@@ -3,10 +3,13 @@
 // one, even after a power cut; temporary files left by a crash are recognisable and ignored.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace dtrain::io {
 
@@ -25,6 +28,24 @@ void write_file_atomic(const std::filesystem::path& target, std::string_view byt
 // if `write` throws.
 void replace_file_atomic(const std::filesystem::path& target,
                          const std::function<void(const std::filesystem::path& temporary)>& write);
+
+// Receives a file's bytes in pieces, in order.
+using ByteSink = std::function<void(const void* data, std::size_t size)>;
+
+struct WrittenFile {
+  std::uint64_t bytes = 0;
+  std::uint32_t crc32c = 0;  // of the whole file, as io/Crc32c.h computes it
+};
+
+// Atomically replaces `target` with the bytes `produce` hands to its sink, streamed to the
+// temporary file as they come. See Note [Failed writes].
+WrittenFile stream_file_atomic(const std::filesystem::path& target,
+                               const std::function<void(const ByteSink& sink)>& produce);
+
+// Removes the temporary files in `dir` (not below it) whose writer has exited: left by a process
+// killed mid-write. A writer that still runs (its pid is alive) keeps its file. Returns the paths
+// removed.
+std::vector<std::filesystem::path> remove_stale_temporaries(const std::filesystem::path& dir);
 
 // fsync of a file or directory by path.
 void fsync_path(const std::filesystem::path& path);

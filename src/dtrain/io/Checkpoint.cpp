@@ -107,7 +107,7 @@ void Checkpoint::load_module_state(const std::string& prefix, torch::nn::Module&
   for (auto& item : module.named_buffers(/*recurse=*/true)) load(item.key(), item.value());
 }
 
-void Checkpoint::save(const std::filesystem::path& path) const {
+void Checkpoint::write(const ByteSink& sink) const {
   nlohmann::json header = {{"format", kFormat}, {"version", kVersion}, {"names", nlohmann::json::array()}};
   header["metadata"] = nlohmann::json::parse(metadata_json_);
   torch::serialize::OutputArchive archive;
@@ -117,7 +117,15 @@ void Checkpoint::save(const std::filesystem::path& path) const {
     archive.write("t" + std::to_string(index++), tensor);
   }
   archive.write("header", bytes_tensor(header.dump()));
-  archive.save_to(path.string());
+  // The sink never fails mid-stream (see Note [Failed writes]), so torch's writer always finishes.
+  archive.save_to([&](const void* data, std::size_t size) -> std::size_t {
+    sink(data, size);
+    return size;
+  });
+}
+
+void Checkpoint::save(const std::filesystem::path& path) const {
+  stream_file_atomic(path, [&](const ByteSink& sink) { write(sink); });
 }
 
 Checkpoint Checkpoint::load(const std::filesystem::path& path) {
@@ -176,12 +184,11 @@ std::string CheckpointStore::file_name(std::int64_t step) {
 
 std::filesystem::path CheckpointStore::save(const Checkpoint& checkpoint, std::int64_t step) {
   const auto path = dir_ / file_name(step);
-  replace_file_atomic(path, [&](const std::filesystem::path& temporary) { checkpoint.save(temporary); });
+  const auto written = stream_file_atomic(path, [&](const ByteSink& sink) { checkpoint.write(sink); });
   // The marker names the file with its size and checksum, so a loader can tell it is intact.
-  const std::string bytes = read_file(path);
   char marker[160];
-  std::snprintf(marker, sizeof(marker), "%s %zu %08x\n", path.filename().c_str(), bytes.size(),
-                crc32c(bytes.data(), bytes.size()));
+  std::snprintf(marker, sizeof(marker), "%s %llu %08x\n", path.filename().c_str(),
+                static_cast<unsigned long long>(written.bytes), written.crc32c);
   write_file_atomic(dir_ / kMarker, marker);
   if (options_.keep_last > 0) {
     std::vector<std::pair<std::int64_t, std::filesystem::path>> existing;
@@ -239,6 +246,10 @@ std::optional<std::filesystem::path> CheckpointStore::latest_path() const {
   }
   if (!newest) return std::nullopt;
   return newest->second;
+}
+
+std::vector<std::filesystem::path> CheckpointStore::remove_stale_temporaries() const {
+  return io::remove_stale_temporaries(dir_);
 }
 
 std::optional<Checkpoint> CheckpointStore::load_latest() const {

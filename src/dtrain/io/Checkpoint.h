@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "dtrain/io/AtomicFile.h"
+
 namespace torch::nn {
 class Module;
 }
@@ -44,7 +46,10 @@ class Checkpoint {
   // Copies them back in place; throws CheckpointError naming any missing or mis-shaped entry.
   void load_module_state(const std::string& prefix, torch::nn::Module& module) const;
 
-  // One file written by torch::serialize::OutputArchive. Not atomic by itself: CheckpointStore is.
+  // The file's bytes (a torch::serialize::OutputArchive), streamed to `sink`.
+  void write(const ByteSink& sink) const;
+  // Atomically replaces `path` with the file (io/AtomicFile.h); throws std::runtime_error naming
+  // the path and the system error when it cannot be written, leaving no temporary file.
   void save(const std::filesystem::path& path) const;
   // Throws CheckpointError when the file is missing or not a dtrain checkpoint.
   static Checkpoint load(const std::filesystem::path& path);
@@ -75,6 +80,10 @@ class CheckpointStore {
   // when the marker names a missing file or one whose size or checksum does not match.
   std::optional<std::filesystem::path> latest_path() const;
   std::optional<Checkpoint> load_latest() const;
+
+  // Removes the temporary files a writer killed mid-write left in the folder (see
+  // io::remove_stale_temporaries); a run calls it when it starts. Returns the paths removed.
+  std::vector<std::filesystem::path> remove_stale_temporaries() const;
 
   const std::filesystem::path& dir() const { return dir_; }
 
