@@ -8,7 +8,7 @@
 # prints pipeline/schedule_idle_fraction (1 - compute time over the schedule's time, the formula's
 # own quantity; Note [Measuring the bubble] in PipelineStrategy.cpp).
 # The pipeline's batch is BATCH samples whatever S (data.batch_size = BATCH / S per rank).
-#   bench/pipeline_bubble.sh [BUILD_DIR=build] [STEPS=40] [BATCH=256] [HIDDEN=[1024,1024,1024,1024,1024,1024]] [STAGES="2 4"]
+#   bench/pipeline_bubble.sh [BUILD_DIR=build] [STEPS=40] [BATCH=256] [HIDDEN=[1024,1024,1024,1024,1024,1024]] [STAGES="2 4"] [EXTRA="key=value ..."]
 # Check it runs on tiny sizes: bench/pipeline_bubble.sh build 3 16 '[8,8,8,8]'
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,6 +17,7 @@ STEPS=${2:-40}
 BATCH=${3:-256}
 HIDDEN=${4:-[1024,1024,1024,1024,1024,1024]}
 STAGES=${5:-"2 4"}
+EXTRA=${6:-}  # more overrides for every run, e.g. parallel.pipeline.balance=time
 PY=/usr/bin/python3
 DTRAIN="$BUILD/src/dtrain/cli/dtrain"
 [ -x "$DTRAIN" ] || DTRAIN="$BUILD/bin/dtrain"
@@ -27,12 +28,13 @@ trap 'rm -rf "$work"' EXIT
 run() {
   local schedule=$1 stages=$2 micro=$3
   rm -rf "$work/runs"
+  # shellcheck disable=SC2086  # EXTRA: one override per word
   "$DTRAIN" train "out_dir=$work/runs" "nproc=$stages" parallel.strategy=pipeline parallel.backend=gloo \
     "parallel.pipeline.schedule=$schedule" "parallel.pipeline.stages=$stages" \
     "parallel.pipeline.micro_batches=$micro" data.dataset=synthetic "data.synthetic_shape=[1,28,28]" \
     data.synthetic_size=100000 data.test_subset_size=64 "data.batch_size=$((BATCH / stages))" \
     model.name=mlp "model.hidden=$HIDDEN" optim.name=sgd optim.lr=0.01 "train.max_steps=$STEPS" \
-    train.epochs=1000 train.eval_every_epochs=0 train.checkpoint_every_epochs=0 train.threads=1 \
+    train.epochs=1000 train.eval_every_epochs=0 train.checkpoint_every_epochs=0 train.threads=1 $EXTRA \
     2>"$work/err" | grep '^{' | tail -n 1 || { tail -n 20 "$work/err" >&2; exit 1; }
 }
 
