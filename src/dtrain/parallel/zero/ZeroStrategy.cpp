@@ -91,6 +91,7 @@ struct GradientArrivingHook final : torch::autograd::FunctionPreHook {
   }
   std::function<void()> on_arrival;
 };
+
 const std::vector<std::string> kStateFields{"momentum_buffer", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
 
 }  // namespace
