@@ -6,7 +6,11 @@
 # 4Ψ+4Ψ+8Ψ/N, stage 2 4Ψ+12Ψ/N, stage 3 16Ψ/N), and the peak resident memory per rank above the
 # process's baseline (LibTorch loaded, no model yet): ru_maxrss over the whole process (it includes
 # the whole model every rank builds before the strategy shards it) and the peak over the training
-# steps alone. Runs go method by method within each round. Builds nothing: build zero_memory first
+# steps alone, against ZeRO's figure and against it plus the buffers the strategy states (Note
+# [Gradient buffers]: stage 1 max(4W, 4P/N), stage 2 4(2(U+U/N)+W), stage 3 4(2U+2(U+U/N)+W), U
+# the largest padded unit, W the largest parameter). glibc's malloc keeps freed blocks below its
+# sliding mmap threshold (up to 32 MB) resident; MALLOC_MMAP_THRESHOLD_=131072 in the environment
+# fixes the threshold, so that freed buffers leave the resident set. Runs go method by method within each round. Builds nothing: build zero_memory first
 # (cmake --build BUILD --target zero_memory).
 #   bench/zero_memory.sh [BUILD_DIR=build] [RANKS="2 4"] [HIDDEN=4096,4096,4096,2560] [STEPS=3] [ROUNDS=1]
 set -euo pipefail
@@ -58,8 +62,9 @@ MB = 2**20
 def name(r):
     return "data_parallel" if r["strategy"] == "data_parallel" else f"zero stage {r['stage']}"
 print("| ranks | strategy | Ψ | footprint / rank (MB) | ZeRO's figure (MB) | footprint / figure | "
-      "peak RSS over steps − baseline (MB) | / figure | ru_maxrss − baseline (MB) |")
-print("|---|---|---|---|---|---|---|---|---|")
+      "stated buffers (MB) | peak RSS over steps − baseline (MB) | / figure | / (figure + buffers) | "
+      "ru_maxrss − baseline (MB) |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
 keys = list(dict.fromkeys((r["world"], name(r)) for r in rows))
 for world, method in keys:
     mine = [r for r in rows if (r["world"], name(r)) == (world, method)]
@@ -71,7 +76,9 @@ for world, method in keys:
             by_round.setdefault(r["rank"], []).append(v)
         return max(statistics.median(v) for v in by_round.values())
     foot, figure = worst("footprint_total"), mine[0]["zero_accounting"]
+    buffers = mine[0].get("stated_buffers", 0)
     steps_peak = worst("steps_peak_rss", "rss_baseline")
     print(f"| {world} | {method} | {mine[0]['psi']:,} | {foot / MB:.1f} | {figure / MB:.1f} | {foot / figure:.3f} | "
-          f"{steps_peak / MB:.1f} | {steps_peak / figure:.2f} | {worst('ru_maxrss', 'rss_baseline') / MB:.1f} |")
+          f"{buffers / MB:.1f} | {steps_peak / MB:.1f} | {steps_peak / figure:.2f} | "
+          f"{steps_peak / (figure + buffers):.2f} | {worst('ru_maxrss', 'rss_baseline') / MB:.1f} |")
 PYEOF

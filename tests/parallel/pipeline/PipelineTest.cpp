@@ -534,6 +534,10 @@ TEST(PipelineMetrics, IdleFractionsAndHeldMicroBatchesPerStage) {
     const double idle = metrics[0].at("pipeline/idle_fraction/stage" + std::to_string(s));
     EXPECT_GE(idle, 0.0);
     EXPECT_LT(idle, 1.0);
+    // Every stage computes for part of the schedule and is idle for part of it (the bubble).
+    const double schedule_idle = metrics[0].at("pipeline/schedule_idle_fraction/stage" + std::to_string(s));
+    EXPECT_GT(schedule_idle, 0.0);
+    EXPECT_LT(schedule_idle, 1.0);
     EXPECT_EQ(metrics[0].at("pipeline/peak_micro_batches/stage" + std::to_string(s)), 4.0);
   }
   EXPECT_DOUBLE_EQ(metrics[0].at("pipeline/expected_idle_fraction"), 1.0 / 5.0);

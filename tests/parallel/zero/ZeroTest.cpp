@@ -2,7 +2,9 @@
 // data_parallel ends (Adam, sgd with momentum, adamw, gradient accumulation), on an mlp whose
 // units do not divide evenly by 2, 3 or 4 ranks; a stage-3 checkpoint from 4 ranks resumes at 2
 // ranks and as data_parallel with the same state and continues as if never interrupted; the bytes
-// memory_footprint() reports are ZeRO's accounting with the padding; and what zero refuses.
+// memory_footprint() reports are ZeRO's accounting with the padding; during a step, stages 2 and 3
+// hold whole gradients (and stage 3 gathered parameters) of at most two units at once, counted by
+// the CPU allocator; and what zero refuses.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -17,6 +19,7 @@
 #include "dtrain/parallel/Registry.h"
 #include "dtrain/parallel/zero/ZeroStrategy.h"
 #include "parallel/ParallelTestUtil.h"
+#include "support/CountingAllocator.h"
 #include "support/ThreadWorld.h"
 
 namespace dtrain::parallel {
@@ -266,6 +269,66 @@ TEST(Zero, MemoryFootprintIsZerosAccountingWithPadding) {
           EXPECT_EQ(strategy->memory_footprint().parameters, 4 * S);
         }
       });
+    }
+  }
+}
+
+// What a rank allocates during one Adam step beyond what it held before it, counted per rank by
+// LibTorch's CPU allocator (tests/support/CountingAllocator.h): an mlp of ten 256-wide layers on
+// 4x4 inputs, eleven units, nine of them U = 65,792 elements (a 256x256 weight, W = 65,536, and its
+// bias), so the whole gradient (Ψ = 599,050) is nine units. Note [Gradient buffers]: stage 2 holds
+// the flat gradients of at most two units and their reduce-scatters' outputs (U/N each), plus
+// autograd's gradient of the parameter being added in (W, alive until the post-hooks have run);
+// stage 3 also the gathered parameters of the unit in use and the prefetched one (2U). A quarter
+// unit is allowed for the rest (the activations of 3 samples, about 30 KB). Keeping every unit's
+// gradient until the step (stage 1's way), copying each unit's gradients into a fresh flat buffer,
+// or letting three reductions be in flight goes over the bound.
+TEST(Zero, StepHoldsTheWholeGradientsOfAtMostTwoUnits) {
+  constexpr std::int64_t kUnit = 256 * 256 + 256, kWeight = 256 * 256, kBytes = 4;
+  const auto cfg_of = [](int stage) {
+    return config::parse_run_config(
+        "", "<zero test>",
+        {"parallel.strategy=zero", "parallel.zero.stage=" + std::to_string(stage), "optim.name=adam",
+         "model.name=mlp", "model.hidden=[256,256,256,256,256,256,256,256,256,256]"});
+  };
+  torch::manual_seed(99);
+  const auto inputs = torch::randn({2, 3, 1, 4, 4});
+  const auto targets = torch::randint(0, 10, {2, 3});
+  for (int stage : {2, 3}) {
+    const auto cfg = cfg_of(stage);
+    std::vector<models::NetworkPtr> models;
+    for (int r = 0; r < 2; ++r) {
+      torch::manual_seed(7);
+      models.push_back(models::create_model(cfg.model, models::InputSpec::image(1, 4, 4, 10)));
+    }
+    std::vector<dtrain::testing::AllocationCounter> counters(2);
+    std::vector<std::int64_t> transient(2), kept(2);
+    std::int64_t psi = 0;
+    for (const auto& p : models[0]->parameters()) psi += p.numel();
+    ASSERT_EQ(psi, 599050);
+    {
+      dtrain::testing::CountingAllocatorGuard counting;
+      dtrain::testing::run_world(2, [&](comm::CommunicatorPtr comm) {
+        const int r = comm->rank();
+        auto strategy = testing::build_strategy(cfg, models[r], comm);
+        dtrain::testing::CountingAllocator::counter_of_this_thread() = &counters[r];
+        strategy->train_step({inputs[r], targets[r]});  // Adam's state comes into being
+        counters[r].reset_peak();
+        const auto before = counters[r].live.load();
+        strategy->train_step({inputs[r], targets[r]});
+        transient[r] = counters[r].peak.load() - before;
+        kept[r] = counters[r].live.load() - before;
+        dtrain::testing::CountingAllocator::counter_of_this_thread() = nullptr;
+      });
+    }
+    const std::int64_t gradients = 2 * (kUnit + (kUnit + 1) / 2) + kWeight;
+    const std::int64_t buffers = stage == 2 ? gradients : gradients + 2 * kUnit;
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_GT(transient[r], kBytes * kWeight) << "stage " << stage << ": the counter saw no gradient";
+      EXPECT_LE(transient[r], kBytes * (buffers + kUnit / 4))
+          << "stage " << stage << " rank " << r << ": " << transient[r] << " bytes beyond what it held, "
+          << kBytes * psi << " the whole gradient, " << kBytes * kUnit << " one unit";
+      EXPECT_LE(kept[r], 0) << "stage " << stage << ": the step left " << kept[r] << " bytes behind";
     }
   }
 }

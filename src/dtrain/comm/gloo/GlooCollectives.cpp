@@ -20,7 +20,14 @@ class FunctionWork final : public ::c10d::ProcessGroupGloo::AsyncWork {
  public:
   FunctionWork(const at::Tensor& output, std::function<void()> body)
       : AsyncWork({{output}}, /*profilingTitle=*/nullptr), body_(std::move(body)) {}
-  void run() override { body_(); }
+  // The body (and the tensors it captured) is destroyed before c10d marks the work complete, so
+  // a caller that drops its own reference after wait() knows the input's storage is free then,
+  // not whenever the worker thread lets go of the work (zero's gradient buffers count on it).
+  void run() override {
+    auto body = std::move(body_);
+    body_ = nullptr;
+    body();
+  }
 
  private:
   std::function<void()> body_;

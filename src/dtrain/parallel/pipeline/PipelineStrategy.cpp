@@ -535,6 +535,7 @@ StepResult PipelineStrategy::train_step(const data::Batch& batch) {
   double idle = 0.0;
   double loss_sum = 0.0;
   std::vector<torch::Tensor> outputs(ranges.size());
+  const auto schedule_start = util::Clock::now();
   {
     const auto half = precision_.half_weights(parameters);
     Sends sends(pipe_.get());
@@ -625,6 +626,8 @@ StepResult PipelineStrategy::train_step(const data::Batch& batch) {
     }
     result.timing.communication += sends.wait_all();
   }
+  const double schedule_seconds = util::seconds_since(schedule_start);
+  const double busy_seconds = result.timing.forward + result.timing.backward;
 
   allreduce_gradients(result.timing);
   bool step = true;
@@ -654,6 +657,8 @@ StepResult PipelineStrategy::train_step(const data::Batch& batch) {
   if (steps_++ > 0) {
     idle_seconds_ += idle;
     step_seconds_ += seconds;
+    busy_seconds_ += busy_seconds;
+    schedule_seconds_ += schedule_seconds;
   }
   return result;
 }
@@ -811,25 +816,46 @@ void PipelineStrategy::load(const io::Checkpoint& checkpoint) {
   precision_.load(checkpoint);
 }
 
+// Note [Measuring the bubble]
+// GPipe's (S-1)/(M+S-1) is the share of the schedule's time a stage computes nothing, with equal
+// stages and free transfers. pipeline/idle_fraction counts only the time a stage blocks in a
+// receive, over the whole step: it misses the last stage's share at the end of the schedule (it
+// has finished its backward passes and waits for the first stage's in the loss's all-reduce,
+// which is not a receive) and dilutes every stage's with the step's other work (gathering the
+// batch, the all-reduces, the optimizer). pipeline/schedule_idle_fraction is the formula's own
+// quantity: 1 - the stage's forward and backward computation over the pipeline's schedule time,
+// the longest of its stages' (the stages start together: the step's batch sizes are all-gathered
+// just before), so transfer time and waiting count as idle wherever they fall.
 std::map<std::string, double> PipelineStrategy::metrics() {
-  auto local = torch::tensor({idle_seconds_, step_seconds_, static_cast<double>(peak_held_)}, torch::kDouble);
-  auto all = torch::empty({3 * world_->size()}, torch::kDouble);
+  constexpr int kFields = 5;
+  auto local = torch::tensor(
+      {idle_seconds_, step_seconds_, static_cast<double>(peak_held_), busy_seconds_, schedule_seconds_},
+      torch::kDouble);
+  auto all = torch::empty({kFields * world_->size()}, torch::kDouble);
   world_->allgather(local, all);
   const int stages = layout_.stages;
-  std::vector<double> idle(stages, 0.0), total(stages, 0.0);
+  const int replicas = world_->size() / stages;
+  std::vector<double> idle(stages, 0.0), total(stages, 0.0), busy(stages, 0.0);
+  std::vector<double> schedule(replicas, 0.0);  // per replica: its longest stage's schedule time
   stage_peak_held_.assign(stages, 0.0);
   auto a = all.accessor<double, 1>();
   for (int r = 0; r < world_->size(); ++r) {
     const int s = r % stages;
-    idle[s] += a[3 * r];
-    total[s] += a[3 * r + 1];
-    stage_peak_held_[s] = std::max(stage_peak_held_[s], a[3 * r + 2]);
+    idle[s] += a[kFields * r];
+    total[s] += a[kFields * r + 1];
+    stage_peak_held_[s] = std::max(stage_peak_held_[s], a[kFields * r + 2]);
+    busy[s] += a[kFields * r + 3];
+    schedule[r / stages] = std::max(schedule[r / stages], a[kFields * r + 4]);
   }
+  double schedule_total = 0.0;
+  for (const double t : schedule) schedule_total += t;
   std::map<std::string, double> out;
   stage_idle_fraction_.assign(stages, 0.0);
   for (int s = 0; s < stages; ++s) {
     stage_idle_fraction_[s] = total[s] > 0.0 ? idle[s] / total[s] : 0.0;
     out[fmt::format("pipeline/idle_fraction/stage{}", s)] = stage_idle_fraction_[s];
+    out[fmt::format("pipeline/schedule_idle_fraction/stage{}", s)] =
+        schedule_total > 0.0 ? 1.0 - busy[s] / schedule_total : 0.0;
     out[fmt::format("pipeline/peak_micro_batches/stage{}", s)] = stage_peak_held_[s];
   }
   out["pipeline/expected_idle_fraction"] = expected_idle_fraction(stages, options_.micro_batches);

@@ -79,7 +79,9 @@ class PipelineStrategy final : public Strategy {
   comm::CommStats comm_stats() const override { return own_comm_; }
   // Collective: pipeline/idle_fraction/stage<s> (time blocked receiving activations or
   // gradients over step time, mean over replicas, steps after the first), pipeline/
-  // peak_micro_batches/stage<s> (activations held at once), pipeline/expected_idle_fraction.
+  // schedule_idle_fraction/stage<s> (1 - the stage's compute time over the pipeline's schedule
+  // time; see Note [Measuring the bubble]), pipeline/peak_micro_batches/stage<s> (activations held
+  // at once), pipeline/expected_idle_fraction.
   std::map<std::string, double> metrics() override;
   // pipeline/stages (the cut) and pipeline/idle (the last metrics() figures in one line).
   std::map<std::string, std::string> notes() const override;
@@ -124,6 +126,8 @@ class PipelineStrategy final : public Strategy {
   std::int64_t steps_ = 0;
   double idle_seconds_ = 0.0;
   double step_seconds_ = 0.0;
+  double busy_seconds_ = 0.0;      // forward and backward computation inside the schedule
+  double schedule_seconds_ = 0.0;  // from the schedule's first action to its sends' completion
   int peak_held_ = 0;
   std::vector<double> stage_idle_fraction_;  // the last metrics(), per stage
   std::vector<double> stage_peak_held_;

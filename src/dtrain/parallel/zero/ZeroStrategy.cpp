@@ -7,8 +7,10 @@
 #include <torch/optim/lbfgs.h>
 #include <torch/torch.h>
 
+#include <functional>
 #include <optional>
 #include <stdexcept>
+#include <utility>
 
 #include "dtrain/optim/Autocast.h"
 #include "dtrain/optim/OptimizerState.h"
@@ -36,10 +38,11 @@ namespace dtrain::parallel {
 //   shards are all-gathered after the step. ZeRO's stage 1 is the same.
 // - Stage 2 reduce-scatters a unit as soon as autograd has accumulated all of its gradients
 //   (AccumulateGrad post-hooks, as data_parallel's buckets), in reverse unit order on every rank
-//   (Note [Bucket launch order] in DataParallel.cpp), and drops the unit's whole gradients once its
-//   reduction is done: only the shard's gradient persists. With accumulation_steps each
-//   micro-batch is reduced and summed into the shard (DeepSpeed does the same in stage 2), where
-//   stage 1 and data_parallel reduce once.
+//   (Note [Bucket launch order] in DataParallel.cpp). Autograd adds each gradient straight into a
+//   flat buffer of the unit's (Note [Gradient buffers]), which is the reduce-scatter's input and is
+//   freed once the reduction is done: only the shard's gradient persists. With accumulation_steps
+//   each micro-batch is reduced and summed into the shard (DeepSpeed does the same in stage 2),
+//   where stage 1 and data_parallel reduce once.
 // - Stage 3 runs the network's stages itself: before a stage's forward its unit is all-gathered
 //   (the next one prefetched), after it the unit's storage is freed (Note [Freeing storage]); a
 //   hook on the stage's output gradient gathers it again before its backward (and prefetches the
@@ -56,9 +59,20 @@ namespace dtrain::parallel {
 //   stage 2: parameters 4P, gradients 4P/N, optimizer 8P/N (4Ψ + 12Ψ/N)
 //   stage 3: parameters 4P/N, gradients 4P/N, optimizer 8P/N (16Ψ/N)
 // sgd with momentum holds 4P/N of optimizer state, without momentum none. Transient buffers
-// (the whole gradients of at most kReductionsInFlight units, whose reduce-scatters are in flight;
-// stage 3's gathered units, at most the current one and the prefetched one) are not held after the
-// step.
+// (the flat gradients of at most kGradientBuffers units, Note [Gradient buffers]; stage 3's
+// gathered units, at most the current one and the prefetched one) are not held after the step.
+//
+// Note [Gradient buffers]
+// In stages 2 and 3 a unit's whole gradient exists only while autograd fills it and its
+// reduce-scatter runs. When the first gradient of a unit arrives in a backward (a pre-hook on the
+// parameter's AccumulateGrad node), the unit gets a zeroed flat buffer of its padded size and its
+// parameters' grad() become views of it, so AccumulateGrad adds each gradient into place
+// (`grad += new`, as it does for DDP's bucket views) instead of keeping a tensor of its own that
+// would then be copied into a flat buffer. The buffer is the reduce-scatter's input and is freed
+// when the reduction is retired. At most kGradientBuffers (2) units hold a buffer at once: before a
+// third is given one, the oldest reduction in flight is waited for, so one unit reduces while the
+// next one fills, the double buffering FSDP and DeepSpeed's stage 2 (its IPG buckets) use. Beyond
+// these two units a rank holds only autograd's own gradient of the parameter being accumulated.
 
 namespace {
 
@@ -67,6 +81,17 @@ std::string unit_key(std::size_t u) {
 }
 
 constexpr const char* kOptimizerPrefix = "optimizer/";
+
+// A pre-hook on a parameter's AccumulateGrad node: runs before autograd adds the gradient in.
+struct GradientArrivingHook final : torch::autograd::FunctionPreHook {
+  explicit GradientArrivingHook(std::function<void()> on_arrival) : on_arrival(std::move(on_arrival)) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& grads) override {
+    on_arrival();
+    return grads;
+  }
+  std::function<void()> on_arrival;
+};
+
 const std::vector<std::string> kStateFields{"momentum_buffer", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
 
 }  // namespace
@@ -168,6 +193,9 @@ void ZeroStrategy::install_hooks() {
       TORCH_INTERNAL_ASSERT(accumulator, "parameter '", p.name, "' has no gradient accumulator");
       unit.hook_keys.push_back(accumulator->add_post_hook(
           std::make_unique<GradientReadyHook>([this, u] { on_gradient_ready(u); })));
+      auto pre_hook = std::make_unique<GradientArrivingHook>([this, u] { before_gradient(u); });
+      unit.pre_hooks.push_back(pre_hook.get());
+      accumulator->add_pre_hook(std::move(pre_hook));
       unit.accumulators.push_back(std::move(accumulator));
     }
     unit.pending = static_cast<int>(unit.layout.params.size());
@@ -176,10 +204,20 @@ void ZeroStrategy::install_hooks() {
 
 void ZeroStrategy::remove_hooks() {
   for (auto& unit : units_) {
-    for (std::size_t i = 0; i < unit.accumulators.size(); ++i)
+    for (std::size_t i = 0; i < unit.accumulators.size(); ++i) {
       unit.accumulators[i]->del_post_hook(unit.hook_keys[i]);
+      // Node has no del_pre_hook in LibTorch 1.13: erase ours by identity.
+      auto& pre_hooks = unit.accumulators[i]->pre_hooks();
+      for (auto it = pre_hooks.begin(); it != pre_hooks.end(); ++it) {
+        if (it->get() == unit.pre_hooks[i]) {
+          pre_hooks.erase(it);
+          break;
+        }
+      }
+    }
     unit.accumulators.clear();
     unit.hook_keys.clear();
+    unit.pre_hooks.clear();
   }
 }
 
@@ -305,33 +343,45 @@ void ZeroStrategy::launch_ready_reductions() {
   }
 }
 
-void ZeroStrategy::launch_reduction(std::size_t u) {
-  torch::NoGradGuard no_grad;
+void ZeroStrategy::before_gradient(std::size_t u) {
   auto& unit = units_[u];
-  auto flat = torch::empty({unit.layout.padded}, unit.shard.options().requires_grad(false));
+  if (unit.full_grad.defined()) return;  // already filling (or reducing: nothing more arrives)
+  // See Note [Gradient buffers]: room for this unit's buffer first.
+  while (!in_flight_.empty() && in_flight_.size() + filling_ + 1 > kGradientBuffers) retire_reduction();
+  torch::NoGradGuard no_grad;
+  // Zeros: AccumulateGrad adds into it, and the padding is sent as zeros.
+  unit.full_grad = torch::zeros({unit.layout.padded}, unit.shard.options().requires_grad(false));
+  for (const auto& p : unit.layout.params) {
+    auto param = p.param;
+    param.mutable_grad() = zero::alias(unit.full_grad, p.offset, p.param.sizes());
+  }
+  ++filling_;
+}
+
+void ZeroStrategy::launch_reduction(std::size_t u) {
+  auto& unit = units_[u];
+  before_gradient(u);  // a unit no gradient reached on this rank (unused in this forward): zeros
+  torch::NoGradGuard no_grad;
+  auto flat = unit.full_grad;
   for (const auto& p : unit.layout.params) {
     auto param = p.param;
     auto& grad = param.mutable_grad();
-    auto slot = flat.narrow(0, p.offset, p.numel);
-    if (grad.defined()) {
-      slot.copy_(grad.reshape({-1}));
-    } else {
-      slot.zero_();  // unused in this forward
+    // AccumulateGrad adds into the view in place; should it ever have replaced the tensor instead
+    // (a layout it cannot add into), the values are copied into place.
+    const auto* slot = static_cast<const char*>(flat.data_ptr()) + p.offset * flat.element_size();
+    if (grad.defined() && grad.data_ptr() != slot) {
+      flat.narrow(0, p.offset, p.numel).copy_(grad.reshape({-1}));
     }
     grad = torch::Tensor();
   }
-  flat.narrow(0, unit.layout.numel, unit.layout.padded - unit.layout.numel).zero_();
+  --filling_;
   release(u);
   // Dividing before the sum, as data_parallel's buckets do.
   if (world_ > 1) flat.div_(world_);
-  unit.full_grad = flat;
   unit.received = torch::empty({unit.layout.shard}, flat.options());
   unit.reduce = context_.comm->reduce_scatter(flat, unit.received, comm::ReduceOp::Sum, /*async_op=*/true);
   unit.launched = true;
   in_flight_.push_back(u);
-  // Each reduction in flight holds a unit's whole gradients: bounded, so that stages 2 and 3 never
-  // hold all of them at once (FSDP frees each after its reduce-scatter the same way).
-  while (in_flight_.size() > kReductionsInFlight) retire_reduction();
 }
 
 void ZeroStrategy::retire_reduction() {
@@ -357,6 +407,7 @@ double ZeroStrategy::finish_backward(bool last) {
     unit.launched = false;
     unit.pending = static_cast<int>(unit.layout.params.size());
   }
+  TORCH_INTERNAL_ASSERT(filling_ == 0, "zero: a unit's gradient buffer outlived its backward");
   next_reduction_ = 0;
   const double waited = util::seconds_since(start);
   // Between micro-batches the next one's forward has already gathered its last unit for backward.
@@ -384,21 +435,29 @@ double ZeroStrategy::reduce_scatter_step_gradients() {
   return util::seconds_since(start);
 }
 
-// Stages 1 and 2: every rank's updated shard into every rank's whole parameters.
+// Stages 1 and 2: every rank's updated shard into every rank's whole parameters. The shard is part
+// of the all-gather's output, so each unit sends a copy of it; at most two units are in flight, so
+// the copies hold two units' shards, not the whole of this rank's.
 double ZeroStrategy::gather_after_step() {
   torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> inputs;
-  for (auto& unit : units_) {
-    // A copy: the shard is part of the all-gather's output.
-    inputs.push_back(unit.shard.detach().clone());
-    unit.gather = context_.comm->allgather(inputs.back(), unit.full, /*async_op=*/true);
-  }
-  const auto start = util::Clock::now();
-  for (auto& unit : units_) {
+  std::deque<std::pair<std::size_t, torch::Tensor>> in_flight;  // unit, the copy it sends
+  double waited = 0;
+  auto retire = [&] {
+    const auto start = util::Clock::now();
+    auto& unit = units_[in_flight.front().first];
     unit.gather->wait();
     unit.gather.reset();
+    in_flight.pop_front();
+    waited += util::seconds_since(start);
+  };
+  for (std::size_t u = 0; u < units_.size(); ++u) {
+    if (in_flight.size() >= 2) retire();
+    auto input = units_[u].shard.detach().clone();
+    units_[u].gather = context_.comm->allgather(input, units_[u].full, /*async_op=*/true);
+    in_flight.emplace_back(u, std::move(input));
   }
-  return util::seconds_since(start);
+  while (!in_flight.empty()) retire();
+  return waited;
 }
 
 StepResult ZeroStrategy::train_step(const data::Batch& batch) {

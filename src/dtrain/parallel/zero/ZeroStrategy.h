@@ -72,16 +72,18 @@ class ZeroStrategy final : public Strategy {
  private:
   struct Unit {
     zero::UnitLayout layout;
-    torch::Tensor full;       // the padded flat parameters; stage 3: storage freed between uses
-    torch::Tensor shard;      // what the optimizer updates: this rank's part of full
-    torch::Tensor full_grad;  // stage 1: the whole step's; stages 2 and 3: this backward's, in flight
-    torch::Tensor received;   // stages 2 and 3: the reduce-scatter's output
-    comm::WorkPtr gather;     // stage 3: an all-gather in flight
-    comm::WorkPtr reduce;     // stages 2 and 3: a reduce-scatter in flight
-    int pending = 0;          // parameters still without a gradient in this backward
-    bool launched = false;    // its reduce-scatter launched in this backward
+    torch::Tensor full;   // the padded flat parameters; stage 3: storage freed between uses
+    torch::Tensor shard;  // what the optimizer updates: this rank's part of full
+    torch::Tensor
+        full_grad;  // stage 1: the whole step's; stages 2 and 3: this backward's, filling or in flight
+    torch::Tensor received;  // stages 2 and 3: the reduce-scatter's output
+    comm::WorkPtr gather;    // stage 3: an all-gather in flight
+    comm::WorkPtr reduce;    // stages 2 and 3: a reduce-scatter in flight
+    int pending = 0;         // parameters still without a gradient in this backward
+    bool launched = false;   // its reduce-scatter launched in this backward
     std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
     std::vector<std::uintptr_t> hook_keys;
+    std::vector<const torch::autograd::FunctionPreHook*> pre_hooks;  // to remove them by identity
   };
 
   torch::Tensor forward_sharded(const torch::Tensor& inputs);
@@ -91,6 +93,9 @@ class ZeroStrategy final : public Strategy {
   void gather_all(double* communication_seconds = nullptr);
   void release_all();
   void pre_backward(std::size_t u);
+  // Stages 2 and 3: before autograd adds the first gradient of unit u in a backward, gives the
+  // unit a zeroed flat gradient buffer and points its parameters' grad() into it.
+  void before_gradient(std::size_t u);
   void on_gradient_ready(std::size_t u);
   void launch_ready_reductions();
   void launch_reduction(std::size_t u);
@@ -116,9 +121,12 @@ class ZeroStrategy final : public Strategy {
   MixedPrecision precision_;
   comm::CommStats own_comm_;
   std::size_t next_reduction_ = 0;  // into units_ counted from the back (backward's order)
-  // Units whose reduce-scatter is in flight, oldest first; at most kReductionsInFlight.
-  static constexpr std::size_t kReductionsInFlight = 2;
+  // Units whose reduce-scatter is in flight, oldest first. At most kGradientBuffers units hold a
+  // whole flat gradient buffer at once, the ones autograd is filling and the ones in flight: see
+  // Note [Gradient buffers].
+  static constexpr std::size_t kGradientBuffers = 2;
   std::deque<std::size_t> in_flight_;
+  std::size_t filling_ = 0;  // units with a gradient buffer whose reduce-scatter is not launched
   bool evaluating_ = false;
   int overlapped_ = 0;    // units whose reduce-scatter the last backward launched
   bool in_step_ = false;  // inside train_step's forward and backward (fp16 rounds what it gathers)
