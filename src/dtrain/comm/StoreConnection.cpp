@@ -72,7 +72,7 @@ StoreConnection::StoreConnection(const std::string& host, int port, std::chrono:
   auto fail = [&](const std::string& why) {
     ::close(fd_);
     fd_ = -1;
-    throw std::runtime_error(fmt::format("the store at {} {}", address_, why));
+    throw StoreRefused(fmt::format("the store at {} {}", address_, why));
   };
   char greeting[sizeof(wire::kGreeting)];
   std::uint8_t wants_secret = 0;

@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -16,12 +17,19 @@
 
 namespace dtrain::comm {
 
+// The store answered but the handshake failed: a secret is missing, wrong, or not asked for. Says
+// what to fix; waiting longer would not help.
+class StoreRefused : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 class StoreConnection : public ::c10d::Store {
  public:
   // Connects to host:port (every address it resolves to), retrying until `timeout` while nothing
   // listens, then proves `secret` (empty: none). Throws std::runtime_error naming host:port when no
-  // store answers, or when the store asks for a secret this side lacks, rejects this side's, or
-  // asks for none while this side has one. `keep_alive` is held as long as this connection (the
+  // store answers, StoreRefused when the store asks for a secret this side lacks, rejects this
+  // side's, or asks for none while this side has one. `keep_alive` is held as long as this connection (the
   // StoreServer that rank 0 hosts for its own world).
   StoreConnection(const std::string& host, int port, std::chrono::milliseconds timeout,
                   const std::string& secret, std::shared_ptr<void> keep_alive = nullptr);

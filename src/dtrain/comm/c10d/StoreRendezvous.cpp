@@ -59,6 +59,10 @@ compat::StorePtr open_store(const RendezvousInfo& r, const std::string& backend)
     const std::string secret =
         r.secret_file.empty() ? std::string() : read_secret_file(r.secret_file, kSecretFileVariable);
     return connect_store(r, secret);
+  } catch (const StoreRefused& e) {
+    throw CommError(r.rank, r.world_size, "rendezvous (" + backend + ")", e.what());
+  } catch (const std::invalid_argument& e) {
+    throw CommError(r.rank, r.world_size, "rendezvous (" + backend + ")", e.what());
   } catch (const std::exception& e) {
     const std::string how = host ? fmt::format(
                                        "could not host the store at {}:{} ({}); pick a free port with "
