@@ -16,7 +16,6 @@
 #include "dtrain/cli/SeedFlags.h"
 #include "dtrain/cli/SelfExe.h"
 #include "dtrain/comm/Backend.h"
-#include "dtrain/comm/StoreSecret.h"
 #include "dtrain/config/Environment.h"
 #include "dtrain/config/RunConfigYaml.h"
 #include "dtrain/io/AtomicFile.h"
@@ -214,11 +213,6 @@ int launch_workers(const TrainArgs& a, const config::RunConfig& cfg, int nproc,
   options.rendezvous_timeout =
       std::chrono::milliseconds(static_cast<std::int64_t>(cfg.parallel.timeout_s * 1000));
   options.environment = env;
-  // The store's secret, as `dtrain launch` takes it from DTRAIN_SECRET_FILE (comm/StoreSecret.h).
-  if (const auto it = env.find(comm::kSecretFileVariable); it != env.end() && !it->second.empty()) {
-    comm::read_secret_file(it->second, comm::kSecretFileVariable);
-    options.secret_file = fs::absolute(it->second).string();
-  }
   // The workers read the configuration as this process did: seed 000's flags as the overrides
   // they stand for, validated here already.
   options.command = {self_executable(), "train"};

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "dtrain/comm/Backend.h"
+#include "dtrain/comm/StoreSecret.h"
 #include "dtrain/launch/Attempt.h"
 #include "dtrain/launch/Job.h"
 #include "dtrain/launch/WorkerEnvironment.h"
@@ -48,6 +49,12 @@ void validate(const LaunchOptions& o) {
     fail(fmt::format("--threads must be at least 0 (0 = cores / ranks), found {}", o.threads));
   if (o.backend != "gloo" && o.backend != "mpi" && o.backend != "nccl") {
     fail(fmt::format("--backend must be gloo, nccl or mpi, found '{}'", o.backend));
+  }
+  if (o.backend == "mpi" && !o.secret_file.empty()) {
+    fail(fmt::format(
+        "a secret file ({}) guards the rendezvous store, which --backend mpi does not use (mpirun starts and "
+        "connects the ranks itself); use the gloo backend, or drop --secret-file and DTRAIN_SECRET_FILE",
+        o.secret_file));
   }
   if (o.backend == "mpi" && o.nnodes > 1) {
     fail(
@@ -229,7 +236,14 @@ std::string start_method_for(const std::string& configured, int nproc, bool cuda
   return comm::choose_backend(layout).name == "mpi" ? "mpi" : "gloo";
 }
 
-LaunchResult launch(const LaunchOptions& options) {
+LaunchResult launch(const LaunchOptions& given) {
+  // Every launcher (dtrain launch, train --nproc, experiment, bench) takes the store's secret from
+  // DTRAIN_SECRET_FILE when not given it, as its workers would: one rule for all.
+  LaunchOptions options = given;
+  if (const auto it = options.environment.find(comm::kSecretFileVariable);
+      options.secret_file.empty() && it != options.environment.end() && !it->second.empty()) {
+    options.secret_file = fs::absolute(it->second).string();
+  }
   validate(options);
   SignalForwarding signals;
   Launcher launcher(options, signals);
