@@ -39,10 +39,11 @@ NodeStore::NodeStore(const LaunchOptions& options) {
           std::make_unique<comm::StoreClient>(options.master_addr, port_, options.rendezvous_timeout, secret);
     }
   } catch (const std::exception& e) {
-    throw std::runtime_error(
-        fmt::format("dtrain launch: cannot {} the rendezvous store at {}:{}: {}; {}", host ? "host" : "reach",
-                    options.master_addr, options.master_port, e.what(),
-                    host ? "choose a free --master-port" : "start node 0 first and check --master-addr"));
+    throw std::runtime_error(fmt::format(
+        "dtrain launch: cannot {} the rendezvous store at {}:{}: {}; {}", host ? "host" : "reach",
+        options.master_addr, options.master_port, e.what(),
+        host ? "choose a free --master-port"
+             : "start node 0 first, check --master-addr, and give every node the same --secret-file"));
   }
 }
 
