@@ -19,6 +19,7 @@
 
 #include "dtrain/comm/Backend.h"
 #include "dtrain/comm/C10dCompat.h"
+#include "dtrain/comm/Rendezvous.h"
 #include "dtrain/comm/StoreClient.h"
 #include "dtrain/comm/StoreSecret.h"
 #include "dtrain/comm/StoreServer.h"
@@ -237,6 +238,37 @@ TEST(StoreSecurity, RankWithoutTheSecretCannotJoinAWorldWithOne) {
   StoreClient member("127.0.0.1", server.port(), 2s, "world secret");
   // The first key a joining rank writes (comm/c10d/StoreRendezvous.cpp) was never written.
   EXPECT_FALSE(member.check({"dtrain/connects/1"}));
+}
+
+// Which store a launched worker meets: dtrain launch's (DTRAIN_STORE=dtrain) takes a secret, and
+// the secret's path comes from DTRAIN_SECRET_FILE; torchrun's c10d store takes none, so a worker
+// given a secret there stops before connecting instead of joining unauthenticated.
+TEST(StoreSecurity, TorchrunsStoreTakesNoSecret) {
+  Environment env{{"RANK", "1"},
+                  {"WORLD_SIZE", "2"},
+                  {"MASTER_ADDR", "127.0.0.1"},
+                  {"MASTER_PORT", "29500"},
+                  {"TORCHELASTIC_USE_AGENT_STORE", "True"}};
+  EXPECT_FALSE(resolve_rendezvous({}, env).dtrain_store);
+  env["DTRAIN_STORE"] = "dtrain";
+  env["DTRAIN_SECRET_FILE"] = "/run/job.secret";
+  const RendezvousInfo launched = resolve_rendezvous({}, env);
+  EXPECT_TRUE(launched.dtrain_store);
+  EXPECT_EQ(launched.secret_file, "/run/job.secret");
+
+  SecretFile secret("s");
+  RendezvousInfo info = dtrain::testing::thread_rank_info(1, 2, 1, 1s);
+  info.dtrain_store = false;
+  info.secret_file = secret.path();
+  BackendOptions options;
+  options.name = "gloo";
+  options.timeout = 1s;
+  try {
+    connect(options, info);
+    ADD_FAILURE() << "a worker with a secret joined torchrun's store";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("torchrun's store"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
