@@ -18,6 +18,7 @@
 
 #include "dtrain/cli/Commands.h"
 #include "dtrain/cli/SelfExe.h"
+#include "dtrain/comm/StoreSecret.h"
 #include "dtrain/config/Environment.h"
 #include "dtrain/launch/HostLaunch.h"
 #include "dtrain/launch/Launcher.h"
@@ -40,6 +41,7 @@ struct LaunchArgs {
   double timeout_s = 300;
   double stop_grace_s = 5;
   std::string run_id = "none";
+  std::string secret_file;
   std::vector<std::string> command;
   CLI::Option* master_addr_option = nullptr;
   // Several hosts over ssh.
@@ -73,6 +75,21 @@ int parse_nproc(const std::string& value) {
   }
   throw std::invalid_argument(
       fmt::format("--nproc-per-node: expected a number of ranks, 'auto' or 'cpu', found '{}'", value));
+}
+
+// --secret-file, else DTRAIN_SECRET_FILE: checked here (readable by its owner only, not empty), so a
+// bad file is refused before anything starts; made absolute, since workers run elsewhere.
+std::string secret_file_of(const LaunchArgs& args, const comm::Environment& env) {
+  std::string path = args.secret_file;
+  std::string origin = "--secret-file";
+  if (path.empty()) {
+    const auto it = env.find(comm::kSecretFileVariable);
+    if (it == env.end() || it->second.empty()) return {};
+    path = it->second;
+    origin = comm::kSecretFileVariable;
+  }
+  comm::read_secret_file(path, origin);
+  return std::filesystem::absolute(path).string();
 }
 
 launch::LaunchOptions to_options(const LaunchArgs& args) {
@@ -114,6 +131,7 @@ launch::LaunchOptions to_options(const LaunchArgs& args) {
   options.run_id = args.run_id;
   options.command = args.command;
   options.environment = config::process_environment();
+  options.secret_file = secret_file_of(args, options.environment);
   return options;
 }
 
@@ -178,6 +196,10 @@ int run_on_hosts(const LaunchArgs& args) {
   if (args.log_dir_option->count() > 0) {
     options.launch_flags.insert(options.launch_flags.end(), {"--log-dir", args.log_dir});
   }
+  // Each host reads the secret from the same path (the file itself is not copied).
+  if (const std::string secret_file = secret_file_of(args, options.environment); !secret_file.empty()) {
+    options.launch_flags.insert(options.launch_flags.end(), {"--secret-file", secret_file});
+  }
   options.command = args.command;
   return launch::launch_on_hosts(options);
 }
@@ -222,6 +244,10 @@ Run add_launch_command(CLI::App& app) {
       sub->add_option("--log-dir,--log_dir", args->log_dir,
                       "Directory for rank_<r>.log; default: a fresh directory under $TMPDIR");
   sub->add_option("--timeout", args->timeout_s, "Rendezvous store timeout in seconds")->capture_default_str();
+  sub->add_option(
+      "--secret-file,--secret_file", args->secret_file,
+      "A file (chmod 600) with a shared secret that every process joining the rendezvous store must "
+      "prove; default: $DTRAIN_SECRET_FILE");
   sub->add_option("--stop-grace,--stop_grace", args->stop_grace_s,
                   "Seconds between SIGTERM and SIGKILL when stopping workers")
       ->capture_default_str();

@@ -11,6 +11,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include "dtrain/comm/StoreSecret.h"
+
 namespace dtrain::comm {
 
 namespace {
@@ -164,6 +166,9 @@ void offer_torchrun(const Environment& env, Offers& o, RendezvousInfo& info) {
   const std::string* use_agent = find(env, "TORCHELASTIC_USE_AGENT_STORE");
   if (!use_agent || !truthy(*use_agent)) return;
   info.agent_store = true;
+  // dtrain launch's store is dtrain's own (comm/StoreServer); torchrun's is c10d's TCPStore.
+  const std::string* store = find(env, "DTRAIN_STORE");
+  info.dtrain_store = store && *store == "dtrain";
   info.restart_count = env_int(env, "TORCHELASTIC_RESTART_COUNT").value_or(0);
   if (info.restart_count < 0) {
     throw std::invalid_argument(fmt::format("TORCHELASTIC_RESTART_COUNT={} is negative", info.restart_count));
@@ -297,6 +302,7 @@ RendezvousInfo resolve_rendezvous(const RendezvousOptions& options, const Enviro
   settle_world(offers, info);
   settle_local(offers, info);
   settle_address(offers, info);
+  if (const std::string* secret_file = find(env, kSecretFileVariable)) info.secret_file = *secret_file;
   return info;
 }
 

@@ -1,5 +1,5 @@
-// StoreClient: a connection to the rendezvous key-value store (c10d's TCPStore) that another
-// process or a StoreServer hosts, for code outside comm/ that needs the store itself: the
+// StoreClient: a connection to the rendezvous key-value store that a StoreServer hosts (in this
+// or another process), for code outside comm/ that needs the store itself: the
 // launchers of a multi-node job tell each other of a failed worker through it.
 #pragma once
 
@@ -12,9 +12,11 @@ namespace dtrain::comm {
 
 class StoreClient {
  public:
-  // Connects to host:port, retrying until `timeout`; throws std::runtime_error naming the
-  // address when no store answers by then. `timeout` also bounds get().
-  StoreClient(const std::string& host, int port, std::chrono::milliseconds timeout = std::chrono::minutes(5));
+  // Connects to host:port, retrying until `timeout`, and proves `secret` when the store asks for
+  // one (Note [Store handshake]); throws std::runtime_error naming the address when no store
+  // answers by then or the secrets do not match. `timeout` also bounds get().
+  StoreClient(const std::string& host, int port, std::chrono::milliseconds timeout = std::chrono::minutes(5),
+              const std::string& secret = {});
   ~StoreClient();
   StoreClient(const StoreClient&) = delete;
   StoreClient& operator=(const StoreClient&) = delete;

@@ -1,25 +1,38 @@
-// StoreServer: hosts the rendezvous key-value store (c10d's TCPStore) in this process, as
-// torchrun's agent and `dtrain launch` do, so that workers connect with agent_store = true.
-// Tests use it to run ranks as threads; c10d stays hidden behind this header. StoreClient
-// (comm/StoreClient.h) connects to it.
+// StoreServer: hosts the rendezvous key-value store in this process, as torchrun's agent and
+// `dtrain launch` do, so that workers connect with agent_store = true. Tests use it to run ranks
+// as threads. StoreClient (comm/StoreClient.h) connects to it.
+//
+// Our own server rather than c10d's TCPStore, whose server in LibTorch 1.13 always listens on
+// every interface (its options have no address) and lets anyone who connects read and write every
+// key: this one listens only on the address it is given (127.0.0.1 for a one-host job) and, given
+// a secret, refuses a connection that does not prove it knows it before reading any request
+// (Note [Store handshake] in comm/StoreWire.h).
 #pragma once
 
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace dtrain::comm {
 
 class StoreServer {
  public:
-  // port 0 binds a free port; port() tells which. Throws std::runtime_error when the port is taken.
+  // Listens on every address `host` resolves to (one for an IP address) and on nothing else; port
+  // 0 binds a free port, port() tells which. An empty `secret` lets anyone who reaches the port in.
+  // `timeout` bounds a connecting peer's handshake. Throws std::runtime_error naming host:port when
+  // it cannot listen there (the port is taken, or the address is not one of this host's).
   explicit StoreServer(const std::string& host = "127.0.0.1", int port = 0,
-                       std::chrono::milliseconds timeout = std::chrono::minutes(5));
+                       std::chrono::milliseconds timeout = std::chrono::minutes(5), std::string secret = {});
   ~StoreServer();
   StoreServer(const StoreServer&) = delete;
   StoreServer& operator=(const StoreServer&) = delete;
 
   int port() const;
+
+  // One line per refused connection, naming the peer and why ("wrong secret", ...); each is also
+  // written to stderr as it happens.
+  std::vector<std::string> refusals() const;
 
  private:
   struct Impl;

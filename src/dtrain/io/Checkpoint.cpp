@@ -16,6 +16,7 @@
 
 #include "dtrain/io/AtomicFile.h"
 #include "dtrain/io/Crc32c.h"
+#include "dtrain/util/ArchiveCode.h"
 
 namespace dtrain::io {
 namespace {
@@ -134,8 +135,17 @@ Checkpoint Checkpoint::load(const std::filesystem::path& path) {
   }
   torch::serialize::InputArchive archive;
   nlohmann::json header;
+  std::ifstream in(path, std::ios::binary);
   try {
-    archive.load_from(path.string());
+    util::load_archive_without_code(archive, in, "checkpoint " + path.string());
+  } catch (const std::invalid_argument& e) {
+    throw CheckpointError(e.what());
+  } catch (const std::exception& e) {
+    throw CheckpointError("checkpoint " + path.string() + " cannot be read (" +
+                          std::string(e.what()).substr(0, 300) +
+                          "); it is truncated, corrupt or not a dtrain checkpoint");
+  }
+  try {
     at::Tensor header_bytes;
     archive.read("header", header_bytes);
     header = nlohmann::json::parse(std::string(static_cast<const char*>(header_bytes.data_ptr()),

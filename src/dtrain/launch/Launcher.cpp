@@ -3,6 +3,9 @@
 // run out. How one attempt starts and watches its workers is in Attempt.cpp and Monitor.cpp.
 #include "dtrain/launch/Launcher.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -16,6 +19,7 @@
 #include <thread>
 
 #include "dtrain/comm/Backend.h"
+#include "dtrain/comm/StoreSecret.h"
 #include "dtrain/launch/Attempt.h"
 #include "dtrain/launch/Job.h"
 #include "dtrain/launch/WorkerEnvironment.h"
@@ -25,6 +29,30 @@ namespace dtrain::launch {
 namespace {
 
 namespace fs = std::filesystem;
+
+// Whether `address` is a host name (not an IP address, not "localhost") whose every address on
+// this host is a loopback one.
+bool only_loopback_name(const std::string& address) {
+  if (address == "localhost") return false;
+  in6_addr ip{};
+  if (::inet_pton(AF_INET, address.c_str(), &ip) == 1 || ::inet_pton(AF_INET6, address.c_str(), &ip) == 1) {
+    return false;
+  }
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(address.c_str(), nullptr, &hints, &found) != 0) return false;
+  bool all_loopback = found != nullptr;
+  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    if (a->ai_family == AF_INET) {
+      all_loopback &= (ntohl(reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_addr.s_addr) >> 24) == 127;
+    } else if (a->ai_family == AF_INET6) {
+      all_loopback &= IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<sockaddr_in6*>(a->ai_addr)->sin6_addr) != 0;
+    }
+  }
+  ::freeaddrinfo(found);
+  return all_loopback;
+}
 
 void validate(const LaunchOptions& o) {
   auto fail = [](const std::string& message) { throw std::invalid_argument("dtrain launch: " + message); };
@@ -49,6 +77,12 @@ void validate(const LaunchOptions& o) {
   if (o.backend != "gloo" && o.backend != "mpi" && o.backend != "nccl") {
     fail(fmt::format("--backend must be gloo, nccl or mpi, found '{}'", o.backend));
   }
+  if (o.backend == "mpi" && !o.secret_file.empty()) {
+    fail(fmt::format(
+        "a secret file ({}) guards the rendezvous store, which --backend mpi does not use (mpirun starts and "
+        "connects the ranks itself); use the gloo backend, or drop --secret-file and DTRAIN_SECRET_FILE",
+        o.secret_file));
+  }
   if (o.backend == "mpi" && o.nnodes > 1) {
     fail(
         fmt::format("--backend mpi runs mpirun on this node only, found --nnodes {}; for several hosts run "
@@ -59,6 +93,15 @@ void validate(const LaunchOptions& o) {
     if (o.master_port == 0) {
       fail(fmt::format("a job over {} nodes needs an agreed --master-port on every node, found none",
                        o.nnodes));
+    }
+    // The store listens on --master-addr only. A host name that resolves to loopback here (Debian
+    // maps its own name to 127.0.1.1) would put it where no other node can reach it.
+    if (o.node_rank == 0 && only_loopback_name(o.master_addr)) {
+      fail(fmt::format(
+          "--master-addr {} resolves to a loopback address on this host, where the rendezvous store would "
+          "listen out of the other nodes' reach; give node 0's address as the other nodes reach it (e.g. "
+          "its IP address)",
+          o.master_addr));
     }
   }
   if (o.master_addr.empty()) fail("--master-addr must not be empty");
@@ -229,7 +272,14 @@ std::string start_method_for(const std::string& configured, int nproc, bool cuda
   return comm::choose_backend(layout).name == "mpi" ? "mpi" : "gloo";
 }
 
-LaunchResult launch(const LaunchOptions& options) {
+LaunchResult launch(const LaunchOptions& given) {
+  // Every launcher (dtrain launch, train --nproc, experiment, bench) takes the store's secret from
+  // DTRAIN_SECRET_FILE when not given it, as its workers would: one rule for all.
+  LaunchOptions options = given;
+  if (const auto it = options.environment.find(comm::kSecretFileVariable);
+      options.secret_file.empty() && it != options.environment.end() && !it->second.empty()) {
+    options.secret_file = fs::absolute(it->second).string();
+  }
   validate(options);
   SignalForwarding signals;
   Launcher launcher(options, signals);

@@ -18,8 +18,13 @@ struct LaunchOptions {
   int nproc_per_node = 1;
   int nnodes = 1;
   int node_rank = 0;
+  // The rendezvous store listens on this address only (node 0's address as the other nodes reach
+  // it; 127.0.0.1 on a single node, reachable from this host alone).
   std::string master_addr = "127.0.0.1";
-  int master_port = 0;  // 0 on a single node: a free port, so two jobs can share a host
+  int master_port = 0;
+  // A file holding the store's shared secret (comm/StoreSecret.h): the store refuses whoever cannot
+  // prove it, and workers get the path as DTRAIN_SECRET_FILE. "" = anyone who reaches the port joins.
+  std::string secret_file;  // 0 on a single node: a free port, so two jobs can share a host
   int max_restarts = 0;
   std::string backend = "gloo";  // "mpi" delegates to mpirun
   int threads = 0;               // intra-op threads per worker; 0 = cores / nproc_per_node

@@ -8,6 +8,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include "dtrain/comm/StoreSecret.h"
+
 namespace dtrain::launch {
 namespace {
 
@@ -23,20 +25,25 @@ std::string done_key(int attempt, int node_rank) {
 
 NodeStore::NodeStore(const LaunchOptions& options) {
   const bool host = options.node_rank == 0;
+  const std::string secret = options.secret_file.empty()
+                                 ? std::string()
+                                 : comm::read_secret_file(options.secret_file, "--secret-file");
   try {
     if (host) {
       server_ = std::make_unique<comm::StoreServer>(options.master_addr, options.master_port,
-                                                    options.rendezvous_timeout);
+                                                    options.rendezvous_timeout, secret);
     }
     port_ = host ? server_->port() : options.master_port;
     if (options.nnodes > 1) {
-      client_ = std::make_unique<comm::StoreClient>(options.master_addr, port_, options.rendezvous_timeout);
+      client_ =
+          std::make_unique<comm::StoreClient>(options.master_addr, port_, options.rendezvous_timeout, secret);
     }
   } catch (const std::exception& e) {
-    throw std::runtime_error(
-        fmt::format("dtrain launch: cannot {} the rendezvous store at {}:{}: {}; {}", host ? "host" : "reach",
-                    options.master_addr, options.master_port, e.what(),
-                    host ? "choose a free --master-port" : "start node 0 first and check --master-addr"));
+    throw std::runtime_error(fmt::format(
+        "dtrain launch: cannot {} the rendezvous store at {}:{}: {}; {}", host ? "host" : "reach",
+        options.master_addr, options.master_port, e.what(),
+        host ? "choose a free --master-port"
+             : "start node 0 first, check --master-addr, and give every node the same --secret-file"));
   }
 }
 

@@ -11,6 +11,8 @@
 #include <thread>
 #include <utility>
 
+#include "dtrain/comm/StoreSecret.h"
+
 namespace dtrain::launch {
 namespace {
 
@@ -66,6 +68,9 @@ comm::Environment torchrun_environment(const Job& job, int attempt, int local_ra
   env["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(options.max_restarts);
   env["TORCHELASTIC_RUN_ID"] = options.run_id;
   env["TORCHELASTIC_USE_AGENT_STORE"] = "True";
+  env["DTRAIN_STORE"] = "dtrain";  // comm::RendezvousInfo::dtrain_store: our store, not torchrun's
+  // The secret's path only, never the secret (comm/StoreSecret.h).
+  if (!options.secret_file.empty()) env[comm::kSecretFileVariable] = options.secret_file;
   env["TORCHELASTIC_ERROR_FILE"] = error_file(job.log_dir, rank);
   env["OMP_NUM_THREADS"] = std::to_string(threads_per_worker(options));
   if (job.diagnostics.status_line()) {
@@ -104,7 +109,7 @@ comm::Environment mpirun_environment(const Job& job) {
   // ranks, which take their ranks from OpenMPI's variables.
   for (const char* key : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
                           "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE",
-                          "TORCHELASTIC_ERROR_FILE", kStatusRelayVariable}) {
+                          "DTRAIN_STORE", "TORCHELASTIC_ERROR_FILE", kStatusRelayVariable}) {
     env.erase(key);
   }
   env["OMP_NUM_THREADS"] = std::to_string(threads_per_worker(job.options));

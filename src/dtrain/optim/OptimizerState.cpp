@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "dtrain/optim/Optimizers.h"
+#include "dtrain/util/ArchiveCode.h"
 
 namespace dtrain::optim {
 namespace {
@@ -119,7 +120,7 @@ void load_archive_bytes(torch::optim::Optimizer& optimizer, const torch::Tensor&
   std::istringstream in(
       std::string(static_cast<const char*>(b.data_ptr()), static_cast<std::size_t>(b.numel())));
   torch::serialize::InputArchive archive;
-  archive.load_from(in);
+  util::load_archive_without_code(archive, in, "the checkpoint's L-BFGS optimizer state");
   load_optimizer_state(optimizer, archive, "optimizer");
 }
 

@@ -1,5 +1,5 @@
-// The store side of connecting: open or host the TCPStore, then a join barrier through keys
-// "joined/<rank>" so that a timeout can say which ranks are missing.
+// The store side of connecting: open or host the store (comm/StoreServer, or torchrun's TCPStore), then a
+// join barrier through keys "joined/<rank>" so that a timeout can say which ranks are missing.
 #include "dtrain/comm/c10d/StoreRendezvous.h"
 
 #include <fmt/format.h>
@@ -9,6 +9,9 @@
 #include <thread>
 #include <vector>
 
+#include "dtrain/comm/StoreConnection.h"
+#include "dtrain/comm/StoreSecret.h"
+#include "dtrain/comm/StoreServer.h"
 #include "dtrain/comm/Work.h"
 
 namespace dtrain::comm {
@@ -23,29 +26,54 @@ std::string error_text(const std::exception& e) {
   return e.what();
 }
 
-compat::StorePtr open_store(const RendezvousInfo& r, const std::string& backend) {
-  ::c10d::TCPStoreOptions options;
-  options.port = static_cast<std::uint16_t>(r.master_port);
-  options.isServer = !r.agent_store && r.rank == 0;
-  // Joining is checked below with per-rank keys, which can name the ranks that are missing;
-  // TCPStore's own worker count can only say "timed out".
-  options.numWorkers = c10::nullopt;
-  options.waitWorkers = false;
-  options.timeout = r.timeout;
-  try {
+// The store that dtrain hosts (StoreServer: rank 0's own, or `dtrain launch`'s) takes a
+// StoreConnection; torchrun's store is c10d's TCPStore and takes c10d's client.
+compat::StorePtr connect_store(const RendezvousInfo& r, const std::string& secret) {
+  const bool host = !r.agent_store && r.rank == 0;
+  if (!r.dtrain_store) {
+    ::c10d::TCPStoreOptions options;
+    options.port = static_cast<std::uint16_t>(r.master_port);
+    options.isServer = false;
+    // Joining is checked below with per-rank keys, which can name the ranks that are missing;
+    // TCPStore's own worker count can only say "timed out".
+    options.numWorkers = c10::nullopt;
+    options.waitWorkers = false;
+    options.timeout = r.timeout;
     return c10::make_intrusive<::c10d::TCPStore>(r.master_addr, options);
+  }
+  std::shared_ptr<StoreServer> server;
+  if (host) server = std::make_shared<StoreServer>(r.master_addr, r.master_port, r.timeout, secret);
+  return c10::make_intrusive<StoreConnection>(r.master_addr, host ? server->port() : r.master_port, r.timeout,
+                                              secret, server);
+}
+
+compat::StorePtr open_store(const RendezvousInfo& r, const std::string& backend) {
+  const bool host = !r.agent_store && r.rank == 0;
+  try {
+    if (!r.dtrain_store && !r.secret_file.empty()) {
+      throw std::invalid_argument(fmt::format(
+          "{} names a secret, but torchrun's store (c10d's TCPStore) takes none; start the job with "
+          "`dtrain launch --secret-file` instead",
+          kSecretFileVariable));
+    }
+    const std::string secret =
+        r.secret_file.empty() ? std::string() : read_secret_file(r.secret_file, kSecretFileVariable);
+    return connect_store(r, secret);
+  } catch (const StoreRefused& e) {
+    throw CommError(r.rank, r.world_size, "rendezvous (" + backend + ")", e.what());
+  } catch (const std::invalid_argument& e) {
+    throw CommError(r.rank, r.world_size, "rendezvous (" + backend + ")", e.what());
   } catch (const std::exception& e) {
-    const std::string how = options.isServer
-                                ? fmt::format(
-                                      "could not host the store at {}:{} ({}); pick a free port with "
-                                      "--master-port or MASTER_PORT",
-                                      r.master_addr, r.master_port, error_text(e))
-                                : fmt::format(
-                                      "could not reach the store at {}:{} within {} ms ({}); the store is "
-                                      "hosted by {}: check that "
-                                      "it runs and that MASTER_ADDR/MASTER_PORT point at it",
-                                      r.master_addr, r.master_port, r.timeout.count(), error_text(e),
-                                      r.agent_store ? "the launcher (torchrun or dtrain launch)" : "rank 0");
+    const std::string how = host ? fmt::format(
+                                       "could not host the store at {}:{} ({}); pick a free port with "
+                                       "--master-port or MASTER_PORT",
+                                       r.master_addr, r.master_port, error_text(e))
+                                 : fmt::format(
+                                       "could not join the store at {}:{} within {} ms ({}); the store is "
+                                       "hosted by {}: check that "
+                                       "it runs and that MASTER_ADDR/MASTER_PORT point at it",
+                                       r.master_addr, r.master_port, r.timeout.count(), error_text(e),
+                                       r.agent_store ? "the launcher (torchrun or dtrain launch)" : "rank 0");
     throw CommError(r.rank, r.world_size, "rendezvous (" + backend + ")", how);
   }
 }

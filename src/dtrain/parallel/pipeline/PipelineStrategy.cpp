@@ -21,6 +21,7 @@
 #include "dtrain/parallel/MicroBatches.h"
 #include "dtrain/parallel/ModuleSync.h"
 #include "dtrain/parallel/Registry.h"
+#include "dtrain/util/ArchiveCode.h"
 #include "dtrain/util/Clock.h"
 
 namespace dtrain::parallel::pipeline {
@@ -171,7 +172,7 @@ std::map<std::string, torch::Tensor> unpack(const torch::Tensor& bytes) {
   std::istringstream in(
       std::string(static_cast<const char*>(bytes.data_ptr()), static_cast<std::size_t>(bytes.numel())));
   torch::serialize::InputArchive archive;
-  archive.load_from(in);
+  util::load_archive_without_code(archive, in, "a pipeline stage's packed state");
   torch::Tensor names_tensor;
   archive.read("names", names_tensor, /*is_buffer=*/true);
   const std::string names(static_cast<const char*>(names_tensor.data_ptr()),

@@ -1,0 +1,64 @@
+// StoreConnection: a connection to a StoreServer as a c10d::Store, so that c10d's process groups
+// (ProcessGroupGloo's rendezvous sets, gets and waits through it) and PrefixStore use it like
+// c10d's own TCPStore client. It passes the handshake of Note [Store handshake] before anything
+// else. Internal to comm/: StoreClient is the interface for other layers.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "dtrain/comm/C10dCompat.h"
+#include "dtrain/comm/StoreWire.h"
+
+namespace dtrain::comm {
+
+// The store answered but the handshake failed: a secret is missing, wrong, or not asked for. Says
+// what to fix; waiting longer would not help.
+class StoreRefused : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class StoreConnection : public ::c10d::Store {
+ public:
+  // Connects to host:port (every address it resolves to), retrying until `timeout` while nothing
+  // listens, then proves `secret` (empty: none). Throws std::runtime_error naming host:port when no
+  // store answers, StoreRefused when the store asks for a secret this side lacks, rejects this
+  // side's, or asks for none while this side has one. `keep_alive` is held as long as this connection (the
+  // StoreServer that rank 0 hosts for its own world).
+  StoreConnection(const std::string& host, int port, std::chrono::milliseconds timeout,
+                  const std::string& secret, std::shared_ptr<void> keep_alive = nullptr);
+  ~StoreConnection() override;
+
+  void set(const std::string& key, const std::vector<uint8_t>& value) override;
+  std::vector<uint8_t> compareSet(const std::string& key, const std::vector<uint8_t>& expected,
+                                  const std::vector<uint8_t>& desired) override;
+  // Waits up to the store's timeout for the key to be set.
+  std::vector<uint8_t> get(const std::string& key) override;
+  int64_t add(const std::string& key, int64_t value) override;
+  bool deleteKey(const std::string& key) override;
+  bool check(const std::vector<std::string>& keys) override;
+  int64_t getNumKeys() override;
+  void wait(const std::vector<std::string>& keys) override;
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override;
+
+  const std::string& address() const { return address_; }
+
+ private:
+  // Sends one request and reads its reply under the lock; throws naming the store and `what`.
+  template <typename Read>
+  auto request(const std::string& what, const wire::Message& message, Read&& read);
+  std::optional<std::string> try_get(const std::string& key);
+
+  std::string address_;
+  int fd_ = -1;
+  std::mutex mutex_;
+  std::shared_ptr<void> keep_alive_;
+};
+
+}  // namespace dtrain::comm
