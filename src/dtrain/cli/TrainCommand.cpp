@@ -37,6 +37,7 @@ struct TrainArgs {
   std::string config;
   std::vector<std::string> overrides;
   int nproc = 0;
+  bool oversubscribe = false;
   std::string resume;
   std::string run_dir;
   std::string dist_url;
@@ -207,6 +208,7 @@ int launch_workers(const TrainArgs& a, const config::RunConfig& cfg, int nproc,
   }
   launch::LaunchOptions options;
   options.nproc_per_node = nproc;
+  options.oversubscribe = a.oversubscribe;
   options.backend = launch::start_method_for(cfg.parallel.backend, nproc, cfg.train.device == "cuda", env);
   options.threads = cfg.train.threads;
   options.log_dir = (root / "launch").string();
@@ -341,6 +343,8 @@ Run add_train_command(CLI::App& app) {
   cmd->add_option("overrides", a->overrides, "Overrides such as optim.lr=0.01 parallel.strategy=local");
   cmd->add_option("--nproc", a->nproc, "Start this many local workers (default: the config's nproc)")
       ->check(at_least(1));
+  cmd->add_flag("--oversubscribe", a->oversubscribe,
+                "Start more local workers than 4 per core (at least 16), the bound without it");
   cmd->add_option("--resume", a->resume,
                   "Continue from a run folder's latest checkpoint or a checkpoint file");
   cmd->add_option("--run-dir", a->run_dir, "Write into this run folder instead of a new one");
@@ -357,8 +361,12 @@ Run add_train_command(CLI::App& app) {
     train::check_device(cfg.train.device);  // before any worker starts
     const auto env = config::process_environment();
     const int nproc = a->nproc > 0 ? a->nproc : cfg.nproc;
-    // How the data is held for this many workers (graph nodes over ranks): before any worker starts.
-    if (!started_by_a_launcher(env, *a)) parallel::data_holders(cfg.parallel, nproc);
+    // How many workers this host starts, and how the data is held for them (graph nodes over
+    // ranks): before any worker starts or any folder is made.
+    if (!started_by_a_launcher(env, *a)) {
+      launch::check_local_workers(nproc, a->oversubscribe);
+      parallel::data_holders(cfg.parallel, nproc);
+    }
     if (!started_by_a_launcher(env, *a) && nproc > 1) return launch_workers(*a, cfg, nproc, env);
     return run_worker(*a, cfg, env);
   };

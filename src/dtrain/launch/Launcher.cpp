@@ -3,6 +3,7 @@
 // run out. How one attempt starts and watches its workers is in Attempt.cpp and Monitor.cpp.
 #include "dtrain/launch/Launcher.h"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -26,6 +27,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
+int usable_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
+
 void validate(const LaunchOptions& o) {
   auto fail = [](const std::string& message) { throw std::invalid_argument("dtrain launch: " + message); };
   if (o.command.empty() || o.command.front().empty()) {
@@ -35,6 +43,7 @@ void validate(const LaunchOptions& o) {
   if (o.nproc_per_node < 1) {
     fail(fmt::format("--nproc-per-node must be at least 1, found {}", o.nproc_per_node));
   }
+  check_local_workers(o.nproc_per_node, o.oversubscribe);
   if (o.nnodes < 1) fail(fmt::format("--nnodes must be at least 1, found {}", o.nnodes));
   if (o.node_rank < 0 || o.node_rank >= o.nnodes) {
     fail(fmt::format("--node-rank must be in [0, {}) for --nnodes {}, found {}", o.nnodes, o.nnodes,
@@ -193,6 +202,19 @@ class Launcher {
 };
 
 }  // namespace
+
+// See Note [A bound on local workers].
+int max_local_workers() {
+  return std::max(16, 4 * usable_cores());
+}
+
+void check_local_workers(int nproc, bool oversubscribe) {
+  if (oversubscribe || nproc <= max_local_workers()) return;
+  throw std::invalid_argument(fmt::format(
+      "{} local workers are more than this host runs: at most {} (4 per usable core, at least 16; {} "
+      "usable core(s) here); start fewer, or add --oversubscribe to start them anyway",
+      nproc, max_local_workers(), usable_cores()));
+}
 
 bool status_relay_requested(const comm::Environment& env) {
   const auto relay = env.find(kStatusRelayVariable);
