@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "dtrain/comm/Backend.h"
+#include "dtrain/comm/HostName.h"
 #include "dtrain/launch/Attempt.h"
 #include "dtrain/launch/Job.h"
 #include "dtrain/launch/WorkerEnvironment.h"
@@ -71,6 +72,10 @@ void validate(const LaunchOptions& o) {
     }
   }
   if (o.master_addr.empty()) fail("--master-addr must not be empty");
+  if (const auto why = comm::unresolvable_host(o.master_addr); !why.empty()) {
+    fail(fmt::format("cannot resolve --master-addr '{}' ({}); give a name or address this machine resolves",
+                     o.master_addr, why));
+  }
   if (o.stop_grace.count() < 0 || o.rendezvous_timeout.count() <= 0) {
     fail("the stop grace period must be at least 0 and the rendezvous timeout positive");
   }
