@@ -86,6 +86,28 @@ io::Checkpoint load_resume_point(const fs::path& where) {
   return std::move(*checkpoint);
 }
 
+// Note [Resuming on another number of workers]
+// A checkpoint holds everything by name (Note [Checkpoint layout]), so a run saved by N workers
+// resumes on M, as torchrun's elastic restarts and DeepSpeed's universal checkpoints let a job
+// continue at another size. What cannot carry over is the data partition: the training set is
+// cut over M holders anew and the epoch continues after the same fraction of its batches, so the
+// run goes on correctly but no longer matches an uninterrupted N-worker run sample for sample.
+// That is said once, on rank 0, naming both sizes; a strategy whose data holders are graph nodes
+// (decentralized) keeps its partition whatever the world size, and says nothing.
+void warn_if_repartitioned(const nlohmann::json& meta, const train::Trainer& trainer,
+                           const std::string& resume, io::Logger& logger) {
+  if (!meta.contains("world_size")) return;
+  const int saved_world = meta.at("world_size").get<int>();
+  const int saved_holders = meta.value("data_holders", saved_world);
+  if (saved_holders == trainer.data_holders()) return;
+  logger.warning(fmt::format(
+      "--resume {}: the checkpoint was written by {} worker(s), this run has {}: the training set is "
+      "partitioned anew over {} (data_partition_hash changes) and the epoch continues after the same "
+      "fraction of its batches; the run will not match an uninterrupted {}-worker run sample for sample "
+      "(resume with --nproc {} for that)",
+      resume, saved_world, trainer.world_size(), trainer.data_holders(), saved_world, saved_world));
+}
+
 // The run folder that --resume points into: the folder itself, its checkpoints/ folder, or one
 // checkpoint file inside checkpoints/.
 fs::path run_folder_of(const fs::path& resume) {
@@ -258,8 +280,10 @@ int train_in(const TrainArgs& a, const config::RunConfig& cfg, const comm::Commu
     trainer.add_callback(std::make_shared<train::EarlyStop>(cfg.train.target_accuracy));
   }
   if (!a.resume.empty()) {
-    trainer.load_state(load_resume_point(a.resume));
+    const auto checkpoint = load_resume_point(a.resume);
+    trainer.load_state(checkpoint);
     logger->info(fmt::format("resumed from {} at step {}", a.resume, trainer.step()));
+    if (rank == 0) warn_if_repartitioned(checkpoint.metadata(), trainer, a.resume, *logger);
   }
 
   const auto result = trainer.fit();
