@@ -77,6 +77,7 @@ std::vector<std::string> worker_command(const BenchCommOptions& o) {
 int run_launcher(const BenchCommOptions& o) {
   launch::LaunchOptions options;
   options.nproc_per_node = o.nproc;
+  options.oversubscribe = o.oversubscribe;
   options.backend = o.backend;
   options.threads = o.threads;
   options.command = worker_command(o);
@@ -274,6 +275,8 @@ CLI::App* add_comm_subcommand(CLI::App& bench, BenchCommOptions& o) {
   cmd->add_option("--nproc", o.nproc,
                   "Start this many local workers (mpi: through mpirun); without it, join a job from the "
                   "environment (torchrun, mpirun, srun, dtrain launch)");
+  cmd->add_flag("--oversubscribe", o.oversubscribe,
+                "Start more local workers than 4 per core (at least 16), the bound without it");
   cmd->add_option(
          "--op", o.op,
          "allreduce | allgather | broadcast | reduce_scatter | sendrecv (each rank sends to the next "

@@ -17,6 +17,7 @@ namespace dtrain::cli {
 struct BenchCommOptions {
   std::string backend = "gloo";  // gloo | mpi (| nccl where built)
   int nproc = 0;                 // > 0: start this many local workers; 0: this process is a worker
+  bool oversubscribe = false;    // launch::LaunchOptions::oversubscribe
   std::string op = "allreduce";  // allreduce | allgather | broadcast | reduce_scatter | sendrecv
   std::string sizes = "4K,1M,16M,64M";
   int iters = 20;

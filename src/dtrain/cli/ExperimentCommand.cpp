@@ -18,6 +18,7 @@ struct ExperimentArgs {
   std::string file;
   std::string dir;
   bool fresh = false;
+  bool oversubscribe = false;
   int nproc = 0;
   std::vector<std::string> sets;
 };
@@ -48,6 +49,8 @@ Run add_experiment_command(CLI::App& app) {
   cmd->add_flag("--fresh", a->fresh, "Start a new folder even when an unfinished one exists");
   cmd->add_option("--nproc", a->nproc, "Workers of every run (nproc=N after the file's overrides)")
       ->check(CLI::PositiveNumber);
+  cmd->add_flag("--oversubscribe", a->oversubscribe,
+                "Let runs start more local workers than 4 per core (at least 16), the bound without it");
   cmd->add_option("--set", a->sets, "key=value for every run, after the file's overrides (repeatable)");
   return [a] {
     auto spec = experiment::load_experiment(a->file);
@@ -58,6 +61,7 @@ Run add_experiment_command(CLI::App& app) {
     options.dtrain_executable = self_executable();
     options.directory = a->dir;
     options.fresh = a->fresh;
+    options.oversubscribe = a->oversubscribe;
     const auto results = experiment::run_experiment(spec, options);
     if (spec.seed_form) seed_notes_after(*spec.seed_form, results);
     if (results.value("written", true)) {

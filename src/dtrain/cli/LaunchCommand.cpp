@@ -33,6 +33,7 @@ struct LaunchArgs {
   std::string master_addr = "127.0.0.1";
   int master_port = 0;
   int max_restarts = 0;
+  bool oversubscribe = false;
   bool standalone = false;
   bool no_python = false;
   std::string backend = "gloo";
@@ -116,6 +117,7 @@ launch::LaunchOptions to_options(const LaunchArgs& args) {
         args.node_rank));
   }
   options.max_restarts = args.max_restarts;
+  options.oversubscribe = args.oversubscribe;
   options.backend = args.backend;
   options.threads = args.threads;
   options.log_dir = args.log_dir;
@@ -230,6 +232,8 @@ Run add_launch_command(CLI::App& app) {
   sub->add_option("--max-restarts,--max_restarts", args->max_restarts,
                   "Restart every worker up to this many times after a failure")
       ->capture_default_str();
+  sub->add_flag("--oversubscribe", args->oversubscribe,
+                "Start more workers on this node than 4 per core (at least 16), the bound without it");
   args->node_options.push_back(
       sub->add_flag("--standalone", args->standalone, "Single node with a local store on a free port"));
   sub->add_flag("--no-python,--no_python", args->no_python,

@@ -38,6 +38,7 @@ struct TrainArgs {
   std::string config;
   std::vector<std::string> overrides;
   int nproc = 0;
+  bool oversubscribe = false;
   std::string resume;
   std::string run_dir;
   std::string dist_url;
@@ -85,6 +86,28 @@ io::Checkpoint load_resume_point(const fs::path& where) {
         fmt::format("--resume {}: no checkpoint in {}", where.string(), dir.string()));
   }
   return std::move(*checkpoint);
+}
+
+// Note [Resuming on another number of workers]
+// A checkpoint holds everything by name (Note [Checkpoint layout]), so a run saved by N workers
+// resumes on M, as torchrun's elastic restarts and DeepSpeed's universal checkpoints let a job
+// continue at another size. What cannot carry over is the data partition: the training set is
+// cut over M holders anew and the epoch continues after the same fraction of its batches, so the
+// run goes on correctly but no longer matches an uninterrupted N-worker run sample for sample.
+// That is said once, on rank 0, naming both sizes; a strategy whose data holders are graph nodes
+// (decentralized) keeps its partition whatever the world size, and says nothing.
+void warn_if_repartitioned(const nlohmann::json& meta, const train::Trainer& trainer,
+                           const std::string& resume, io::Logger& logger) {
+  if (!meta.contains("world_size")) return;
+  const int saved_world = meta.at("world_size").get<int>();
+  const int saved_holders = meta.value("data_holders", saved_world);
+  if (saved_holders == trainer.data_holders()) return;
+  logger.warning(fmt::format(
+      "--resume {}: the checkpoint was written by {} worker(s), this run has {}: the training set is "
+      "partitioned anew over {} (data_partition_hash changes) and the epoch continues after the same "
+      "fraction of its batches; the run will not match an uninterrupted {}-worker run sample for sample "
+      "(resume with --nproc {} for that)",
+      resume, saved_world, trainer.world_size(), trainer.data_holders(), saved_world, saved_world));
 }
 
 // The run folder that --resume points into: the folder itself, its checkpoints/ folder, or one
@@ -210,6 +233,7 @@ int launch_workers(const TrainArgs& a, const config::RunConfig& cfg, int nproc,
   launch::LaunchOptions options;
   options.nproc_per_node = nproc;
   options.max_restarts = a.max_restarts;
+  options.oversubscribe = a.oversubscribe;
   options.backend = launch::start_method_for(cfg.parallel.backend, nproc, cfg.train.device == "cuda", env);
   options.threads = cfg.train.threads;
   options.log_dir = (root / "launch").string();
@@ -309,8 +333,10 @@ int train_in(const TrainArgs& given, const config::RunConfig& cfg, const comm::C
     trainer.add_callback(std::make_shared<train::EarlyStop>(cfg.train.target_accuracy));
   }
   if (!a.resume.empty()) {
-    trainer.load_state(load_resume_point(a.resume));
+    const auto checkpoint = load_resume_point(a.resume);
+    trainer.load_state(checkpoint);
     logger->info(fmt::format("resumed from {} at step {}", a.resume, trainer.step()));
+    if (rank == 0) warn_if_repartitioned(checkpoint.metadata(), trainer, a.resume, *logger);
   }
 
   const auto result = trainer.fit();
@@ -394,6 +420,8 @@ Run add_train_command(CLI::App& app) {
   cmd->add_option("overrides", a->overrides, "Overrides such as optim.lr=0.01 parallel.strategy=local");
   cmd->add_option("--nproc", a->nproc, "Start this many local workers (default: the config's nproc)")
       ->check(at_least(1));
+  cmd->add_flag("--oversubscribe", a->oversubscribe,
+                "Start more local workers than 4 per core (at least 16), the bound without it");
   cmd->add_option("--resume", a->resume,
                   "Continue from a run folder's latest checkpoint or a checkpoint file");
   cmd->add_option("--run-dir", a->run_dir, "Write into this run folder instead of a new one");
@@ -414,8 +442,12 @@ Run add_train_command(CLI::App& app) {
     train::check_device(cfg.train.device);  // before any worker starts
     const auto env = config::process_environment();
     const int nproc = a->nproc > 0 ? a->nproc : cfg.nproc;
-    // How the data is held for this many workers (graph nodes over ranks): before any worker starts.
-    if (!started_by_a_launcher(env, *a)) parallel::data_holders(cfg.parallel, nproc);
+    // How many workers this host starts, and how the data is held for them (graph nodes over
+    // ranks): before any worker starts or any folder is made.
+    if (!started_by_a_launcher(env, *a)) {
+      launch::check_local_workers(nproc, a->oversubscribe);
+      parallel::data_holders(cfg.parallel, nproc);
+    }
     if (a->max_restarts > 0 && started_by_a_launcher(env, *a)) {
       throw std::invalid_argument(fmt::format(
           "--max-restarts {}: this process is a worker started by a launcher, which does the restarting; "

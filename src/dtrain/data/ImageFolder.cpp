@@ -35,6 +35,15 @@ torch::Tensor decode_png(const std::string& path) {
   image.version = PNG_IMAGE_VERSION;
   TORCH_CHECK(png_image_begin_read_from_file(&image, path.c_str()) != 0, path, ": not a readable PNG (",
               image.message, ")");
+  // See Note [What an image file may be].
+  const png_uint_32 width = image.width, height = image.height;
+  if (static_cast<std::int64_t>(width) * height > kMaxImagePixels) {
+    png_image_free(&image);
+    TORCH_CHECK(false, path, ": the PNG header claims ", width, " x ", height, " pixels, more than the ",
+                kMaxImagePixels,
+                " an image may have; the file is corrupt or not a "
+                "training image");
+  }
   image.format = PNG_FORMAT_RGB;
   auto hwc = torch::empty(
       {static_cast<std::int64_t>(image.height), static_cast<std::int64_t>(image.width), 3}, torch::kUInt8);
@@ -57,6 +66,13 @@ void jpeg_error_exit(j_common_ptr cinfo) {
   std::longjmp(err->jump, 1);
 }
 
+// libjpeg's default prints warnings (level -1) on stderr and decodes on; a warning means lost or
+// corrupt data, so it ends decoding like an error (Note [What an image file may be]). Trace
+// messages (level >= 0) stay silent.
+void jpeg_emit_message(j_common_ptr cinfo, int msg_level) {
+  if (msg_level < 0) jpeg_error_exit(cinfo);
+}
+
 // Decodes into `out` (resized to H*W*3); returns false with `err.message` set on failure. Only C
 // objects and `out` (alive before setjmp) live in this frame, so the longjmp skips no destructor.
 bool decode_jpeg_into(std::FILE* file, std::vector<std::uint8_t>& out, std::int64_t& height,
@@ -64,6 +80,7 @@ bool decode_jpeg_into(std::FILE* file, std::vector<std::uint8_t>& out, std::int6
   jpeg_decompress_struct cinfo;
   cinfo.err = jpeg_std_error(&err.mgr);
   err.mgr.error_exit = jpeg_error_exit;
+  err.mgr.emit_message = jpeg_emit_message;
   if (setjmp(err.jump)) {
     jpeg_destroy_decompress(&cinfo);
     return false;
@@ -71,6 +88,17 @@ bool decode_jpeg_into(std::FILE* file, std::vector<std::uint8_t>& out, std::int6
   jpeg_create_decompress(&cinfo);
   jpeg_stdio_src(&cinfo, file);
   jpeg_read_header(&cinfo, TRUE);
+  // See Note [What an image file may be].
+  if (static_cast<std::int64_t>(cinfo.image_width) * cinfo.image_height > kMaxImagePixels) {
+    std::snprintf(
+        err.message, sizeof err.message,
+        "the header claims %u x %u pixels, more than the %lld an image may have; the file is corrupt "
+        "or not a training image",
+        static_cast<unsigned>(cinfo.image_width), static_cast<unsigned>(cinfo.image_height),
+        static_cast<long long>(kMaxImagePixels));
+    jpeg_destroy_decompress(&cinfo);
+    return false;
+  }
   cinfo.out_color_space = JCS_RGB;
   jpeg_start_decompress(&cinfo);
   height = cinfo.output_height;

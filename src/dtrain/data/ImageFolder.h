@@ -9,7 +9,16 @@
 
 namespace dtrain::data {
 
+// Note [What an image file may be]
+// A header is read before any pixel memory is taken: an image of more than kMaxImagePixels pixels
+// (a header claiming 10^6 x 10^6 would ask for 3 TB) is refused naming the file. A JPEG that
+// libjpeg can only decode with a warning (truncated: "Premature end of JPEG file"; corrupt entropy
+// data) is refused as well, naming the file and the warning, rather than trained on with grey
+// where the data ends and the warning printed on stderr: remove or re-encode the file.
+constexpr std::int64_t kMaxImagePixels = std::int64_t{1} << 26;  // 8192 x 8192
+
 // One decoded image: (3, H, W) uint8 RGB; grey and palette images are expanded, alpha dropped.
+// Throws naming `path` when the file cannot be decoded or breaks the rule above.
 torch::Tensor decode_image(const std::string& path);
 
 // Writes a (C, H, W) uint8 image, C = 1 (grey) or 3 (RGB), as PNG (lossless) or JPEG (quality

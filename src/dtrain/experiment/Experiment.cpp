@@ -82,6 +82,7 @@ void train(const ExperimentSpec& spec, const ExperimentOptions& options, const R
            const config::RunConfig& cfg, const fs::path& run_dir, const comm::Environment& environment) {
   launch::LaunchOptions job;
   job.nproc_per_node = cfg.nproc;
+  job.oversubscribe = options.oversubscribe;
   job.backend =
       launch::start_method_for(cfg.parallel.backend, cfg.nproc, cfg.train.device == "cuda", environment);
   job.threads = cfg.train.threads;
@@ -168,6 +169,13 @@ nlohmann::json run_experiment(const ExperimentSpec& spec, const ExperimentOption
   // Every run's configuration is checked before anything is made.
   const auto runs = expand_runs(spec);
   const auto configs = load_configs(spec, runs);
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    try {
+      launch::check_local_workers(configs[i].nproc, options.oversubscribe);
+    } catch (const std::exception& e) {
+      throw std::invalid_argument(fmt::format("experiment run '{}': nproc: {}", runs[i].name, e.what()));
+    }
+  }
   if (!spec.seed_form) return run_all(spec, options, runs, configs, experiment_folder(spec, options));
   const auto& form = *spec.seed_form;
   if (!form.writeout) {

@@ -69,6 +69,7 @@ struct ExperimentOptions {
   std::string dtrain_executable;    // the binary that runs `dtrain train`
   std::filesystem::path directory;  // "" = a new dated folder, or the newest unfinished one
   bool fresh = false;               // never continue an unfinished folder
+  bool oversubscribe = false;       // launch::LaunchOptions::oversubscribe for every run
 };
 
 // Runs every run not finished yet (a run is finished when its results.json exists), one after

@@ -25,6 +25,15 @@ constexpr const char* kFormat = "dtrain.checkpoint";
 constexpr int kVersion = 1;
 constexpr const char* kMarker = "latest";
 
+// A LibTorch error's first line, for a one-line message: c10::Error::what() carries the C++
+// stack frames that say nothing to a user ("frame #0: c10::Error::Error(...)").
+std::string first_line(const std::exception& e) {
+  const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+  std::string text = c10_error ? c10_error->what_without_backtrace() : e.what();
+  text = text.substr(0, text.find('\n'));
+  return text.size() > 200 ? text.substr(0, 200) + "..." : text;
+}
+
 std::string join_names(const std::map<std::string, at::Tensor>& tensors) {
   std::string out;
   for (const auto& [name, tensor] : tensors) out += (out.empty() ? "" : ", ") + name;
@@ -151,8 +160,7 @@ Checkpoint Checkpoint::load(const std::filesystem::path& path) {
     header = nlohmann::json::parse(std::string(static_cast<const char*>(header_bytes.data_ptr()),
                                                static_cast<std::size_t>(header_bytes.numel())));
   } catch (const std::exception& e) {
-    throw CheckpointError("checkpoint " + path.string() + " cannot be read (" +
-                          std::string(e.what()).substr(0, 300) +
+    throw CheckpointError("checkpoint " + path.string() + " cannot be read (" + first_line(e) +
                           "); it is truncated, corrupt or not a dtrain checkpoint");
   }
   if (header.value("format", "") != kFormat || header.value("version", 0) != kVersion) {
@@ -281,8 +289,7 @@ std::map<std::string, at::Tensor> import_state_dict(const std::filesystem::path&
   try {
     value = torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
   } catch (const std::exception& e) {
-    throw CheckpointError(path.string() + " is not a torch.save file (" +
-                          std::string(e.what()).substr(0, 300) + ")");
+    throw CheckpointError(path.string() + " is not a torch.save file (" + first_line(e) + ")");
   }
   if (!value.isGenericDict()) {
     throw CheckpointError(path.string() + " holds a " + value.tagKind() +

@@ -6,6 +6,7 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -20,6 +21,7 @@
 
 #include "dtrain/comm/Backend.h"
 #include "dtrain/comm/StoreSecret.h"
+#include "dtrain/comm/HostName.h"
 #include "dtrain/launch/Attempt.h"
 #include "dtrain/launch/Job.h"
 #include "dtrain/launch/WorkerEnvironment.h"
@@ -54,6 +56,13 @@ bool only_loopback_name(const std::string& address) {
   return all_loopback;
 }
 
+int usable_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
+
 void validate(const LaunchOptions& o) {
   auto fail = [](const std::string& message) { throw std::invalid_argument("dtrain launch: " + message); };
   if (o.command.empty() || o.command.front().empty()) {
@@ -63,6 +72,7 @@ void validate(const LaunchOptions& o) {
   if (o.nproc_per_node < 1) {
     fail(fmt::format("--nproc-per-node must be at least 1, found {}", o.nproc_per_node));
   }
+  check_local_workers(o.nproc_per_node, o.oversubscribe);
   if (o.nnodes < 1) fail(fmt::format("--nnodes must be at least 1, found {}", o.nnodes));
   if (o.node_rank < 0 || o.node_rank >= o.nnodes) {
     fail(fmt::format("--node-rank must be in [0, {}) for --nnodes {}, found {}", o.nnodes, o.nnodes,
@@ -105,6 +115,10 @@ void validate(const LaunchOptions& o) {
     }
   }
   if (o.master_addr.empty()) fail("--master-addr must not be empty");
+  if (const auto why = comm::unresolvable_host(o.master_addr); !why.empty()) {
+    fail(fmt::format("cannot resolve --master-addr '{}' ({}); give a name or address this machine resolves",
+                     o.master_addr, why));
+  }
   if (o.stop_grace.count() < 0 || o.rendezvous_timeout.count() <= 0) {
     fail("the stop grace period must be at least 0 and the rendezvous timeout positive");
   }
@@ -236,6 +250,19 @@ class Launcher {
 };
 
 }  // namespace
+
+// See Note [A bound on local workers].
+int max_local_workers() {
+  return std::max(16, 4 * usable_cores());
+}
+
+void check_local_workers(int nproc, bool oversubscribe) {
+  if (oversubscribe || nproc <= max_local_workers()) return;
+  throw std::invalid_argument(fmt::format(
+      "{} local workers are more than this host runs: at most {} (4 per usable core, at least 16; {} "
+      "usable core(s) here); start fewer, or add --oversubscribe to start them anyway",
+      nproc, max_local_workers(), usable_cores()));
+}
 
 bool status_relay_requested(const comm::Environment& env) {
   const auto relay = env.find(kStatusRelayVariable);

@@ -26,6 +26,8 @@ struct LaunchOptions {
   // prove it, and workers get the path as DTRAIN_SECRET_FILE. "" = anyone who reaches the port joins.
   std::string secret_file;  // 0 on a single node: a free port, so two jobs can share a host
   int max_restarts = 0;
+  // Start more local workers than max_local_workers() allows (mpirun's --oversubscribe).
+  bool oversubscribe = false;
   std::string backend = "gloo";  // "mpi" delegates to mpirun
   int threads = 0;               // intra-op threads per worker; 0 = cores / nproc_per_node
   std::string log_dir;           // per-rank logs; "" = a fresh directory under $TMPDIR
@@ -70,6 +72,20 @@ struct LaunchResult {
 // choose the same backend from the layout they see.
 std::string start_method_for(const std::string& configured, int nproc, bool cuda,
                              const comm::Environment& env, const std::string& mpirun = "mpirun");
+
+// Note [A bound on local workers]
+// Every local worker is a process with its own LibTorch, copy of the model and data loader, so a
+// mistyped --nproc 1000 on a laptop starts processes until memory or the rendezvous gives out,
+// and stops nothing before. mpirun refuses more ranks than slots (cores) unless told
+// --oversubscribe; dtrain is looser, since small CPU jobs run well with a few ranks per core
+// (tests run 5 ranks on 2 cores): at most 4 per usable core and never fewer than 16, the same
+// flag lifting the bound.
+int max_local_workers();
+
+// Throws std::invalid_argument naming `nproc`, the bound and the core count when `nproc` local
+// workers are more than max_local_workers() and `oversubscribe` is false. launch() checks it;
+// commands call it before they create anything, so a refused job leaves nothing behind.
+void check_local_workers(int nproc, bool oversubscribe);
 
 // Runs the job to completion. Throws std::invalid_argument for inconsistent options. While it
 // runs, SIGINT, SIGTERM and SIGHUP to this process are forwarded to every worker (the previous

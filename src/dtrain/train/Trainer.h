@@ -66,6 +66,8 @@ class Trainer {
   const config::RunConfig& config() const { return config_; }
   int rank() const;
   int world_size() const;
+  // Who the training set is partitioned over: ranks, or graph nodes (parallel::data_holders).
+  int data_holders() const { return holders_; }
   std::int64_t step() const { return step_; }
   std::int64_t epoch() const { return epoch_; }
   std::int64_t total_steps() const { return total_steps_; }

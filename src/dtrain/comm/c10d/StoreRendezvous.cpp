@@ -12,6 +12,7 @@
 #include "dtrain/comm/StoreConnection.h"
 #include "dtrain/comm/StoreSecret.h"
 #include "dtrain/comm/StoreServer.h"
+#include "dtrain/comm/HostName.h"
 #include "dtrain/comm/Work.h"
 
 namespace dtrain::comm {
@@ -85,6 +86,13 @@ std::string joined_key(int rank) {
 }  // namespace
 
 compat::StorePtr join_store(const RendezvousInfo& r, const std::string& backend) {
+  if (const auto why = unresolvable_host(r.master_addr); !why.empty()) {
+    throw CommError(
+        r.rank, r.world_size, "rendezvous (" + backend + ")",
+        fmt::format("cannot resolve the rendezvous host '{}' ({}); set MASTER_ADDR, --master-addr "
+                    "or --dist-url to a name or address this machine resolves",
+                    r.master_addr, why));
+  }
   compat::StorePtr store = open_store(r, backend);
   if (!r.store_prefix.empty()) store = c10::make_intrusive<::c10d::PrefixStore>(r.store_prefix, store);
 
