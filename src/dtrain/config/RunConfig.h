@@ -109,6 +109,10 @@ struct ParallelConfig {
   double timeout_s = 300.0;           // rendezvous and every collective
   std::int64_t poll_wait_us = 50000;  // wait for a collective polling this long, then block
   int gloo_threads = 2;               // gloo: worker threads of the process group
+  // off | detail: compare every collective's fingerprint between ranks before it runs, and report a
+  // mismatch naming both ranks and calls instead of hanging (TORCH_DISTRIBUTED_DEBUG=DETAIL; comm:
+  // Note [Collective checks])
+  std::string debug = "off";
   // Each strategy's own options, parallel.<strategy>.*, registered with the strategy
   // (e.g. parallel.data_parallel.bucket_mb): options.get<T>("data_parallel").
   SectionSet options{"parallel"};

@@ -15,6 +15,7 @@ const ChoiceSet kActivations{"relu", "tanh", "gelu", "sigmoid"};
 const ChoiceSet kStems{"cifar", "imagenet"};
 const ChoiceSet kTasks{"classifier", "lm"};
 const ChoiceSet kBackends{"auto", "gloo", "mpi", "nccl"};
+const ChoiceSet kDebugModes{"off", "detail"};
 const ChoiceSet kDevices{"cpu", "cuda"};
 const ChoiceSet kPrecisions{"fp32", "bf16", "fp16"};
 const ChoiceSet kLineSearches{"none", "strong_wolfe"};
@@ -110,6 +111,7 @@ void describe_parallel(OptionVisitor& v, ParallelConfig& p) {
   v.number("timeout_s", p.timeout_s, kPositive);
   v.integer("poll_wait_us", p.poll_wait_us, at_least(0));
   v.integer("gloo_threads", p.gloo_threads, at_least(1));
+  v.choice("debug", p.debug, kDebugModes);
   // Each strategy's own section; only those the chosen strategy reads apply (read after `strategy`).
   const Choice* chosen = registered(kStrategyKey).find(p.strategy);
   for (const auto& name : p.options.names()) {
