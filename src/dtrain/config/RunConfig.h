@@ -32,6 +32,10 @@ struct DataConfig {
   int batch_size = 64;                // per worker
   int eval_batch_size = 1000;         // per worker
   bool drop_last = true;
+  // Ranks whose shares differ in size: pad (every rank draws the largest share's batches, repeating
+  // its own samples; torch's DistributedSampler) | drop (the smallest share's) | join (each its own;
+  // ranks that run out shadow the others' steps with zero gradients: parallel: Note [Join])
+  std::string equalize = "pad";
   bool normalize = true;        // per-channel mean/std of the data set
   int random_crop_padding = 0;  // 0 = no random crop
   bool horizontal_flip = false;
