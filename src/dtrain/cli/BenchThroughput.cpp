@@ -584,6 +584,7 @@ int run_throughput_worker(const BenchThroughputOptions& o) {
       backend.timeout = rv.timeout;
       backend.poll_wait = std::chrono::microseconds(cfg.parallel.poll_wait_us);
       backend.gloo_threads = cfg.parallel.gloo_threads;
+      backend.debug = cfg.parallel.debug == "detail" ? comm::DebugMode::Detail : comm::DebugMode::Off;
       communicator = comm::connect(backend, rendezvous);
     }
   } catch (const std::exception& e) {

@@ -373,6 +373,7 @@ int run_worker(const TrainArgs& a, const config::RunConfig& cfg, const comm::Env
     backend.timeout = rv.timeout;
     backend.poll_wait = std::chrono::microseconds(cfg.parallel.poll_wait_us);
     backend.gloo_threads = cfg.parallel.gloo_threads;
+    backend.debug = cfg.parallel.debug == "detail" ? comm::DebugMode::Detail : comm::DebugMode::Off;
     communicator = comm::connect(backend, rendezvous);
   }
   const int rank = rendezvous.rank;

@@ -71,10 +71,10 @@ std::string resolve_backend(const std::string& configured, const RendezvousInfo&
   return choice.name;
 }
 
-std::unique_ptr<Communicator> connect(const BackendOptions& backend, const RendezvousInfo& rendezvous) {
-  if (backend.name == "auto") {
-    throw std::invalid_argument("backend 'auto' must be resolved with choose_backend() before connecting");
-  }
+namespace {
+
+std::unique_ptr<Communicator> connect_backend(const BackendOptions& backend,
+                                              const RendezvousInfo& rendezvous) {
   if (backend.name == "gloo") return connect_gloo(backend, rendezvous);
 #ifdef DTRAIN_WITH_MPI
   if (backend.name == "mpi") return connect_mpi(backend, rendezvous);
@@ -84,6 +84,17 @@ std::unique_ptr<Communicator> connect(const BackendOptions& backend, const Rende
 #endif
   throw std::invalid_argument(fmt::format("unknown communication backend '{}'; this build has: {}",
                                           backend.name, fmt::join(available_backends(), ", ")));
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> connect(const BackendOptions& backend, const RendezvousInfo& rendezvous) {
+  if (backend.name == "auto") {
+    throw std::invalid_argument("backend 'auto' must be resolved with choose_backend() before connecting");
+  }
+  auto communicator = connect_backend(backend, rendezvous);
+  communicator->set_debug(backend.debug);
+  return communicator;
 }
 
 }  // namespace dtrain::comm

@@ -24,6 +24,8 @@ struct BackendOptions {
   // on a condition variable (every backend). Polling saves a thread wake-up per
   // operation, which costs up to a scheduler tick when every core is busy; 0 blocks at once.
   std::chrono::microseconds poll_wait{std::chrono::milliseconds(50)};
+  // parallel.debug: Detail compares every collective between ranks (Note [Collective checks]).
+  DebugMode debug = DebugMode::Off;
 };
 
 // Backends compiled into this build, e.g. {"gloo", "mpi"}.

@@ -1,8 +1,10 @@
 #include "dtrain/comm/Communicator.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cctype>
 #include <stdexcept>
 
 #include "dtrain/util/Clock.h"
@@ -37,23 +39,35 @@ std::uint64_t nbytes(const at::Tensor& t) {
   return static_cast<std::uint64_t>(t.numel()) * t.element_size();
 }
 
-// Times the wait, and turns whatever the backend throws into a CommError naming rank and op. It
-// holds plain pointers, not std::functions: at 4 KB two heap-allocated closures per asynchronous
-// call showed in send/recv latency. The communicator outlives its Work handles.
+// Times the wait, turns whatever the backend throws into a CommError naming rank and op (with
+// the flight recorder's report when it timed out), and marks the operation finished in the
+// recorder. It holds plain pointers, not std::functions: at 4 KB two heap-allocated closures per
+// asynchronous call showed in send/recv latency. The communicator outlives its Work handles.
 class TrackedWork final : public Work {
  public:
-  TrackedWork(WorkPtr inner, const Communicator* comm, CommStatsRecorder* stats, const char* op,
-              std::uint64_t bytes)
-      : inner_(std::move(inner)), comm_(comm), stats_(stats), op_(op), bytes_(bytes) {}
+  TrackedWork(WorkPtr inner, Communicator* comm, CommStatsRecorder* stats, FlightRecorder* recorder,
+              std::size_t slot, const char* op, std::uint64_t bytes, Clock::time_point started)
+      : inner_(std::move(inner)),
+        comm_(comm),
+        stats_(stats),
+        recorder_(recorder),
+        slot_(slot),
+        op_(op),
+        bytes_(bytes),
+        started_(started) {}
 
   bool completed() override {
+    bool done = false;
     try {
-      return inner_->completed();
+      done = inner_->completed();
     } catch (const CommError&) {
+      settle(false);
       throw;
     } catch (const std::exception& e) {
       throw error(e.what());
     }
+    if (done) settle(true);
+    return done;
   }
 
   void wait() override {
@@ -62,25 +76,40 @@ class TrackedWork final : public Work {
       inner_->wait();
     } catch (const CommError&) {
       stats_->add_wait(op_, seconds_since(start));
+      settle(false);
       throw;
     } catch (const std::exception& e) {
       stats_->add_wait(op_, seconds_since(start));
       throw error(e.what());
     }
     stats_->add_wait(op_, seconds_since(start));
+    settle(true);
   }
 
  private:
-  CommError error(const std::string& what) const {
+  void settle(bool ok) {
+    if (settled_) return;
+    settled_ = true;
+    recorder_->finish(slot_, ok);
+  }
+
+  CommError error(const std::string& what) {
+    // The report while the operation still counts as running, so that it names it.
+    const auto report = comm_->failure_report(what, seconds_since(started_));
+    settle(false);
     return CommError(comm_->rank(), comm_->size(),
-                     fmt::format("{} ({} bytes, {})", op_, bytes_, comm_->backend()), what);
+                     fmt::format("{} ({} bytes, {})", op_, bytes_, comm_->backend()), what + report);
   }
 
   WorkPtr inner_;
-  const Communicator* comm_;
+  Communicator* comm_;
   CommStatsRecorder* stats_;
+  FlightRecorder* recorder_;
+  std::size_t slot_;
   const char* op_;
   std::uint64_t bytes_;
+  Clock::time_point started_;
+  bool settled_ = false;
 };
 
 }  // namespace
@@ -103,41 +132,186 @@ void Communicator::fail(const std::string& op, const std::string& detail) const 
   throw CommError(rank_, size_, op, detail);
 }
 
-WorkPtr Communicator::track(const char* op, std::uint64_t bytes, std::uint64_t wire_bytes, bool async_op,
-                            c10::function_ref<WorkPtr()> start) {
-  // The label is formatted only when something failed: at 4 KB a string per call shows in latency.
-  auto on_error = [this, op, bytes](const std::string& what) {
-    return CommError(rank_, size_, fmt::format("{} ({} bytes, {})", op, bytes, backend()), what);
-  };
+// Note [Flight recorder]
+// Every communicator records its operations in a ring of the last 64 (FlightRecorder): the
+// fingerprint of each call and when it started and ended, a few stores per call under a mutex
+// nobody else holds, so it is always on. When an operation times out, the error says more than
+// "timed out": every rank that timed out publishes a one-line report (the collective it completed
+// last and the one it waits in) through the rendezvous store and, for a short grace (a quarter of
+// the timeout, at most 5 s), reads the others'. The error then names each rank's last completed
+// collective and the ranks that published nothing: those stopped responding, and since
+// every collective the reporting ranks completed needed them too, they stopped after the last
+// of those. Errors that are not timeouts (a peer's socket closed because it died) report nothing
+// more and wait for nothing, so that a crash still ends the job at once. The mpi backend has no
+// store; its report speaks for this rank only, and mpirun gathers every rank's.
+// PyTorch's NCCL flight recorder (TORCH_NCCL_TRACE_BUFFER_SIZE) keeps a similar ring per process
+// group and dumps it to a file per rank on a watchdog timeout, to be merged afterwards by a
+// separate tool; here the ranks merge their reports themselves, so the one error line names the
+// culprit, and the ring stays small (no stack traces, no tensor sizes beyond the element count).
+
+std::vector<std::string> Communicator::exchange_reports(const std::string&, std::chrono::milliseconds) {
+  return {};
+}
+
+namespace {
+
+bool says_timed_out(const std::string& cause) {
+  std::string lower(cause);
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  return lower.find("timed out") != std::string::npos || lower.find("timeout") != std::string::npos;
+}
+
+// "<seq of the last completed collective>\t<summary>": what a rank publishes.
+std::pair<std::int64_t, std::string> parse_report(const std::string& report) {
+  const auto tab = report.find('\t');
+  if (tab == std::string::npos) return {-1, report};
+  try {
+    return {std::stoll(report.substr(0, tab)), report.substr(tab + 1)};
+  } catch (const std::exception&) {
+    return {-1, report.substr(tab + 1)};
+  }
+}
+
+}  // namespace
+
+std::string Communicator::failure_report(const std::string& cause, double elapsed_seconds) {
+  const double timeout_seconds = std::chrono::duration<double>(timeout_).count();
+  if (!says_timed_out(cause) && elapsed_seconds < 0.5 * timeout_seconds) return "";
+  const auto last = recorder_.last_completed();
+  const std::int64_t last_seq = last ? last->seq : 0;
+  const std::string mine = recorder_.summary();
+  const auto grace = std::clamp<std::chrono::milliseconds>(timeout_ / 4, std::chrono::milliseconds(200),
+                                                           std::chrono::milliseconds(5000));
+  std::vector<std::string> reports;
+  try {
+    reports = exchange_reports(fmt::format("{}\t{}", last_seq, mine), grace);
+  } catch (const std::exception& e) {
+    return fmt::format("; flight recorder: this rank {} (the other ranks' reports are unavailable: {})", mine,
+                       e.what());
+  }
+  if (reports.size() != static_cast<std::size_t>(size_)) {
+    return fmt::format("; flight recorder: this rank {}", mine);
+  }
+  std::string out = "; flight recorder:";
+  std::vector<int> silent;
+  std::int64_t common = last_seq;  // the last collective every reporting rank completed
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) {
+      out += fmt::format(" rank {} (this one) {};", r, mine);
+      continue;
+    }
+    if (reports[r].empty()) {
+      silent.push_back(r);
+      continue;
+    }
+    const auto [seq, text] = parse_report(reports[r]);
+    if (seq >= 0) common = std::min(common, seq);
+    out += fmt::format(" rank {} {};", r, text);
+  }
+  if (silent.empty()) {
+    out +=
+        " every rank reported, so none stopped: they wait in different collectives (set parallel.debug: "
+        "detail to compare every call)";
+  } else {
+    out += fmt::format(
+        " rank{} {} sent no report within {:.1f} s: stopped responding after collective #{}, "
+        "the last one every reporting rank completed",
+        silent.size() > 1 ? "s" : "", fmt::join(silent, ", "), std::chrono::duration<double>(grace).count(),
+        common);
+  }
+  return out;
+}
+
+WorkPtr Communicator::track(const CallFingerprint& call, std::uint64_t bytes, std::uint64_t wire_bytes,
+                            bool async_op, c10::function_ref<WorkPtr()> start) {
+  const char* op = call.op;
   const auto t0 = Clock::now();
+  const std::size_t slot = recorder_.start(call);
+  // The label is formatted only when something failed: at 4 KB a string per call shows in latency.
+  auto on_error = [this, op, bytes, t0, slot](const std::string& what) {
+    const auto report = failure_report(what, seconds_since(t0));
+    recorder_.finish(slot, false);
+    return CommError(rank_, size_, fmt::format("{} ({} bytes, {})", op, bytes, backend()), what + report);
+  };
   if (!async_op) {
     // A synchronous call counts its whole duration as waiting: the caller could do nothing else.
     // One stats update, no handle: this is the latency path.
     try {
+      if (debug_ == DebugMode::Detail && call.seq > 0) check_fingerprint(call);
       start()->wait();
     } catch (const CommError&) {
       stats_.add(op, bytes, wire_bytes, seconds_since(t0));
+      recorder_.finish(slot, false);
       throw;
     } catch (const std::exception& e) {
       stats_.add(op, bytes, wire_bytes, seconds_since(t0));
       throw on_error(e.what());
     }
     stats_.add(op, bytes, wire_bytes, seconds_since(t0));
+    recorder_.finish(slot, true);
     return completed_work();
   }
   stats_.add_call(op, bytes, wire_bytes);
   WorkPtr inner;
   try {
+    if (debug_ == DebugMode::Detail && call.seq > 0) check_fingerprint(call);
     inner = start();
   } catch (const CommError&) {
     stats_.add_wait(op, seconds_since(t0));
+    recorder_.finish(slot, false);
     throw;
   } catch (const std::exception& e) {
     stats_.add_wait(op, seconds_since(t0));
     throw on_error(e.what());
   }
   TORCH_INTERNAL_ASSERT(inner, "backend returned no Work for ", op);
-  return std::make_shared<TrackedWork>(std::move(inner), this, &stats_, op, bytes);
+  return std::make_shared<TrackedWork>(std::move(inner), this, &stats_, &recorder_, slot, op, bytes, t0);
+}
+
+// Note [Collective checks]
+// A collective that ranks call differently (another operation, size, type, root or reduction;
+// one rank skipping a call) makes the ranks wait for each other forever, or worse, lets them
+// combine unrelated buffers. With parallel.debug: detail (TORCH_DISTRIBUTED_DEBUG=DETAIL's
+// counterpart) every collective first all-gathers a fixed record of its fingerprint (operation,
+// element type, element count, root, reduction, its number on this communicator) through the same
+// backend, and every rank compares all of them: on a difference every rank throws the same
+// one-line CommError, "rank 0 called allreduce(float32, 1000, sum, #17) but rank 1 called
+// broadcast(float32, 10, root 0, #17)", before any data moves. The record has the same size
+// whatever the call, so the check itself always matches. A rank that never arrives makes the
+// check time out, and the flight recorder's report names it (Note [Flight recorder]).
+// c10d's ProcessGroupWrapper does the same with a separate Gloo group for the check and a
+// monitored barrier before it (rank 0 collects the others' arrivals through the store); it
+// compares each tensor's shape, where we compare element counts (dtrain's collectives are flat)
+// and, since c10d 2.x, a sequence number that we also carry. Costs one small blocking collective
+// per collective, and asynchronous collectives are checked when issued; see bench/RESULTS.md.
+void Communicator::check_fingerprint(const CallFingerprint& call) {
+  const auto words = encode(call);
+  at::Tensor mine = at::empty({kFingerprintWords}, at::TensorOptions().dtype(at::kLong));
+  std::copy(words.begin(), words.end(), mine.data_ptr<std::int64_t>());
+  at::Tensor all = at::empty({kFingerprintWords * size_}, mine.options());
+  do_allgather(mine, all, /*async_op=*/false)->wait();
+  const auto* w = all.data_ptr<std::int64_t>();
+  for (int r = 0; r < size_; ++r) {
+    const auto theirs = decode(w + r * kFingerprintWords);
+    const auto first = decode(w);
+    if (theirs != first) {
+      fail(call.op, fmt::format("parallel.debug detail: rank 0 called {} but rank {} called {}",
+                                describe(first), r, describe(theirs)));
+    }
+  }
+}
+
+CallFingerprint Communicator::collective(const char* op, const at::Tensor* tensor, int root, int reduce) {
+  CallFingerprint call;
+  call.op = op;
+  if (tensor) {
+    call.dtype = tensor->scalar_type();
+    call.numel = tensor->numel();
+  }
+  call.root = root;
+  call.reduce = reduce;
+  call.seq = ++collectives_;
+  return call;
 }
 
 namespace {
@@ -167,6 +341,15 @@ void check_peer(const Communicator& c, int peer, const char* op, const char* wha
   }
 }
 
+CallFingerprint point_to_point(const char* op, const at::Tensor& tensor, int peer) {
+  CallFingerprint call;
+  call.op = op;
+  call.dtype = tensor.scalar_type();
+  call.numel = tensor.numel();
+  call.root = peer;
+  return call;
+}
+
 WireCall wire_call(CommOp op, const at::Tensor& t, bool async_op, int root = 0) {
   WireCall call;
   call.op = op;
@@ -184,7 +367,8 @@ WorkPtr Communicator::allreduce(at::Tensor tensor, ReduceOp op, bool async_op) {
   check_tensor(*this, tensor, "allreduce", "tensor");
   if (size_ == 1) return completed_work();
   const auto b = nbytes(tensor);
-  return track("allreduce", b, wire_bytes(wire_call(CommOp::Allreduce, tensor, async_op)), async_op,
+  return track(collective("allreduce", &tensor, -1, static_cast<int>(op)), b,
+               wire_bytes(wire_call(CommOp::Allreduce, tensor, async_op)), async_op,
                [&] { return do_allreduce(tensor, op, async_op); });
 }
 
@@ -201,8 +385,8 @@ WorkPtr Communicator::allgather(at::Tensor input, at::Tensor output, bool async_
     return completed_work();
   }
   const auto b = nbytes(output);
-  return track("allgather", b, wire_bytes(wire_call(CommOp::Allgather, input, async_op)), async_op,
-               [&] { return do_allgather(input, output, async_op); });
+  return track(collective("allgather", &input), b, wire_bytes(wire_call(CommOp::Allgather, input, async_op)),
+               async_op, [&] { return do_allgather(input, output, async_op); });
 }
 
 WorkPtr Communicator::broadcast(at::Tensor tensor, int root, bool async_op) {
@@ -210,7 +394,8 @@ WorkPtr Communicator::broadcast(at::Tensor tensor, int root, bool async_op) {
   check_peer(*this, root, "broadcast", "root");
   if (size_ == 1) return completed_work();
   const auto b = nbytes(tensor);
-  return track("broadcast", b, wire_bytes(wire_call(CommOp::Broadcast, tensor, async_op, root)), async_op,
+  return track(collective("broadcast", &tensor, root), b,
+               wire_bytes(wire_call(CommOp::Broadcast, tensor, async_op, root)), async_op,
                [&] { return do_broadcast(tensor, root, async_op); });
 }
 
@@ -227,7 +412,8 @@ WorkPtr Communicator::reduce_scatter(at::Tensor input, at::Tensor output, Reduce
     return completed_work();
   }
   const auto b = nbytes(input);
-  return track("reduce_scatter", b, wire_bytes(wire_call(CommOp::ReduceScatter, input, async_op)), async_op,
+  return track(collective("reduce_scatter", &input, -1, static_cast<int>(op)), b,
+               wire_bytes(wire_call(CommOp::ReduceScatter, input, async_op)), async_op,
                [&] { return do_reduce_scatter(input, output, op, async_op); });
 }
 
@@ -246,8 +432,8 @@ WorkPtr Communicator::alltoall(at::Tensor input, at::Tensor output, bool async_o
     return completed_work();
   }
   const auto b = nbytes(input);
-  return track("alltoall", b, wire_bytes(wire_call(CommOp::Alltoall, input, async_op)), async_op,
-               [&] { return do_alltoall(input, output, async_op); });
+  return track(collective("alltoall", &input), b, wire_bytes(wire_call(CommOp::Alltoall, input, async_op)),
+               async_op, [&] { return do_alltoall(input, output, async_op); });
 }
 
 WorkPtr Communicator::send(at::Tensor tensor, int dst, int tag, bool async_op) {
@@ -255,15 +441,16 @@ WorkPtr Communicator::send(at::Tensor tensor, int dst, int tag, bool async_op) {
   check_peer(*this, dst, "send", "destination");
   if (dst == rank_) fail("send", "destination is this rank itself");
   const auto b = nbytes(tensor);
-  return track("send", b, wire_bytes(wire_call(CommOp::Send, tensor, async_op)), async_op,
-               [&] { return do_send(tensor, dst, tag, async_op); });
+  return track(point_to_point("send", tensor, dst), b, wire_bytes(wire_call(CommOp::Send, tensor, async_op)),
+               async_op, [&] { return do_send(tensor, dst, tag, async_op); });
 }
 
 WorkPtr Communicator::recv(at::Tensor tensor, int src, int tag, bool async_op) {
   check_tensor(*this, tensor, "recv", "tensor");
   check_peer(*this, src, "recv", "source");
   if (src == rank_) fail("recv", "source is this rank itself");
-  return track("recv", nbytes(tensor), wire_bytes(wire_call(CommOp::Recv, tensor, async_op)), async_op,
+  return track(point_to_point("recv", tensor, src), nbytes(tensor),
+               wire_bytes(wire_call(CommOp::Recv, tensor, async_op)), async_op,
                [&] { return do_recv(tensor, src, tag, async_op); });
 }
 
@@ -271,7 +458,8 @@ WorkPtr Communicator::barrier(bool async_op) {
   if (size_ == 1) return completed_work();
   WireCall call;
   call.async_op = async_op;
-  return track("barrier", 0, wire_bytes(call), async_op, [&] { return do_barrier(async_op); });
+  return track(collective("barrier", nullptr), 0, wire_bytes(call), async_op,
+               [&] { return do_barrier(async_op); });
 }
 
 std::unique_ptr<Communicator> Communicator::split(const std::vector<int>& ranks) {
@@ -280,12 +468,25 @@ std::unique_ptr<Communicator> Communicator::split(const std::vector<int>& ranks)
     check_peer(*this, ranks[i], "split", "rank");
     if (i > 0 && ranks[i] <= ranks[i - 1]) fail("split", "ranks must be sorted and distinct");
   }
+  // Every rank of this communicator takes part, so a split counts as a collective; its fingerprint
+  // carries the number of ranks in the list (not the list itself).
+  CallFingerprint call = collective("split", nullptr);
+  call.numel = static_cast<std::int64_t>(ranks.size());
+  const auto t0 = Clock::now();
+  const std::size_t slot = recorder_.start(call);
   try {
-    return do_split(ranks);
+    if (debug_ == DebugMode::Detail && size_ > 1) check_fingerprint(call);
+    auto child = do_split(ranks);
+    if (child) child->set_debug(debug_);
+    recorder_.finish(slot, true);
+    return child;
   } catch (const CommError&) {
+    recorder_.finish(slot, false);
     throw;
   } catch (const std::exception& e) {
-    fail("split", e.what());
+    const auto report = failure_report(e.what(), seconds_since(t0));
+    recorder_.finish(slot, false);
+    fail("split", e.what() + report);
   }
 }
 

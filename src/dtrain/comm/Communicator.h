@@ -19,11 +19,16 @@
 #include <vector>
 
 #include "dtrain/comm/CommStats.h"
+#include "dtrain/comm/FlightRecorder.h"
 #include "dtrain/comm/ReduceOp.h"
 #include "dtrain/comm/WireBytes.h"
 #include "dtrain/comm/Work.h"
 
 namespace dtrain::comm {
+
+// parallel.debug: off runs collectives as they are; detail compares every collective's
+// fingerprint between ranks first (Note [Collective checks] in Communicator.cpp).
+enum class DebugMode { Off, Detail };
 
 class Communicator {
  public:
@@ -62,6 +67,12 @@ class Communicator {
   CommStats stats() const { return stats_.snapshot(); }
   void reset_stats() { stats_.reset(); }
 
+  // See Note [Collective checks]. Communicators made by split() inherit the mode.
+  void set_debug(DebugMode mode) { debug_ = mode; }
+  DebugMode debug() const { return debug_; }
+  // The last operations of this communicator (always kept; Note [Flight recorder]).
+  const FlightRecorder& flight_recorder() const { return recorder_; }
+
  protected:
   Communicator(int rank, int size, std::chrono::milliseconds timeout);
 
@@ -85,14 +96,33 @@ class Communicator {
   // Throws CommError for this rank and op.
   [[noreturn]] void fail(const std::string& op, const std::string& detail) const;
 
+  // See Note [Flight recorder]: publishes this rank's report where the other ranks of this
+  // communicator can read it, waits up to `grace` for theirs, and returns every rank's by rank
+  // ("" for a rank that published none by then). A backend without a store returns nothing: the
+  // report then speaks for this rank only.
+  virtual std::vector<std::string> exchange_reports(const std::string& report,
+                                                    std::chrono::milliseconds grace);
+
+ public:
+  // What a failed operation's error adds after its cause: "" unless the operation timed out
+  // (elapsed_seconds near the timeout, or the cause says so); then every rank's flight-recorder
+  // report. Used by the communicator's Work handles.
+  std::string failure_report(const std::string& cause, double elapsed_seconds);
+
  private:
-  WorkPtr track(const char* op, std::uint64_t bytes, std::uint64_t wire_bytes, bool async_op,
+  WorkPtr track(const CallFingerprint& call, std::uint64_t bytes, std::uint64_t wire_bytes, bool async_op,
                 c10::function_ref<WorkPtr()> start);
+  CallFingerprint collective(const char* op, const at::Tensor* tensor, int root = -1, int reduce = -1);
+  // parallel.debug: detail; throws CommError on every rank when the ranks' calls differ.
+  void check_fingerprint(const CallFingerprint& call);
 
   int rank_;
   int size_;
   std::chrono::milliseconds timeout_;
   mutable CommStatsRecorder stats_;
+  DebugMode debug_ = DebugMode::Off;
+  FlightRecorder recorder_;
+  std::int64_t collectives_ = 0;  // issued on this communicator; the next one is #collectives_ + 1
 };
 
 using CommunicatorPtr = std::shared_ptr<Communicator>;

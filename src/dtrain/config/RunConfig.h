@@ -32,6 +32,10 @@ struct DataConfig {
   int batch_size = 64;                // per worker
   int eval_batch_size = 1000;         // per worker
   bool drop_last = true;
+  // Ranks whose shares differ in size: pad (every rank draws the largest share's batches, repeating
+  // its own samples; torch's DistributedSampler) | drop (the smallest share's) | join (each its own;
+  // ranks that run out shadow the others' steps with zero gradients: parallel: Note [Join])
+  std::string equalize = "pad";
   bool normalize = true;        // per-channel mean/std of the data set
   int random_crop_padding = 0;  // 0 = no random crop
   bool horizontal_flip = false;
@@ -109,6 +113,10 @@ struct ParallelConfig {
   double timeout_s = 300.0;           // rendezvous and every collective
   std::int64_t poll_wait_us = 50000;  // wait for a collective polling this long, then block
   int gloo_threads = 2;               // gloo: worker threads of the process group
+  // off | detail: compare every collective's fingerprint between ranks before it runs, and report a
+  // mismatch naming both ranks and calls instead of hanging (TORCH_DISTRIBUTED_DEBUG=DETAIL; comm:
+  // Note [Collective checks])
+  std::string debug = "off";
   // Each strategy's own options, parallel.<strategy>.*, registered with the strategy
   // (e.g. parallel.data_parallel.bucket_mb): options.get<T>("data_parallel").
   SectionSet options{"parallel"};

@@ -15,6 +15,8 @@ const ChoiceSet kActivations{"relu", "tanh", "gelu", "sigmoid"};
 const ChoiceSet kStems{"cifar", "imagenet"};
 const ChoiceSet kTasks{"classifier", "lm"};
 const ChoiceSet kBackends{"auto", "gloo", "mpi", "nccl"};
+const ChoiceSet kDebugModes{"off", "detail"};
+const ChoiceSet kEqualize{"pad", "drop", "join"};
 const ChoiceSet kDevices{"cpu", "cuda"};
 const ChoiceSet kPrecisions{"fp32", "bf16", "fp16"};
 const ChoiceSet kLineSearches{"none", "strong_wolfe"};
@@ -45,6 +47,7 @@ void describe_data(OptionVisitor& v, DataConfig& d) {
   v.integer("batch_size", d.batch_size, at_least(1));
   v.integer("eval_batch_size", d.eval_batch_size, at_least(1));
   v.boolean("drop_last", d.drop_last);
+  v.choice("equalize", d.equalize, kEqualize);
   v.boolean("normalize", d.normalize);
   v.integer("random_crop_padding", d.random_crop_padding, at_least(0));
   v.boolean("horizontal_flip", d.horizontal_flip);
@@ -110,6 +113,7 @@ void describe_parallel(OptionVisitor& v, ParallelConfig& p) {
   v.number("timeout_s", p.timeout_s, kPositive);
   v.integer("poll_wait_us", p.poll_wait_us, at_least(0));
   v.integer("gloo_threads", p.gloo_threads, at_least(1));
+  v.choice("debug", p.debug, kDebugModes);
   // Each strategy's own section; only those the chosen strategy reads apply (read after `strategy`).
   const Choice* chosen = registered(kStrategyKey).find(p.strategy);
   for (const auto& name : p.options.names()) {

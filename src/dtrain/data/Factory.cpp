@@ -194,7 +194,10 @@ std::unique_ptr<Loader> make_train_loader(std::shared_ptr<const Dataset> train, 
   o.batch_size = data.batch_size;
   o.shuffle = true;
   o.drop_last = data.drop_last;
-  o.equalize = Equalize::pad;
+  // join: each rank its own share; the trainer keeps the ranks in step (parallel: Note [Join]).
+  o.equalize = data.equalize == "join"   ? Equalize::none
+               : data.equalize == "drop" ? Equalize::drop
+                                         : Equalize::pad;
   return std::make_unique<Loader>(std::move(train), DistributedSampler(shard, o, seed),
                                   LoaderOptions{data.loader_threads, data.prefetch});
 }

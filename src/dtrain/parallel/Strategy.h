@@ -177,6 +177,40 @@ class Strategy {
   Strategy() = default;
 };
 
+// Note [Join]
+// data.equalize: join lets ranks hold different numbers of batches (an uneven partition, a data set
+// that does not divide) without padding them to the largest share (torch's DistributedSampler,
+// dtrain's default `pad`, which repeats samples of the smaller shares) or cutting them to the
+// smallest (`drop`). Every rank knows every rank's share size (data::Shard::rank_sizes), so the
+// schedule is decided up front, without communication (train/JoinSchedule.h): an epoch has as many
+// steps as the largest share has batches; at step k the ranks that still have a batch train on it,
+// and the others run a shadow step that takes part in the same collectives with a zero
+// contribution. A rank's gradient counts its share of the step's samples, so the synchronised
+// gradient is the mean over every sample the step trained on: what one process computes on the
+// concatenation of the ranks' batches (train/JoinSchedule.h's weights; tests/parallel/data_parallel/
+// JoinTest.cpp checks it against that reference). The epoch ends on every rank at the same step,
+// and no rank waits for a collective another never joins.
+// PyTorch's Join context manager (torch.distributed.algorithms.join, DDP's join hook) decides at
+// run time: every iteration the ranks that still have data all-reduce a flag, the ones that ran
+// out shadow it and DDP's gradient all-reduce with zeros, and by default the sum is still divided
+// by the initial world size (divide_by_initial_world_size), so the gradient shrinks as ranks join
+// unless that option is turned off. We know the schedule in advance, which saves the flag's
+// all-reduce every step, and weight by samples, which is exact also when the last batches are
+// partial (data.drop_last: false).
+class Joinable {
+ public:
+  virtual ~Joinable() = default;
+  // Throws std::invalid_argument, naming the option, when this configuration of the strategy
+  // cannot run shadow steps (data_parallel with powersgd: error feedback would carry a shadow's
+  // zero as information).
+  virtual void check_joinable() const = 0;
+  // One step of Note [Join]: `batch` is this rank's, or null when it has run out; `weight` is the
+  // rank's share of the step's samples times the world size (the weights of a step sum to the world
+  // size; 0 for a null batch). Every rank calls it at the same steps, and the step's result
+  // carries the loss over every sample of the step and this rank's own samples (0 when shadowing).
+  virtual StepResult join_step(const data::Batch* batch, double weight) = 0;
+};
+
 // Note [Checkpoint layout]
 // A strategy's part of a checkpoint: "model.<name>" for every parameter and buffer, whole; for
 // sgd, adam and adamw "optimizer/<parameter name>/<field>" (momentum_buffer, step, exp_avg,

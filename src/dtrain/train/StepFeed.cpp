@@ -3,6 +3,8 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
+
 #include "dtrain/data/Factory.h"
 
 namespace dtrain::train {
@@ -19,6 +21,8 @@ std::int64_t StepFeed::steps_per_epoch() const {
 }
 
 void StepFeed::start_epoch(std::int64_t epoch, std::int64_t first_step) {
+  // A rank with fewer steps than the others (data.equalize: join) may resume past its last one.
+  first_step = std::min(first_step, steps_per_epoch());
   for (auto& loader : loaders_) loader->start_epoch(epoch, first_step * batches_per_step_);
   next_step_ = first_step;
 }

@@ -128,7 +128,19 @@ Trainer::Trainer(config::RunConfig config, comm::CommunicatorPtr comm)
   context.input = input_spec(*data_.train);
   strategy_ = parallel::create_strategy(std::move(context));
   feed_ = std::make_unique<StepFeed>(data_.train, local, config_.data, seed, strategy_->batches_per_step());
-  const auto per_epoch = feed_->steps_per_epoch();
+  if (config_.data.equalize == "join" && world > 1) {
+    // See Note [Join] in parallel/Strategy.h.
+    joinable_ = dynamic_cast<parallel::Joinable*>(strategy_.get());
+    if (!joinable_ || holders_ != world || strategy_->batches_per_step() != 1) {
+      throw std::invalid_argument(fmt::format(
+          "data.equalize: join: parallel.strategy {} cannot run a step for a rank that has run out of data "
+          "(data_parallel can); use data.equalize: pad or drop",
+          strategy_->name()));
+    }
+    joinable_->check_joinable();
+    join_.emplace(shard_.rank_sizes, config_.data.batch_size, config_.data.drop_last);
+  }
+  const auto per_epoch = steps_per_epoch();
   if (per_epoch == 0) {
     throw std::invalid_argument(fmt::format(
         "data: {} has {} training samples, fewer than one step of {} batch(es) of data.batch_size {}; use a "
@@ -152,7 +164,7 @@ int Trainer::world_size() const {
   return comm_ ? comm_->size() : 1;
 }
 std::int64_t Trainer::steps_per_epoch() const {
-  return feed_->steps_per_epoch();
+  return join_ ? join_->steps_per_epoch() : feed_->steps_per_epoch();
 }
 
 void Trainer::add_callback(std::shared_ptr<Callback> callback) {
@@ -222,29 +234,34 @@ void Trainer::run_evaluation() {
 }
 
 bool Trainer::train_epoch(TrainResult& result, std::int64_t warmup) {
-  const auto per_epoch = feed_->steps_per_epoch();
+  const auto per_epoch = steps_per_epoch();
   feed_->start_epoch(epoch_, epoch_batch_);
   if (epoch_batch_ == 0 || !train_metrics_) train_metrics_.emplace(data_.train->num_classes());
   double epoch_seconds = 0.0;
   auto t_prev = Clock::now();
-  while (auto batch = feed_->next()) {
+  for (;;) {
+    // Under join a rank that has run out keeps stepping (a shadow step) until the epoch's last.
+    auto batch = feed_->next();
+    if (join_ ? epoch_batch_ >= per_epoch : !batch) break;
     StepEvent event;
     event.epoch = epoch_;
     event.batch = epoch_batch_;
     event.lr = scheduler_->lr(step_, epoch_, total_steps_);
     strategy_->set_learning_rate(event.lr);
-    const auto r = strategy_->train_step(*batch);
+    const auto r = join_
+                       ? joinable_->join_step(batch ? &*batch : nullptr, join_->weight(rank(), epoch_batch_))
+                       : strategy_->train_step(*batch);
     const auto t_now = Clock::now();
+    event.samples = join_ ? join_->samples(epoch_batch_) : r.samples * world_size();
     event.step = ++step_;
     ++epoch_batch_;
     event.loss = r.loss;
-    event.samples = r.samples * world_size();
     event.step_seconds = util::seconds_between(t_prev, t_now);
     event.timing = r.timing;
     event.bytes_sent = r.bytes_sent;
     event.skipped = r.skipped;
     event.loss_scale = r.loss_scale;
-    if (r.outputs.defined()) {
+    if (batch && r.outputs.defined()) {
       train_metrics_->add(r.outputs, batch->targets, r.loss * static_cast<double>(batch->targets.numel()));
     }
     epoch_seconds += event.step_seconds;

@@ -21,6 +21,7 @@
 #include "dtrain/optim/Scheduler.h"
 #include "dtrain/parallel/Strategy.h"
 #include "dtrain/train/Callback.h"
+#include "dtrain/train/JoinSchedule.h"
 #include "dtrain/train/Metrics.h"
 #include "dtrain/train/StepFeed.h"
 
@@ -97,6 +98,9 @@ class Trainer {
   int holders_ = 1;    // data holders: ranks, or graph nodes (parallel::data_holders)
   data::Shard shard_;  // this rank's (first) holder's share
   std::unique_ptr<StepFeed> feed_;
+  // data.equalize: join (parallel: Note [Join]): the schedule, and the strategy's shadow steps.
+  std::optional<JoinSchedule> join_;
+  parallel::Joinable* joinable_ = nullptr;
   std::unique_ptr<optim::Scheduler> scheduler_;
   optim::LossFn loss_;
   std::unique_ptr<parallel::Strategy> strategy_;

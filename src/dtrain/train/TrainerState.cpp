@@ -113,7 +113,7 @@ void Trainer::load_state(const io::Checkpoint& checkpoint) {
     // same fraction of the epoch. Exact continuation needs the same holders.
     epoch_batch_ = epoch_batch_ * saved_holders / holders_;
   }
-  const auto per_epoch = feed_->steps_per_epoch();
+  const auto per_epoch = steps_per_epoch();
   if (epoch_batch_ > per_epoch) {
     throw std::invalid_argument(
         fmt::format("checkpoint: position batch {} of epoch {} is past this run's {} batches per epoch; "

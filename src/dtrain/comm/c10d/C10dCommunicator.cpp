@@ -443,6 +443,37 @@ std::uint64_t C10dCommunicator::wire_bytes(const WireCall& call) const {
   return capabilities_.wire_bytes(ran, rank(), size());
 }
 
+std::vector<std::string> C10dCommunicator::exchange_reports(const std::string& report,
+                                                            std::chrono::milliseconds grace) {
+  if (!store_) return {};
+  const int generation = reports_++;
+  auto key = [generation](int r) { return fmt::format("dtrain/flight/{}/{}", generation, r); };
+  store_->set(key(rank()), std::vector<std::uint8_t>(report.begin(), report.end()));
+  std::vector<std::string> reports(static_cast<std::size_t>(size()));
+  reports[static_cast<std::size_t>(rank())] = report;
+  std::vector<bool> have(static_cast<std::size_t>(size()), false);
+  have[static_cast<std::size_t>(rank())] = true;
+  // Polled rather than Store::wait(): that would throw at the first missing key, and the point is
+  // to learn which ranks are missing.
+  const auto until = std::chrono::steady_clock::now() + grace;
+  for (;;) {
+    bool all = true;
+    for (int r = 0; r < size(); ++r) {
+      if (have[r]) continue;
+      if (store_->check({key(r)})) {
+        const auto value = store_->get(key(r));
+        reports[r].assign(value.begin(), value.end());
+        have[r] = true;
+      } else {
+        all = false;
+      }
+    }
+    if (all || std::chrono::steady_clock::now() >= until) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return reports;
+}
+
 std::unique_ptr<Communicator> C10dCommunicator::do_split(const std::vector<int>& ranks) {
   const auto split_id = splits_++;
   const auto position = std::find(ranks.begin(), ranks.end(), rank());

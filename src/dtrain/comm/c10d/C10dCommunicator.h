@@ -67,6 +67,9 @@ class C10dCommunicator final : public Communicator {
   WorkPtr do_barrier(bool async_op) override;
   std::unique_ptr<Communicator> do_split(const std::vector<int>& ranks) override;
   std::uint64_t wire_bytes(const WireCall& call) const override;
+  // Through the store the group was made from (Note [Flight recorder]).
+  std::vector<std::string> exchange_reports(const std::string& report,
+                                            std::chrono::milliseconds grace) override;
 
  private:
   WorkPtr wrap(compat::WorkHandle work, std::function<void()> finish = {}, bool p2p = false);
@@ -81,6 +84,8 @@ class C10dCommunicator final : public Communicator {
   C10dCapabilities capabilities_;
   // Every rank counts its splits, members or not, so the n-th split has the same store keys everywhere.
   std::uint64_t splits_ = 0;
+  // Failure reports exchanged so far: the n-th report of every rank has its own keys.
+  int reports_ = 0;
 };
 
 }  // namespace dtrain::comm

@@ -43,7 +43,7 @@ class MpiCommunicator final : public Communicator {
         collective_comm_(comm),
         poll_wait_(poll_wait),
         engine_(std::make_shared<ProgressEngine>(runtime, timeout, poll_wait)),
-        watchdog_(rank, size, timeout) {
+        watchdog_(rank, size, timeout, &flight_recorder()) {
     std::lock_guard<std::mutex> mpi_lock(runtime_->mutex());
     MPI_Comm_set_errhandler(collective_comm_, MPI_ERRORS_RETURN);
     check_mpi(MPI_Comm_dup(collective_comm_, &p2p_comm_), "MPI_Comm_dup");

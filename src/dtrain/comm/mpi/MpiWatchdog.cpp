@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 namespace dtrain::comm::mpi {
 
@@ -50,14 +51,17 @@ void Watchdog::run() {
   while (!wake_.wait_for(lock, period, [this] { return stop_; })) {
     const auto at = armed_at_.load(std::memory_order_acquire);
     if (at == 0 || Clock::now() - Clock::time_point(Clock::duration(at)) < timeout_) continue;
+    // The flight recorder's line (Note [Flight recorder]): mpirun gathers every rank's, so the
+    // rank that stopped is the one whose line is missing or ends earlier.
+    const std::string recorded = recorder_ ? "; flight recorder: this rank " + recorder_->summary() : "";
     std::fprintf(
         stderr,
         "[rank %d/%d] %s (%lld bytes, mpi): timed out after %g s; a peer may have died or not called "
         "this operation. A blocking MPI collective cannot be withdrawn, so this process exits with "
-        "code 1 and mpirun stops the job\n",
+        "code 1 and mpirun stops the job%s\n",
         rank_, size_, op_.load(std::memory_order_relaxed),
         static_cast<long long>(bytes_.load(std::memory_order_relaxed)),
-        std::chrono::duration<double>(timeout_).count());
+        std::chrono::duration<double>(timeout_).count(), recorded.c_str());
     std::fflush(stderr);
     std::_Exit(1);
   }

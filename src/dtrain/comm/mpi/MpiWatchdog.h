@@ -9,6 +9,7 @@
 #include <mutex>
 #include <thread>
 
+#include "dtrain/comm/FlightRecorder.h"
 #include "dtrain/util/Clock.h"
 
 namespace dtrain::comm::mpi {
@@ -16,8 +17,9 @@ namespace dtrain::comm::mpi {
 // See Note [Blocking collectives and the watchdog].
 class Watchdog {
  public:
-  Watchdog(int rank, int size, std::chrono::milliseconds timeout)
-      : rank_(rank), size_(size), timeout_(timeout) {}
+  // `recorder` (the communicator's) is quoted in the message when a call times out.
+  Watchdog(int rank, int size, std::chrono::milliseconds timeout, const FlightRecorder* recorder)
+      : rank_(rank), size_(size), timeout_(timeout), recorder_(recorder) {}
   ~Watchdog();
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
@@ -32,6 +34,7 @@ class Watchdog {
   const int rank_;
   const int size_;
   const std::chrono::milliseconds timeout_;
+  const FlightRecorder* recorder_;
   std::atomic<util::Clock::rep> armed_at_{0};  // 0: nothing watched
   std::atomic<const char*> op_{""};
   std::atomic<std::int64_t> bytes_{0};

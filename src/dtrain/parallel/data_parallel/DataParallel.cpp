@@ -82,6 +82,7 @@ struct DataParallel::Impl {
   torch::Tensor carried_result;
   SyncTiming timing;
   int launched_in_backward = 0;
+  double contribution = 1.0;  // set_contribution()
 
   void build_buckets();
   void install_hooks();
@@ -181,6 +182,7 @@ void DataParallel::Impl::launch(Bucket& bucket, bool async_op) {
   const bool with_carried = carry_inline && carried > 0 && &bucket == &buckets.back();
   auto& data = with_carried ? bucket.buffer : bucket.grads;
   // Dividing before the sum keeps 16-bit wire values in range, as DDP's compression hooks do.
+  if (contribution != 1.0) data.mul_(contribution);  // See Note [Join]
   if (n > 1) data.div_(n);
   if (bucket.wire.defined()) {
     bucket.wire.copy_(data);
@@ -298,6 +300,7 @@ void DataParallel::finish() {
     auto values = s.carry_slots.narrow(0, 0, s.carried).clone();
     if (!s.carry_inline && s.comm->size() > 1) {
       // Not in a bucket: an all-reduce of their own.
+      if (s.contribution != 1.0) values.mul_(s.contribution);
       try {
         s.comm->allreduce(values, comm::ReduceOp::Sum);
       } catch (...) {
@@ -313,6 +316,17 @@ void DataParallel::finish() {
   s.timing.finish_wait_seconds = util::seconds_since(start);
   s.timing.buckets_launched_in_backward = in_backward;
   s.reset_round();
+}
+
+void DataParallel::set_contribution(double weight) {
+  auto& s = *impl_;
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (s.powersgd && weight != 1.0) {
+    throw std::invalid_argument(
+        "DataParallel: a weighted contribution (data.equalize: join) does not work with compression "
+        "powersgd");
+  }
+  s.contribution = weight;
 }
 
 void DataParallel::carry_values(const torch::Tensor& values) {

@@ -126,6 +126,12 @@ class DataParallel {
   // The means of the values carried in the last finished round; undefined if none were carried.
   torch::Tensor carried_values() const;
 
+  // The weight of this rank's gradients (and carried values) in the synchronised rounds that follow:
+  // every rank contributes weight_r * g_r / world, so the result is sum_r weight_r * g_r / world.
+  // 1 by default (the plain mean); Note [Join] sets each rank's share of the step's samples times
+  // the world size, and 0 for a rank without data. Not with compression powersgd (refused).
+  void set_contribution(double weight);
+
   // Collective: broadcasts rank 0's buffers (BatchNorm running statistics) to every rank.
   void sync_buffers();
 

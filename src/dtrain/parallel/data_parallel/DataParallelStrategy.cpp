@@ -82,10 +82,36 @@ DataParallelStrategy::DataParallelStrategy(StrategyContext context)
 }
 
 StepResult DataParallelStrategy::train_step(const data::Batch& batch) {
+  return step(&batch);
+}
+
+void DataParallelStrategy::check_joinable() const {
+  if (options_.compression == "powersgd") {
+    throw std::invalid_argument(
+        "data.equalize: join does not work with parallel.data_parallel.compression: powersgd (a shadow "
+        "step's "
+        "zero gradient would enter the error feedback); use data.equalize: pad or another compression");
+  }
+}
+
+StepResult DataParallelStrategy::join_step(const data::Batch* batch, double weight) {
+  check_joinable();
+  dp_->set_contribution(batch ? weight : 0.0);
+  try {
+    auto result = step(batch);
+    dp_->set_contribution(1.0);
+    return result;
+  } catch (...) {
+    dp_->set_contribution(1.0);
+    throw;
+  }
+}
+
+StepResult DataParallelStrategy::step(const data::Batch* batch) {
   const auto start = util::Clock::now();
   const auto traffic_before = communicator()->stats();
   StepResult result;
-  result.samples = batch.size();
+  result.samples = batch ? batch->size() : 0;
 
   if (options_.broadcast_buffers && !model().buffers(/*recurse=*/true).empty()) {
     const auto t0 = util::Clock::now();
@@ -100,23 +126,30 @@ StepResult DataParallelStrategy::train_step(const data::Batch& batch) {
   // in finish() (the last bucket's blocking all-reduce and whatever had not yet arrived).
   // In fp16 the averaged gradient of a rank's overflow is inf or NaN on every rank already; the
   // explicit agreement in step_with() makes that a decision rather than a consequence.
+  // A rank without a batch (Note [Join]) runs the same closure without forward and backward:
+  // finish() launches every bucket with the zeroed gradients, and the carried loss is zero.
   const ForwardFn forward = forward_fn();
   step_with(
       [&]() -> torch::Tensor {
         optimizer().zero_grad();
-        auto step = forward_backward(
-            forward, loss(), batch.inputs, batch.targets, parallel_config().accumulation_steps,
-            [&](int, bool last, const torch::Tensor& loss_so_far) {
-              dp_->set_sync(last);
-              if (last) dp_->carry_values(loss_so_far);
-            },
-            precision().loss_scale());
-        result.timing.forward += step.forward_seconds;
-        result.timing.backward += step.backward_seconds;
+        if (batch) {
+          auto step = forward_backward(
+              forward, loss(), batch->inputs, batch->targets, parallel_config().accumulation_steps,
+              [&](int, bool last, const torch::Tensor& loss_so_far) {
+                dp_->set_sync(last);
+                if (last) dp_->carry_values(loss_so_far);
+              },
+              precision().loss_scale());
+          result.timing.forward += step.forward_seconds;
+          result.timing.backward += step.backward_seconds;
+          result.outputs = step.outputs;
+        } else {
+          dp_->set_sync(true);
+          dp_->carry_values(torch::zeros({1}));
+        }
         dp_->finish();
         result.timing.communication += dp_->last_sync_timing().finish_wait_seconds;
         auto global_loss = dp_->carried_values().reshape({});
-        result.outputs = step.outputs;
         result.loss = global_loss.item<double>();
         return global_loss;
       },

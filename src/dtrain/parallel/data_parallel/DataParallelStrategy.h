@@ -35,7 +35,7 @@ void describe_options(config::OptionVisitor& visitor, DataParallelStrategyOption
 // powersgd.
 void check(const DataParallelStrategyOptions& options);
 
-class DataParallelStrategy final : public ReplicaStrategy {
+class DataParallelStrategy final : public ReplicaStrategy, public Joinable {
  public:
   // Collective: broadcasts rank 0's weights (see DataParallel).
   explicit DataParallelStrategy(StrategyContext context);
@@ -44,6 +44,10 @@ class DataParallelStrategy final : public ReplicaStrategy {
   // Each rank passes its own slice of the global batch; all ranks must use the same number of
   // micro-batches. The reported loss is the mean over ranks (carried in the last bucket).
   StepResult train_step(const data::Batch& batch) override;
+  // Note [Join]: refused with compression powersgd; a shadow step all-reduces zero gradients and a
+  // zero loss in the same buckets as a real one.
+  void check_joinable() const override;
+  StepResult join_step(const data::Batch* batch, double weight) override;
   // "data_parallel/buckets": buckets per step; "data_parallel/overlapped": of which launched
   // during backward in the last step (the rest are reduced in finish()).
   std::map<std::string, double> metrics() override;
@@ -58,6 +62,9 @@ class DataParallelStrategy final : public ReplicaStrategy {
   DataParallel& data_parallel() { return *dp_; }
 
  private:
+  // batch null: a shadow step (Note [Join]).
+  StepResult step(const data::Batch* batch);
+
   DataParallelStrategyOptions options_;
   std::unique_ptr<DataParallel> dp_;
 };

@@ -1,0 +1,76 @@
+// FlightRecorder: the last operations a communicator issued, with their start and end times, kept
+// by every rank always (a ring of fixed records, no allocation per call), so that a timeout can
+// say which collective each rank completed last and which one it waits in. And the fingerprint
+// of a collective, which parallel.debug: detail compares between ranks before every collective.
+#pragma once
+
+#include <c10/core/ScalarType.h>
+
+#include <array>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "dtrain/comm/ReduceOp.h"
+#include "dtrain/util/Clock.h"
+
+namespace dtrain::comm {
+
+// What every rank must agree on for a collective to match: the operation, the element type, the
+// elements of this rank's input, the root (broadcast), the reduction and the collective's number
+// on this communicator. Send and recv are not collectives: they carry the peer and no number.
+struct CallFingerprint {
+  const char* op = "";                                 // "allreduce", ... (a string literal)
+  c10::ScalarType dtype = c10::ScalarType::Undefined;  // Undefined: barrier and split
+  std::int64_t numel = 0;
+  int root = -1;          // broadcast's root; send/recv's peer; -1 otherwise
+  int reduce = -1;        // static_cast<int>(ReduceOp) for reductions; -1 otherwise
+  std::int64_t seq = -1;  // collective number on this communicator, from 1; -1 for send/recv
+  bool operator==(const CallFingerprint& other) const;
+  bool operator!=(const CallFingerprint& other) const { return !(*this == other); }
+};
+
+// "allreduce(float32, 1000, sum, #17)", "broadcast(float32, 10, root 0, #18)", "barrier(#19)",
+// "send(float32, 10, to 1)".
+std::string describe(const CallFingerprint& call);
+
+// A fixed-size record of a fingerprint for the exchange of parallel.debug: detail (int64 words);
+// op names are sent as their index in the list of operations.
+inline constexpr int kFingerprintWords = 7;
+std::array<std::int64_t, kFingerprintWords> encode(const CallFingerprint& call);
+CallFingerprint decode(const std::int64_t* words);
+
+class FlightRecorder {
+ public:
+  static constexpr std::size_t kCapacity = 64;
+
+  // Records an operation as started now; returns its slot for finish().
+  std::size_t start(const CallFingerprint& call);
+  // Marks the operation of `slot` finished now (successfully or not).
+  void finish(std::size_t slot, bool ok);
+
+  // The most recent operation that finished successfully, and the oldest that is still running.
+  std::optional<CallFingerprint> last_completed() const;
+  std::optional<CallFingerprint> oldest_pending() const;
+  // One line for a report: "last completed allreduce(float32, 1000, sum, #16) 0.2 s ago; waiting
+  // 2.0 s in allreduce(float32, 1000, sum, #17)".
+  std::string summary() const;
+
+ private:
+  struct Entry {
+    CallFingerprint call;
+    util::Clock::time_point started{};
+    util::Clock::time_point ended{};
+    enum class State : std::uint8_t { Empty, Running, Done, Failed } state = State::Empty;
+    std::uint64_t id = 0;  // start() count when recorded, to tell a reused slot
+  };
+  mutable std::mutex mutex_;
+  std::array<Entry, kCapacity> entries_{};
+  std::uint64_t started_ = 0;
+  // The newest successfully finished operation, kept outside the ring so that many later
+  // operations still running (a long asynchronous burst) cannot push it out.
+  std::optional<Entry> last_done_;
+};
+
+}  // namespace dtrain::comm
