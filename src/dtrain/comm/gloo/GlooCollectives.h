@@ -62,7 +62,7 @@ namespace dtrain::comm {
 // so a run whose sizes change holds at most kCachedScratch scratch tensors of at most 2/n of its
 // largest reduce_scatter input. The cost this removes is allocation and set-up, not a
 // registration: Gloo's TCP transport registers nothing with the kernel for an unbound buffer.
-// bench/RESULTS.md ("Issue 14, point 1, cached buffers") has what each part was worth.
+// bench/RESULTS.md ("Issue 14, point 1, cached buffers and small calls") has before and after.
 class BufferCache {
  public:
   static constexpr std::size_t kCachedBuffers = 32;
