@@ -1,5 +1,7 @@
 #include "dtrain/comm/CommStats.h"
 
+#include <cstring>
+
 namespace dtrain::comm {
 
 OpStats& OpStats::operator+=(const OpStats& other) {
@@ -37,22 +39,34 @@ CommStats difference(const CommStats& later, const CommStats& earlier) {
   return out;
 }
 
-void CommStatsRecorder::add_call(const std::string& op, std::uint64_t bytes, std::uint64_t wire_bytes) {
+OpStats& CommStatsRecorder::slot_locked(const char* op) {
+  for (auto& [name, stats] : slots_) {
+    if (name == op) return stats;
+  }
+  // The same name from another literal (another translation unit) shares the slot.
+  for (auto& [name, stats] : slots_) {
+    if (std::strcmp(name, op) == 0) return stats;
+  }
+  slots_.emplace_back(op, OpStats{});
+  return slots_.back().second;
+}
+
+void CommStatsRecorder::add_call(const char* op, std::uint64_t bytes, std::uint64_t wire_bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
-  auto& s = stats_.ops[op];
+  auto& s = slot_locked(op);
   s.calls += 1;
   s.bytes += bytes;
   s.wire_bytes += wire_bytes;
 }
 
-void CommStatsRecorder::add_wait(const std::string& op, double seconds) {
+void CommStatsRecorder::add_wait(const char* op, double seconds) {
   std::lock_guard<std::mutex> lock(mutex_);
-  stats_.ops[op].wait_seconds += seconds;
+  slot_locked(op).wait_seconds += seconds;
 }
 
 void CommStatsRecorder::add(const char* op, std::uint64_t bytes, std::uint64_t wire_bytes, double seconds) {
   std::lock_guard<std::mutex> lock(mutex_);
-  auto& s = stats_.ops[op];
+  auto& s = slot_locked(op);
   s.calls += 1;
   s.bytes += bytes;
   s.wire_bytes += wire_bytes;
@@ -61,12 +75,14 @@ void CommStatsRecorder::add(const char* op, std::uint64_t bytes, std::uint64_t w
 
 CommStats CommStatsRecorder::snapshot() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return stats_;
+  CommStats stats;
+  for (const auto& [name, op] : slots_) stats.ops[name] += op;
+  return stats;
 }
 
 void CommStatsRecorder::reset() {
   std::lock_guard<std::mutex> lock(mutex_);
-  stats_ = CommStats{};
+  slots_.clear();
 }
 
 }  // namespace dtrain::comm

@@ -78,7 +78,8 @@ class Communicator {
 
   // Backends implement these. Arguments are already validated (dense, contiguous, matching
   // dtypes and sizes, ranks in range) and size() > 1. With async_op = false a backend may run the
-  // operation inline; either way the returned Work must be completable by wait().
+  // operation inline; either way the returned Work must be completable by wait(). A blocking call
+  // that has already finished may return an empty WorkPtr instead (no handle to count and drop).
   virtual WorkPtr do_allreduce(at::Tensor& tensor, ReduceOp op, bool async_op) = 0;
   virtual WorkPtr do_allgather(at::Tensor& input, at::Tensor& output, bool async_op) = 0;
   virtual WorkPtr do_broadcast(at::Tensor& tensor, int root, bool async_op) = 0;

@@ -9,8 +9,10 @@
 #include <gloo/context.h>
 #include <gloo/transport/unbound_buffer.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <utility>
+#include <vector>
 
 namespace dtrain::comm {
 namespace {
@@ -74,19 +76,77 @@ void combine(at::Tensor& out, const at::Tensor& a, const at::Tensor& b, ReduceOp
   }
 }
 
+// What one call borrows from its group's BufferCache: given back when the call has succeeded
+// (succeeded()), dropped when it failed. See Note [Cached Gloo buffers].
+class Borrowed {
+ public:
+  Borrowed(BufferCache& cache, ::gloo::Context& context) : cache_(cache), context_(context) {}
+  Borrowed(const Borrowed&) = delete;
+  Borrowed& operator=(const Borrowed&) = delete;
+  ~Borrowed() {
+    // A failed call: Gloo may still hold a pending send or receive on these buffers.
+    buffers_.clear();
+    scratch_.clear();
+  }
+
+  ::gloo::transport::UnboundBuffer& buffer(void* ptr, std::size_t bytes) {
+    buffers_.push_back(cache_.take(context_, ptr, bytes));
+    return *buffers_.back();
+  }
+  at::Tensor scratch(const at::Tensor& like, std::int64_t numel) {
+    scratch_.push_back(cache_.take_scratch(like, numel));
+    return scratch_.back();
+  }
+  // Takes the buffers a Gloo algorithm borrowed through its options back.
+  void returned(std::unique_ptr<::gloo::transport::UnboundBuffer> buffer) {
+    if (buffer) buffers_.push_back(std::move(buffer));
+  }
+  void succeeded() {
+    for (auto& buffer : buffers_) cache_.give_back(context_, std::move(buffer));
+    for (auto& scratch : scratch_) cache_.give_back_scratch(std::move(scratch));
+    buffers_.clear();
+    scratch_.clear();
+  }
+
+ private:
+  BufferCache& cache_;
+  ::gloo::Context& context_;
+  std::vector<std::unique_ptr<::gloo::transport::UnboundBuffer>> buffers_;
+  std::vector<at::Tensor> scratch_;
+};
+
+// gloo::allgather's options with its buffers handed in and taken back, so that they can be cached.
+class AllgatherBuffers final : public ::gloo::AllgatherOptions {
+ public:
+  using ::gloo::AllgatherOptions::AllgatherOptions;
+  void set(std::unique_ptr<::gloo::transport::UnboundBuffer> input,
+           std::unique_ptr<::gloo::transport::UnboundBuffer> output) {
+    elementSize = 1;
+    in = std::move(input);
+    out = std::move(output);
+  }
+  void give_back(Borrowed& borrowed) {
+    borrowed.returned(std::move(in));
+    borrowed.returned(std::move(out));
+  }
+};
+
 // The ring of Note [Gloo's native collectives]; input is n chunks, output one.
-void ring_reduce_scatter(::gloo::Context& context, std::uint32_t tag, const at::Tensor& input,
-                         at::Tensor output, ReduceOp op, std::chrono::milliseconds timeout) {
+void ring_reduce_scatter(::gloo::Context& context, BufferCache& cache, std::uint32_t tag,
+                         const at::Tensor& input, at::Tensor output, ReduceOp op,
+                         std::chrono::milliseconds timeout) {
   const int n = context.size;
   const int r = context.rank;
   const std::int64_t numel = output.numel();
   const std::size_t chunk_bytes = output.nbytes();
   const at::Tensor chunks = input.view({n, numel});
+  Borrowed borrowed(cache, context);
   // Two halves: the step receives into one while the previous step's partial sum goes out of the other.
   // (One half is enough on two ranks: a single step.)
-  at::Tensor partial = at::empty({n > 2 ? 2 : 1, numel}, output.options());
-  auto in_buffer = context.createUnboundBuffer(input.data_ptr(), input.nbytes());
-  auto partial_buffer = context.createUnboundBuffer(partial.data_ptr(), partial.nbytes());
+  const int halves = n > 2 ? 2 : 1;
+  at::Tensor partial = borrowed.scratch(output, halves * numel).view({halves, numel});
+  auto* in_buffer = &borrowed.buffer(input.data_ptr(), input.nbytes());
+  auto* partial_buffer = &borrowed.buffer(partial.data_ptr(), partial.nbytes());
   const int right = (r + 1) % n;
   const int left = (r + n - 1) % n;
   for (int step = 0; step + 1 < n; ++step) {
@@ -107,6 +167,7 @@ void ring_reduce_scatter(::gloo::Context& context, std::uint32_t tag, const at::
     at::Tensor into = step + 2 == n ? output.view({numel}) : partial[half];
     combine(into, partial[half], chunks[received_chunk], op);
   }
+  borrowed.succeeded();
 }
 
 GlooGroup& as_gloo(compat::CollectiveGroup& group) {
@@ -116,6 +177,54 @@ GlooGroup& as_gloo(compat::CollectiveGroup& group) {
 }
 
 }  // namespace
+
+std::unique_ptr<::gloo::transport::UnboundBuffer> BufferCache::take(::gloo::Context& context, void* ptr,
+                                                                    std::size_t bytes) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto it = buffers_.rbegin(); it != buffers_.rend(); ++it) {
+      if (it->context == &context && it->buffer->ptr == ptr && it->buffer->size == bytes) {
+        auto buffer = std::move(it->buffer);
+        buffers_.erase(std::next(it).base());
+        return buffer;
+      }
+    }
+    ++created_;
+  }
+  return context.createUnboundBuffer(ptr, bytes);
+}
+
+void BufferCache::give_back(::gloo::Context& context,
+                            std::unique_ptr<::gloo::transport::UnboundBuffer> buffer) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (buffers_.size() == kCachedBuffers) buffers_.erase(buffers_.begin());
+  buffers_.push_back(Entry{&context, std::move(buffer)});
+}
+
+at::Tensor BufferCache::take_scratch(const at::Tensor& like, std::int64_t numel) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto it = scratch_.rbegin(); it != scratch_.rend(); ++it) {
+      if (it->scalar_type() == like.scalar_type() && it->numel() == numel) {
+        at::Tensor scratch = std::move(*it);
+        scratch_.erase(std::next(it).base());
+        return scratch;
+      }
+    }
+  }
+  return at::empty({numel}, like.options());
+}
+
+void BufferCache::give_back_scratch(at::Tensor scratch) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (scratch_.size() == kCachedScratch) scratch_.erase(scratch_.begin());
+  scratch_.push_back(std::move(scratch));
+}
+
+std::uint64_t BufferCache::created() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return created_;
+}
 
 compat::WorkHandle GlooGroup::run(
     bool async_op, const at::Tensor& output,
@@ -138,27 +247,32 @@ compat::WorkHandle gloo_reduce_scatter(compat::CollectiveGroup& group, const at:
                                        const at::Tensor& output, ReduceOp op, bool,
                                        std::chrono::milliseconds timeout) {
   check_reduced(input);
+  GlooGroup& gloo = as_gloo(group);
   // Queued even when blocking: see Note [Gloo's native collectives].
-  return as_gloo(group).run(
-      /*async_op=*/true, output,
-      [input, output, op, timeout](const std::shared_ptr<::gloo::Context>& context, std::uint32_t tag) {
-        ring_reduce_scatter(*context, tag, input, output, op, timeout);
-      });
+  return gloo.run(/*async_op=*/true, output,
+                  [input, output, op, timeout, cache = gloo.buffers()](
+                      const std::shared_ptr<::gloo::Context>& context, std::uint32_t tag) {
+                    ring_reduce_scatter(*context, *cache, tag, input, output, op, timeout);
+                  });
 }
 
 compat::WorkHandle gloo_allgather(compat::CollectiveGroup& group, const at::Tensor& input,
                                   const at::Tensor& output, ReduceOp, bool,
                                   std::chrono::milliseconds timeout) {
-  return as_gloo(group).run(
-      /*async_op=*/true, output,
-      [input, output, timeout](const std::shared_ptr<::gloo::Context>& context, std::uint32_t tag) {
-        ::gloo::AllgatherOptions options(context);
-        options.setInput(static_cast<std::uint8_t*>(input.data_ptr()), input.nbytes());
-        options.setOutput(static_cast<std::uint8_t*>(output.data_ptr()), output.nbytes());
-        options.setTag(tag);
-        options.setTimeout(timeout);
-        ::gloo::allgather(options);
-      });
+  GlooGroup& gloo = as_gloo(group);
+  return gloo.run(/*async_op=*/true, output,
+                  [input, output, timeout, cache = gloo.buffers()](
+                      const std::shared_ptr<::gloo::Context>& context, std::uint32_t tag) {
+                    Borrowed borrowed(*cache, *context);
+                    AllgatherBuffers options(context);
+                    options.set(cache->take(*context, input.data_ptr(), input.nbytes()),
+                                cache->take(*context, output.data_ptr(), output.nbytes()));
+                    options.setTag(tag);
+                    options.setTimeout(timeout);
+                    ::gloo::allgather(options);
+                    options.give_back(borrowed);
+                    borrowed.succeeded();
+                  });
 }
 
 }  // namespace dtrain::comm

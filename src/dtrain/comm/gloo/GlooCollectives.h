@@ -6,16 +6,22 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <vector>
 
 #include "dtrain/comm/C10dCompat.h"
 #include "dtrain/comm/ReduceOp.h"
 
 namespace gloo {
 class Context;
+namespace transport {
+class UnboundBuffer;
 }
+}  // namespace gloo
 
 namespace dtrain::comm {
 
@@ -40,6 +46,51 @@ namespace dtrain::comm {
 // caller's thread instead, a blocking call sleeps in Gloo's waitRecv until Gloo's device thread
 // wakes it, and on busy cores that wake-up costs a scheduler tick: measured 2 ranks, 4 KB
 // allgather 3990 us inline against 119 us for c10d's queued allgather (bench/RESULTS.md, issue 14).
+// Note [Cached Gloo buffers]
+// Every native collective used to create its Gloo unbound buffers (the input's, the output's, the
+// ring's partial sums) and allocate the ring's scratch per call. A GlooGroup keeps them instead,
+// so that a repeated call of the same size creates and allocates nothing:
+// - unbound buffers are keyed by (context, address, bytes) and lent out one call at a time (a
+//   buffer counts its own send and receive completions, so two collectives running at once on c10d's
+//   worker threads never share one: the second gets a new one). A TCP unbound buffer is only
+//   (address, size) plus those counters, so a tensor freed and another allocated at the same
+//   address with the same size is served correctly by the cached buffer: it names the same bytes.
+//   A call that fails drops its buffers (Gloo may still hold a pending operation on them).
+// - the ring's scratch (1 or 2 chunks) is a tensor per (dtype, bytes) lent the same way, so its
+//   unbound buffer is cached with it.
+// Both caches are bounded (kCachedBuffers, kCachedScratch; the least recently returned goes first),
+// so a run whose sizes change holds at most kCachedScratch scratch tensors of at most 2/n of its
+// largest reduce_scatter input. The cost this removes is allocation and set-up, not a
+// registration: Gloo's TCP transport registers nothing with the kernel for an unbound buffer.
+// bench/RESULTS.md ("Issue 14, point 1, cached buffers and small calls") has before and after.
+class BufferCache {
+ public:
+  static constexpr std::size_t kCachedBuffers = 32;
+  static constexpr std::size_t kCachedScratch = 4;
+
+  // An unbound buffer over [ptr, ptr + bytes) on `context`; give it back with give_back() after
+  // a call that succeeded, or let it go after one that failed.
+  std::unique_ptr<::gloo::transport::UnboundBuffer> take(::gloo::Context& context, void* ptr,
+                                                         std::size_t bytes);
+  void give_back(::gloo::Context& context, std::unique_ptr<::gloo::transport::UnboundBuffer> buffer);
+  // A 1-d scratch tensor of `numel` elements like `like`.
+  at::Tensor take_scratch(const at::Tensor& like, std::int64_t numel);
+  void give_back_scratch(at::Tensor scratch);
+
+  // How many unbound buffers this cache created (not served from the cache), for tests.
+  std::uint64_t created() const;
+
+ private:
+  struct Entry {
+    const ::gloo::Context* context;
+    std::unique_ptr<::gloo::transport::UnboundBuffer> buffer;
+  };
+  mutable std::mutex mutex_;
+  std::vector<Entry> buffers_;       // most recently returned last
+  std::vector<at::Tensor> scratch_;  // most recently returned last
+  std::uint64_t created_ = 0;
+};
+
 class GlooGroup final : public ::c10d::ProcessGroupGloo {
  public:
   using ::c10d::ProcessGroupGloo::ProcessGroupGloo;
@@ -49,6 +100,13 @@ class GlooGroup final : public ::c10d::ProcessGroupGloo {
   // always queue (see the Note).
   compat::WorkHandle run(bool async_op, const at::Tensor& output,
                          std::function<void(const std::shared_ptr<::gloo::Context>&, std::uint32_t)> body);
+
+  // See Note [Cached Gloo buffers]. Shared with the queued works: c10d's destructor, which runs
+  // after this class's members are gone, still finishes them.
+  const std::shared_ptr<BufferCache>& buffers() const { return buffers_; }
+
+ private:
+  std::shared_ptr<BufferCache> buffers_ = std::make_shared<BufferCache>();
 };
 
 // The NativeCollective functions of C10dCapabilities for a GlooGroup; see the Note.

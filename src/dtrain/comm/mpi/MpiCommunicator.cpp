@@ -30,6 +30,7 @@ using mpi::MpiRuntime;
 using mpi::Operation;
 using mpi::ProgressEngine;
 using mpi::RequestOperation;
+using mpi::TransferOperation;
 using mpi::Watchdog;
 
 class MpiCommunicator final : public Communicator {
@@ -74,7 +75,7 @@ class MpiCommunicator final : public Communicator {
         return MPI_Allreduce(MPI_IN_PLACE, tensor.data_ptr(), count, datatype, mpi_op, collective_comm_);
       });
       if (op == ReduceOp::Avg) tensor.div_(size());
-      return completed_work();
+      return WorkPtr();  // finished (Communicator.h allows an empty handle here)
     }
     auto operation =
         std::make_unique<AllreduceOperation>(tensor, datatype, mpi_op, rank(), size(), collective_comm_);
@@ -91,7 +92,7 @@ class MpiCommunicator final : public Communicator {
         return MPI_Allgather(input.data_ptr(), count, datatype, output.data_ptr(), count, datatype,
                              collective_comm_);
       });
-      return completed_work();
+      return WorkPtr();  // finished (Communicator.h allows an empty handle here)
     }
     return submit(std::make_unique<RequestOperation>("MPI_Iallgather",
                                                      [=, comm = collective_comm_](MPI_Request* request) {
@@ -125,7 +126,7 @@ class MpiCommunicator final : public Communicator {
                                         collective_comm_);
       });
       if (op == ReduceOp::Avg) output.div_(size());
-      return completed_work();
+      return WorkPtr();  // finished (Communicator.h allows an empty handle here)
     }
     auto operation = std::make_unique<RequestOperation>(
         "MPI_Ireduce_scatter_block", [=, comm = collective_comm_](MPI_Request* request) {
@@ -150,29 +151,18 @@ class MpiCommunicator final : public Communicator {
 
   WorkPtr do_send(at::Tensor& tensor, int dst, int tag, bool async_op) override {
     check_tag(tag);
-    const MPI_Datatype datatype = runtime_->datatype(tensor.scalar_type());
-    const int count = checked_count(tensor);
-    return transfer(std::make_unique<RequestOperation>(
-                        "MPI_Isend",
-                        [=, comm = p2p_comm_](MPI_Request* request) {
-                          return MPI_Isend(tensor.data_ptr(), count, datatype, dst, tag, comm, request);
-                        },
-                        /*collective=*/false),
-                    async_op);
+    return transfer(
+        std::make_unique<TransferOperation>(TransferOperation::Direction::Send, tensor, checked_count(tensor),
+                                            runtime_->datatype(tensor.scalar_type()), dst, tag, p2p_comm_),
+        async_op);
   }
 
   WorkPtr do_recv(at::Tensor& tensor, int src, int tag, bool async_op) override {
     check_tag(tag);
-    const MPI_Datatype datatype = runtime_->datatype(tensor.scalar_type());
-    const int count = checked_count(tensor);
-    auto operation = std::make_unique<RequestOperation>(
-        "MPI_Irecv",
-        [=, comm = p2p_comm_](MPI_Request* request) {
-          return MPI_Irecv(tensor.data_ptr(), count, datatype, src, tag, comm, request);
-        },
-        /*collective=*/false);
-    operation->expect_receive(datatype, count);
-    return transfer(std::move(operation), async_op);
+    return transfer(std::make_unique<TransferOperation>(
+                        TransferOperation::Direction::Receive, tensor, checked_count(tensor),
+                        runtime_->datatype(tensor.scalar_type()), src, tag, p2p_comm_),
+                    async_op);
   }
 
   WorkPtr do_barrier(bool async_op) override {

@@ -33,9 +33,23 @@ int checked_count(const at::Tensor& t) {
 
 bool RequestOperation::test() {
   int done = 0;
+  check_mpi(MPI_Test(&request_, &done, MPI_STATUS_IGNORE), call_);
+  return done != 0;
+}
+
+void TransferOperation::post(std::uint64_t) {
+  if (direction_ == Direction::Send) {
+    check_mpi(MPI_Isend(tensor_.data_ptr(), count_, datatype_, peer_, tag_, comm_, &request_), call());
+  } else {
+    check_mpi(MPI_Irecv(tensor_.data_ptr(), count_, datatype_, peer_, tag_, comm_, &request_), call());
+  }
+}
+
+bool TransferOperation::test() {
+  int done = 0;
   MPI_Status status;
-  check_mpi(MPI_Test(&request_, &done, &status), call_);
-  if (done && receive_) {
+  check_mpi(MPI_Test(&request_, &done, &status), call());
+  if (done && direction_ == Direction::Receive) {
     int received = 0;
     MPI_Get_count(&status, datatype_, &received);
     if (received != count_) {
@@ -46,8 +60,8 @@ bool RequestOperation::test() {
   return done != 0;
 }
 
-bool RequestOperation::cancel() {
-  if (!receive_) return false;
+bool TransferOperation::cancel() {
+  if (direction_ != Direction::Receive) return false;
   // Cancelling a receive completes locally, so this wait returns at once.
   MPI_Cancel(&request_);
   MPI_Wait(&request_, MPI_STATUS_IGNORE);

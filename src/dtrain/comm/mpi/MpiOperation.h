@@ -38,34 +38,54 @@ class Operation {
   std::function<void()> on_done;
 };
 
-// A single non-blocking MPI call.
+// A single non-blocking MPI call (a collective).
 class RequestOperation final : public Operation {
  public:
   using Start = std::function<int(MPI_Request*)>;
-  RequestOperation(const char* call, Start start, bool collective = true)
-      : call_(call), start_(std::move(start)), collective_(collective) {}
-
-  bool collective() const override { return collective_; }
-
-  // A receive checks that the message filled the tensor, and can be withdrawn after a timeout.
-  void expect_receive(MPI_Datatype datatype, int count) {
-    receive_ = true;
-    datatype_ = datatype;
-    count_ = count;
-  }
+  RequestOperation(const char* call, Start start) : call_(call), start_(std::move(start)) {}
 
   void post(std::uint64_t) override { check_mpi(start_(&request_), call_); }
   bool test() override;
-  bool cancel() override;
 
  private:
   const char* call_;
   Start start_;
   MPI_Request request_ = MPI_REQUEST_NULL;
-  bool collective_;
-  bool receive_ = false;
-  MPI_Datatype datatype_ = MPI_DATATYPE_NULL;
-  int count_ = 0;
+};
+
+// A send (MPI_Isend) or a receive (MPI_Irecv) of a whole tensor. Its own class rather than a
+// RequestOperation: a std::function holding these arguments costs a heap allocation per transfer
+// (Note [The cost of a small call] in Communicator.cpp). A receive checks that the message filled
+// the tensor, and can be withdrawn after a timeout.
+class TransferOperation final : public Operation {
+ public:
+  enum class Direction { Send, Receive };
+  TransferOperation(Direction direction, at::Tensor tensor, int count, MPI_Datatype datatype, int peer,
+                    int tag, MPI_Comm comm)
+      : direction_(direction),
+        tensor_(std::move(tensor)),
+        count_(count),
+        datatype_(datatype),
+        peer_(peer),
+        tag_(tag),
+        comm_(comm) {}
+
+  bool collective() const override { return false; }
+  void post(std::uint64_t) override;
+  bool test() override;
+  bool cancel() override;
+
+ private:
+  const char* call() const { return direction_ == Direction::Send ? "MPI_Isend" : "MPI_Irecv"; }
+
+  Direction direction_;
+  at::Tensor tensor_;
+  int count_;
+  MPI_Datatype datatype_;
+  int peer_;
+  int tag_;
+  MPI_Comm comm_;
+  MPI_Request request_ = MPI_REQUEST_NULL;
 };
 
 // The all-reduce as a polled step list (see MpiAllreduce.h for why not MPI_Iallreduce).

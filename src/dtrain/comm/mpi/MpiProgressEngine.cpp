@@ -103,13 +103,11 @@ class PostedWork final : public Work {
 WorkPtr ProgressEngine::post_now(std::unique_ptr<Operation> op) {
   auto pending = std::make_shared<Pending>();
   pending->op = std::move(op);
-  pending->deadline = Clock::now() + timeout_;
-  {
+  pending->deadline = deadline();
+  if (broken()) {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!broken_.empty()) {
-      throw std::runtime_error("the communicator is unusable after an earlier failure (" + broken_ +
-                               "); the process should exit");
-    }
+    throw std::runtime_error("the communicator is unusable after an earlier failure (" + broken_ +
+                             "); the process should exit");
   }
   post(*pending);
   return std::make_shared<PostedWork>(shared_from_this(), pending);
@@ -130,13 +128,7 @@ bool ProgressEngine::test_posted(const std::shared_ptr<Pending>& posted) {
 
 void ProgressEngine::drain_queued() {
   Backoff backoff;
-  while (true) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (queue_.empty()) return;
-    }
-    backoff.idle();
-  }
+  while (queued_.load(std::memory_order_acquire) > 0) backoff.idle();
 }
 
 ProgressEngine::~ProgressEngine() {
@@ -157,6 +149,13 @@ void ProgressEngine::shutdown() {
 void ProgressEngine::drain_stepped() {
   Backoff backoff;
   while (stepped_outstanding_.load(std::memory_order_acquire) > 0) backoff.idle();
+}
+
+Clock::time_point ProgressEngine::deadline() const {
+  // The coarse clock: read for every operation, and again on every unsuccessful test (Note [The
+  // cost of a small call] in Communicator.cpp); its lag is added, so an operation never fails
+  // before its timeout.
+  return util::coarse_now() + timeout_ + util::coarse_resolution();
 }
 
 std::string ProgressEngine::timeout_message() const {
@@ -187,7 +186,7 @@ bool ProgressEngine::test(const std::shared_ptr<Pending>& pending, std::string& 
     error = e.what();
     return true;
   }
-  if (Clock::now() < pending->deadline) return false;
+  if (util::coarse_now() < pending->deadline) return false;
   error = timeout_message();
   bool withdrawn = false;
   {
@@ -198,6 +197,7 @@ bool ProgressEngine::test(const std::shared_ptr<Pending>& pending, std::string& 
     runtime_->mark_unfinalizable();
     std::lock_guard<std::mutex> lock(mutex_);
     if (broken_.empty()) broken_ = error;
+    broken_flag_.store(true, std::memory_order_release);
     abandoned_.push_back(pending);
   }
   return true;
@@ -206,7 +206,7 @@ bool ProgressEngine::test(const std::shared_ptr<Pending>& pending, std::string& 
 WorkPtr ProgressEngine::submit(std::unique_ptr<Operation> op, bool async_op) {
   auto pending = std::make_shared<Pending>();
   pending->op = std::move(op);
-  pending->deadline = Clock::now() + timeout_;
+  pending->deadline = deadline();
   std::unique_lock<std::mutex> lock(mutex_);
   if (!broken_.empty()) {
     throw std::runtime_error("the communicator is unusable after an earlier failure (" + broken_ +
@@ -225,6 +225,7 @@ WorkPtr ProgressEngine::submit(std::unique_ptr<Operation> op, bool async_op) {
   pending->stepped = pending->op->stepped();
   if (pending->stepped) stepped_outstanding_.fetch_add(1, std::memory_order_acq_rel);
   queue_.push_back(pending);
+  queued_.fetch_add(1, std::memory_order_acq_rel);
   if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
   lock.unlock();
   wake_.notify_one();
@@ -266,6 +267,8 @@ void ProgressEngine::post_queued_locked(std::vector<std::shared_ptr<Pending>>& a
     } catch (const std::exception& e) {
       finish_locked(*pending, e.what());
     }
+    // After the post: drain_queued() returns on zero, and then this operation must be posted.
+    queued_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }
 

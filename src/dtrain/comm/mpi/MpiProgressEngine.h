@@ -54,10 +54,9 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
 
   std::chrono::microseconds poll_wait() const { return poll_wait_; }
 
-  bool broken() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return !broken_.empty();
-  }
+  // Without a lock: a blocking call asks on every call (Note [The cost of a small call] in
+  // Communicator.cpp).
+  bool broken() const { return broken_flag_.load(std::memory_order_acquire); }
 
   // Returns once no stepped operation (Operation::stepped) is queued or in flight. See Note
   // [Blocking collectives and the watchdog].
@@ -77,6 +76,8 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   // With mutex_ held: marks `pending` done with `error` (empty: success) and wakes its waiters.
   void finish_locked(Pending& pending, std::string error);
   std::string timeout_message() const;
+  // When an operation started now times out.
+  util::Clock::time_point deadline() const;
   void run();
   // The progress thread's two halves: post what was queued (with mutex_ held) into `active`, and
   // test what is active, returning whether anything finished.
@@ -87,9 +88,13 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   std::chrono::milliseconds timeout_;
   std::chrono::microseconds poll_wait_;
   std::atomic<int> stepped_outstanding_{0};  // stepped operations queued or in flight
-  std::mutex mutex_;                         // guards everything below; taken before the MPI mutex
-  std::condition_variable wake_;             // the progress thread: work queued or stop
-  std::condition_variable finished_;         // waiters: some operation finished
+  // queue_.size(), lowered only once the operation has been posted: drain_queued() reads it
+  // without the lock.
+  std::atomic<std::size_t> queued_{0};
+  std::atomic<bool> broken_flag_{false};  // !broken_.empty(), set after broken_
+  std::mutex mutex_;                      // guards everything below; taken before the MPI mutex
+  std::condition_variable wake_;          // the progress thread: work queued or stop
+  std::condition_variable finished_;      // waiters: some operation finished
   std::deque<std::shared_ptr<Pending>> queue_;
   std::vector<std::shared_ptr<Pending>> abandoned_;
   std::uint64_t collective_sequence_ = 0;

@@ -41,7 +41,9 @@ void Watchdog::arm(const char* op, std::int64_t bytes) {
   std::call_once(started_, [this] { thread_ = std::thread([this] { run(); }); });
   op_.store(op, std::memory_order_relaxed);
   bytes_.store(bytes, std::memory_order_relaxed);
-  armed_at_.store(Clock::now().time_since_epoch().count(), std::memory_order_release);
+  // The coarse clock: read on every blocking call (Note [The cost of a small call] in
+  // Communicator.cpp); run() allows for its lag, so a call is never ended before its timeout.
+  armed_at_.store(util::coarse_now().time_since_epoch().count(), std::memory_order_release);
 }
 
 void Watchdog::run() {
@@ -50,7 +52,9 @@ void Watchdog::run() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (!wake_.wait_for(lock, period, [this] { return stop_; })) {
     const auto at = armed_at_.load(std::memory_order_acquire);
-    if (at == 0 || Clock::now() - Clock::time_point(Clock::duration(at)) < timeout_) continue;
+    if (at == 0 ||
+        Clock::now() - Clock::time_point(Clock::duration(at)) < timeout_ + util::coarse_resolution())
+      continue;
     // The flight recorder's line (Note [Flight recorder]): mpirun gathers every rank's, so the
     // rank that stopped is the one whose line is missing or ends earlier.
     const std::string recorded = recorder_ ? "; flight recorder: this rank " + recorder_->summary() : "";
