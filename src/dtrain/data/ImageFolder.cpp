@@ -35,6 +35,12 @@ torch::Tensor decode_png(const std::string& path) {
   image.version = PNG_IMAGE_VERSION;
   TORCH_CHECK(png_image_begin_read_from_file(&image, path.c_str()) != 0, path, ": not a readable PNG (",
               image.message, ")");
+  if (static_cast<std::int64_t>(image.width) * image.height > kMaxImagePixels) {
+    png_image_free(&image);
+    TORCH_CHECK(false, path, ": the PNG header claims ", image.width, "x", image.height,
+                " pixels, more than the ", kMaxImagePixels,
+                " an image may have; the file is corrupt or not a training image");
+  }
   image.format = PNG_FORMAT_RGB;
   auto hwc = torch::empty(
       {static_cast<std::int64_t>(image.height), static_cast<std::int64_t>(image.width), 3}, torch::kUInt8);
@@ -71,6 +77,13 @@ bool decode_jpeg_into(std::FILE* file, std::vector<std::uint8_t>& out, std::int6
   jpeg_create_decompress(&cinfo);
   jpeg_stdio_src(&cinfo, file);
   jpeg_read_header(&cinfo, TRUE);
+  if (static_cast<std::int64_t>(cinfo.image_width) * cinfo.image_height > kMaxImagePixels) {
+    std::snprintf(err.message, sizeof(err.message),
+                  "the header claims %ux%u pixels, more than the %lld an image may have", cinfo.image_width,
+                  cinfo.image_height, static_cast<long long>(kMaxImagePixels));
+    jpeg_destroy_decompress(&cinfo);
+    return false;
+  }
   cinfo.out_color_space = JCS_RGB;
   jpeg_start_decompress(&cinfo);
   height = cinfo.output_height;

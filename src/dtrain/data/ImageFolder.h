@@ -9,7 +9,12 @@
 
 namespace dtrain::data {
 
+// The most pixels an image may have (10^4 x 10^4, 300 MB decoded): a header claiming more is refused
+// before anything is allocated, since a corrupt or hostile file can claim 10^6 x 10^6.
+inline constexpr std::int64_t kMaxImagePixels = 100'000'000;
+
 // One decoded image: (3, H, W) uint8 RGB; grey and palette images are expanded, alpha dropped.
+// Throws naming the path when the file is not a PNG or JPEG, is corrupt, or exceeds kMaxImagePixels.
 torch::Tensor decode_image(const std::string& path);
 
 // Writes a (C, H, W) uint8 image, C = 1 (grey) or 3 (RGB), as PNG (lossless) or JPEG (quality
