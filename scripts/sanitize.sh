@@ -22,7 +22,9 @@ supp=$PWD/scripts/sanitize
 # (std::bad_alloc, which our readers turn into a message) instead of ASan aborting first.
 # detect_stack_use_after_return stays off: LibTorch's and Gloo's threads are uninstrumented and the
 # fake stacks would cost memory for nothing there.
-export ASAN_OPTIONS=${ASAN_OPTIONS:-halt_on_error=1:allocator_may_return_null=1:detect_leaks=1:check_initialization_order=1}
+# fast_unwind_on_malloc=0: whole stacks through LibTorch (built without frame pointers), which
+# lsan.supp's function names need.
+export ASAN_OPTIONS=${ASAN_OPTIONS:-halt_on_error=1:allocator_may_return_null=1:detect_leaks=1:check_initialization_order=1:fast_unwind_on_malloc=0}
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$supp/lsan.supp:print_suppressions=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1:suppressions=$supp/ubsan.supp}
 export OMP_NUM_THREADS=1
