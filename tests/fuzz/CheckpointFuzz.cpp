@@ -1,6 +1,8 @@
-// Fuzz target: checkpoint readers. The input is loaded as a checkpoint file (Checkpoint::load) and
-// as a state_dict (import_state_dict); and, split at its first newline, as a CheckpointStore's
-// `latest` marker (the first line) naming checkpoint-000000000001.ckpt (the rest).
+// Fuzz target: checkpoint readers. The input is loaded as a checkpoint file (Checkpoint::load); and,
+// split at its first newline, as a CheckpointStore's `latest` marker (the first line) naming
+// checkpoint-000000000001.ckpt (the rest). import_state_dict is left out: it is LibTorch's
+// unpickler end to end, which allocates (and under ASan touches) what a pickle's 32-bit length
+// field says, 4 GB for a file of a few bytes, before refusing it; fuzzing it would measure that.
 #include <filesystem>
 #include <string>
 
@@ -13,10 +15,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string path = fuzz::write_scratch("input.ckpt", bytes);
   try {
     io::Checkpoint::load(path);
-  } catch (const io::CheckpointError&) {
-  }
-  try {
-    io::import_state_dict(path);
   } catch (const io::CheckpointError&) {
   }
   const auto newline = bytes.find('\n');
