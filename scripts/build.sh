@@ -1,7 +1,29 @@
 #!/usr/bin/env bash
 # Configures and builds dtrain (Release, precompiled headers) into ./build with two jobs.
+#   SANITIZE=address,undefined scripts/build.sh   the whole tree under sanitizers, into build-asan
+#                                                 (scripts/sanitize.sh builds and runs it)
+#   FUZZ=1 scripts/build.sh                       tests/fuzz's libFuzzer targets (clang, ASan and
+#                                                 UBSan), into build-fuzz; `ctest -L fuzz` runs them
 set -euo pipefail
 cd "$(dirname "$0")/.."
+SANITIZE=${SANITIZE:-}
+FUZZ=${FUZZ:-}
+options=()
+targets=()
+if [ -n "$FUZZ" ] && [ "$FUZZ" != 0 ]; then
+  BUILD_DIR=${BUILD_DIR:-build-fuzz}
+  clang=${FUZZ_CXX:-$(command -v clang++-14 || command -v clang++ || true)}
+  if [ -z "$clang" ]; then
+    echo "build.sh: FUZZ=1 needs clang with libFuzzer: apt-get install clang-14 (or set FUZZ_CXX)" >&2
+    exit 1
+  fi
+  options=(-DCMAKE_CXX_COMPILER="$clang" -DDTRAIN_FUZZ=ON -DDTRAIN_BUILD_TESTS=OFF
+           -DDTRAIN_BUILD_BENCH=OFF -DDTRAIN_BUILD_EXAMPLES=OFF -DDTRAIN_SANITIZE="${SANITIZE:-address,undefined}")
+  targets=(--target dtrain_fuzzers)
+elif [ -n "$SANITIZE" ]; then
+  BUILD_DIR=${BUILD_DIR:-build-asan}
+  options=(-DDTRAIN_SANITIZE="$SANITIZE")
+fi
 BUILD_DIR=${BUILD_DIR:-build}
 JOBS=${JOBS:-2}
 generator=()
@@ -17,6 +39,8 @@ if command -v ccache >/dev/null 2>&1; then
   launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 fi
 if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
-  cmake -S . -B "$BUILD_DIR" "${generator[@]}" "${launcher[@]}" -DCMAKE_BUILD_TYPE=Release "$@"
+  cmake -S . -B "$BUILD_DIR" "${generator[@]}" "${launcher[@]}" -DCMAKE_BUILD_TYPE=Release "${options[@]}" "$@"
+elif [ ${#options[@]} -gt 0 ]; then
+  cmake "$BUILD_DIR" "${options[@]}"  # a changed SANITIZE takes effect in an existing tree
 fi
-cmake --build "$BUILD_DIR" -j "$JOBS"
+cmake --build "$BUILD_DIR" -j "$JOBS" "${targets[@]}"

@@ -53,6 +53,13 @@ TEST_F(YamlFile, InvalidUtf8IsRefusedAtItsLine) {
   EXPECT_EQ(error_of(write("utf8.yaml", "name: caf\xc3\xa9-\xe2\x82\xac-\xf0\x9f\x98\x80\n")), "");
 }
 
+// yaml-cpp 0.7's LoadAll never returns on this (Note [Counting documents without LoadAll]).
+TEST_F(YamlFile, AStreamYamlCppCannotEndIsRefusedNotLoopedOn) {
+  const auto path = write("comma.yaml", "train:\n  epochs: 1\n---\n,train:\n");
+  EXPECT_EQ(error_of(path),
+            path + ":4: a second YAML document (after '---'); a configuration is one document");
+}
+
 TEST_F(YamlFile, ASecondDocumentIsRefusedAtItsLine) {
   const auto path = write("two.yaml", "name: a\n---\nname: b\n");
   EXPECT_EQ(error_of(path),

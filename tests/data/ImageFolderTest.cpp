@@ -2,6 +2,11 @@
 #include "DataTestUtil.h"
 #include "dtrain/data/ImageFolder.h"
 
+#include <zlib.h>
+
+#include <fstream>
+#include <iterator>
+
 using namespace dtrain::data;
 using namespace dtrain::data::testing;
 using ::testing::HasSubstr;
@@ -38,6 +43,40 @@ TEST(ImageFolder, CorruptFilesAreNamed) {
   write_bytes(dir / "bad.jpg", {0xff, 0xd8, 0xff, 0x00, 9, 9}, false);
   EXPECT_THAT(error_of([&] { decode_image(dir / "bad.png"); }), HasSubstr(dir / "bad.png"));
   EXPECT_THAT(error_of([&] { decode_image(dir / "bad.jpg"); }), HasSubstr(dir / "bad.jpg"));
+}
+
+// A header claiming more pixels than kMaxImagePixels is refused naming the file, before the decoder
+// allocates (a 10^6 x 10^6 PNG would ask for 3 TB; JPEG's 16-bit sizes for up to 12 GB).
+TEST(ImageFolder, HugeHeadersAreRefusedBeforeAllocating) {
+  TempDir dir;
+  const auto img = gradient_image(8, 8, 10);
+  const auto patched = [&](const std::string& name, auto patch) {
+    const std::string path = dir / name;
+    std::ifstream in(path, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    patch(bytes);
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+    return path;
+  };
+  const auto be32 = [](std::string& b, std::size_t at, std::uint32_t v) {
+    for (int i = 0; i < 4; ++i) b[at + i] = static_cast<char>(v >> (24 - 8 * i));
+  };
+  write_png(dir / "huge.png", img);
+  const auto png = patched("huge.png", [&](std::string& b) {
+    be32(b, 16, 1000000);  // IHDR width and height, then its CRC over type and data
+    be32(b, 20, 1000000);
+    be32(b, 29, static_cast<std::uint32_t>(crc32(0, reinterpret_cast<const Bytef*>(b.data() + 12), 17)));
+  });
+  EXPECT_THAT(error_of([&] { decode_image(png); }),
+              HasSubstr(png + ": the PNG header claims 1000000 x 1000000 pixels"));
+  write_jpeg(dir / "huge.jpg", img);
+  const auto jpg = patched("huge.jpg", [&](std::string& b) {
+    const auto sof = b.find("\xff\xc0");  // baseline frame header: length(2) precision(1) height(2) width(2)
+    ASSERT_NE(sof, std::string::npos);
+    b[sof + 5] = b[sof + 7] = static_cast<char>(0xfd);
+    b[sof + 6] = b[sof + 8] = static_cast<char>(0xe8);
+  });
+  EXPECT_THAT(error_of([&] { decode_image(jpg); }), HasSubstr("claims 65000 x 65000 pixels"));
 }
 
 TEST(ImageFolder, TrainTestLayoutResizedWithSortedClasses) {

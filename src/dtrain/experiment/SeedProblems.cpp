@@ -116,7 +116,13 @@ std::vector<std::string> algorithm_keys(const std::string& alg) {
 
 void read_optimizer(SeedSection& problem, Overrides& out) {
   const YAML::Node node = problem.node()["optimizer_config"];
-  std::string alg_text = node.IsMap() && node["alg_name"].IsScalar() ? node["alg_name"].Scalar() : "";
+  // A const node's missing key is an invalid node, whose Is*() throw YAML::InvalidNode: test each
+  // with operator bool first (a missing alg_name is reported by choice() below).
+  std::string alg_text;
+  if (node && node.IsMap()) {
+    if (const YAML::Node alg_name = node["alg_name"]; alg_name && alg_name.IsScalar())
+      alg_text = alg_name.Scalar();
+  }
   for (auto& c : alg_text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   auto opt = problem.section("optimizer_config", algorithm_keys(alg_text));
   const auto alg = opt.choice("alg_name", {"cadmm", "dinno", "dsgd", "dsgt", "choco"});

@@ -236,8 +236,11 @@ TEST(Zero, MemoryFootprintIsZerosAccountingWithPadding) {
   constexpr std::uint64_t P = 24336 + 321, S = 8112 + 107;
   const auto data = data_of(1, torch::kFloat);
   for (int stage : {1, 2, 3}) {
-    for (const auto& [optimizer, state_bytes] :
+    for (const auto& optimizer_and_state :
          std::vector<std::pair<std::string, std::uint64_t>>{{"adam", 8}, {"sgd", 4}}) {
+      // Named copies, not a structured binding: C++17 lambdas cannot capture those (clang refuses).
+      const std::string optimizer = optimizer_and_state.first;
+      const std::uint64_t state_bytes = optimizer_and_state.second;
       const auto cfg = zero_config(stage, optimizer);
       std::vector<models::NetworkPtr> models;
       for (int r = 0; r < 3; ++r) models.push_back(testing::build_model(cfg, 7, torch::kFloat));

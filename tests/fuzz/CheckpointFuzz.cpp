@@ -1,0 +1,31 @@
+// Fuzz target: checkpoint readers. The input is loaded as a checkpoint file (Checkpoint::load); and,
+// split at its first newline, as a CheckpointStore's `latest` marker (the first line) naming
+// checkpoint-000000000001.ckpt (the rest). import_state_dict is left out: it is LibTorch's
+// unpickler end to end, which allocates (and under ASan touches) what a pickle's 32-bit length
+// field says, 4 GB for a file of a few bytes, before refusing it; fuzzing it would measure that.
+#include <filesystem>
+#include <string>
+
+#include "dtrain/io/Checkpoint.h"
+#include "fuzz/FuzzInput.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  using namespace dtrain;
+  const std::string_view bytes = fuzz::as_text(data, size);
+  const std::string path = fuzz::write_scratch("input.ckpt", bytes);
+  try {
+    io::Checkpoint::load(path);
+  } catch (const io::CheckpointError&) {
+  }
+  const auto newline = bytes.find('\n');
+  if (newline == std::string_view::npos) return 0;
+  const auto store_dir = fuzz::scratch_dir() / "store";
+  std::filesystem::create_directories(store_dir);
+  fuzz::write_scratch("store/latest", bytes.substr(0, newline + 1));
+  fuzz::write_scratch("store/checkpoint-000000000001.ckpt", bytes.substr(newline + 1));
+  try {
+    io::CheckpointStore(store_dir).load_latest();
+  } catch (const io::CheckpointError&) {
+  }
+  return 0;
+}
