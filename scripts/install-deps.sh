@@ -11,7 +11,7 @@ PACKAGES=(
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libfmt-dev
   libgtest-dev libbenchmark-dev
   libpng-dev libjpeg-dev zlib1g-dev
-  libssl-dev
+  libssl-dev openssl
   dataset-fashion-mnist
   gnuplot-nox
   python3-torch
