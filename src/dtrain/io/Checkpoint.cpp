@@ -150,8 +150,7 @@ Checkpoint Checkpoint::load(const std::filesystem::path& path) {
   } catch (const std::invalid_argument& e) {
     throw CheckpointError(e.what());
   } catch (const std::exception& e) {
-    throw CheckpointError("checkpoint " + path.string() + " cannot be read (" +
-                          std::string(e.what()).substr(0, 300) +
+    throw CheckpointError("checkpoint " + path.string() + " cannot be read (" + first_line(e) +
                           "); it is truncated, corrupt or not a dtrain checkpoint");
   }
   try {
