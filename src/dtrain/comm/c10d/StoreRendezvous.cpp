@@ -9,10 +9,10 @@
 #include <thread>
 #include <vector>
 
+#include "dtrain/comm/HostName.h"
 #include "dtrain/comm/StoreConnection.h"
 #include "dtrain/comm/StoreSecret.h"
 #include "dtrain/comm/StoreServer.h"
-#include "dtrain/comm/HostName.h"
 #include "dtrain/comm/Work.h"
 
 namespace dtrain::comm {
