@@ -274,7 +274,7 @@ TEST(DataParallel, GradientsAreViewsIntoTheBucketsAndSurviveSetToNone) {
   auto m = make_model("mlp", 1);
   DataParallel dp(m.module, in_process_group(1)[0]);
   const auto x = torch::randn({2, 1, 28, 28});
-  auto& w = m.module->named_parameters()["fc1.weight"];
+  auto w = m.module->named_parameters()["fc1.weight"];  // a handle: the dict is a temporary
   const void* slot = w.grad().data_ptr();
   m.forward(x).sum().backward();
   dp.finish();
