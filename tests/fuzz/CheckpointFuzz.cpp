@@ -1,8 +1,9 @@
-// Fuzz target: checkpoint readers. The input is loaded as a checkpoint file (Checkpoint::load); and,
-// split at its first newline, as a CheckpointStore's `latest` marker (the first line) naming
-// checkpoint-000000000001.ckpt (the rest). import_state_dict is left out: it is LibTorch's
-// unpickler end to end, which allocates (and under ASan touches) what a pickle's 32-bit length
-// field says, 4 GB for a file of a few bytes, before refusing it; fuzzing it would measure that.
+// Fuzz target: checkpoint readers. The input is loaded as a checkpoint file (Checkpoint::load), as
+// a state_dict (import_state_dict: LibTorch's pickle_load behind util::check_archive); and, split
+// at its first newline, as a CheckpointStore's `latest` marker (the first line) naming
+// checkpoint-000000000001.ckpt (the rest). Before util::check_archive (Note [Checking an archive
+// before LibTorch reads it]) LibTorch's unpickler allocated what a pickle's length field said, up
+// to 4 GB for a file of a few bytes, before refusing it, and this target left import_state_dict out.
 #include <filesystem>
 #include <string>
 
@@ -15,6 +16,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string path = fuzz::write_scratch("input.ckpt", bytes);
   try {
     io::Checkpoint::load(path);
+  } catch (const io::CheckpointError&) {
+  }
+  try {
+    io::import_state_dict(path);
   } catch (const io::CheckpointError&) {
   }
   const auto newline = bytes.find('\n');

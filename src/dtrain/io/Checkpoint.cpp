@@ -286,6 +286,8 @@ std::map<std::string, at::Tensor> import_state_dict(const std::filesystem::path&
   const std::string bytes = read_file(path);
   c10::IValue value;
   try {
+    std::istringstream archive(bytes);
+    util::check_archive(archive);  // Note [Checking an archive before LibTorch reads it]
     value = torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
   } catch (const std::exception& e) {
     throw CheckpointError(path.string() + " is not a torch.save file (" + first_line(e) + ")");

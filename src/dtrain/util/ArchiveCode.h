@@ -16,6 +16,8 @@
 #include <caffe2/serialize/inline_container.h>
 #include <torch/serialize/input-archive.h>
 
+#include "dtrain/util/ArchiveCheck.h"
+
 #include <istream>
 #include <optional>
 #include <sstream>
@@ -45,8 +47,11 @@ inline std::optional<std::string> archive_code(std::istream& in) {
 
 // Loads `in` into `archive` unless it holds code (Note [Loading runs no code]); then throws
 // std::invalid_argument naming `what` (the file, or the checkpoint entry) and the function found.
+// An archive that fails check_archive (Note [Checking an archive before LibTorch reads it]) throws
+// its std::runtime_error before LibTorch reads a byte of it.
 inline void load_archive_without_code(torch::serialize::InputArchive& archive, std::istream& in,
                                       const std::string& what) {
+  check_archive(in);
   const auto start = in.tellg();
   if (const auto code = archive_code(in)) {
     throw std::invalid_argument(what + " holds TorchScript code (" + *code +
