@@ -455,6 +455,8 @@ Run add_train_command(CLI::App& app) {
           "give --max-restarts to the launcher (dtrain launch, torchrun) instead",
           a->max_restarts));
     }
+    // A --resume that does not load is refused before a run folder is made or a worker starts.
+    if (!a->resume.empty() && !started_by_a_launcher(env, *a)) (void)load_resume_point(a->resume);
     if (!started_by_a_launcher(env, *a) && (nproc > 1 || a->max_restarts > 0))
       return launch_workers(*a, cfg, nproc, env);
     return run_worker(*a, cfg, env);
