@@ -3,6 +3,7 @@
 // record's size and place) is refused, naming it, when it claims more than the file holds; and the
 // pickle walker knows every opcode's argument.
 #include "dtrain/util/ArchiveCheck.h"
+#include "dtrain/util/ArchiveCode.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -204,6 +205,55 @@ TEST(ArchiveCheck, PickleWalkerKnowsEveryOpcodesArgument) {
             std::string::npos);
   EXPECT_EQ(pickle_refusal(storage + std::string("K\x00tQ.", 5), {}), "");  // no elements: no record read
   EXPECT_NE(pickle_refusal(storage + "K\x01tQ.", {}).find("data/0, which is missing"), std::string::npos);
+}
+
+// Note [Loading runs no code]: LibTorch compiles a checkpoint's code/ source while loading, and its
+// compiler crashed (SEGV) on a checkpoint whose `__buffers__` the fuzzer mutated into a class
+// constant (tests/fuzz/corpus/checkpoint/class-constant-segv); only OutputArchive's declarations pass.
+TEST(ArchiveCode, CodeBeyondOutputArchivesDeclarationsIsRefusedBeforeLibTorchCompilesIt) {
+  io::testing::TestDir dir;
+  const std::string bytes = patched(checkpoint_bytes(dir.path()), "  __buffers__ = [", "  __bufgers__ = [");
+  write_bytes(dir.path() / "constant.ckpt", bytes);
+  try {
+    io::Checkpoint::load(dir.path() / "constant.ckpt");
+    ADD_FAILURE() << "a checkpoint whose code declares a class constant was loaded";
+  } catch (const io::CheckpointError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("code/__torch__.py line 3 is not a declaration LibTorch's OutputArchive writes (  "
+                        "__bufgers__ = [])"),
+              std::string::npos)
+        << what;
+  }
+  // What OutputArchive writes passes: tensors, buffers, attributes of several types, a nested archive.
+  torch::serialize::OutputArchive archive;
+  torch::serialize::OutputArchive nested;
+  archive.write("w", torch::ones({2}));
+  archive.write("b", torch::zeros({1}), /*is_buffer=*/true);
+  archive.write("name", c10::IValue(std::string("x")));
+  archive.write("count", c10::IValue(std::int64_t{3}));
+  nested.write("rate", c10::IValue(2.5));
+  nested.write("v", torch::ones({3}));
+  archive.write("nested", nested);
+  std::ostringstream out;
+  archive.save_to(out);
+  std::istringstream in(out.str());
+  torch::serialize::InputArchive loaded;
+  EXPECT_NO_THROW(load_archive_without_code(loaded, in, "the archive"));
+  c10::IValue count;
+  loaded.read("count", count);
+  EXPECT_EQ(count.toInt(), 3);
+  for (const std::string line :
+       {"class M(Module):", "  __parameters__ = [\"a\", \"b\", ]", "  __buffers__ = []", "  t0 : Tensor",
+        "  sub : __torch__.___torch_mangle_0.Module", "  xs : List[Tensor]", "", "  __annotations__ = []",
+        "  __annotations__[\"0\"] = __torch__.___torch_mangle_2.Module"}) {
+    EXPECT_TRUE(archive_detail::is_declaration(line)) << line;
+  }
+  for (const std::string line :
+       {"class M(Other):", "  x = 1", "  __buffers__ = [\"a\"]", "  __buffers__ = [\"a\\\"\", ]", "import os",
+        "  t0 : Tensor = torch.ones(1)", "  @staticmethod", "  x : (1)", "  __annotations__[\"0\"] = f()",
+        "  __annotations__ = [1]"}) {
+    EXPECT_FALSE(archive_detail::is_declaration(line)) << line;
+  }
 }
 
 }  // namespace
