@@ -83,6 +83,47 @@ TEST(Checkpoint, ModuleStateRoundTrip) {
   }
 }
 
+// A header that is valid JSON but not what save() writes (fuzzing found one without "names" ending
+// the process through nlohmann's exception), or a header tensor that is not flat bytes, is refused
+// as corrupt naming the file.
+TEST(Checkpoint, MalformedHeadersAreRefusedNamingTheFile) {
+  testing::TestDir dir;
+  const auto write = [&](const std::string& name, const at::Tensor& header) {
+    torch::serialize::OutputArchive archive;
+    archive.write("t0", torch::ones({2}));
+    archive.write("header", header);
+    archive.save_to((dir.path() / name).string());
+    return dir.path() / name;
+  };
+  const auto bytes = [](const std::string& text) {
+    return torch::from_blob(const_cast<char*>(text.data()), {static_cast<std::int64_t>(text.size())},
+                            torch::kUInt8)
+        .clone();
+  };
+  const std::string versioned = R"("format": "dtrain.checkpoint", "version": 1)";
+  const std::vector<std::pair<at::Tensor, std::string>> cases{
+      {bytes("{" + versioned + R"(, "metadata": {}})"), "no list of names, or no metadata"},
+      {bytes("{" + versioned + R"(, "names": ["a"]})"), "no list of names, or no metadata"},
+      {bytes("{" + versioned + R"(, "names": [7], "metadata": {}})"), "a tensor name that is not a string"},
+      {bytes(R"([1, 2])"), "no format and version"},
+      {bytes(R"({"format": 3, "version": 1})"), "no format and version"},
+      {bytes("{}").to(torch::kFloat), "not a flat byte tensor"},
+      {bytes("{").expand({4}), "not a flat byte tensor"},
+  };
+  int index = 0;
+  for (const auto& [header, expected] : cases) {
+    const auto path = write("case" + std::to_string(index++) + ".ckpt", header);
+    try {
+      Checkpoint::load(path);
+      ADD_FAILURE() << "case " << index - 1 << " loaded";
+    } catch (const CheckpointError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(path.string()), std::string::npos) << what;
+      EXPECT_NE(what.find(expected), std::string::npos) << what;
+    }
+  }
+}
+
 TEST(CheckpointStore, LatestMarkerNamesTheNewest) {
   testing::TestDir dir;
   CheckpointStore store(dir.path());

@@ -156,16 +156,39 @@ Checkpoint Checkpoint::load(const std::filesystem::path& path) {
   try {
     at::Tensor header_bytes;
     archive.read("header", header_bytes);
+    // A corrupt file may give the header another dtype or strides (an expanded tensor's numel
+    // exceeds its bytes): only a flat byte tensor is read as text.
+    if (header_bytes.scalar_type() != torch::kUInt8 || header_bytes.dim() != 1 ||
+        !header_bytes.is_contiguous()) {
+      throw std::runtime_error("its header is not a flat byte tensor");
+    }
     header = nlohmann::json::parse(std::string(static_cast<const char*>(header_bytes.data_ptr()),
                                                static_cast<std::size_t>(header_bytes.numel())));
   } catch (const std::exception& e) {
     throw CheckpointError("checkpoint " + path.string() + " cannot be read (" + first_line(e) +
                           "); it is truncated, corrupt or not a dtrain checkpoint");
   }
+  // A header that parses but is not what save() writes (a key missing or of another type, found
+  // by fuzzing: nlohmann's at() threw out of load) is corrupt, not another format.
+  const auto malformed = [&](const std::string& what) {
+    return CheckpointError("checkpoint " + path.string() + " has a malformed header (" + what +
+                           "); it is corrupt or not a dtrain checkpoint");
+  };
+  if (!header.is_object() || !header.contains("format") || !header["format"].is_string() ||
+      !header.contains("version") || !header["version"].is_number_integer()) {
+    throw malformed("no format and version");
+  }
   if (header.value("format", "") != kFormat || header.value("version", 0) != kVersion) {
     throw CheckpointError("checkpoint " + path.string() + " has format " + header.value("format", "?") +
                           " version " + std::to_string(header.value("version", 0)) + "; this dtrain reads " +
                           kFormat + " version " + std::to_string(kVersion));
+  }
+  if (!header.contains("names") || !header["names"].is_array() || !header.contains("metadata") ||
+      !header["metadata"].is_object()) {
+    throw malformed("no list of names, or no metadata");
+  }
+  for (const auto& name : header["names"]) {
+    if (!name.is_string()) throw malformed("a tensor name that is not a string");
   }
   Checkpoint checkpoint;
   const auto& names = header.at("names");
