@@ -212,17 +212,17 @@ inline void check_pickle(const std::string& name, const std::string& pickle, con
     at = pos;
     op = static_cast<char>(bytes[pos++]);
     switch (op) {
-      case '\x80':
+      case '\x80':  // PROTO
         take(1);
-        break;  // PROTO
-      case '\x95':
+        break;
+      case '\x95':  // FRAME
         take(8);
-        break;  // FRAME
-      case '.':
-        return;  // STOP
-      case '(':
+        break;
+      case '.':  // STOP
+        return;
+      case '(':  // MARK
         marks.push_back(stack.size());
-        break;   // MARK
+        break;
       case '0':  // POP: pops the mark itself when nothing is above it, as CPython does
         if (!marks.empty() && stack.size() == marks.back()) {
           marks.pop_back();
@@ -230,9 +230,9 @@ inline void check_pickle(const std::string& name, const std::string& pickle, con
           pop();
         }
         break;
-      case '1':
+      case '1':  // POP_MARK
         pop_mark();
-        break;     // POP_MARK
+        break;
       case '2': {  // DUP
         auto top = pop();
         stack.push_back(top);
@@ -246,15 +246,15 @@ inline void check_pickle(const std::string& name, const std::string& pickle, con
         stack.push_back(end != text.c_str() && *end == '\0' ? make_int(integer) : other());
         break;
       }
-      case 'J':
+      case 'J':  // BININT
         stack.push_back(make_int(static_cast<std::int32_t>(le(take(4), 4))));
-        break;  // BININT
-      case 'K':
+        break;
+      case 'K':  // BININT1
         stack.push_back(make_int(static_cast<std::int64_t>(le(take(1), 1))));
-        break;  // BININT1
-      case 'M':
+        break;
+      case 'M':  // BININT2
         stack.push_back(make_int(static_cast<std::int64_t>(le(take(2), 2))));
-        break;        // BININT2
+        break;
       case '\x8a': {  // LONG1: little-endian two's complement
         const std::uint64_t length = le(take(1), 1);
         const auto* start = take(length);
@@ -267,34 +267,34 @@ inline void check_pickle(const std::string& name, const std::string& pickle, con
         stack.push_back(make_int(static_cast<std::int64_t>(raw)));
         break;
       }
-      case '\x8b':
+      case '\x8b':  // LONG4
         take_len(4);
         stack.push_back(other());
-        break;  // LONG4
-      case 'L':
+        break;
+      case 'L':  // LONG, FLOAT, STRING
       case 'F':
       case 'S':
         line();
         stack.push_back(other());
-        break;  // LONG, FLOAT, STRING
-      case 'V':
+        break;
+      case 'V':  // UNICODE
         stack.push_back(make_text(Value::kStr, line()));
-        break;  // UNICODE
-      case 'T':
+        break;
+      case 'T':  // BINSTRING, BINBYTES
       case 'B':
         take_len(4);
         stack.push_back(other());
-        break;  // BINSTRING, BINBYTES
-      case 'U':
+        break;
+      case 'U':  // SHORT_BINSTRING, SHORT_BINBYTES
       case 'C':
         take_len(1);
         stack.push_back(other());
-        break;  // SHORT_BINSTRING, SHORT_BINBYTES
-      case '\x8e':
+        break;
+      case '\x8e':  // BINBYTES8, BYTEARRAY8
       case '\x96':
         take_len(8);
         stack.push_back(other());
-        break;  // BINBYTES8, BYTEARRAY8
+        break;
       case 'X':
       case '\x8c':
       case '\x8d': {  // BINUNICODE, SHORT_BINUNICODE, BINUNICODE8
@@ -303,10 +303,10 @@ inline void check_pickle(const std::string& name, const std::string& pickle, con
         stack.push_back(make_text(Value::kStr, text_of(bytes + pos - length, length)));
         break;
       }
-      case 'G':
+      case 'G':  // BINFLOAT
         take(8);
         stack.push_back(other());
-        break;  // BINFLOAT
+        break;
       case 'N':
       case '\x88':
       case '\x89':  // NONE, NEWTRUE, NEWFALSE
@@ -316,24 +316,24 @@ inline void check_pickle(const std::string& name, const std::string& pickle, con
       case '\x97':  // NEXT_BUFFER
         stack.push_back(other());
         break;
-      case '\x82':
+      case '\x82':  // EXT1
         take(1);
         stack.push_back(other());
-        break;  // EXT1
-      case '\x83':
+        break;
+      case '\x83':  // EXT2
         take(2);
         stack.push_back(other());
-        break;  // EXT2
-      case '\x84':
+        break;
+      case '\x84':  // EXT4
         take(4);
         stack.push_back(other());
-        break;  // EXT4
-      case ')':
+        break;
+      case ')':  // EMPTY_TUPLE
         tuple({});
-        break;  // EMPTY_TUPLE
-      case 't':
+        break;
+      case 't':  // TUPLE
         tuple(pop_mark());
-        break;  // TUPLE
+        break;
       case '\x85':
       case '\x86':
       case '\x87': {  // TUPLE1, TUPLE2, TUPLE3
@@ -342,45 +342,45 @@ inline void check_pickle(const std::string& name, const std::string& pickle, con
         tuple(std::move(items));
         break;
       }
-      case 'a':
+      case 'a':  // APPEND
         pop();
-        break;  // APPEND
-      case 's':
+        break;
+      case 's':  // SETITEM
         pop();
         pop();
-        break;  // SETITEM
-      case 'e':
+        break;
+      case 'e':  // APPENDS, SETITEMS, ADDITEMS
       case 'u':
       case '\x90':
         pop_mark();
-        break;  // APPENDS, SETITEMS, ADDITEMS
-      case 'l':
+        break;
+      case 'l':  // LIST, DICT, FROZENSET
       case 'd':
       case '\x91':
         pop_mark();
         stack.push_back(other());
-        break;  // LIST, DICT, FROZENSET
-      case 'g':
+        break;
+      case 'g':  // GET
         get(std::strtoull(line().c_str(), nullptr, 10));
-        break;  // GET
-      case 'h':
+        break;
+      case 'h':  // BINGET
         get(le(take(1), 1));
-        break;  // BINGET
-      case 'j':
+        break;
+      case 'j':  // LONG_BINGET
         get(le(take(4), 4));
-        break;  // LONG_BINGET
-      case 'p':
+        break;
+      case 'p':  // PUT
         put(std::strtoull(line().c_str(), nullptr, 10));
-        break;  // PUT
-      case 'q':
+        break;
+      case 'q':  // BINPUT
         put(le(take(1), 1));
-        break;  // BINPUT
-      case 'r':
+        break;
+      case 'r':  // LONG_BINPUT
         put(le(take(4), 4));
-        break;  // LONG_BINPUT
-      case '\x94':
+        break;
+      case '\x94':  // MEMOIZE
         put(memo.size());
-        break;     // MEMOIZE
+        break;
       case 'c': {  // GLOBAL
         std::string module = line();
         stack.push_back(make_text(Value::kGlobal, module + " " + line()));
@@ -392,41 +392,41 @@ inline void check_pickle(const std::string& name, const std::string& pickle, con
         stack.push_back(make_text(Value::kGlobal, module->text + " " + global_name->text));
         break;
       }
-      case 'R':
+      case 'R':  // REDUCE, NEWOBJ
       case '\x81':
         pop();
         pop();
         stack.push_back(other());
-        break;  // REDUCE, NEWOBJ
-      case '\x92':
+        break;
+      case '\x92':  // NEWOBJ_EX
         pop();
         pop();
         pop();
         stack.push_back(other());
-        break;  // NEWOBJ_EX
-      case 'b':
+        break;
+      case 'b':  // BUILD
         pop();
-        break;  // BUILD
-      case 'i':
+        break;
+      case 'i':  // INST
         line();
         line();
         pop_mark();
         stack.push_back(other());
-        break;  // INST
-      case 'o':
+        break;
+      case 'o':  // OBJ
         pop_mark();
         stack.push_back(other());
-        break;  // OBJ
-      case 'P':
+        break;
+      case 'P':  // PERSID
         line();
         stack.push_back(other());
-        break;  // PERSID
-      case 'Q':
+        break;
+      case 'Q':  // BINPERSID
         persistent_id(pop());
         stack.push_back(other());
-        break;  // BINPERSID
-      case '\x98':
-        break;  // READONLY_BUFFER
+        break;
+      case '\x98':  // READONLY_BUFFER
+        break;
       default:
         fail("is not a pickle opcode");
     }
