@@ -1,6 +1,11 @@
 // The Communicator contract, part 1: the collectives' results. Every reduction is checked against
 // its closed form for every dtype the backend reduces and sizes from empty to past the mpi ring
 // threshold; every data movement for every dtype the backends carry. See CommunicatorConformance.h.
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "comm/CommunicatorConformance.h"
 
 #include <algorithm>
@@ -198,6 +203,33 @@ TEST_P(CommunicatorConformance, DtypesTheBackendCannotReduceAreRefused) {
       // Refused on every rank alike, and before anything was sent: the world still works.
       expect_world_works(comm, on_device(at::ones({4})));
     }
+  });
+}
+
+TEST_P(CommunicatorConformance, OutputsOverlappingTheirInputAreRefused) {
+  const int n = this->n();
+  if (n == 1) GTEST_SKIP() << "a world of one copies; there is nothing to refuse";
+  world([&](Communicator& comm) {
+    // The output is the input's own chunk (reduce_scatter, allgather) or the input itself
+    // (alltoall): MPI forbids it, and gloo's ring would write its output before reading its input.
+    at::Tensor buffer = on_device(at::ones({4 * n}));
+    const std::vector<std::pair<std::string, std::function<void()>>> calls{
+        {"reduce_scatter", [&] { comm.reduce_scatter(buffer, buffer.narrow(0, 4 * comm.rank(), 4)); }},
+        {"allgather", [&] { comm.allgather(buffer.narrow(0, 4 * comm.rank(), 4), buffer); }},
+        {"alltoall", [&] { comm.alltoall(buffer, buffer); }},
+    };
+    for (const auto& [op, call] : calls) {
+      try {
+        call();
+        ADD_FAILURE() << op << " with an overlapping output was accepted";
+      } catch (const CommError& e) {
+        const std::string what = e.what();
+        EXPECT_NE(what.find("overlaps"), std::string::npos) << what;
+        EXPECT_NE(what.find(op), std::string::npos) << what;
+      }
+    }
+    // Refused before anything was sent: the world still works.
+    expect_world_works(comm, on_device(at::ones({4})));
   });
 }
 

@@ -355,6 +355,12 @@ void check_same(const Communicator& c, const at::Tensor& a, const at::Tensor& b,
         fmt::format("input and output differ: {} on {} against {} on {}", c10::toString(a.scalar_type()),
                     a.device().str(), c10::toString(b.scalar_type()), b.device().str()));
   }
+  // MPI forbids it, and gloo's ring writes the output before it has read the whole input.
+  const auto* a0 = static_cast<const char*>(a.data_ptr());
+  const auto* b0 = static_cast<const char*>(b.data_ptr());
+  if (a.nbytes() > 0 && b.nbytes() > 0 && a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes()) {
+    throw CommError(c.rank(), c.size(), op, "output overlaps input; give the output memory of its own");
+  }
 }
 
 void check_peer(const Communicator& c, int peer, const char* op, const char* what) {

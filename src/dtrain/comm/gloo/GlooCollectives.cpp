@@ -131,7 +131,11 @@ class AllgatherBuffers final : public ::gloo::AllgatherOptions {
   }
 };
 
-// The ring of Note [Gloo's native collectives]; input is n chunks, output one.
+// The ring of Note [Gloo's native collectives]; input is n chunks, output one, not overlapping it.
+// Each step receives into one buffer while the previous step's partial sum goes out of the other,
+// and the output is one of the two: the steps of the output's parity receive into it and add in
+// place, and the last step, which leaves chunk r in it, is one of them. So the scratch is one chunk
+// on more than two ranks and nothing on two (a single step, into the output).
 void ring_reduce_scatter(::gloo::Context& context, BufferCache& cache, std::uint32_t tag,
                          const at::Tensor& input, at::Tensor output, ReduceOp op,
                          std::chrono::milliseconds timeout) {
@@ -141,31 +145,34 @@ void ring_reduce_scatter(::gloo::Context& context, BufferCache& cache, std::uint
   const std::size_t chunk_bytes = output.nbytes();
   const at::Tensor chunks = input.view({n, numel});
   Borrowed borrowed(cache, context);
-  // Two halves: the step receives into one while the previous step's partial sum goes out of the other.
-  // (One half is enough on two ranks: a single step.)
-  const int halves = n > 2 ? 2 : 1;
-  at::Tensor partial = borrowed.scratch(output, halves * numel).view({halves, numel});
+  const int output_parity = (n - 2) % 2;  // the last step's
+  at::Tensor halves[2];
+  ::gloo::transport::UnboundBuffer* buffers[2] = {nullptr, nullptr};
+  halves[output_parity] = output.view({numel});
+  buffers[output_parity] = &borrowed.buffer(output.data_ptr(), chunk_bytes);
+  if (n > 2) {
+    halves[1 - output_parity] = borrowed.scratch(output, numel);
+    buffers[1 - output_parity] = &borrowed.buffer(halves[1 - output_parity].data_ptr(), chunk_bytes);
+  }
   auto* in_buffer = &borrowed.buffer(input.data_ptr(), input.nbytes());
-  auto* partial_buffer = &borrowed.buffer(partial.data_ptr(), partial.nbytes());
   const int right = (r + 1) % n;
   const int left = (r + n - 1) % n;
   for (int step = 0; step + 1 < n; ++step) {
     const int half = step % 2;
     const int received_chunk = ((r - step - 2) % n + 2 * n) % n;
     const std::uint64_t slot = ring_slot(tag, step);
-    partial_buffer->recv(left, slot, half * chunk_bytes, chunk_bytes);
+    buffers[half]->recv(left, slot, 0, chunk_bytes);
     if (step == 0) {
       const int sent_chunk = (r + n - 1) % n;
       in_buffer->send(right, slot, sent_chunk * chunk_bytes, chunk_bytes);
-      partial_buffer->waitRecv(timeout);
+      buffers[half]->waitRecv(timeout);
       in_buffer->waitSend(timeout);
     } else {
-      partial_buffer->send(right, slot, (1 - half) * chunk_bytes, chunk_bytes);
-      partial_buffer->waitRecv(timeout);
-      partial_buffer->waitSend(timeout);
+      buffers[1 - half]->send(right, slot, 0, chunk_bytes);
+      buffers[half]->waitRecv(timeout);
+      buffers[1 - half]->waitSend(timeout);
     }
-    at::Tensor into = step + 2 == n ? output.view({numel}) : partial[half];
-    combine(into, partial[half], chunks[received_chunk], op);
+    combine(halves[half], halves[half], chunks[received_chunk], op);
   }
   borrowed.succeeded();
 }

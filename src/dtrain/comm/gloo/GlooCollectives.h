@@ -56,10 +56,11 @@ namespace dtrain::comm {
 //   (address, size) plus those counters, so a tensor freed and another allocated at the same
 //   address with the same size is served correctly by the cached buffer: it names the same bytes.
 //   A call that fails drops its buffers (Gloo may still hold a pending operation on them).
-// - the ring's scratch (1 or 2 chunks) is a tensor per (dtype, bytes) lent the same way, so its
-//   unbound buffer is cached with it.
+// - the ring's scratch (one chunk on more than two ranks; none on two, where the ring receives
+//   into the output) is a tensor per (dtype, bytes) lent the same way, so its unbound buffer is
+//   cached with it.
 // Both caches are bounded (kCachedBuffers, kCachedScratch; the least recently returned goes first),
-// so a run whose sizes change holds at most kCachedScratch scratch tensors of at most 2/n of its
+// so a run whose sizes change holds at most kCachedScratch scratch tensors of at most 1/n of its
 // largest reduce_scatter input. The cost this removes is allocation and set-up, not a
 // registration: Gloo's TCP transport registers nothing with the kernel for an unbound buffer.
 // bench/RESULTS.md ("Issue 14, point 1, cached buffers and small calls") has before and after.
