@@ -5,8 +5,9 @@
 // 16Ψ), and resident memory: getrusage's ru_maxrss (the process's peak, which includes building
 // the whole model before the strategy shards it) and VmHWM over the steps alone (the peak is
 // reset through /proc/self/clear_refs once the strategy is built), each against the resident
-// memory before the model existed; and the transient buffers the zero strategy states (Note
-// [Gradient buffers] in ZeroStrategy.cpp), which the goal allows on top of ZeRO's figure. Start
+// memory before the model existed; and the buffers the zero strategy states (Note [Reused
+// buffers] in ShardedUnits.h, Note [Gradient buffers] in ZeroStrategy.cpp), which the goal allows
+// on top of ZeRO's figure. Start
 // one process per rank with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT set (bench/zero_memory.sh).
 //   zero_memory --strategy zero --stage 3 --hidden 4096,4096,4096,2560 --steps 3 --batch 8
 #include <sys/resource.h>
@@ -96,23 +97,25 @@ int main(int argc, char** argv) try {
   for (int s = 0; s < steps; ++s) strategy->train_step({inputs, targets});
   const auto f = strategy->memory_footprint();
 
-  // The buffers a zero step holds beyond ZeRO's figure (Note [Gradient buffers]), from the largest
-  // padded unit U, its shard U/N, the largest parameter W (autograd's own gradient of it, added
-  // into the unit's buffer) and the shards' total P/N: stage 1 the reduce-scatters' outputs (all
-  // units at once) or W; stage 2 two units' flat gradients and their reduce-scatters' outputs,
-  // and W; stage 3 also the unit in use and the prefetched one, gathered.
-  double stated_buffers = 0;
+  // The buffers a zero step holds beyond ZeRO's figure: the ones it reuses every step (Note
+  // [Reused buffers]; stage 1 two shard-sized ones, stage 2 also two units' flat gradients, stage 3
+  // those gradients and two gathered units), as the strategy reports them; autograd's own gradient
+  // of the largest parameter W while it is added into its unit's buffer; and on more than two
+  // ranks gloo's ring scratch, one shard of the largest unit U per reduce-scatter on each of c10d's
+  // two worker threads, which the backend keeps (Note [Cached Gloo buffers]).
+  double stated_buffers = 0, pooled = 0;
   if (const auto* zero = dynamic_cast<const dtrain::parallel::ZeroStrategy*>(strategy.get())) {
-    double U = 0, W = 0, shards = 0;
+    double U = 0, W = 0;
+    std::int64_t bytes = 4;
     for (const auto& unit : zero->layouts()) {
       U = std::max(U, static_cast<double>(unit.padded));
-      shards += static_cast<double>(unit.shard);
-      for (const auto& p : unit.params) W = std::max(W, static_cast<double>(p.numel));
+      for (const auto& p : unit.params) {
+        W = std::max(W, static_cast<double>(p.numel));
+        bytes = p.param.element_size();
+      }
     }
-    const double gradients = 2 * (U + U / n) + W;
-    stated_buffers = stage == 1   ? 4 * std::max(W, shards)
-                     : stage == 2 ? 4 * gradients
-                                  : 4 * (2 * U + gradients);
+    pooled = static_cast<double>(zero->buffer_bytes());
+    stated_buffers = pooled + bytes * W + (n > 2 ? 2.0 * bytes * U / n : 0.0);
   }
   // ZeRO's accounting for fp32 Adam (Rajbhandari et al. 2020, §3 with K = 8: no fp16 copy here).
   const double P = static_cast<double>(psi);
@@ -123,14 +126,16 @@ int main(int argc, char** argv) try {
   std::printf(
       "{\"rank\": %d, \"world\": %d, \"strategy\": \"%s\", \"stage\": %d, \"psi\": %llu, "
       "\"footprint_parameters\": %llu, \"footprint_gradients\": %llu, \"footprint_optimizer\": %llu, "
-      "\"footprint_total\": %llu, \"zero_accounting\": %.0f, \"stated_buffers\": %.0f, \"rss_baseline\": "
+      "\"footprint_total\": %llu, \"zero_accounting\": %.0f, \"stated_buffers\": %.0f, \"pooled_buffers\": "
+      "%.0f, "
+      "\"rss_baseline\": "
       "%llu, \"rss_after_build\": "
       "%llu, "
       "\"ru_maxrss\": %llu, \"steps_peak_rss\": %llu, \"peak_reset\": %s}\n",
       comm->rank(), n, strategy_name.c_str(), strategy_name == "zero" ? stage : 0,
       static_cast<unsigned long long>(psi), static_cast<unsigned long long>(f.parameters),
       static_cast<unsigned long long>(f.gradients), static_cast<unsigned long long>(f.optimizer_state),
-      static_cast<unsigned long long>(f.total()), zero_figure, stated_buffers,
+      static_cast<unsigned long long>(f.total()), zero_figure, stated_buffers, pooled,
       static_cast<unsigned long long>(baseline), static_cast<unsigned long long>(after_build),
       static_cast<unsigned long long>(max_rss_bytes()),
       static_cast<unsigned long long>(status_bytes("VmHWM")), peak_reset ? "true" : "false");

@@ -305,7 +305,7 @@ TEST(Zero, StepHoldsTheWholeGradientsOfAtMostTwoUnits) {
       models.push_back(models::create_model(cfg.model, models::InputSpec::image(1, 4, 4, 10)));
     }
     std::vector<dtrain::testing::AllocationCounter> counters(2);
-    std::vector<std::int64_t> transient(2), kept(2);
+    std::vector<std::int64_t> transient(2), kept(2), pooled(2);
     std::int64_t psi = 0;
     for (const auto& p : models[0]->parameters()) psi += p.numel();
     ASSERT_EQ(psi, 599050);
@@ -315,12 +315,22 @@ TEST(Zero, StepHoldsTheWholeGradientsOfAtMostTwoUnits) {
         const int r = comm->rank();
         auto strategy = testing::build_strategy(cfg, models[r], comm);
         dtrain::testing::CountingAllocator::counter_of_this_thread() = &counters[r];
-        strategy->train_step({inputs[r], targets[r]});  // Adam's state comes into being
+        strategy->train_step({inputs[r], targets[r]});  // Adam's state and the pooled buffers come into being
         counters[r].reset_peak();
-        const auto before = counters[r].live.load();
+        // The pooled buffers are the step's (Note [Reused buffers]): counted as if taken during it.
+        const auto* zero = dynamic_cast<const parallel::ZeroStrategy*>(strategy.get());
+        ASSERT_NE(zero, nullptr);
+        pooled[r] = static_cast<std::int64_t>(zero->buffer_bytes());
+        const auto before = counters[r].live.load() - pooled[r];
         strategy->train_step({inputs[r], targets[r]});
         transient[r] = counters[r].peak.load() - before;
-        kept[r] = counters[r].live.load() - before;
+        kept[r] = counters[r].live.load() - before - pooled[r];
+        // Lent again, not grown: two units' gradients, and two shard copies for the all-gathers after
+        // the step (stage 2) or two gathered units (stage 3). Reduced straight into the shards'
+        // gradients (one micro-batch), no reduce-scatter output is pooled.
+        EXPECT_EQ(static_cast<std::int64_t>(zero->buffer_bytes()), pooled[r]);
+        const std::int64_t slots = 2 * kUnit + (stage == 2 ? 2 * (kUnit / 2) : 2 * kUnit);
+        EXPECT_EQ(pooled[r], kBytes * slots) << "stage " << stage;
         dtrain::testing::CountingAllocator::counter_of_this_thread() = nullptr;
       });
     }
@@ -334,6 +344,33 @@ TEST(Zero, StepHoldsTheWholeGradientsOfAtMostTwoUnits) {
       EXPECT_LE(kept[r], 0) << "stage " << stage << ": the step left " << kept[r] << " bytes behind";
     }
   }
+}
+
+TEST(Zero, BufferPoolLendsItsKeptSlotsAgainAndNeverGrowsPastThem) {
+  zero::BufferPool pool(/*keep=*/2, /*slot_bytes=*/400);
+  const auto f32 = torch::TensorOptions().dtype(torch::kFloat);
+  auto a = pool.take(100, f32);  // a whole slot
+  auto b = pool.take(7, torch::TensorOptions().dtype(torch::kDouble));
+  EXPECT_EQ(pool.kept_bytes(), 800u);
+  EXPECT_EQ(a.numel(), 100);
+  EXPECT_EQ(b.scalar_type(), torch::kDouble);
+  // Both slots lent: memory of its own, and the pool stays at two.
+  auto c = pool.take(10, f32);
+  EXPECT_EQ(pool.kept_bytes(), 800u);
+  EXPECT_NE(c.data_ptr(), a.data_ptr());
+  EXPECT_NE(c.data_ptr(), b.data_ptr());
+  pool.give(c);  // not the pool's: nothing to give back
+  // Given back, a slot is lent again from its start, for any dtype that fits.
+  void* const first = a.data_ptr();
+  pool.give(a);
+  auto d = pool.take(3, torch::TensorOptions().dtype(torch::kLong));
+  EXPECT_EQ(d.data_ptr(), first);
+  // Larger than a slot: memory of its own, even with a slot free.
+  pool.give(b);
+  auto e = pool.take(101, f32);
+  EXPECT_NE(e.data_ptr(), b.data_ptr());
+  EXPECT_EQ(e.numel(), 101);
+  EXPECT_EQ(pool.kept_bytes(), 800u);
 }
 
 TEST(Zero, RefusesWhatItCannotHonourNamingTheKey) {

@@ -18,8 +18,8 @@ namespace dtrain::parallel::zero {
 // in forward (a Linear's weight, or a transpose of it) are views of that same storage, so they
 // see the gathered values again without being saved anew. LibTorch 1.13 offers no public
 // storage resize in C++, so we do the equivalent on the c10::StorageImpl: swap its DataPtr for
-// an empty one and set its size to 0 bytes (free), then give it a fresh allocation of the full
-// size from its own allocator (allocate). Tensor metadata (sizes, strides, offsets) is untouched,
+// an empty one and set its size to 0 bytes (free), then point it at a pooled buffer of the full
+// size (lend_storage, Note [Reused buffers]). Tensor metadata (sizes, strides, offsets) is untouched,
 // so every parameter and saved tensor stays valid as long as nobody reads it while freed.
 
 std::vector<UnitLayout> plan_units(const models::Network& network, int world) {
@@ -89,15 +89,55 @@ void free_storage(const torch::Tensor& tensor) {
   storage->set_nbytes(0);
 }
 
-void allocate_storage(const torch::Tensor& tensor, std::size_t nbytes) {
-  auto* storage = tensor.storage().unsafeGetStorageImpl();
-  TORCH_INTERNAL_ASSERT(storage->allocator(), "a zero unit's storage has no allocator");
-  storage->set_data_ptr_noswap(storage->allocator()->allocate(nbytes));
-  storage->set_nbytes(nbytes);
-}
-
 bool storage_allocated(const torch::Tensor& tensor) {
   return tensor.storage().nbytes() > 0;
+}
+
+torch::Tensor BufferPool::take(std::int64_t numel, const torch::TensorOptions& options) {
+  const auto bytes =
+      static_cast<std::size_t>(numel) * c10::elementSize(c10::typeMetaToScalarType(options.dtype()));
+  Slot* slot = nullptr;
+  for (auto& s : slots_) {
+    if (!s.lent && s.bytes.device() == options.device() &&
+        s.bytes.numel() >= static_cast<std::int64_t>(bytes)) {
+      slot = &s;
+      break;
+    }
+  }
+  if (!slot && slots_.size() < keep_ && bytes <= slot_bytes_) {
+    slots_.push_back(
+        Slot{torch::empty({static_cast<std::int64_t>(slot_bytes_)},
+                          torch::TensorOptions().dtype(torch::kUInt8).device(options.device()))});
+    slot = &slots_.back();
+  }
+  if (!slot) return torch::empty({numel}, options.requires_grad(false));
+  slot->lent = true;
+  auto out = torch::empty({0}, options.requires_grad(false));
+  out.set_(slot->bytes.storage(), 0, {numel}, {1});
+  return out;
+}
+
+void BufferPool::give(const torch::Tensor& taken) {
+  if (!taken.defined() || !taken.has_storage()) return;
+  for (auto& s : slots_) {
+    if (s.bytes.storage().is_alias_of(taken.storage())) {
+      TORCH_INTERNAL_ASSERT(s.lent, "a pooled buffer was given back twice");
+      s.lent = false;
+      return;
+    }
+  }
+}
+
+std::uint64_t BufferPool::kept_bytes() const {
+  return static_cast<std::uint64_t>(slots_.size()) * slot_bytes_;
+}
+
+void lend_storage(const torch::Tensor& tensor, const torch::Tensor& memory, std::size_t nbytes) {
+  TORCH_INTERNAL_ASSERT(memory.nbytes() >= nbytes && memory.device() == tensor.device());
+  auto* storage = tensor.storage().unsafeGetStorageImpl();
+  // Not owning: the pool (or `memory`, held by the caller) keeps the bytes.
+  storage->set_data_ptr_noswap(at::DataPtr(memory.data_ptr(), memory.device()));
+  storage->set_nbytes(nbytes);
 }
 
 std::map<std::string, torch::Tensor> split_whole(const UnitLayout& unit, const torch::Tensor& flat) {

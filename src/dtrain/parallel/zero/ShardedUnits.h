@@ -49,11 +49,47 @@ torch::Tensor alias(const torch::Tensor& buffer, std::int64_t offset, torch::Int
 
 // Stage 3's way of freeing a unit's full parameters while autograd still holds tensors saved from
 // them: the storage keeps its identity (every parameter and saved tensor refers to the same
-// c10::StorageImpl) but gives its bytes back; allocate_storage() gives it `nbytes` fresh bytes
-// again, which the all-gather then fills. See Note [Freeing storage] in ShardedUnits.cpp.
+// c10::StorageImpl) but gives its bytes back; lend_storage() (below) gives it bytes again, which
+// the all-gather then fills. See Note [Freeing storage] in ShardedUnits.cpp.
 void free_storage(const torch::Tensor& tensor);
-void allocate_storage(const torch::Tensor& tensor, std::size_t nbytes);
 bool storage_allocated(const torch::Tensor& tensor);
+
+// Note [Reused buffers]
+// A step's transient buffers (the units' flat gradients, the reduce-scatters' outputs, the shard
+// copies the all-gathers send, stage 3's gathered units) are the same few sizes every step. Taken
+// from the allocator and freed each time, glibc's malloc keeps the freed ones below its sliding
+// mmap threshold (up to 32 MiB) in the heap, where they stay resident and fragment it: measured, a
+// step's peak resident set was up to 128 MiB above the same step under a fixed threshold (bench/
+// RESULTS.md, issue 14). A pool keeps `keep` slots of the kind's largest size instead, allocated
+// on first use and lent out again every step, as DeepSpeed's stage 2 keeps its contiguous gradient
+// and reduce buckets and PyTorch's caching allocator its blocks. A request when every kept slot is
+// lent (stage 3 gathering every unit for evaluation or a checkpoint) gets fresh memory of its own
+// size, freed when its tensor goes: the pool never grows past `keep`.
+class BufferPool {
+ public:
+  BufferPool(std::size_t keep, std::size_t slot_bytes) : keep_(keep), slot_bytes_(slot_bytes) {}
+  // `numel` elements of options' dtype on its device, over a free kept slot (its first bytes) when
+  // one is large enough; not an autograd view. Uninitialised.
+  torch::Tensor take(std::int64_t numel, const torch::TensorOptions& options);
+  // Gives back the slot `taken` (a tensor take() returned) lies over; memory of its own is freed
+  // with its last reference.
+  void give(const torch::Tensor& taken);
+  // The bytes of the kept slots.
+  std::uint64_t kept_bytes() const;
+
+ private:
+  struct Slot {
+    torch::Tensor bytes;  // uint8, slot_bytes_ long
+    bool lent = false;
+  };
+  std::size_t keep_;
+  std::size_t slot_bytes_;
+  std::vector<Slot> slots_;
+};
+
+// Points `tensor`'s storage (freed, free_storage()) at `memory`'s bytes without owning them: stage
+// 3's gathered unit lives in a pool's slot, and free_storage() lets go of it again.
+void lend_storage(const torch::Tensor& tensor, const torch::Tensor& memory, std::size_t nbytes);
 
 // The whole tensors of a unit's parameters from its flat (padded) buffer: name -> tensor shaped
 // like the parameter (views of `flat`).

@@ -7,6 +7,7 @@
 #include <torch/optim/lbfgs.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <functional>
 #include <optional>
 #include <stdexcept>
@@ -40,8 +41,9 @@ namespace dtrain::parallel {
 //   (AccumulateGrad post-hooks, as data_parallel's buckets), in reverse unit order on every rank
 //   (Note [Bucket launch order] in DataParallel.cpp). Autograd adds each gradient straight into a
 //   flat buffer of the unit's (Note [Gradient buffers]), which is the reduce-scatter's input and is
-//   freed once the reduction is done: only the shard's gradient persists. With accumulation_steps
-//   each micro-batch is reduced and summed into the shard (DeepSpeed does the same in stage 2),
+//   given back once the reduction is done: only the shard's gradient persists. The step's first
+//   backward reduces straight into the shard's gradient; with accumulation_steps each later
+//   micro-batch is reduced into a buffer and added to it (DeepSpeed does the same in stage 2),
 //   where stage 1 and data_parallel reduce once.
 // - Stage 3 runs the network's stages itself: before a stage's forward its unit is all-gathered
 //   (the next one prefetched), after it the unit's storage is freed (Note [Freeing storage]); a
@@ -58,9 +60,11 @@ namespace dtrain::parallel {
 //   stage 1: parameters 4P, gradients 4P, optimizer 8P/N   (ZeRO's 4Ψ + 4Ψ + 8Ψ/N)
 //   stage 2: parameters 4P, gradients 4P/N, optimizer 8P/N (4Ψ + 12Ψ/N)
 //   stage 3: parameters 4P/N, gradients 4P/N, optimizer 8P/N (16Ψ/N)
-// sgd with momentum holds 4P/N of optimizer state, without momentum none. Transient buffers
-// (the flat gradients of at most kGradientBuffers units, Note [Gradient buffers]; stage 3's
-// gathered units, at most the current one and the prefetched one) are not held after the step.
+// sgd with momentum holds 4P/N of optimizer state, without momentum none. The buffers a step
+// reuses (Note [Reused buffers] in ShardedUnits.h: the flat gradients of kGradientBuffers units,
+// Note [Gradient buffers]; two shard-sized outputs or copies; stage 3's gathered units, the
+// current one and the prefetched one) are kept between steps but are not the model's state:
+// buffer_bytes() reports them apart.
 //
 // Note [Gradient buffers]
 // In stages 2 and 3 a unit's whole gradient exists only while autograd fills it and its
@@ -68,11 +72,12 @@ namespace dtrain::parallel {
 // parameter's AccumulateGrad node), the unit gets a zeroed flat buffer of its padded size and its
 // parameters' grad() become views of it, so AccumulateGrad adds each gradient into place
 // (`grad += new`, as it does for DDP's bucket views) instead of keeping a tensor of its own that
-// would then be copied into a flat buffer. The buffer is the reduce-scatter's input and is freed
-// when the reduction is retired. At most kGradientBuffers (2) units hold a buffer at once: before a
-// third is given one, the oldest reduction in flight is waited for, so one unit reduces while the
-// next one fills, the double buffering FSDP and DeepSpeed's stage 2 (its IPG buckets) use. Beyond
-// these two units a rank holds only autograd's own gradient of the parameter being accumulated.
+// would then be copied into a flat buffer. The buffer, one of a pool's kept slots (Note [Reused
+// buffers]), is the reduce-scatter's input and goes back to the pool when the reduction is retired. At most
+// kGradientBuffers (2) units hold a buffer at once: before a third is given one, the oldest reduction in
+// flight is waited for, so one unit reduces while the next one fills, the double buffering FSDP and
+// DeepSpeed's stage 2 (its IPG buckets) use. Beyond these two units a rank holds only autograd's own gradient
+// of the parameter being accumulated.
 
 namespace {
 
@@ -162,6 +167,16 @@ ZeroStrategy::ZeroStrategy(StrategyContext context)
     shards.push_back(unit.shard);
     units_.push_back(std::move(unit));
   }
+  std::size_t unit_bytes = 0, shard_bytes = 0;
+  for (const auto& unit : units_) {
+    unit_bytes =
+        std::max(unit_bytes, static_cast<std::size_t>(unit.layout.padded) * unit.shard.element_size());
+    shard_bytes =
+        std::max(shard_bytes, static_cast<std::size_t>(unit.layout.shard) * unit.shard.element_size());
+  }
+  gradient_pool_ = zero::BufferPool(options_.stage >= 2 ? kGradientBuffers : 0, unit_bytes);
+  shard_pool_ = zero::BufferPool(2, shard_bytes);
+  unit_pool_ = zero::BufferPool(sharded_parameters() ? 2 : 0, unit_bytes);
   optimizer_ = context_.make_optimizer(shards);
   if (dynamic_cast<torch::optim::LBFGS*>(optimizer_.get()) != nullptr) {
     throw std::invalid_argument(
@@ -176,6 +191,14 @@ ZeroStrategy::ZeroStrategy(StrategyContext context)
 ZeroStrategy::~ZeroStrategy() {
   remove_hooks();
   wait_outstanding_quietly();
+  // Stage 3's gathered units point into the pool, which goes with the strategy.
+  if (sharded_parameters()) {
+    for (std::size_t u = 0; u < units_.size(); ++u) free_full(u);
+  }
+}
+
+std::uint64_t ZeroStrategy::buffer_bytes() const {
+  return gradient_pool_.kept_bytes() + shard_pool_.kept_bytes() + unit_pool_.kept_bytes();
 }
 
 std::vector<zero::UnitLayout> ZeroStrategy::layouts() const {
@@ -238,10 +261,24 @@ void ZeroStrategy::wait_outstanding_quietly() {
 
 // ---- stage 3: gathering and freeing parameters ----
 
+void ZeroStrategy::allocate_full(std::size_t u) {
+  auto& unit = units_[u];
+  unit.full_slot = unit_pool_.take(unit.layout.padded, unit.full.options());
+  zero::lend_storage(unit.full, unit.full_slot,
+                     static_cast<std::size_t>(unit.layout.padded) * unit.full.element_size());
+}
+
+void ZeroStrategy::free_full(std::size_t u) {
+  auto& unit = units_[u];
+  if (zero::storage_allocated(unit.full)) zero::free_storage(unit.full);
+  unit_pool_.give(unit.full_slot);
+  unit.full_slot = torch::Tensor();
+}
+
 void ZeroStrategy::launch_gather(std::size_t u) {
   auto& unit = units_[u];
   if (unit.gather || zero::storage_allocated(unit.full)) return;
-  zero::allocate_storage(unit.full, static_cast<std::size_t>(unit.layout.padded) * unit.full.element_size());
+  allocate_full(u);
   // The shard is storage of its own and nothing writes it while the gather runs.
   unit.gather = context_.comm->allgather(unit.shard.detach(), unit.full, /*async_op=*/true);
 }
@@ -269,7 +306,7 @@ void ZeroStrategy::release(std::size_t u) {
     unit.gather->wait();
     unit.gather.reset();
   }
-  if (zero::storage_allocated(unit.full)) zero::free_storage(unit.full);
+  free_full(u);
 }
 
 void ZeroStrategy::gather_all(double* communication_seconds) {
@@ -350,7 +387,8 @@ void ZeroStrategy::before_gradient(std::size_t u) {
   while (!in_flight_.empty() && in_flight_.size() + filling_ + 1 > kGradientBuffers) retire_reduction();
   torch::NoGradGuard no_grad;
   // Zeros: AccumulateGrad adds into it, and the padding is sent as zeros.
-  unit.full_grad = torch::zeros({unit.layout.padded}, unit.shard.options().requires_grad(false));
+  unit.full_grad = gradient_pool_.take(unit.layout.padded, unit.shard.options());
+  unit.full_grad.zero_();
   for (const auto& p : unit.layout.params) {
     auto param = p.param;
     param.mutable_grad() = zero::alias(unit.full_grad, p.offset, p.param.sizes());
@@ -378,8 +416,14 @@ void ZeroStrategy::launch_reduction(std::size_t u) {
   release(u);
   // Dividing before the sum, as data_parallel's buckets do.
   if (world_ > 1) flat.div_(world_);
-  unit.received = torch::empty({unit.layout.shard}, flat.options());
-  unit.reduce = context_.comm->reduce_scatter(flat, unit.received, comm::ReduceOp::Sum, /*async_op=*/true);
+  // The step's first backward writes the shard's gradient (zero until now) itself; a later
+  // micro-batch's is added to it.
+  torch::Tensor output = unit.shard.mutable_grad();
+  if (!first_backward_) {
+    unit.received = shard_pool_.take(unit.layout.shard, flat.options());
+    output = unit.received;
+  }
+  unit.reduce = context_.comm->reduce_scatter(flat, output, comm::ReduceOp::Sum, /*async_op=*/true);
   unit.launched = true;
   in_flight_.push_back(u);
 }
@@ -390,8 +434,12 @@ void ZeroStrategy::retire_reduction() {
   in_flight_.pop_front();
   unit.reduce->wait();
   unit.reduce.reset();
-  unit.shard.mutable_grad().add_(unit.received);
-  unit.received = torch::Tensor();
+  if (unit.received.defined()) {
+    unit.shard.mutable_grad().add_(unit.received);
+    shard_pool_.give(unit.received);
+    unit.received = torch::Tensor();
+  }
+  gradient_pool_.give(unit.full_grad);
   unit.full_grad = torch::Tensor();
 }
 
@@ -409,6 +457,7 @@ double ZeroStrategy::finish_backward(bool last) {
   }
   TORCH_INTERNAL_ASSERT(filling_ == 0, "zero: a unit's gradient buffer outlived its backward");
   next_reduction_ = 0;
+  first_backward_ = false;
   const double waited = util::seconds_since(start);
   // Between micro-batches the next one's forward has already gathered its last unit for backward.
   if (last) release_all();
@@ -417,22 +466,34 @@ double ZeroStrategy::finish_backward(bool last) {
 
 // ---- stage 1: whole gradients, reduced once per step ----
 
+// The shard's gradient is part of the reduce-scatter's input (the whole gradient), so each unit
+// reduces into a pooled buffer and copies it over; at most two units are in flight.
 double ZeroStrategy::reduce_scatter_step_gradients() {
   torch::NoGradGuard no_grad;
-  for (auto& unit : units_) {
-    if (world_ > 1) unit.full_grad.div_(world_);
-    unit.received = torch::empty({unit.layout.shard}, unit.full_grad.options());
-    unit.reduce = context_.comm->reduce_scatter(unit.full_grad, unit.received, comm::ReduceOp::Sum,
-                                                /*async_op=*/true);
-  }
-  const auto start = util::Clock::now();
-  for (auto& unit : units_) {
+  std::deque<std::size_t> in_flight;
+  double waited = 0;
+  auto retire = [&] {
+    const auto start = util::Clock::now();
+    auto& unit = units_[in_flight.front()];
+    in_flight.pop_front();
     unit.reduce->wait();
     unit.reduce.reset();
+    waited += util::seconds_since(start);
     unit.shard.mutable_grad().copy_(unit.received);
+    shard_pool_.give(unit.received);
     unit.received = torch::Tensor();
+  };
+  for (std::size_t u = 0; u < units_.size(); ++u) {
+    if (in_flight.size() >= 2) retire();
+    auto& unit = units_[u];
+    if (world_ > 1) unit.full_grad.div_(world_);
+    unit.received = shard_pool_.take(unit.layout.shard, unit.full_grad.options());
+    unit.reduce = context_.comm->reduce_scatter(unit.full_grad, unit.received, comm::ReduceOp::Sum,
+                                                /*async_op=*/true);
+    in_flight.push_back(u);
   }
-  return util::seconds_since(start);
+  while (!in_flight.empty()) retire();
+  return waited;
 }
 
 // Stages 1 and 2: every rank's updated shard into every rank's whole parameters. The shard is part
@@ -447,12 +508,14 @@ double ZeroStrategy::gather_after_step() {
     auto& unit = units_[in_flight.front().first];
     unit.gather->wait();
     unit.gather.reset();
-    in_flight.pop_front();
     waited += util::seconds_since(start);
+    shard_pool_.give(in_flight.front().second);
+    in_flight.pop_front();
   };
   for (std::size_t u = 0; u < units_.size(); ++u) {
     if (in_flight.size() >= 2) retire();
-    auto input = units_[u].shard.detach().clone();
+    auto input = shard_pool_.take(units_[u].layout.shard, units_[u].shard.options());
+    input.copy_(units_[u].shard.detach());
     units_[u].gather = context_.comm->allgather(input, units_[u].full, /*async_op=*/true);
     in_flight.emplace_back(u, std::move(input));
   }
@@ -491,6 +554,7 @@ StepResult ZeroStrategy::train_step(const data::Batch& batch) {
   };
   AccumulatedBatch step;
   in_step_ = true;
+  first_backward_ = true;
   {
     // fp16 in stages 1 and 2: the whole parameters hold their 16-bit values during forward and
     // backward (stage 3 rounds what it gathers instead).
@@ -608,10 +672,8 @@ void ZeroStrategy::load(const io::Checkpoint& checkpoint) {
   torch::NoGradGuard no_grad;
   // The whole parameters arrive in the units' flat buffers (stage 3: allocated for the moment),
   // and each rank keeps its shard.
-  for (auto& unit : units_) {
-    if (!zero::storage_allocated(unit.full))
-      zero::allocate_storage(unit.full,
-                             static_cast<std::size_t>(unit.layout.padded) * unit.full.element_size());
+  for (std::size_t u = 0; u < units_.size(); ++u) {
+    if (!zero::storage_allocated(units_[u].full)) allocate_full(u);
   }
   checkpoint.load_module_state("model", *context_.model);
   for (auto& unit : units_) {
@@ -620,7 +682,7 @@ void ZeroStrategy::load(const io::Checkpoint& checkpoint) {
       unit.shard.detach().copy_(unit.full.narrow(0, rank_ * unit.layout.shard, unit.layout.shard));
   }
   if (sharded_parameters() && !evaluating_) {
-    for (auto& unit : units_) zero::free_storage(unit.full);
+    for (std::size_t u = 0; u < units_.size(); ++u) free_full(u);
   }
 
   std::map<std::string, torch::Tensor> entries;

@@ -66,6 +66,9 @@ class ZeroStrategy final : public Strategy {
   MemoryFootprint memory_footprint() const override;
 
   int stage() const { return options_.stage; }
+  // The bytes of the buffers a step reuses (Note [Reused buffers]): kept after the step, beyond
+  // memory_footprint(); they grow to their high-water mark during the first steps.
+  std::uint64_t buffer_bytes() const;
   // The units, in forward order (tests and notes).
   std::vector<zero::UnitLayout> layouts() const;
 
@@ -76,17 +79,21 @@ class ZeroStrategy final : public Strategy {
     torch::Tensor shard;  // what the optimizer updates: this rank's part of full
     torch::Tensor
         full_grad;  // stage 1: the whole step's; stages 2 and 3: this backward's, filling or in flight
-    torch::Tensor received;  // stages 2 and 3: the reduce-scatter's output
-    comm::WorkPtr gather;    // stage 3: an all-gather in flight
-    comm::WorkPtr reduce;    // stages 2 and 3: a reduce-scatter in flight
-    int pending = 0;         // parameters still without a gradient in this backward
-    bool launched = false;   // its reduce-scatter launched in this backward
+    torch::Tensor received;   // the reduce-scatter's output, when it is not the shard's gradient itself
+    torch::Tensor full_slot;  // stage 3, while gathered: the pool's memory full's storage points into
+    comm::WorkPtr gather;     // stage 3: an all-gather in flight
+    comm::WorkPtr reduce;     // stages 2 and 3: a reduce-scatter in flight
+    int pending = 0;          // parameters still without a gradient in this backward
+    bool launched = false;    // its reduce-scatter launched in this backward
     std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
     std::vector<std::uintptr_t> hook_keys;
     std::vector<const torch::autograd::FunctionPreHook*> pre_hooks;  // to remove them by identity
   };
 
   torch::Tensor forward_sharded(const torch::Tensor& inputs);
+  // Stage 3: gives unit u's full buffer memory (a pooled slot) and takes it away again.
+  void allocate_full(std::size_t u);
+  void free_full(std::size_t u);
   void launch_gather(std::size_t u);
   void wait_gather(std::size_t u, double* communication_seconds = nullptr);
   void release(std::size_t u);
@@ -126,7 +133,13 @@ class ZeroStrategy final : public Strategy {
   // Note [Gradient buffers].
   static constexpr std::size_t kGradientBuffers = 2;
   std::deque<std::size_t> in_flight_;
-  std::size_t filling_ = 0;  // units with a gradient buffer whose reduce-scatter is not launched
+  // Note [Reused buffers]: units' flat gradients (kGradientBuffers at once), shard-sized outputs and
+  // copies (two at once), stage 3's gathered units (the one in use and the prefetched one).
+  zero::BufferPool gradient_pool_{0, 0};
+  zero::BufferPool shard_pool_{0, 0};
+  zero::BufferPool unit_pool_{0, 0};
+  bool first_backward_ = true;  // the step's first backward reduces straight into the shards' gradients
+  std::size_t filling_ = 0;     // units with a gradient buffer whose reduce-scatter is not launched
   bool evaluating_ = false;
   int overlapped_ = 0;    // units whose reduce-scatter the last backward launched
   bool in_step_ = false;  // inside train_step's forward and backward (fp16 rounds what it gathers)
