@@ -9,6 +9,10 @@
 # own quantity; Note [Measuring the bubble] in PipelineStrategy.cpp).
 # The pipeline's batch is BATCH samples whatever S (data.batch_size = BATCH / S per rank).
 #   bench/pipeline_bubble.sh [BUILD_DIR=build] [STEPS=40] [BATCH=256] [HIDDEN=[1024,1024,1024,1024,1024,1024]] [STAGES="2 4"] [EXTRA="key=value ..."]
+# The formula assumes every stage's forward and every stage's backward take equal time (not only
+# their sums): a first layer computes no input gradient, so give it few input features to keep the
+# passes equal, as bench/RESULTS.md's run does (issue 14, fifth session):
+#   bench/pipeline_bubble.sh build 12 1024 "[2048,2048,2048,2048,2048,2048,2048]" 2 "data.synthetic_shape=[1,8,8] parallel.backend=mpi"
 # Check it runs on tiny sizes: bench/pipeline_bubble.sh build 3 16 '[8,8,8,8]'
 set -euo pipefail
 cd "$(dirname "$0")/.."
