@@ -84,9 +84,19 @@ std::uint64_t mpi_expected_wire_bytes(const WireCall& call, int rank, int n) {
     case CommOp::Allgather:  // libnbc, linear
       return (size - 1) * bytes;
     case CommOp::ReduceScatter:
-      // Blocking on two ranks: tuned's one exchange of the peer's chunk below 128 KiB chunks.
-      if (!call.async_op && n == 2 && bytes / 2 < 131072) return bytes / 2;
-      // libnbc (and tuned's basic linear): a reduce of the whole input to 0, which scatters.
+      if (!call.async_op) {
+        // The suite's blocking call has 4 KiB blocks, for which tuned's rules pick recursive
+        // halving on 3 and 4 ranks (and on 2 an exchange of the peer's block). Worked by hand:
+        // n = 3 folds rank 0 into rank 1 (rank 0 sends all 3 blocks); ranks 1 and 2 then swap
+        // halves, rank 1 sending 1 block and rank 2 the 2 blocks of ranks 0 and 1, and rank 1
+        // sends rank 0 its block. n = 4: 2 blocks, then 1.
+        const std::uint64_t block = bytes / size;
+        TORCH_CHECK(block == 4096, "hand-worked for 4 KiB blocks only");
+        if (n == 2) return block;
+        if (n == 3) return rank == 0 ? 3 * block : 2 * block;
+        if (n == 4) return 3 * block;
+      }
+      // libnbc: a reduce of the whole input to 0, which scatters.
       return rank == 0 ? (size - 1) * bytes / size : bytes;
     case CommOp::Alltoall:  // libnbc, linear
       return (size - 1) * bytes / size;

@@ -31,6 +31,30 @@ void allreduces(Communicator& comm, at::ScalarType dtype) {
   }
 }
 
+// Blocks of a blocking reduce_scatter in every band of OpenMPI 4.1's reduce_scatter_block rules
+// (basic linear, recursive doubling, recursive halving, butterfly) for up to 31 ranks, as float32
+// elements; 1-, 2- and 3-byte blocks in uint8 and float16.
+const std::int64_t kReduceScatterFloats[] = {1,     2,     3,     5,     7,      31,     32,    63,
+                                             64,    100,   1023,  1024,  2047,   2048,   4095,  4096,
+                                             32767, 32768, 65535, 65536, 131071, 262144, 300000};
+
+void reduce_scatters(Communicator& comm) {
+  const int n = comm.size();
+  for (const auto block : kReduceScatterFloats) {
+    at::Tensor whole = at::ones({n * block});
+    at::Tensor out = at::empty({block});
+    comm.reduce_scatter(whole, out);
+  }
+  for (const std::int64_t block : {1, 2, 3}) {
+    at::Tensor whole = at::ones({n * block}, at::kByte);
+    at::Tensor out = at::empty({block}, at::kByte);
+    comm.reduce_scatter(whole, out);
+  }
+  at::Tensor half = at::ones({n}, at::kHalf);
+  at::Tensor one = at::empty({1}, at::kHalf);
+  comm.reduce_scatter(half, one);
+}
+
 void movements(Communicator& comm, std::int64_t numel) {
   const int n = comm.size();
   at::Tensor t = at::ones({numel});
@@ -66,6 +90,7 @@ int main(int argc, char** argv) {
       allreduces(*comm, at::kFloat);
       allreduces(*comm, at::kHalf);
       for (const std::int64_t numel : {1, 1001, 40000}) movements(*comm, numel);
+      reduce_scatters(*comm);
     }
     recorded = comm->stats().total().wire_bytes;
   }  // the communicator is gone before MPI is finalised at exit

@@ -1,7 +1,7 @@
 // The mpi backend: every asynchronous collective is a non-blocking MPI call (or a polled step list,
 // for the all-reduce) started in submission order and polled to completion against the
 // communicator's timeout by the progress engine (MpiProgressEngine.h). A blocking all-reduce,
-// allgather, or reduce_scatter on two ranks, is MPI's blocking call under a watchdog (Note
+// allgather or reduce_scatter is MPI's blocking call under a watchdog (Note
 // [Blocking collectives and the watchdog]); send and recv are posted and tested on the caller's
 // thread.
 #include "dtrain/comm/mpi/MpiCommunicator.h"
@@ -119,8 +119,8 @@ class MpiCommunicator final : public Communicator {
     const MPI_Op mpi_op = runtime_->op(op, input.scalar_type());
     checked_count(input);
     const int count = checked_count(output);
-    if (!async_op && size() == 2) {
-      // See Note [Blocking collectives and the watchdog]: on two ranks only.
+    if (!async_op) {
+      // See Note [Blocking collectives and the watchdog]; its bytes, Note [OpenMPI's algorithms].
       blocking("reduce_scatter", input, "MPI_Reduce_scatter_block", [&] {
         return MPI_Reduce_scatter_block(input.data_ptr(), output.data_ptr(), count, datatype, mpi_op,
                                         collective_comm_);

@@ -41,11 +41,19 @@ namespace dtrain::comm::mpi {
 // - MPI_Ialltoall (not in place): libnbc's linear schedule: (n-1)/n of the input.
 // - MPI_Ireduce_scatter_block: libnbc's binomial reduce of the whole input to rank 0 (every other
 //   rank sends the input once), then rank 0 sends each rank its chunk.
-// - MPI_Reduce_scatter_block (blocking, two ranks only): tuned's fixed rules
-//   (ompi_coll_tuned_reduce_scatter_block_intra_dec_fixed, fewer than 4 ranks) pick basic linear
-//   from a block of 131072 bytes up (a reduce to rank 0, in which rank 1 sends the whole input,
-//   then rank 0 scatters rank 1's chunk) and below it butterfly, recursive halving or recursive
-//   doubling, each of which on two ranks is one exchange of the peer's chunk.
+// - MPI_Reduce_scatter_block (blocking): tuned's fixed rules
+//   (ompi_coll_tuned_reduce_scatter_block_intra_dec_fixed) pick by world size and block bytes
+//   among 1 basic linear (tuned's MPI_Reduce of the whole input to rank 0, by its own rules, then
+//   tuned's MPI_Scatter, by its own: linear, or binomial, where a rank forwards its subtree's
+//   blocks), 2 recursive doubling (at step 2^k a rank sends every block outside its and its
+//   partner's subtrees; without a partner, a rank that has the data sends it on by recursive
+//   halving), 3 recursive halving and 4 butterfly (both first fold the 2r ranks above the largest
+//   power of two into r: each even one hands its whole input to its odd partner and later gets its
+//   block back; butterfly ends with a mirror-permuted exchange of blocks). Counted with each
+//   function's own index arithmetic (coll_base_reduce_scatter_block.c). In every tree reduce each
+//   rank but the tree's root sends the whole buffer once; the in-order binary tree is rooted at
+//   n - 1, which sends the result on to rank 0. On two ranks the rules pick basic linear from a
+//   block of 131072 bytes up and otherwise an exchange of the peer's block.
 // - MPI_Ibarrier: dissemination with zero-byte messages. Isend: the tensor; Irecv: nothing.
 // Another OpenMPI version, an MCA setting that forces an algorithm or raises another component's
 // priority, or another MPI library may choose differently; the figures then describe these
@@ -65,6 +73,14 @@ enum class TunedAllreduce {
 TunedAllreduce tuned_allreduce_algorithm(int size, std::uint64_t bytes);
 // Bytes `rank` sends in OpenMPI 4.1's MPI_Allreduce of `count` elements of `element_size` bytes.
 std::uint64_t tuned_allreduce_bytes(int rank, int size, std::size_t count, std::size_t element_size);
+
+// The algorithm OpenMPI 4.1's fixed rules pick for a commutative MPI_Reduce_scatter_block of
+// `block_bytes` per rank on `size` ranks: 1 basic linear, 2 recursive doubling, 3 recursive
+// halving, 4 butterfly (coll_tuned_reduce_scatter_block_algorithm's numbers).
+int tuned_reduce_scatter_block_algorithm(int size, std::uint64_t block_bytes);
+// Bytes `rank` sends in OpenMPI 4.1's MPI_Reduce_scatter_block of `rcount` elements per rank.
+std::uint64_t tuned_reduce_scatter_block_bytes(int rank, int size, std::size_t rcount,
+                                               std::size_t element_size);
 
 // Bytes the steps send.
 std::uint64_t bytes_sent(const std::vector<AllreduceStep>& steps, std::size_t element_size);
