@@ -87,7 +87,8 @@ int main(int argc, char** argv) try {
       dtrain::optim::optimizer_factory(cfg.optim), dtrain::optim::create_loss(cfg.optim.loss), comm,
       cfg.parallel};
   std::uint64_t psi = 0;
-  for (const auto& p : context.model->parameters()) psi += static_cast<std::uint64_t>(p.numel());
+  const auto context_parameters = context.model->parameters();
+  for (const auto& p : context_parameters) psi += static_cast<std::uint64_t>(p.numel());
   auto strategy = dtrain::parallel::create_strategy(std::move(context));
   const bool peak_reset = reset_peak();
   const auto after_build = status_bytes("VmRSS");
@@ -100,10 +101,12 @@ int main(int argc, char** argv) try {
   // The buffers a zero step holds beyond ZeRO's figure: the ones it reuses every step (Note
   // [Reused buffers]; stage 1 two shard-sized ones, stage 2 also two units' flat gradients, stage 3
   // those gradients and two gathered units), as the strategy reports them; autograd's own gradient
-  // of the largest parameter W while it is added into its unit's buffer; and on more than two
+  // of the largest parameter W while it is added into its unit's buffer; LibTorch's Adam step, which
+  // allocates two temporaries the size of a shard (the square root of exp_avg_sq, then it divided
+  // by the bias correction) that glibc keeps resident after it frees them; and on more than two
   // ranks gloo's ring scratch, one shard of the largest unit U per reduce-scatter on each of c10d's
   // two worker threads, which the backend keeps (Note [Cached Gloo buffers]).
-  double stated_buffers = 0, pooled = 0;
+  double stated_buffers = 0, pooled = 0, adam_temporaries = 0;
   if (const auto* zero = dynamic_cast<const dtrain::parallel::ZeroStrategy*>(strategy.get())) {
     double U = 0, W = 0;
     std::int64_t bytes = 4;
@@ -115,7 +118,16 @@ int main(int argc, char** argv) try {
       }
     }
     pooled = static_cast<double>(zero->buffer_bytes());
-    stated_buffers = pooled + bytes * W + (n > 2 ? 2.0 * bytes * U / n : 0.0);
+    adam_temporaries = 2.0 * bytes * U / n;
+    stated_buffers = pooled + bytes * W + adam_temporaries + (n > 2 ? 2.0 * bytes * U / n : 0.0);
+  }
+  if (strategy_name == "data_parallel") {
+    // Its gradients are the buckets' flat buffers (in the figure); Adam's step allocates two
+    // temporaries the size of the parameter it updates, the largest one's at most.
+    double W = 0;
+    for (const auto& p : context_parameters) W = std::max(W, static_cast<double>(p.numel()));
+    adam_temporaries = 2.0 * 4 * W;
+    stated_buffers = adam_temporaries;
   }
   // ZeRO's accounting for fp32 Adam (Rajbhandari et al. 2020, §3 with K = 8: no fp16 copy here).
   const double P = static_cast<double>(psi);
@@ -135,7 +147,7 @@ int main(int argc, char** argv) try {
       comm->rank(), n, strategy_name.c_str(), strategy_name == "zero" ? stage : 0,
       static_cast<unsigned long long>(psi), static_cast<unsigned long long>(f.parameters),
       static_cast<unsigned long long>(f.gradients), static_cast<unsigned long long>(f.optimizer_state),
-      static_cast<unsigned long long>(f.total()), zero_figure, stated_buffers, pooled,
+      static_cast<unsigned long long>(f.total()), zero_figure, stated_buffers, pooled, adam_temporaries,
       static_cast<unsigned long long>(baseline), static_cast<unsigned long long>(after_build),
       static_cast<unsigned long long>(max_rss_bytes()),
       static_cast<unsigned long long>(status_bytes("VmHWM")), peak_reset ? "true" : "false");

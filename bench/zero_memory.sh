@@ -9,8 +9,10 @@
 # steps alone, against ZeRO's figure and against it plus the buffers the strategy states (Note
 # [Reused buffers]: what it reuses every step, as ZeroStrategy::buffer_bytes() reports it, stage 1
 # 4(2U/N), stage 2 4(2U+2U/N), stage 3 4(4U); plus autograd's gradient of the largest parameter,
-# 4W; plus, above two ranks, gloo's cached ring scratch 4(2U/N); U the largest padded unit, W the
-# largest parameter). glibc's malloc keeps freed blocks below its
+# 4W; plus Adam's two shard-sized temporaries, 4(2U/N); plus, above two ranks, gloo's cached ring
+# scratch 4(2U/N); U the largest padded unit, W the largest parameter; data_parallel: Adam's two
+# temporaries of the largest parameter, 4(2W)). glibc's malloc keeps freed
+# blocks below its
 # sliding mmap threshold (up to 32 MB) resident; MALLOC_MMAP_THRESHOLD_=131072 in the environment
 # fixes the threshold, so that freed buffers leave the resident set. Runs go method by method within each round. Builds nothing: build zero_memory first
 # (cmake --build BUILD --target zero_memory).
