@@ -14,7 +14,9 @@
 
 #include "comm/CommunicatorConformance.h"
 #include "dtrain/comm/Communicator.h"
+#include "dtrain/comm/mpi/MpiAllreduce.h"
 #include "dtrain/comm/mpi/MpiCommunicator.h"
+#include "dtrain/comm/mpi/MpiWireBytes.h"
 #include "dtrain/util/Clock.h"
 
 namespace dtrain::comm {
@@ -129,6 +131,26 @@ BackendOptions mpi_options(std::chrono::milliseconds timeout) {
   options.name = "mpi";
   options.timeout = timeout;
   return options;
+}
+
+// CommStats counts an all-reduce's bytes without building its steps; the count must be the steps'.
+TEST(MpiCommunicator, AllreduceByteCountsEqualWhatTheStepsSend) {
+  using namespace dtrain::comm::mpi;
+  for (int size = 1; size <= 9; ++size) {
+    for (int rank = 0; rank < size; ++rank) {
+      for (const std::size_t count : {0, 1, 2, 3, 7, 8, 1000, 1001, 16384, 65537}) {
+        EXPECT_EQ(recursive_doubling_sent(rank, size, count),
+                  bytes_sent(recursive_doubling_steps(rank, size, count), 1))
+            << "rank " << rank << " of " << size << ", " << count;
+        EXPECT_EQ(ring_sent(rank, size, count), bytes_sent(ring_steps(rank, size, count), 1))
+            << "rank " << rank << " of " << size << ", " << count;
+        for (const std::size_t element_size : {1, 2, 4}) {
+          EXPECT_EQ(allreduce_sent(rank, size, count, element_size),
+                    bytes_sent(allreduce_steps(rank, size, count, element_size), 1));
+        }
+      }
+    }
+  }
 }
 
 TEST(MpiCommunicator, RecvOfAShorterMessageIsAnError) {

@@ -81,6 +81,34 @@ std::vector<AllreduceStep> allreduce_steps(int rank, int size, std::size_t count
   return ring ? ring_steps(rank, size, count) : recursive_doubling_steps(rank, size, count);
 }
 
+std::size_t recursive_doubling_sent(int rank, int size, std::size_t count) {
+  int pof2 = 1, rounds = 0;
+  while (pof2 * 2 <= size) {
+    pof2 *= 2;
+    ++rounds;
+  }
+  const int rem = size - pof2;
+  if (rank < 2 * rem && rank % 2 == 0) return count;  // folds into rank + 1, then only receives
+  // Every round, and an odd folded rank hands the result back too.
+  return count * static_cast<std::size_t>(rounds) + (rank < 2 * rem ? count : 0);
+}
+
+std::size_t ring_sent(int rank, int size, std::size_t count) {
+  // Every chunk but (rank + 1) % n in the reduce-scatter, every chunk but (rank + 2) % n in the
+  // all-gather (ring_steps' indices).
+  const std::size_t n = static_cast<std::size_t>(size);
+  const std::size_t base = count / n;
+  const std::size_t extra = count % n;
+  auto length = [&](std::size_t c) { return base + (c < extra ? 1 : 0); };
+  const auto r = static_cast<std::size_t>(rank);
+  return 2 * count - length((r + 1) % n) - length((r + 2) % n);
+}
+
+std::size_t allreduce_sent(int rank, int size, std::size_t count, std::size_t element_size) {
+  const bool ring = count * element_size >= kRingThresholdBytes && count >= static_cast<std::size_t>(size);
+  return ring ? ring_sent(rank, size, count) : recursive_doubling_sent(rank, size, count);
+}
+
 std::size_t scratch_elements(const std::vector<AllreduceStep>& steps) {
   std::size_t most = 0;
   for (const auto& step : steps) {

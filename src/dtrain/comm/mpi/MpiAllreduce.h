@@ -35,6 +35,12 @@ std::vector<AllreduceStep> ring_steps(int rank, int size, std::size_t count);
 // than ranks.
 std::vector<AllreduceStep> allreduce_steps(int rank, int size, std::size_t count, std::size_t element_size);
 
+// The elements rank `rank` sends in each, without building the steps (CommStats counts every
+// call's bytes, and at 4 KB a vector per call shows in latency).
+std::size_t recursive_doubling_sent(int rank, int size, std::size_t count);
+std::size_t ring_sent(int rank, int size, std::size_t count);
+std::size_t allreduce_sent(int rank, int size, std::size_t count, std::size_t element_size);
+
 // Elements the scratch buffer must hold for `steps`.
 std::size_t scratch_elements(const std::vector<AllreduceStep>& steps);
 

@@ -305,13 +305,13 @@ std::uint64_t tuned_allreduce_bytes(int rank, int size, std::size_t count, std::
     case TunedAllreduce::Nonoverlapping:  // an estimate: see Note [OpenMPI's algorithms]
       return (rank == 0 ? 0 : bytes) + binomial_bcast_bytes(rank, size, bytes);
     case TunedAllreduce::RecursiveDoubling:
-      return bytes_sent(recursive_doubling_steps(rank, size, count), element_size);
+      return recursive_doubling_sent(rank, size, count) * element_size;
     case TunedAllreduce::Ring:
     case TunedAllreduce::SegmentedRing:  // segment size 0: the plain ring
       if (count < static_cast<std::size_t>(size)) {
-        return bytes_sent(recursive_doubling_steps(rank, size, count), element_size);
+        return recursive_doubling_sent(rank, size, count) * element_size;
       }
-      return bytes_sent(ring_steps(rank, size, count), element_size);
+      return ring_sent(rank, size, count) * element_size;
     case TunedAllreduce::Rabenseifner:
       if (count < static_cast<std::size_t>(floor_power_of_two(size))) {
         return basic_linear_bytes(rank, size, bytes);
@@ -354,7 +354,7 @@ std::uint64_t mpi_wire_bytes(const WireCall& call, int rank, int size) {
   const auto element_size = static_cast<std::size_t>(call.element_size);
   switch (call.op) {
     case CommOp::Allreduce:
-      return call.async_op ? bytes_sent(allreduce_steps(rank, size, count, element_size), element_size)
+      return call.async_op ? allreduce_sent(rank, size, count, element_size) * element_size
                            : tuned_allreduce_bytes(rank, size, count, element_size);
     case CommOp::Allgather:
       return (n - 1) * bytes;
