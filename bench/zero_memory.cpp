@@ -87,8 +87,11 @@ int main(int argc, char** argv) try {
       dtrain::optim::optimizer_factory(cfg.optim), dtrain::optim::create_loss(cfg.optim.loss), comm,
       cfg.parallel};
   std::uint64_t psi = 0;
-  const auto context_parameters = context.model->parameters();
-  for (const auto& p : context_parameters) psi += static_cast<std::uint64_t>(p.numel());
+  double largest_parameter = 0;
+  for (const auto& p : context.model->parameters()) {
+    psi += static_cast<std::uint64_t>(p.numel());
+    largest_parameter = std::max(largest_parameter, static_cast<double>(p.numel()));
+  }
   auto strategy = dtrain::parallel::create_strategy(std::move(context));
   const bool peak_reset = reset_peak();
   const auto after_build = status_bytes("VmRSS");
@@ -124,9 +127,7 @@ int main(int argc, char** argv) try {
   if (strategy_name == "data_parallel") {
     // Its gradients are the buckets' flat buffers (in the figure); Adam's step allocates two
     // temporaries the size of the parameter it updates, the largest one's at most.
-    double W = 0;
-    for (const auto& p : context_parameters) W = std::max(W, static_cast<double>(p.numel()));
-    adam_temporaries = 2.0 * 4 * W;
+    adam_temporaries = 2.0 * 4 * largest_parameter;
     stated_buffers = adam_temporaries;
   }
   // ZeRO's accounting for fp32 Adam (Rajbhandari et al. 2020, §3 with K = 8: no fp16 copy here).
@@ -138,12 +139,9 @@ int main(int argc, char** argv) try {
   std::printf(
       "{\"rank\": %d, \"world\": %d, \"strategy\": \"%s\", \"stage\": %d, \"psi\": %llu, "
       "\"footprint_parameters\": %llu, \"footprint_gradients\": %llu, \"footprint_optimizer\": %llu, "
-      "\"footprint_total\": %llu, \"zero_accounting\": %.0f, \"stated_buffers\": %.0f, \"pooled_buffers\": "
-      "%.0f, "
-      "\"rss_baseline\": "
-      "%llu, \"rss_after_build\": "
-      "%llu, "
-      "\"ru_maxrss\": %llu, \"steps_peak_rss\": %llu, \"peak_reset\": %s}\n",
+      "\"footprint_total\": %llu, \"zero_accounting\": %.0f, \"stated_buffers\": %.0f, "
+      "\"pooled_buffers\": %.0f, \"adam_temporaries\": %.0f, \"rss_baseline\": %llu, "
+      "\"rss_after_build\": %llu, \"ru_maxrss\": %llu, \"steps_peak_rss\": %llu, \"peak_reset\": %s}\n",
       comm->rank(), n, strategy_name.c_str(), strategy_name == "zero" ? stage : 0,
       static_cast<unsigned long long>(psi), static_cast<unsigned long long>(f.parameters),
       static_cast<unsigned long long>(f.gradients), static_cast<unsigned long long>(f.optimizer_state),
