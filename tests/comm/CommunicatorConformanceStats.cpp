@@ -2,10 +2,13 @@
 // waiting for every operation, and the bytes each rank sends: what the backend's own algorithm
 // puts on the wire (Note [Wire bytes]), compared with the figures each backend's test file works
 // out from that algorithm's description. See CommunicatorConformance.h.
+#include <chrono>
 #include <functional>
 #include <string>
+#include <thread>
 
 #include "comm/CommunicatorConformance.h"
+#include "dtrain/util/Clock.h"
 
 namespace dtrain::testing {
 namespace {
@@ -64,6 +67,27 @@ TEST_P(CommunicatorConformance, StatsCountCallsBytesAndWaiting) {
     }
     comm.reset_stats();
     EXPECT_EQ(comm.stats().total().calls, 0u);
+  });
+}
+
+// A wait() on an operation that completed() already saw finish spends no time waiting, and says
+// so: its stats gain the call but not a moment of waiting (Work::poll, Note [The cost of a small
+// call]).
+TEST_P(CommunicatorConformance, WaitOnAFinishedOperationAddsNoWaitingTime) {
+  if (n() == 1) GTEST_SKIP() << "a single rank communicates nothing";
+  world([&](Communicator& comm) {
+    comm.reset_stats();
+    at::Tensor t = on_device(at::ones({1024}));
+    comm::WorkPtr work = comm.allreduce(t, ReduceOp::Sum, /*async_op=*/true);
+    const auto deadline = util::Clock::now() + std::chrono::seconds(20);
+    while (!work->completed() && util::Clock::now() < deadline) std::this_thread::yield();
+    ASSERT_TRUE(work->completed());
+    work->wait();
+    const OpStats& allreduce = comm.stats().ops.at("allreduce");
+    EXPECT_EQ(allreduce.calls, 1u);
+    EXPECT_EQ(allreduce.wait_seconds, 0.0);
+    comm.allreduce(t, ReduceOp::Sum, /*async_op=*/true)->wait();
+    EXPECT_EQ(comm.stats().ops.at("allreduce").calls, 2u);
   });
 }
 

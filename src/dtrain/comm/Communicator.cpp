@@ -33,6 +33,7 @@ ReduceOp parse_reduce_op(const std::string& name) {
 namespace {
 
 using util::Clock;
+using util::seconds_between;
 using util::seconds_since;
 
 std::uint64_t nbytes(const at::Tensor& t) {
@@ -70,7 +71,24 @@ class TrackedWork final : public Work {
     return done;
   }
 
+  bool poll() override {
+    bool done = false;
+    try {
+      done = inner_->poll();
+    } catch (const CommError&) {
+      settle(false);
+      throw;
+    } catch (const std::exception& e) {
+      throw error(e.what());
+    }
+    if (done) settle(true);
+    return done;
+  }
+
   void wait() override {
+    // Finished already (a transfer that landed during compute, the second of two waits): no time
+    // was spent waiting, so none is read or recorded.
+    if (poll()) return;
     const auto start = Clock::now();
     try {
       inner_->wait();
@@ -95,7 +113,7 @@ class TrackedWork final : public Work {
 
   CommError error(const std::string& what) {
     // The report while the operation still counts as running, so that it names it.
-    const auto report = comm_->failure_report(what, seconds_since(started_));
+    const auto report = comm_->failure_report(what, seconds_between(started_, util::coarse_now()));
     settle(false);
     return CommError(comm_->rank(), comm_->size(),
                      fmt::format("{} ({} bytes, {})", op_, bytes_, comm_->backend()), what + report);
@@ -240,24 +258,31 @@ std::string Communicator::failure_report(const std::string& cause, double elapse
 //   atomic reference-count updates); a backend may now return an empty handle for a call that has
 //   finished;
 // - send and recv built a std::function holding their arguments (a heap allocation per transfer);
-//   they are an Operation class of their own.
+//   they are an Operation class of their own, held in their Work with their Pending record (Note
+//   [One allocation per transfer] in mpi/MpiProgressEngine.cpp);
+// - the flight recorder read steady_clock at every start and finish; it reads the coarse clock
+//   (its times are a report's tenths of a second);
+// - an asynchronous call read steady_clock when posted and twice more when waited on; posting now
+//   reads only the coarse clock (for a failure report's seconds), and a wait() that finds the
+//   operation finished at its first test (Work::poll) reads no clock and records no waiting.
 // What is left per blocking call: two steady_clock reads for the call's wait time in CommStats,
 // the statistics lock, the MPI lock (MPI_THREAD_SERIALIZED), the tensor checks and the virtual
-// calls, about 0.1 us. bench/RESULTS.md has the figures before and after.
+// calls, about 0.1 us. An asynchronous send or recv costs about twice that (two handles, the
+// transfer's and this one, and their locks). bench/RESULTS.md has the figures before and after.
 WorkPtr Communicator::track(const CallFingerprint& call, std::uint64_t bytes, std::uint64_t wire_bytes,
                             bool async_op, c10::function_ref<WorkPtr()> start) {
   const char* op = call.op;
-  const auto t0 = Clock::now();
   const std::size_t slot = recorder_.start(call);
   // The label is formatted only when something failed: at 4 KB a string per call shows in latency.
-  auto on_error = [this, op, bytes, t0, slot](const std::string& what) {
-    const auto report = failure_report(what, seconds_since(t0));
+  auto on_error = [this, op, bytes, slot](const std::string& what, double waited) {
+    const auto report = failure_report(what, waited);
     recorder_.finish(slot, false);
     return CommError(rank_, size_, fmt::format("{} ({} bytes, {})", op, bytes, backend()), what + report);
   };
   if (!async_op) {
     // A synchronous call counts its whole duration as waiting: the caller could do nothing else.
     // One stats update, no handle: this is the latency path.
+    const auto t0 = Clock::now();
     try {
       if (debug_ == DebugMode::Detail && call.seq > 0) check_fingerprint(call);
       if (WorkPtr work = start()) work->wait();
@@ -266,28 +291,33 @@ WorkPtr Communicator::track(const CallFingerprint& call, std::uint64_t bytes, st
       recorder_.finish(slot, false);
       throw;
     } catch (const std::exception& e) {
-      stats_.add(op, bytes, wire_bytes, seconds_since(t0));
-      throw on_error(e.what());
+      const double waited = seconds_since(t0);
+      stats_.add(op, bytes, wire_bytes, waited);
+      throw on_error(e.what(), waited);
     }
     stats_.add(op, bytes, wire_bytes, seconds_since(t0));
     recorder_.finish(slot, true);
     return completed_work();
   }
+  // Posting is not waiting: an asynchronous call's time counts from its Work's wait(). Its start
+  // is kept, on the coarse clock, only for a failure report's seconds.
+  const auto posted = util::coarse_now();
   stats_.add_call(op, bytes, wire_bytes);
   WorkPtr inner;
   try {
     if (debug_ == DebugMode::Detail && call.seq > 0) check_fingerprint(call);
     inner = start();
   } catch (const CommError&) {
-    stats_.add_wait(op, seconds_since(t0));
+    stats_.add_wait(op, seconds_between(posted, util::coarse_now()));
     recorder_.finish(slot, false);
     throw;
   } catch (const std::exception& e) {
-    stats_.add_wait(op, seconds_since(t0));
-    throw on_error(e.what());
+    const double waited = seconds_between(posted, util::coarse_now());
+    stats_.add_wait(op, waited);
+    throw on_error(e.what(), waited);
   }
   TORCH_INTERNAL_ASSERT(inner, "backend returned no Work for ", op);
-  return std::make_shared<TrackedWork>(std::move(inner), this, &stats_, &recorder_, slot, op, bytes, t0);
+  return std::make_shared<TrackedWork>(std::move(inner), this, &stats_, &recorder_, slot, op, bytes, posted);
 }
 
 // Note [Collective checks]

@@ -86,7 +86,7 @@ std::size_t FlightRecorder::start(const CallFingerprint& call) {
   const std::size_t slot = started_ % kCapacity;
   auto& e = entries_[slot];
   e.call = call;
-  e.started = util::Clock::now();
+  e.started = util::coarse_now();
   e.state = Entry::State::Running;
   e.id = started_++;
   return slot;
@@ -95,7 +95,7 @@ std::size_t FlightRecorder::start(const CallFingerprint& call) {
 void FlightRecorder::finish(std::size_t slot, bool ok) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto& e = entries_[slot];
-  e.ended = util::Clock::now();
+  e.ended = util::coarse_now();
   e.state = ok ? Entry::State::Done : Entry::State::Failed;
   if (ok && (!last_done_ || e.id > last_done_->id)) last_done_ = e;
 }
@@ -119,7 +119,7 @@ std::optional<CallFingerprint> FlightRecorder::oldest_pending() const {
 
 std::string FlightRecorder::summary() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  const auto now = util::Clock::now();
+  const auto now = util::coarse_now();
   std::string out = last_done_ ? fmt::format("last completed {} {:.1f} s ago", describe(last_done_->call),
                                              util::seconds_between(last_done_->ended, now))
                                : std::string("completed no operation yet");

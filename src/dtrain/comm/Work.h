@@ -30,6 +30,12 @@ class Work {
   // Blocks until the operation finished; throws CommError if it failed or took longer than the
   // communicator's timeout.
   virtual void wait() = 0;
+  // True if the operation has finished, found by one test that neither blocks nor sets anything in
+  // motion (completed() may: c10d Gloo's send starts a thread), and after which wait() need not be
+  // called (c10d's wait() also orders CUDA streams). False when a backend cannot tell that
+  // cheaply, which is the default. Throws CommError if the operation failed. Lets a wait on what
+  // already finished skip the clock reads that time it (Note [The cost of a small call]).
+  virtual bool poll() { return false; }
 };
 using WorkPtr = std::shared_ptr<Work>;
 
@@ -38,6 +44,7 @@ class CompletedWork final : public Work {
  public:
   bool completed() override { return true; }
   void wait() override {}
+  bool poll() override { return true; }
 };
 
 // One shared CompletedWork: finished operations need not allocate a handle each.

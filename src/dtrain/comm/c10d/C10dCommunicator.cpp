@@ -162,6 +162,11 @@ class C10dWork final : public Work {
     return true;
   }
 
+  // A send or recv of c10d Gloo cannot be asked without starting a thread (Note [Gloo's send and
+  // recv]); anything else can, and once c10d says it completed, its wait() has nothing left to do
+  // (a CUDA work's end event has passed, so no stream needs to wait for it).
+  bool poll() override { return !inside_wait_ && completed(); }
+
   void wait() override {
     if (inside_wait_) {
       bool inline_wait = false;

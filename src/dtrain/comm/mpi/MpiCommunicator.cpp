@@ -150,19 +150,11 @@ class MpiCommunicator final : public Communicator {
   }
 
   WorkPtr do_send(at::Tensor& tensor, int dst, int tag, bool async_op) override {
-    check_tag(tag);
-    return transfer(
-        std::make_unique<TransferOperation>(TransferOperation::Direction::Send, tensor, checked_count(tensor),
-                                            runtime_->datatype(tensor.scalar_type()), dst, tag, p2p_comm_),
-        async_op);
+    return transfer(TransferOperation::Direction::Send, tensor, dst, tag, async_op);
   }
 
   WorkPtr do_recv(at::Tensor& tensor, int src, int tag, bool async_op) override {
-    check_tag(tag);
-    return transfer(std::make_unique<TransferOperation>(
-                        TransferOperation::Direction::Receive, tensor, checked_count(tensor),
-                        runtime_->datatype(tensor.scalar_type()), src, tag, p2p_comm_),
-                    async_op);
+    return transfer(TransferOperation::Direction::Receive, tensor, src, tag, async_op);
   }
 
   WorkPtr do_barrier(bool async_op) override {
@@ -225,8 +217,11 @@ class MpiCommunicator final : public Communicator {
 
   // A send or recv, posted and tested on the caller's thread (Note [Point-to-point on the caller's
   // thread]); a blocking one waits for itself here.
-  WorkPtr transfer(std::unique_ptr<Operation> operation, bool async_op) {
-    WorkPtr work = engine_->post_now(std::move(operation));
+  WorkPtr transfer(TransferOperation::Direction direction, const at::Tensor& tensor, int peer, int tag,
+                   bool async_op) {
+    check_tag(tag);
+    WorkPtr work = engine_->post_transfer(direction, tensor, checked_count(tensor),
+                                          runtime_->datatype(tensor.scalar_type()), peer, tag, p2p_comm_);
     if (async_op) return work;
     work->wait();
     return completed_work();

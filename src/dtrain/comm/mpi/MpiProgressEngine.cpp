@@ -46,6 +46,7 @@ class MpiWork final : public Work {
       : engine_(std::move(engine)), pending_(std::move(pending)) {}
   bool completed() override { return engine_->completed(pending_); }
   void wait() override { engine_->wait(pending_); }
+  bool poll() override { return completed(); }
 
  private:
   std::shared_ptr<ProgressEngine> engine_;
@@ -63,16 +64,28 @@ class MpiWork final : public Work {
 // every posted request inside any MPI call of the process (the progress thread's tests of other
 // operations, a blocking collective, another Work's test), so a transfer nobody waits for still
 // moves while others are waited for; one posted alone moves when it is tested.
-class PostedWork final : public Work {
+//
+// Note [One allocation per transfer]
+// A transfer's Work holds its operation and its Pending record as members, one allocation where
+// there were three (measured: at 4 KB each heap allocation and release is a few percent of a
+// send/recv pair between two ranks of one host). Should a transfer time out and stay posted, its
+// Work keeps the engine alive and the engine keeps the Work (ProgressEngine::abandoned_): a cycle
+// that is never freed, on purpose, since MPI may still write into the tensor.
+class PostedWork final : public Work, public std::enable_shared_from_this<PostedWork> {
   static constexpr int kSpinTests = 100;
 
  public:
-  PostedWork(std::shared_ptr<ProgressEngine> engine, std::shared_ptr<Pending> pending)
-      : engine_(std::move(engine)), pending_(std::move(pending)) {}
+  PostedWork(std::shared_ptr<ProgressEngine> engine, TransferOperation::Direction direction,
+             const at::Tensor& tensor, int count, MPI_Datatype datatype, int peer, int tag, MPI_Comm comm)
+      : engine_(std::move(engine)), op_(direction, tensor, count, datatype, peer, tag, comm) {
+    pending_.op = &op_;
+  }
+  Pending& pending() { return pending_; }
   bool completed() override {
     std::lock_guard<std::mutex> lock(mutex_);
-    return engine_->test_posted(pending_);
+    return test();
   }
+  bool poll() override { return completed(); }
   void wait() override {
     std::lock_guard<std::mutex> lock(mutex_);
     // Tests back to back, first spinning (a small message lands within microseconds, and a
@@ -81,43 +94,49 @@ class PostedWork final : public Work {
     // late peer) would stall it (measured: 16 MB sendrecv 2.0x MPI_Waitall with them). After the
     // budget, the Backoff.
     for (int spin = 0; spin < kSpinTests; ++spin) {
-      if (engine_->test_posted(pending_)) return;
+      if (test()) return;
     }
     const auto until = Clock::now() + engine_->poll_wait();
     while (Clock::now() < until) {
-      if (engine_->test_posted(pending_)) return;
+      if (test()) return;
       sched_yield();
     }
     Backoff backoff;
-    while (!engine_->test_posted(pending_)) backoff.idle();
+    while (!test()) backoff.idle();
   }
 
  private:
+  bool test() {
+    return engine_->test_posted(pending_,
+                                [this] { return std::shared_ptr<Pending>(shared_from_this(), &pending_); });
+  }
+
   std::shared_ptr<ProgressEngine> engine_;
-  std::shared_ptr<Pending> pending_;
+  TransferOperation op_;
+  Pending pending_;
   std::mutex mutex_;  // one test at a time: a finished request must not be tested again
 };
 
 }  // namespace
 
-WorkPtr ProgressEngine::post_now(std::unique_ptr<Operation> op) {
-  auto pending = std::make_shared<Pending>();
-  pending->op = std::move(op);
-  pending->deadline = deadline();
+WorkPtr ProgressEngine::post_transfer(TransferOperation::Direction direction, const at::Tensor& tensor,
+                                      int count, MPI_Datatype datatype, int peer, int tag, MPI_Comm comm) {
   if (broken()) {
     std::lock_guard<std::mutex> lock(mutex_);
     throw std::runtime_error("the communicator is unusable after an earlier failure (" + broken_ +
                              "); the process should exit");
   }
-  post(*pending);
-  return std::make_shared<PostedWork>(shared_from_this(), pending);
+  auto work =
+      std::make_shared<PostedWork>(shared_from_this(), direction, tensor, count, datatype, peer, tag, comm);
+  work->pending().deadline = deadline();
+  post(work->pending());
+  return work;
 }
 
-bool ProgressEngine::test_posted(const std::shared_ptr<Pending>& posted) {
-  Pending& pending = *posted;
+bool ProgressEngine::test_posted(Pending& pending, c10::function_ref<std::shared_ptr<Pending>()> keep) {
   if (!pending.done.load(std::memory_order_acquire)) {
     std::string error;
-    if (!test(posted, error)) return false;
+    if (!test(pending, error, keep)) return false;
     if (error.empty() && pending.op->on_done) pending.op->on_done();
     pending.error = std::move(error);
     pending.done.store(true, std::memory_order_release);
@@ -134,7 +153,7 @@ void ProgressEngine::drain_queued() {
 ProgressEngine::~ProgressEngine() {
   // An abandoned operation is still posted: MPI may yet write into its buffers, so it is never
   // freed. The process is expected to exit (CommError) and MPI_Finalize is skipped.
-  for (auto& pending : abandoned_) pending->op.release();
+  for (auto& pending : abandoned_) pending->owned.release();
 }
 
 void ProgressEngine::shutdown() {
@@ -178,34 +197,36 @@ void ProgressEngine::post(Pending& pending) {
   if (pending.op->collective()) ++collective_sequence_;
 }
 
-bool ProgressEngine::test(const std::shared_ptr<Pending>& pending, std::string& error) {
+bool ProgressEngine::test(Pending& pending, std::string& error,
+                          c10::function_ref<std::shared_ptr<Pending>()> keep) {
   try {
     std::lock_guard<std::mutex> mpi_lock(runtime_->mutex());
-    if (pending->op->test()) return true;
+    if (pending.op->test()) return true;
   } catch (const std::exception& e) {
     error = e.what();
     return true;
   }
-  if (util::coarse_now() < pending->deadline) return false;
+  if (util::coarse_now() < pending.deadline) return false;
   error = timeout_message();
   bool withdrawn = false;
   {
     std::lock_guard<std::mutex> mpi_lock(runtime_->mutex());
-    withdrawn = pending->op->cancel();
+    withdrawn = pending.op->cancel();
   }
   if (!withdrawn) {
     runtime_->mark_unfinalizable();
     std::lock_guard<std::mutex> lock(mutex_);
     if (broken_.empty()) broken_ = error;
     broken_flag_.store(true, std::memory_order_release);
-    abandoned_.push_back(pending);
+    abandoned_.push_back(keep());
   }
   return true;
 }
 
 WorkPtr ProgressEngine::submit(std::unique_ptr<Operation> op, bool async_op) {
   auto pending = std::make_shared<Pending>();
-  pending->op = std::move(op);
+  pending->owned = std::move(op);
+  pending->op = pending->owned.get();
   pending->deadline = deadline();
   std::unique_lock<std::mutex> lock(mutex_);
   if (!broken_.empty()) {
@@ -217,7 +238,7 @@ WorkPtr ProgressEngine::submit(std::unique_ptr<Operation> op, bool async_op) {
     lock.unlock();
     Backoff backoff;
     std::string error;
-    while (!test(pending, error)) backoff.idle();
+    while (!test(*pending, error, [&] { return pending; })) backoff.idle();
     if (!error.empty()) throw std::runtime_error(error);
     if (pending->op->on_done) pending->op->on_done();
     return completed_work();
@@ -276,7 +297,7 @@ bool ProgressEngine::test_active(std::vector<std::shared_ptr<Pending>>& active) 
   bool progressed = false;
   for (std::size_t i = 0; i < active.size();) {
     std::string error;
-    if (!test(active[i], error)) {
+    if (!test(*active[i], error, [&] { return active[i]; })) {
       ++i;
       continue;
     }

@@ -14,6 +14,8 @@
 #include <thread>
 #include <vector>
 
+#include <c10/util/FunctionRef.h>
+
 #include "dtrain/comm/Work.h"
 #include "dtrain/comm/mpi/MpiOperation.h"
 #include "dtrain/comm/mpi/MpiRuntime.h"
@@ -22,7 +24,10 @@
 namespace dtrain::comm::mpi {
 
 struct Pending {
-  std::unique_ptr<Operation> op;
+  // The operation: a queued one's is owned here (`owned`); a transfer's lives in its Work, beside
+  // this record (Note [One allocation per transfer]).
+  Operation* op = nullptr;
+  std::unique_ptr<Operation> owned;
   bool stepped = false;  // op->stepped(), kept for after op is gone
   util::Clock::time_point deadline;
   std::atomic<bool> done{false};  // set under the engine's mutex; read without it while polling
@@ -41,9 +46,10 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   // the Work that waits for it. Throws when an earlier failure left the communicator unusable.
   WorkPtr submit(std::unique_ptr<Operation> op, bool async_op);
 
-  // Posts a point-to-point `op` now, on the caller's thread, and returns the Work that tests it
-  // there: see Note [Point-to-point on the caller's thread]. Throws like submit().
-  WorkPtr post_now(std::unique_ptr<Operation> op);
+  // Posts a send or receive now, on the caller's thread, and returns the Work that tests it there:
+  // see Note [Point-to-point on the caller's thread]. Throws like submit().
+  WorkPtr post_transfer(TransferOperation::Direction direction, const at::Tensor& tensor, int count,
+                        MPI_Datatype datatype, int peer, int tag, MPI_Comm comm);
 
   // Returns once every queued operation has been posted (the progress thread posts them in
   // order), so that a blocking MPI collective called next is started after them on every rank.
@@ -65,14 +71,16 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   // For Work: waits until `pending` is done, throwing its error.
   void wait(const std::shared_ptr<Pending>& pending);
   bool completed(const std::shared_ptr<Pending>& pending);
-  // For an operation of post_now(): tests it once on the caller's thread (true: done, or throws
-  // its error).
-  bool test_posted(const std::shared_ptr<Pending>& pending);
+  // For a transfer of post_transfer(): tests it once on the caller's thread (true: done, or throws
+  // its error). `keep` hands out shared ownership of `pending` should it be abandoned.
+  bool test_posted(Pending& pending, c10::function_ref<std::shared_ptr<Pending>()> keep);
 
  private:
   void post(Pending& pending);
-  // Tests once; returns true when done (then `error` says whether it failed).
-  bool test(const std::shared_ptr<Pending>& pending, std::string& error);
+  // Tests once; returns true when done (then `error` says whether it failed). An operation that
+  // timed out and cannot be withdrawn is kept for ever, through `keep` (MPI may still write into
+  // its buffers).
+  bool test(Pending& pending, std::string& error, c10::function_ref<std::shared_ptr<Pending>()> keep);
   // With mutex_ held: marks `pending` done with `error` (empty: success) and wakes its waiters.
   void finish_locked(Pending& pending, std::string error);
   std::string timeout_message() const;
