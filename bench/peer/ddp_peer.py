@@ -13,15 +13,15 @@ import argparse
 import gzip
 import json
 import os
-import socket
 import time
 
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn as nn
 import torch.nn.functional as F
+
+from peer_common import run_ranks
 
 ROOT = "/usr/share/datasets/fashion-mnist"
 MEAN, STD = 0.2860, 0.3530  # Fashion-MNIST training set, as dtrain computes it
@@ -104,12 +104,6 @@ def worker(rank, args, port, queue):
     return result
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="mlp")
@@ -125,10 +119,7 @@ def main():
     if args.workers == 1:
         result = worker(0, args, 0, None)
     else:
-        ctx = mp.get_context("spawn")
-        queue = ctx.Queue()
-        mp.spawn(worker, args=(args, free_port(), queue), nprocs=args.workers, join=True)
-        result = queue.get()
+        result = run_ranks(worker, args, args.workers)
     print(json.dumps(result), flush=True)
 
 

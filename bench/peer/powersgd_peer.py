@@ -14,16 +14,16 @@ hook's own compression statistics (PowerSGDState.compression_stats) for the comp
 import argparse
 import json
 import os
-import socket
 import time
 
 import torch
 import torch.distributed as dist
 import torch.distributed.algorithms.ddp_comm_hooks.default_hooks as default_hooks
 import torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook as powersgd
-import torch.multiprocessing as mp
 import torch.nn as nn
 import torch.nn.functional as F
+
+from peer_common import run_ranks
 
 
 class BasicBlock(nn.Module):
@@ -106,12 +106,6 @@ def worker(rank, args, port, queue):
         queue.put(result)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--method", choices=["none", "fp16", "powersgd"], default="powersgd")
@@ -126,10 +120,7 @@ def main():
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    mp.spawn(worker, args=(args, free_port(), queue), nprocs=args.workers, join=True)
-    print(json.dumps(queue.get()), flush=True)
+    print(json.dumps(run_ranks(worker, args, args.workers)), flush=True)
 
 
 if __name__ == "__main__":
