@@ -58,31 +58,11 @@ class TrackedWork final : public Work {
         started_(started) {}
 
   bool completed() override {
-    bool done = false;
-    try {
-      done = inner_->completed();
-    } catch (const CommError&) {
-      settle(false);
-      throw;
-    } catch (const std::exception& e) {
-      throw error(e.what());
-    }
-    if (done) settle(true);
-    return done;
+    return settled_by([this] { return inner_->completed(); });
   }
 
   bool poll() override {
-    bool done = false;
-    try {
-      done = inner_->poll();
-    } catch (const CommError&) {
-      settle(false);
-      throw;
-    } catch (const std::exception& e) {
-      throw error(e.what());
-    }
-    if (done) settle(true);
-    return done;
+    return settled_by([this] { return inner_->poll(); });
   }
 
   void wait() override {
@@ -105,6 +85,23 @@ class TrackedWork final : public Work {
   }
 
  private:
+  // One test of the inner Work (completed() or poll()): settles the operation when it finished,
+  // and turns what it throws into a CommError.
+  template <typename Test>
+  bool settled_by(Test&& test) {
+    bool done = false;
+    try {
+      done = test();
+    } catch (const CommError&) {
+      settle(false);
+      throw;
+    } catch (const std::exception& e) {
+      throw error(e.what());
+    }
+    if (done) settle(true);
+    return done;
+  }
+
   void settle(bool ok) {
     if (settled_) return;
     settled_ = true;
