@@ -83,7 +83,8 @@ TEST_P(CommunicatorConformance, WaitOnAFinishedOperationAddsNoWaitingTime) {
     while (!work->completed() && util::Clock::now() < deadline) std::this_thread::yield();
     ASSERT_TRUE(work->completed());
     work->wait();
-    const OpStats& allreduce = comm.stats().ops.at("allreduce");
+    const CommStats stats = comm.stats();
+    const OpStats& allreduce = stats.ops.at("allreduce");
     EXPECT_EQ(allreduce.calls, 1u);
     EXPECT_EQ(allreduce.wait_seconds, 0.0);
     comm.allreduce(t, ReduceOp::Sum, /*async_op=*/true)->wait();
