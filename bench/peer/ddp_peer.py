@@ -13,7 +13,6 @@ import argparse
 import gzip
 import json
 import os
-import time
 
 import numpy as np
 import torch
@@ -21,7 +20,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
-from peer_common import run_ranks
+from peer_common import StepTimer, run_ranks
 
 ROOT = "/usr/share/datasets/fashion-mnist"
 MEAN, STD = 0.2860, 0.3530  # Fashion-MNIST training set, as dtrain computes it
@@ -66,12 +65,11 @@ def worker(rank, args, port, queue):
     # DistributedSampler's split: a seeded permutation per epoch, every world-th sample from rank.
     per_rank = len(x) // world
     steps_per_epoch = per_rank // args.batch
-    warmup = min(10, max(1, steps_per_epoch * args.epochs // 10))
-    step, timed_steps, timed = 0, 0, 0.0
+    timer = StepTimer(steps_per_epoch * args.epochs)
     for epoch in range(args.epochs):
         g = torch.Generator().manual_seed(args.seed + epoch)
         order = torch.randperm(len(x), generator=g)[rank:per_rank * world:world]
-        t_prev = time.perf_counter()
+        timer.restart()
         for b in range(steps_per_epoch):
             idx = order[b * args.batch:(b + 1) * args.batch]
             inputs, targets = x.index_select(0, idx), y.index_select(0, idx)
@@ -79,12 +77,7 @@ def worker(rank, args, port, queue):
             loss = F.cross_entropy(net(inputs), targets)
             loss.backward()
             opt.step()
-            now = time.perf_counter()
-            step += 1
-            if step > warmup:
-                timed += now - t_prev
-                timed_steps += 1
-            t_prev = now
+            timer.step_done()
     result = None
     if rank == 0:
         xt, yt = load("t10k")
@@ -93,8 +86,8 @@ def worker(rank, args, port, queue):
             correct = sum((model(xt[i:i + 1000]).argmax(1) == yt[i:i + 1000]).sum().item()
                           for i in range(0, len(xt), 1000))
         result = {"impl": "pytorch-ddp" if world > 1 else "pytorch", "model": args.model, "workers": world,
-                  "threads": args.threads, "batch": args.batch, "steps": step,
-                  "samples_per_second": timed_steps * args.batch * world / timed if timed > 0 else 0.0,
+                  "threads": args.threads, "batch": args.batch, "steps": timer.steps,
+                  "samples_per_second": timer.per_second(args.batch * world),
                   "test_top1": correct / len(xt), "torch": torch.__version__}
     if world > 1:
         dist.barrier()

@@ -20,14 +20,13 @@ Prints one JSON line: {"impl": "pytorch-gpipe", "stages", "micro_batches", "batc
 import argparse
 import json
 import os
-import time
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
-from peer_common import run_ranks
+from peer_common import StepTimer, run_ranks
 
 
 def mlp_layers(in_features, hidden, classes):
@@ -64,9 +63,7 @@ def worker(rank, args, port, queue):
     pool = 64
     data = torch.randn(pool * micro, c, h, w, generator=g)
     labels = torch.randint(0, 10, (pool * micro,), generator=g)
-    warmup = min(10, max(1, args.steps // 10))
-    timed, timed_steps = 0.0, 0
-    t_prev = time.perf_counter()
+    timer = StepTimer(args.steps)
     for step in range(1, args.steps + 1):
         opt.zero_grad(set_to_none=True)
         inputs, outputs, losses, sends = [], [], [], []
@@ -97,15 +94,11 @@ def worker(rank, args, port, queue):
         for work in sends:
             work.wait()
         opt.step()
-        now = time.perf_counter()
-        if step > warmup:
-            timed += now - t_prev
-            timed_steps += 1
-        t_prev = now
+        timer.step_done()
     if rank == 0:
         queue.put({"impl": "pytorch-gpipe", "stages": stages, "micro_batches": m_count, "batch": micro * m_count,
                    "threads": args.threads, "steps": args.steps,
-                   "samples_per_second": timed_steps * micro * m_count / timed if timed > 0 else 0.0,
+                   "samples_per_second": timer.per_second(micro * m_count),
                    "torch": torch.__version__})
     dist.barrier()
     dist.destroy_process_group()

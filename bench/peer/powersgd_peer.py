@@ -14,7 +14,6 @@ hook's own compression statistics (PowerSGDState.compression_stats) for the comp
 import argparse
 import json
 import os
-import time
 
 import torch
 import torch.distributed as dist
@@ -23,7 +22,7 @@ import torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook as powersgd
 import torch.nn as nn
 import torch.nn.functional as F
 
-from peer_common import run_ranks
+from peer_common import StepTimer, run_ranks
 
 
 class BasicBlock(nn.Module):
@@ -76,24 +75,19 @@ def worker(rank, args, port, queue):
     g = torch.Generator().manual_seed(args.seed + rank)
     x = torch.randn(args.batch * 4, 3, 32, 32, generator=g)
     y = torch.randint(0, 10, (args.batch * 4,), generator=g)
-    warmup = min(10, max(1, args.steps // 10))
-    timed, timed_steps, t_prev = 0.0, 0, time.perf_counter()
+    timer = StepTimer(args.steps)
     for step in range(1, args.steps + 1):
         lo = (step % 4) * args.batch
         opt.zero_grad()
         F.cross_entropy(net(x[lo:lo + args.batch]), y[lo:lo + args.batch]).backward()
         opt.step()
-        now = time.perf_counter()
-        if step > warmup:
-            timed += now - t_prev
-            timed_steps += 1
-        t_prev = now
+        timer.step_done()
     result = None
     if rank == 0:
         plain = sum(p.numel() for p in model.parameters())
         result = {"impl": "pytorch-ddp", "method": args.method, "rank": args.rank if state else None,
                   "workers": args.workers, "threads": args.threads, "batch": args.batch, "steps": args.steps,
-                  "step_ms": 1e3 * timed / timed_steps if timed_steps else 0.0, "plain_elements_per_step": plain,
+                  "step_ms": timer.step_ms(), "plain_elements_per_step": plain,
                   "torch": torch.__version__}
         if state is not None:
             rate, before, after = state.compression_stats()

@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import resource
-import time
 
 import torch
 import torch.distributed as dist
@@ -29,7 +28,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.distributed.optim import ZeroRedundancyOptimizer
 
-from peer_common import run_ranks
+from peer_common import StepTimer, run_ranks
 
 
 def conv(cin, cout, kernel, stride):
@@ -85,26 +84,20 @@ def worker(rank, args, port, queue):
         opt = torch.optim.Adam(net.parameters(), lr=args.lr)
     per_rank = args.samples // world
     steps_per_epoch = per_rank // args.batch
-    warmup = min(10, max(1, args.steps // 10))
-    step, timed_steps, timed = 0, 0, 0.0
+    timer = StepTimer(args.steps)
     epoch = 0
-    while step < args.steps:
+    while timer.steps < args.steps:
         order = torch.randperm(args.samples, generator=torch.Generator().manual_seed(args.seed + epoch))
         order = order[rank:per_rank * world:world]
-        t_prev = time.perf_counter()
+        timer.restart()
         for b in range(steps_per_epoch):
             idx = order[b * args.batch:(b + 1) * args.batch]
             inputs, targets = x.index_select(0, idx), y.index_select(0, idx)
             opt.zero_grad(set_to_none=True)
             F.cross_entropy(net(inputs), targets).backward()
             opt.step()
-            now = time.perf_counter()
-            step += 1
-            if step > warmup:
-                timed += now - t_prev
-                timed_steps += 1
-            t_prev = now
-            if step >= args.steps:
+            timer.step_done()
+            if timer.steps >= args.steps:
                 break
         epoch += 1
     # Rank 0's time, as dtrain reports it (the ranks wait for each other every step).
@@ -112,8 +105,8 @@ def worker(rank, args, port, queue):
     dist.all_reduce(rss, op=dist.ReduceOp.MAX)
     if rank == 0:
         queue.put({"impl": f"pytorch-{args.impl}", "model": "resnet18", "workers": world, "threads": args.threads,
-                   "batch": args.batch, "steps": step,
-                   "samples_per_second": timed_steps * args.batch * world / timed if timed > 0 else 0.0,
+                   "batch": args.batch, "steps": timer.steps,
+                   "samples_per_second": timer.per_second(args.batch * world),
                    "peak_rss_mib": round(rss.item(), 1), "torch": torch.__version__})
     dist.barrier()
     dist.destroy_process_group()
