@@ -6,9 +6,11 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "dtrain/comm/FlightRecorder.h"
@@ -46,6 +48,51 @@ TEST(FlightRecorder, KeepsTheLastCompletedAndTheOldestRunningOperation) {
   EXPECT_EQ(recorder.last_completed()->seq, 2);
   EXPECT_THAT(recorder.summary(), HasSubstr("last completed allreduce(float32, 20, sum, #2)"));
   EXPECT_THAT(recorder.summary(), HasSubstr("in allreduce(float32, 1, sum, #39)"));  // the oldest of the ring
+}
+
+// Note [A recorder without a lock]: one thread issues, two others finish out of order and a
+// fourth reads all along; every record a reader sees is whole (numel is twice seq in each one
+// written), and at the end the newest operation is the last completed and none is left running.
+TEST(FlightRecorder, ReadersSeeWholeRecordsWhileOtherThreadsStartAndFinish) {
+  FlightRecorder recorder;
+  constexpr int kOps = 1000000;
+  std::vector<std::atomic<std::size_t>> tickets(kOps);
+  std::atomic<int> issued{0};
+  std::atomic<bool> done{false};
+  std::atomic<int> torn{0};
+  std::atomic<int> reads{0};
+  std::thread issuer([&] {
+    for (int i = 0; i < kOps; ++i) {
+      tickets[i].store(recorder.start(allreduce_of(2 * (i + 1), i + 1)), std::memory_order_relaxed);
+      issued.store(i + 1, std::memory_order_release);
+    }
+  });
+  auto finisher = [&](int parity) {
+    for (int i = parity; i < kOps; i += 2) {
+      while (issued.load(std::memory_order_acquire) <= i) std::this_thread::yield();
+      recorder.finish(tickets[i].load(std::memory_order_relaxed), true);
+    }
+  };
+  std::thread even(finisher, 0);
+  std::thread odd(finisher, 1);
+  std::thread reader([&] {
+    while (!done.load(std::memory_order_acquire)) {
+      for (const auto& call : {recorder.last_completed(), recorder.oldest_pending()}) {
+        if (call && (call->numel != 2 * call->seq || std::string(call->op) != "allreduce")) ++torn;
+      }
+      ++reads;
+    }
+  });
+  issuer.join();
+  even.join();
+  odd.join();
+  done.store(true, std::memory_order_release);
+  reader.join();
+  EXPECT_EQ(torn.load(), 0);
+  EXPECT_GT(reads.load(), 0);
+  ASSERT_TRUE(recorder.last_completed().has_value());
+  EXPECT_EQ(recorder.last_completed()->seq, kOps);
+  EXPECT_FALSE(recorder.oldest_pending().has_value());
 }
 
 TEST(FlightRecorder, FingerprintsSurviveTheirWireForm) {

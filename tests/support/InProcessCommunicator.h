@@ -91,7 +91,7 @@ class InProcessCommunicator final : public comm::Communicator {
   std::vector<LoggedCall> log() const { return hub_->log(rank()); }
 
  protected:
-  comm::WorkPtr do_allreduce(at::Tensor& tensor, comm::ReduceOp op, bool) override {
+  comm::WorkPtr do_allreduce(const at::Tensor& tensor, comm::ReduceOp op, bool) override {
     TORCH_CHECK(op == comm::ReduceOp::Sum, "the in-process test communicator reduces with sum only");
     at::Tensor result;
     hub_->collective(
@@ -104,7 +104,7 @@ class InProcessCommunicator final : public comm::Communicator {
         [&] { tensor.copy_(result); });
     return std::make_shared<comm::CompletedWork>();
   }
-  comm::WorkPtr do_allgather(at::Tensor& input, at::Tensor& output, bool) override {
+  comm::WorkPtr do_allgather(const at::Tensor& input, const at::Tensor& output, bool) override {
     at::Tensor result;
     hub_->collective(
         rank(), {"allgather", input.numel()}, input,
@@ -116,7 +116,7 @@ class InProcessCommunicator final : public comm::Communicator {
         [&] { output.view({-1}).copy_(result); });
     return std::make_shared<comm::CompletedWork>();
   }
-  comm::WorkPtr do_broadcast(at::Tensor& tensor, int root, bool) override {
+  comm::WorkPtr do_broadcast(const at::Tensor& tensor, int root, bool) override {
     at::Tensor result;
     hub_->collective(
         rank(), {"broadcast", tensor.numel()}, tensor,
@@ -129,7 +129,8 @@ class InProcessCommunicator final : public comm::Communicator {
         rank(), {"barrier", 0}, at::Tensor(), [](const std::vector<at::Tensor>&) {}, [] {});
     return std::make_shared<comm::CompletedWork>();
   }
-  comm::WorkPtr do_reduce_scatter(at::Tensor& input, at::Tensor& output, comm::ReduceOp op, bool) override {
+  comm::WorkPtr do_reduce_scatter(const at::Tensor& input, const at::Tensor& output, comm::ReduceOp op,
+                                  bool) override {
     TORCH_CHECK(op == comm::ReduceOp::Sum, "the in-process test communicator reduces with sum only");
     at::Tensor result;
     hub_->collective(
@@ -145,9 +146,9 @@ class InProcessCommunicator final : public comm::Communicator {
     return std::make_shared<comm::CompletedWork>();
   }
   // The strategies under test use none of these; a call is a test bug, reported as such.
-  comm::WorkPtr do_alltoall(at::Tensor&, at::Tensor&, bool) override { unused("alltoall"); }
-  comm::WorkPtr do_send(at::Tensor&, int, int, bool) override { unused("send"); }
-  comm::WorkPtr do_recv(at::Tensor&, int, int, bool) override { unused("recv"); }
+  comm::WorkPtr do_alltoall(const at::Tensor&, const at::Tensor&, bool) override { unused("alltoall"); }
+  comm::WorkPtr do_send(const at::Tensor&, int, int, bool) override { unused("send"); }
+  comm::WorkPtr do_recv(const at::Tensor&, int, int, bool) override { unused("recv"); }
   std::unique_ptr<comm::Communicator> do_split(const std::vector<int>&) override { unused("split"); }
   // Ranks read each other's tensors in memory: nothing goes on a wire.
   std::uint64_t wire_bytes(const comm::WireCall&) const override { return 0; }

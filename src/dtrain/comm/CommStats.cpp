@@ -1,6 +1,8 @@
 #include "dtrain/comm/CommStats.h"
 
 #include <cstring>
+#include <stdexcept>
+#include <string>
 
 namespace dtrain::comm {
 
@@ -39,50 +41,86 @@ CommStats difference(const CommStats& later, const CommStats& earlier) {
   return out;
 }
 
-OpStats& CommStatsRecorder::slot_locked(const char* op) {
-  for (auto& [name, stats] : slots_) {
-    if (name == op) return stats;
+namespace {
+
+// Only the issuing thread writes these: a load and a store, no locked instruction.
+template <typename T>
+void bump(std::atomic<T>& counter, T by) {
+  counter.store(counter.load(std::memory_order_relaxed) + by, std::memory_order_relaxed);
+}
+
+}  // namespace
+
+CommStatsRecorder::Slot* CommStatsRecorder::find(const char* op) {
+  const std::size_t used = used_.load(std::memory_order_acquire);
+  for (std::size_t i = 0; i < used; ++i) {
+    if (slots_[i].name.load(std::memory_order_relaxed) == op) return &slots_[i];
   }
   // The same name from another literal (another translation unit) shares the slot.
-  for (auto& [name, stats] : slots_) {
-    if (std::strcmp(name, op) == 0) return stats;
+  for (std::size_t i = 0; i < used; ++i) {
+    if (std::strcmp(slots_[i].name.load(std::memory_order_relaxed), op) == 0) return &slots_[i];
   }
-  slots_.emplace_back(op, OpStats{});
-  return slots_.back().second;
+  return nullptr;
+}
+
+CommStatsRecorder::Slot& CommStatsRecorder::slot(const char* op) {
+  if (Slot* found = find(op)) return *found;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (Slot* found = find(op)) return *found;
+  const std::size_t used = used_.load(std::memory_order_relaxed);
+  if (used == kSlots) throw std::logic_error(std::string("CommStatsRecorder: no slot left for ") + op);
+  slots_[used].name.store(op, std::memory_order_relaxed);
+  used_.store(used + 1, std::memory_order_release);
+  return slots_[used];
 }
 
 void CommStatsRecorder::add_call(const char* op, std::uint64_t bytes, std::uint64_t wire_bytes) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto& s = slot_locked(op);
-  s.calls += 1;
-  s.bytes += bytes;
-  s.wire_bytes += wire_bytes;
-}
-
-void CommStatsRecorder::add_wait(const char* op, double seconds) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  slot_locked(op).wait_seconds += seconds;
+  Slot& s = slot(op);
+  bump<std::uint64_t>(s.calls, 1);
+  bump(s.bytes, bytes);
+  bump(s.wire_bytes, wire_bytes);
 }
 
 void CommStatsRecorder::add(const char* op, std::uint64_t bytes, std::uint64_t wire_bytes, double seconds) {
+  Slot& s = slot(op);
+  bump<std::uint64_t>(s.calls, 1);
+  bump(s.bytes, bytes);
+  bump(s.wire_bytes, wire_bytes);
+  bump(s.issuer_wait, seconds);
+}
+
+void CommStatsRecorder::add_wait(const char* op, double seconds) {
+  Slot& s = slot(op);
   std::lock_guard<std::mutex> lock(mutex_);
-  auto& s = slot_locked(op);
-  s.calls += 1;
-  s.bytes += bytes;
-  s.wire_bytes += wire_bytes;
-  s.wait_seconds += seconds;
+  s.any_wait += seconds;
 }
 
 CommStats CommStatsRecorder::snapshot() const {
   std::lock_guard<std::mutex> lock(mutex_);
   CommStats stats;
-  for (const auto& [name, op] : slots_) stats.ops[name] += op;
+  const std::size_t used = used_.load(std::memory_order_acquire);
+  for (std::size_t i = 0; i < used; ++i) {
+    const Slot& s = slots_[i];
+    OpStats op;
+    op.calls = s.calls.load(std::memory_order_relaxed);
+    op.bytes = s.bytes.load(std::memory_order_relaxed);
+    op.wire_bytes = s.wire_bytes.load(std::memory_order_relaxed);
+    op.wait_seconds = s.issuer_wait.load(std::memory_order_relaxed) + s.any_wait;
+    if (op.calls == 0 && op.wait_seconds == 0.0) continue;  // nothing since reset()
+    stats.ops[s.name.load(std::memory_order_relaxed)] += op;
+  }
   return stats;
 }
 
 void CommStatsRecorder::reset() {
   std::lock_guard<std::mutex> lock(mutex_);
-  slots_.clear();
+  for (auto& s : slots_) {
+    s.calls.store(0, std::memory_order_relaxed);
+    s.bytes.store(0, std::memory_order_relaxed);
+    s.wire_bytes.store(0, std::memory_order_relaxed);
+    s.issuer_wait.store(0.0, std::memory_order_relaxed);
+    s.any_wait = 0.0;
+  }
 }
 
 }  // namespace dtrain::comm

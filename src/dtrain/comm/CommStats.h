@@ -2,12 +2,13 @@
 // the wire under the backend's algorithm, and seconds spent waiting for completion.
 #pragma once
 
+#include <array>
+#include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <mutex>
 #include <string>
-#include <utility>
-#include <vector>
 
 namespace dtrain::comm {
 
@@ -31,26 +32,42 @@ struct CommStats {
 // What happened between two snapshots of the same recorder (`earlier` taken first).
 CommStats difference(const CommStats& later, const CommStats& earlier);
 
-// Thread-safe accumulator behind Communicator::stats(); operations may complete on backend threads.
-// `op` is the operation's name, a string literal (the Communicator's). Each name gets a slot the
-// first time it is seen, found again by the literal's address: no string is built and no map
-// searched per call, which at 4 KB showed in the latency (Note [The cost of a small call] in
-// Communicator.cpp).
+// The accumulator behind Communicator::stats(). `op` is the operation's name, a string literal
+// (the Communicator's). Each name gets a slot the first time it is seen, found again by the
+// literal's address: no string is built and no map searched per call (Note [The cost of a small
+// call] in Communicator.cpp). What the thread issuing the communicator's operations records (one
+// thread at a time: Communicator.h) takes no lock: only that thread writes those counters, with
+// relaxed atomic loads and stores, and snapshot() may read them from any thread. A Work's waiting
+// time may be recorded from any thread, under a mutex.
 class CommStatsRecorder {
  public:
+  // On the issuing thread.
   void add_call(const char* op, std::uint64_t bytes, std::uint64_t wire_bytes);
-  void add_wait(const char* op, double seconds);
-  // add_call and add_wait at once, for a blocking call.
+  // add_call and its waiting at once, for a blocking call; on the issuing thread.
   void add(const char* op, std::uint64_t bytes, std::uint64_t wire_bytes, double seconds);
+  // On any thread.
+  void add_wait(const char* op, double seconds);
+  // On any thread; a call being recorded meanwhile may show in some of its counters only.
   CommStats snapshot() const;
+  // On the issuing thread, with no Work being waited on.
   void reset();
 
  private:
-  // With mutex_ held: op's slot.
-  OpStats& slot_locked(const char* op);
+  static constexpr std::size_t kSlots = 16;  // the Communicator has 8 operations
+  struct Slot {
+    std::atomic<const char*> name{nullptr};
+    std::atomic<std::uint64_t> calls{0};
+    std::atomic<std::uint64_t> bytes{0};
+    std::atomic<std::uint64_t> wire_bytes{0};
+    std::atomic<double> issuer_wait{0.0};  // blocking calls: the issuing thread's
+    double any_wait = 0.0;                 // Work::wait on any thread: under mutex_
+  };
+  Slot& slot(const char* op);
+  Slot* find(const char* op);
 
-  mutable std::mutex mutex_;
-  std::vector<std::pair<const char*, OpStats>> slots_;
+  mutable std::mutex mutex_;  // any_wait, and claiming a slot
+  std::array<Slot, kSlots> slots_{};
+  std::atomic<std::size_t> used_{0};
 };
 
 }  // namespace dtrain::comm

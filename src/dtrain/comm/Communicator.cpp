@@ -33,6 +33,7 @@ ReduceOp parse_reduce_op(const std::string& name) {
 namespace {
 
 using util::Clock;
+using util::IntervalClock;
 using util::seconds_between;
 using util::seconds_since;
 
@@ -69,18 +70,18 @@ class TrackedWork final : public Work {
     // Finished already (a transfer that landed during compute, the second of two waits): no time
     // was spent waiting, so none is read or recorded.
     if (poll()) return;
-    const auto start = Clock::now();
+    const auto start = IntervalClock::now();
     try {
       inner_->wait();
     } catch (const CommError&) {
-      stats_->add_wait(op_, seconds_since(start));
+      stats_->add_wait(op_, IntervalClock::seconds_since(start));
       settle(false);
       throw;
     } catch (const std::exception& e) {
-      stats_->add_wait(op_, seconds_since(start));
+      stats_->add_wait(op_, IntervalClock::seconds_since(start));
       throw error(e.what());
     }
-    stats_->add_wait(op_, seconds_since(start));
+    stats_->add_wait(op_, IntervalClock::seconds_since(start));
     settle(true);
   }
 
@@ -130,8 +131,11 @@ class TrackedWork final : public Work {
 }  // namespace
 
 WorkPtr completed_work() {
-  static const WorkPtr done = std::make_shared<CompletedWork>();
-  return done;
+  // A handle with no control block (shared_ptr's aliasing constructor with an empty owner): copying
+  // and dropping it touch no reference count, two atomic updates saved on every blocking call
+  // (Note [The cost of a small call]). The object itself lives for the whole program.
+  static CompletedWork done;
+  return WorkPtr(WorkPtr(), &done);
 }
 
 Communicator::Communicator(int rank, int size, std::chrono::milliseconds timeout)
@@ -149,10 +153,10 @@ void Communicator::fail(const std::string& op, const std::string& detail) const 
 
 // Note [Flight recorder]
 // Every communicator records its operations in a ring of the last 64 (FlightRecorder): the
-// fingerprint of each call and when it started and ended, a few stores per call under a mutex
-// nobody else holds, so it is always on. When an operation times out, the error says more than
-// "timed out": every rank that timed out publishes a one-line report (the collective it completed
-// last and the one it waits in) through the rendezvous store and, for a short grace (a quarter of
+// fingerprint of each call and when it started and ended, a few stores per call and no lock (Note
+// [A recorder without a lock] in FlightRecorder.cpp), so it is always on. When an operation times out, the
+// error says more than "timed out": every rank that timed out publishes a one-line report (the collective it
+// completed last and the one it waits in) through the rendezvous store and, for a short grace (a quarter of
 // the timeout, at most 5 s), reads the others'. The error then names each rank's last completed
 // collective and the ranks that published nothing: those stopped responding, and since
 // every collective the reporting ranks completed needed them too, they stopped after the last
@@ -262,10 +266,22 @@ std::string Communicator::failure_report(const std::string& cause, double elapse
 // - an asynchronous call read steady_clock when posted and twice more when waited on; posting now
 //   reads only the coarse clock (for a failure report's seconds), and a wait() that finds the
 //   operation finished at its first test (Work::poll) reads no clock and records no waiting.
-// What is left per blocking call: two steady_clock reads for the call's wait time in CommStats,
-// the statistics lock, the MPI lock (MPI_THREAD_SERIALIZED), the tensor checks and the virtual
-// calls, about 0.1 us. An asynchronous send or recv costs about twice that (two handles, the
-// transfer's and this one, and their locks). bench/RESULTS.md has the figures before and after.
+// That left 1.25-1.3x on a blocking 4 KB allgather or reduce_scatter in the host's fast state
+// (0.5-0.6 us raw). Switching parts off one at a time, as a measurement only, put 0.09x in the two
+// steady_clock reads, 0.06x in the flight recorder and 0.04x in the statistics: locked
+// instructions (a mutex, a fetch_add) and clock reads right after MPI's own work cost several
+// times what they cost in a loop. So:
+// - a call's wait time is read from util::IntervalClock (the time-stamp counter where the kernel
+//   keeps time with it: Note [Interval ticks] in util/Clock.h);
+// - the flight recorder and the statistics written by the issuing thread take no lock (Note [A
+//   recorder without a lock] in FlightRecorder.cpp; CommStats.h), relying on operations being
+//   issued by one thread at a time, as collectives_ always has;
+// - the public calls take their tensors by reference (a copy is two atomic updates each), and the
+//   backend's wire-byte model is asked once per distinct call (wire_bytes_of).
+// What is left per blocking call: the MPI lock (MPI_THREAD_SERIALIZED), the tensor checks, two
+// counter reads, the virtual calls and the watchdog's arming: 1.08-1.18x at 4 KB in the fast state.
+// An asynchronous send or recv costs more (two handles, the transfer's and this one).
+// bench/RESULTS.md has the figures before and after.
 WorkPtr Communicator::track(const CallFingerprint& call, std::uint64_t bytes, std::uint64_t wire_bytes,
                             bool async_op, c10::function_ref<WorkPtr()> start) {
   const char* op = call.op;
@@ -279,20 +295,20 @@ WorkPtr Communicator::track(const CallFingerprint& call, std::uint64_t bytes, st
   if (!async_op) {
     // A synchronous call counts its whole duration as waiting: the caller could do nothing else.
     // One stats update, no handle: this is the latency path.
-    const auto t0 = Clock::now();
+    const auto t0 = IntervalClock::now();
     try {
       if (debug_ == DebugMode::Detail && call.seq > 0) check_fingerprint(call);
       if (WorkPtr work = start()) work->wait();
     } catch (const CommError&) {
-      stats_.add(op, bytes, wire_bytes, seconds_since(t0));
+      stats_.add(op, bytes, wire_bytes, IntervalClock::seconds_since(t0));
       recorder_.finish(slot, false);
       throw;
     } catch (const std::exception& e) {
-      const double waited = seconds_since(t0);
+      const double waited = IntervalClock::seconds_since(t0);
       stats_.add(op, bytes, wire_bytes, waited);
       throw on_error(e.what(), waited);
     }
-    stats_.add(op, bytes, wire_bytes, seconds_since(t0));
+    stats_.add(op, bytes, wire_bytes, IntervalClock::seconds_since(t0));
     recorder_.finish(slot, true);
     return completed_work();
   }
@@ -348,6 +364,16 @@ void Communicator::check_fingerprint(const CallFingerprint& call) {
                                 describe(first), r, describe(theirs)));
     }
   }
+}
+
+std::uint64_t Communicator::wire_bytes_of(const WireCall& call) {
+  WireMemo& memo = wire_memo_[static_cast<std::size_t>(call.op)];
+  if (!memo.known || !(memo.call == call)) {
+    memo.bytes = wire_bytes(call);
+    memo.call = call;
+    memo.known = true;
+  }
+  return memo.bytes;
 }
 
 CallFingerprint Communicator::collective(const char* op, const at::Tensor* tensor, int root, int reduce) {
@@ -418,16 +444,16 @@ WireCall wire_call(CommOp op, const at::Tensor& t, bool async_op, int root = 0) 
 
 }  // namespace
 
-WorkPtr Communicator::allreduce(at::Tensor tensor, ReduceOp op, bool async_op) {
+WorkPtr Communicator::allreduce(const at::Tensor& tensor, ReduceOp op, bool async_op) {
   check_tensor(*this, tensor, "allreduce", "tensor");
   if (size_ == 1) return completed_work();
   const auto b = nbytes(tensor);
   return track(collective("allreduce", &tensor, -1, static_cast<int>(op)), b,
-               wire_bytes(wire_call(CommOp::Allreduce, tensor, async_op)), async_op,
+               wire_bytes_of(wire_call(CommOp::Allreduce, tensor, async_op)), async_op,
                [&] { return do_allreduce(tensor, op, async_op); });
 }
 
-WorkPtr Communicator::allgather(at::Tensor input, at::Tensor output, bool async_op) {
+WorkPtr Communicator::allgather(const at::Tensor& input, const at::Tensor& output, bool async_op) {
   check_tensor(*this, input, "allgather", "input");
   check_tensor(*this, output, "allgather", "output");
   check_same(*this, input, output, "allgather");
@@ -440,21 +466,23 @@ WorkPtr Communicator::allgather(at::Tensor input, at::Tensor output, bool async_
     return completed_work();
   }
   const auto b = nbytes(output);
-  return track(collective("allgather", &input), b, wire_bytes(wire_call(CommOp::Allgather, input, async_op)),
-               async_op, [&] { return do_allgather(input, output, async_op); });
+  return track(collective("allgather", &input), b,
+               wire_bytes_of(wire_call(CommOp::Allgather, input, async_op)), async_op,
+               [&] { return do_allgather(input, output, async_op); });
 }
 
-WorkPtr Communicator::broadcast(at::Tensor tensor, int root, bool async_op) {
+WorkPtr Communicator::broadcast(const at::Tensor& tensor, int root, bool async_op) {
   check_tensor(*this, tensor, "broadcast", "tensor");
   check_peer(*this, root, "broadcast", "root");
   if (size_ == 1) return completed_work();
   const auto b = nbytes(tensor);
   return track(collective("broadcast", &tensor, root), b,
-               wire_bytes(wire_call(CommOp::Broadcast, tensor, async_op, root)), async_op,
+               wire_bytes_of(wire_call(CommOp::Broadcast, tensor, async_op, root)), async_op,
                [&] { return do_broadcast(tensor, root, async_op); });
 }
 
-WorkPtr Communicator::reduce_scatter(at::Tensor input, at::Tensor output, ReduceOp op, bool async_op) {
+WorkPtr Communicator::reduce_scatter(const at::Tensor& input, const at::Tensor& output, ReduceOp op,
+                                     bool async_op) {
   check_tensor(*this, input, "reduce_scatter", "input");
   check_tensor(*this, output, "reduce_scatter", "output");
   check_same(*this, input, output, "reduce_scatter");
@@ -468,11 +496,11 @@ WorkPtr Communicator::reduce_scatter(at::Tensor input, at::Tensor output, Reduce
   }
   const auto b = nbytes(input);
   return track(collective("reduce_scatter", &input, -1, static_cast<int>(op)), b,
-               wire_bytes(wire_call(CommOp::ReduceScatter, input, async_op)), async_op,
+               wire_bytes_of(wire_call(CommOp::ReduceScatter, input, async_op)), async_op,
                [&] { return do_reduce_scatter(input, output, op, async_op); });
 }
 
-WorkPtr Communicator::alltoall(at::Tensor input, at::Tensor output, bool async_op) {
+WorkPtr Communicator::alltoall(const at::Tensor& input, const at::Tensor& output, bool async_op) {
   check_tensor(*this, input, "alltoall", "input");
   check_tensor(*this, output, "alltoall", "output");
   check_same(*this, input, output, "alltoall");
@@ -487,25 +515,26 @@ WorkPtr Communicator::alltoall(at::Tensor input, at::Tensor output, bool async_o
     return completed_work();
   }
   const auto b = nbytes(input);
-  return track(collective("alltoall", &input), b, wire_bytes(wire_call(CommOp::Alltoall, input, async_op)),
+  return track(collective("alltoall", &input), b, wire_bytes_of(wire_call(CommOp::Alltoall, input, async_op)),
                async_op, [&] { return do_alltoall(input, output, async_op); });
 }
 
-WorkPtr Communicator::send(at::Tensor tensor, int dst, int tag, bool async_op) {
+WorkPtr Communicator::send(const at::Tensor& tensor, int dst, int tag, bool async_op) {
   check_tensor(*this, tensor, "send", "tensor");
   check_peer(*this, dst, "send", "destination");
   if (dst == rank_) fail("send", "destination is this rank itself");
   const auto b = nbytes(tensor);
-  return track(point_to_point("send", tensor, dst), b, wire_bytes(wire_call(CommOp::Send, tensor, async_op)),
-               async_op, [&] { return do_send(tensor, dst, tag, async_op); });
+  return track(point_to_point("send", tensor, dst), b,
+               wire_bytes_of(wire_call(CommOp::Send, tensor, async_op)), async_op,
+               [&] { return do_send(tensor, dst, tag, async_op); });
 }
 
-WorkPtr Communicator::recv(at::Tensor tensor, int src, int tag, bool async_op) {
+WorkPtr Communicator::recv(const at::Tensor& tensor, int src, int tag, bool async_op) {
   check_tensor(*this, tensor, "recv", "tensor");
   check_peer(*this, src, "recv", "source");
   if (src == rank_) fail("recv", "source is this rank itself");
   return track(point_to_point("recv", tensor, src), nbytes(tensor),
-               wire_bytes(wire_call(CommOp::Recv, tensor, async_op)), async_op,
+               wire_bytes_of(wire_call(CommOp::Recv, tensor, async_op)), async_op,
                [&] { return do_recv(tensor, src, tag, async_op); });
 }
 
@@ -513,7 +542,7 @@ WorkPtr Communicator::barrier(bool async_op) {
   if (size_ == 1) return completed_work();
   WireCall call;
   call.async_op = async_op;
-  return track(collective("barrier", nullptr), 0, wire_bytes(call), async_op,
+  return track(collective("barrier", nullptr), 0, wire_bytes_of(call), async_op,
                [&] { return do_barrier(async_op); });
 }
 

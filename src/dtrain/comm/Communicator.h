@@ -5,11 +5,15 @@
 // Semantics follow torch.distributed: operations are in place on dense contiguous tensors, every
 // rank calls the same collectives in the same order, and with async_op = false the call returns
 // only when the operation has finished on this rank (the returned Work is then complete).
+// Operations are issued by one thread at a time (every rank must issue the same collectives in
+// the same order, which threads racing to issue them could not promise); a Work may be waited on
+// from any thread.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 #include <c10/util/FunctionRef.h>
+#include <array>
 #include <chrono>
 #include <cstdint>
 
@@ -43,19 +47,19 @@ class Communicator {
   virtual std::string backend() const = 0;
 
   // In place: every rank ends with the reduction of all ranks' tensors.
-  WorkPtr allreduce(at::Tensor tensor, ReduceOp op = ReduceOp::Sum, bool async_op = false);
+  WorkPtr allreduce(const at::Tensor& tensor, ReduceOp op = ReduceOp::Sum, bool async_op = false);
   // output (flat, size() * input.numel() elements) receives rank r's input at [r*n, (r+1)*n).
-  WorkPtr allgather(at::Tensor input, at::Tensor output, bool async_op = false);
+  WorkPtr allgather(const at::Tensor& input, const at::Tensor& output, bool async_op = false);
   // In place: every rank ends with root's tensor.
-  WorkPtr broadcast(at::Tensor tensor, int root, bool async_op = false);
+  WorkPtr broadcast(const at::Tensor& tensor, int root, bool async_op = false);
   // input holds size() equal chunks; output (one chunk) receives the reduction of chunk rank().
-  WorkPtr reduce_scatter(at::Tensor input, at::Tensor output, ReduceOp op = ReduceOp::Sum,
+  WorkPtr reduce_scatter(const at::Tensor& input, const at::Tensor& output, ReduceOp op = ReduceOp::Sum,
                          bool async_op = false);
   // input and output hold size() equal chunks; chunk j of input goes to rank j, and chunk i of
   // output comes from rank i.
-  WorkPtr alltoall(at::Tensor input, at::Tensor output, bool async_op = false);
-  WorkPtr send(at::Tensor tensor, int dst, int tag = 0, bool async_op = false);
-  WorkPtr recv(at::Tensor tensor, int src, int tag = 0, bool async_op = false);
+  WorkPtr alltoall(const at::Tensor& input, const at::Tensor& output, bool async_op = false);
+  WorkPtr send(const at::Tensor& tensor, int dst, int tag = 0, bool async_op = false);
+  WorkPtr recv(const at::Tensor& tensor, int src, int tag = 0, bool async_op = false);
   WorkPtr barrier(bool async_op = false);
 
   // A communicator over a subset of this one's ranks (sorted, distinct, each in [0, size())),
@@ -80,18 +84,20 @@ class Communicator {
   // dtypes and sizes, ranks in range) and size() > 1. With async_op = false a backend may run the
   // operation inline; either way the returned Work must be completable by wait(). A blocking call
   // that has already finished may return an empty WorkPtr instead (no handle to count and drop).
-  virtual WorkPtr do_allreduce(at::Tensor& tensor, ReduceOp op, bool async_op) = 0;
-  virtual WorkPtr do_allgather(at::Tensor& input, at::Tensor& output, bool async_op) = 0;
-  virtual WorkPtr do_broadcast(at::Tensor& tensor, int root, bool async_op) = 0;
-  virtual WorkPtr do_reduce_scatter(at::Tensor& input, at::Tensor& output, ReduceOp op, bool async_op) = 0;
-  virtual WorkPtr do_alltoall(at::Tensor& input, at::Tensor& output, bool async_op) = 0;
-  virtual WorkPtr do_send(at::Tensor& tensor, int dst, int tag, bool async_op) = 0;
-  virtual WorkPtr do_recv(at::Tensor& tensor, int src, int tag, bool async_op) = 0;
+  virtual WorkPtr do_allreduce(const at::Tensor& tensor, ReduceOp op, bool async_op) = 0;
+  virtual WorkPtr do_allgather(const at::Tensor& input, const at::Tensor& output, bool async_op) = 0;
+  virtual WorkPtr do_broadcast(const at::Tensor& tensor, int root, bool async_op) = 0;
+  virtual WorkPtr do_reduce_scatter(const at::Tensor& input, const at::Tensor& output, ReduceOp op,
+                                    bool async_op) = 0;
+  virtual WorkPtr do_alltoall(const at::Tensor& input, const at::Tensor& output, bool async_op) = 0;
+  virtual WorkPtr do_send(const at::Tensor& tensor, int dst, int tag, bool async_op) = 0;
+  virtual WorkPtr do_recv(const at::Tensor& tensor, int src, int tag, bool async_op) = 0;
   virtual WorkPtr do_barrier(bool async_op) = 0;
   // Called on every rank; `ranks` is validated. Returns nullptr where rank() is not in ranks.
   virtual std::unique_ptr<Communicator> do_split(const std::vector<int>& ranks) = 0;
   // The bytes this rank puts on the wire for `call` under the algorithm the backend runs for it
-  // (see Note [Wire bytes]); called for every operation that reaches a do_* function.
+  // (see Note [Wire bytes]); a function of the call, this rank and the world size only, since
+  // the Communicator remembers its last answer for each operation (wire_bytes_of).
   virtual std::uint64_t wire_bytes(const WireCall& call) const = 0;
 
   // Throws CommError for this rank and op.
@@ -114,6 +120,9 @@ class Communicator {
   WorkPtr track(const CallFingerprint& call, std::uint64_t bytes, std::uint64_t wire_bytes, bool async_op,
                 c10::function_ref<WorkPtr()> start);
   CallFingerprint collective(const char* op, const at::Tensor* tensor, int root = -1, int reduce = -1);
+  // wire_bytes(call), remembered for the last call of each operation: a backend's model (OpenMPI's
+  // algorithm choice, for one) is worth not re-deriving for the same call again and again.
+  std::uint64_t wire_bytes_of(const WireCall& call);
   // parallel.debug: detail; throws CommError on every rank when the ranks' calls differ.
   void check_fingerprint(const CallFingerprint& call);
 
@@ -124,6 +133,12 @@ class Communicator {
   DebugMode debug_ = DebugMode::Off;
   FlightRecorder recorder_;
   std::int64_t collectives_ = 0;  // issued on this communicator; the next one is #collectives_ + 1
+  struct WireMemo {
+    WireCall call;
+    std::uint64_t bytes = 0;
+    bool known = false;
+  };
+  std::array<WireMemo, 8> wire_memo_{};  // by CommOp
 };
 
 using CommunicatorPtr = std::shared_ptr<Communicator>;

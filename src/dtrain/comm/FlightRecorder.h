@@ -7,8 +7,8 @@
 #include <c10/core/ScalarType.h>
 
 #include <array>
+#include <atomic>
 #include <cstdint>
-#include <mutex>
 #include <optional>
 #include <string>
 
@@ -45,10 +45,12 @@ class FlightRecorder {
  public:
   static constexpr std::size_t kCapacity = 64;
 
-  // Records an operation as started now; returns its slot for finish().
+  // Records an operation as started now; returns its ticket for finish(). Called by one thread at
+  // a time, the one issuing the communicator's operations (Communicator.h).
   std::size_t start(const CallFingerprint& call);
-  // Marks the operation of `slot` finished now (successfully or not).
-  void finish(std::size_t slot, bool ok);
+  // Marks the operation of `ticket` finished now (successfully or not). An operation that 64
+  // later ones pushed out of the ring before it finished is not marked.
+  void finish(std::size_t ticket, bool ok);
 
   // The most recent operation that finished successfully, and the oldest that is still running.
   std::optional<CallFingerprint> last_completed() const;
@@ -58,22 +60,43 @@ class FlightRecorder {
   std::string summary() const;
 
  private:
-  // Times are the coarse clock's (util::coarse_now()): read twice per call, they are a report's
-  // tenths of a second, where a steady_clock read (~20 ns) is a tenth of a small call's overhead
-  // (Note [The cost of a small call] in Communicator.cpp).
+  enum class State : std::uint8_t { Empty, Running, Done, Failed };
+  // A reader's copy of one record. Times are the coarse clock's (util::coarse_now()): read twice
+  // per call, they are a report's tenths of a second, where a steady_clock read (~20 ns) is a
+  // tenth of a small call's overhead (Note [The cost of a small call] in Communicator.cpp).
   struct Entry {
     CallFingerprint call;
     util::Clock::time_point started{};
     util::Clock::time_point ended{};
-    enum class State : std::uint8_t { Empty, Running, Done, Failed } state = State::Empty;
+    State state = State::Empty;
     std::uint64_t id = 0;  // start() count when recorded, to tell a reused slot
   };
-  mutable std::mutex mutex_;
-  std::array<Entry, kCapacity> entries_{};
-  std::uint64_t started_ = 0;
-  // The newest successfully finished operation, kept outside the ring so that many later
-  // operations still running (a long asynchronous burst) cannot push it out.
-  std::optional<Entry> last_done_;
+  // One record as its writers and readers share it, without a lock: see Note [A recorder
+  // without a lock] in FlightRecorder.cpp.
+  struct Slot {
+    std::atomic<std::uint32_t> version{0};  // odd while a writer is in it
+    std::atomic<const char*> op{""};
+    std::atomic<std::int64_t> numel{0};
+    std::atomic<std::int64_t> seq{-1};
+    std::atomic<std::uint64_t> packed{0};  // dtype, reduction, state, root
+    std::atomic<std::int64_t> started{0};  // ns on the coarse clock
+    std::atomic<std::int64_t> ended{0};
+    std::atomic<std::uint64_t> id{~std::uint64_t{0}};
+  };
+  static void write(Slot& slot, const Entry& entry);
+  static void write_end(Slot& slot, util::Clock::time_point ended, State state);
+  // False when writers kept the slot busy through every attempt (a report then skips it).
+  static bool read(const Slot& slot, Entry& out);
+  bool read_last_done(Entry& out) const;
+  std::optional<Entry> oldest_running() const;
+
+  std::array<Slot, kCapacity> ring_{};
+  std::atomic<std::uint64_t> started_{0};  // written by start() only
+  // A hint: 1 + the id of the newest operation known to have finished successfully.
+  std::atomic<std::uint64_t> newest_done_{0};
+  // The newest finished operation whose ring slot a later one took, so that a long asynchronous
+  // burst of running operations cannot push the last completed one out.
+  Slot kept_;
 };
 
 }  // namespace dtrain::comm

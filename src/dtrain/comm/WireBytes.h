@@ -33,6 +33,10 @@ struct WireCall {
   bool bfloat16 = false;
 
   std::uint64_t bytes() const { return static_cast<std::uint64_t>(numel) * element_size; }
+  bool operator==(const WireCall& o) const {
+    return op == o.op && numel == o.numel && element_size == o.element_size && root == o.root &&
+           async_op == o.async_op && bfloat16 == o.bfloat16;
+  }
 };
 
 }  // namespace dtrain::comm

@@ -281,7 +281,7 @@ void C10dCommunicator::check_reducible(const at::Tensor& tensor, ReduceOp op, co
   }
 }
 
-WorkPtr C10dCommunicator::do_allreduce(at::Tensor& tensor, ReduceOp op, bool async_op) {
+WorkPtr C10dCommunicator::do_allreduce(const at::Tensor& tensor, ReduceOp op, bool async_op) {
   check_reducible(tensor, op, "allreduce");
   if (tensor.numel() == 0) return completed_work();
   if (tensor.scalar_type() == at::kBFloat16 && !capabilities_.reduces_bfloat16) {
@@ -297,7 +297,7 @@ WorkPtr C10dCommunicator::do_allreduce(at::Tensor& tensor, ReduceOp op, bool asy
   return wrap(std::move(work), std::move(finish));
 }
 
-WorkPtr C10dCommunicator::allreduce_by_exchange(at::Tensor& tensor, ReduceOp op) {
+WorkPtr C10dCommunicator::allreduce_by_exchange(const at::Tensor& tensor, ReduceOp op) {
   // See Note [bfloat16 on Gloo].
   const int n = size();
   const std::int64_t numel = tensor.numel();
@@ -331,7 +331,7 @@ WorkPtr C10dCommunicator::allreduce_by_exchange(at::Tensor& tensor, ReduceOp op)
   return completed_work();
 }
 
-WorkPtr C10dCommunicator::do_allgather(at::Tensor& input, at::Tensor& output, bool async_op) {
+WorkPtr C10dCommunicator::do_allgather(const at::Tensor& input, const at::Tensor& output, bool async_op) {
   if (input.numel() == 0) return completed_work();
   at::Tensor in = as_bytes(input);
   at::Tensor out = as_bytes(output);
@@ -350,7 +350,7 @@ WorkPtr C10dCommunicator::do_allgather(at::Tensor& input, at::Tensor& output, bo
   return wrap(call_c10d([&] { return group_->allgather(outputs, inputs, options); }));
 }
 
-WorkPtr C10dCommunicator::do_broadcast(at::Tensor& tensor, int root, bool async_op) {
+WorkPtr C10dCommunicator::do_broadcast(const at::Tensor& tensor, int root, bool async_op) {
   if (tensor.numel() == 0) return completed_work();
   std::vector<at::Tensor> tensors{as_bytes(tensor)};
   ::c10d::BroadcastOptions options;
@@ -359,7 +359,7 @@ WorkPtr C10dCommunicator::do_broadcast(at::Tensor& tensor, int root, bool async_
   return wrap(call_c10d([&] { return group_->broadcast(tensors, options); }));
 }
 
-WorkPtr C10dCommunicator::do_reduce_scatter(at::Tensor& input, at::Tensor& output, ReduceOp op,
+WorkPtr C10dCommunicator::do_reduce_scatter(const at::Tensor& input, const at::Tensor& output, ReduceOp op,
                                             bool async_op) {
   check_reducible(input, op, "reduce_scatter");
   if (output.numel() == 0) return completed_work();
@@ -399,7 +399,7 @@ WorkPtr C10dCommunicator::do_reduce_scatter(at::Tensor& input, at::Tensor& outpu
   return wrap(std::move(work), std::move(finish));
 }
 
-WorkPtr C10dCommunicator::do_alltoall(at::Tensor& input, at::Tensor& output, bool async_op) {
+WorkPtr C10dCommunicator::do_alltoall(const at::Tensor& input, const at::Tensor& output, bool async_op) {
   if (input.numel() == 0) return completed_work();
   at::Tensor in = as_bytes(input);
   at::Tensor out = as_bytes(output);
@@ -409,13 +409,13 @@ WorkPtr C10dCommunicator::do_alltoall(at::Tensor& input, at::Tensor& output, boo
   return wrap(call_c10d([&] { return group_->alltoall_base(out, in, equal_splits, equal_splits, options); }));
 }
 
-WorkPtr C10dCommunicator::do_send(at::Tensor& tensor, int dst, int tag, bool async_op) {
+WorkPtr C10dCommunicator::do_send(const at::Tensor& tensor, int dst, int tag, bool async_op) {
   if (tensor.numel() == 0) return completed_work();
   std::vector<at::Tensor> tensors{as_bytes(tensor)};
   return wrap(call_c10d([&] { return group_->send(tensors, dst, tag); }), {}, async_op);
 }
 
-WorkPtr C10dCommunicator::do_recv(at::Tensor& tensor, int src, int tag, bool async_op) {
+WorkPtr C10dCommunicator::do_recv(const at::Tensor& tensor, int src, int tag, bool async_op) {
   if (tensor.numel() == 0) return completed_work();
   std::vector<at::Tensor> tensors{as_bytes(tensor)};
   return wrap(call_c10d([&] { return group_->recv(tensors, src, tag); }), {}, async_op);

@@ -57,13 +57,14 @@ class C10dCommunicator final : public Communicator {
   std::string backend() const override { return backend_; }
 
  protected:
-  WorkPtr do_allreduce(at::Tensor& tensor, ReduceOp op, bool async_op) override;
-  WorkPtr do_allgather(at::Tensor& input, at::Tensor& output, bool async_op) override;
-  WorkPtr do_broadcast(at::Tensor& tensor, int root, bool async_op) override;
-  WorkPtr do_reduce_scatter(at::Tensor& input, at::Tensor& output, ReduceOp op, bool async_op) override;
-  WorkPtr do_alltoall(at::Tensor& input, at::Tensor& output, bool async_op) override;
-  WorkPtr do_send(at::Tensor& tensor, int dst, int tag, bool async_op) override;
-  WorkPtr do_recv(at::Tensor& tensor, int src, int tag, bool async_op) override;
+  WorkPtr do_allreduce(const at::Tensor& tensor, ReduceOp op, bool async_op) override;
+  WorkPtr do_allgather(const at::Tensor& input, const at::Tensor& output, bool async_op) override;
+  WorkPtr do_broadcast(const at::Tensor& tensor, int root, bool async_op) override;
+  WorkPtr do_reduce_scatter(const at::Tensor& input, const at::Tensor& output, ReduceOp op,
+                            bool async_op) override;
+  WorkPtr do_alltoall(const at::Tensor& input, const at::Tensor& output, bool async_op) override;
+  WorkPtr do_send(const at::Tensor& tensor, int dst, int tag, bool async_op) override;
+  WorkPtr do_recv(const at::Tensor& tensor, int src, int tag, bool async_op) override;
   WorkPtr do_barrier(bool async_op) override;
   std::unique_ptr<Communicator> do_split(const std::vector<int>& ranks) override;
   std::uint64_t wire_bytes(const WireCall& call) const override;
@@ -75,7 +76,7 @@ class C10dCommunicator final : public Communicator {
   WorkPtr wrap(compat::WorkHandle work, std::function<void()> finish = {}, bool p2p = false);
   void check_reducible(const at::Tensor& tensor, ReduceOp op, const char* what) const;
   // See Note [bfloat16 on Gloo].
-  WorkPtr allreduce_by_exchange(at::Tensor& tensor, ReduceOp op);
+  WorkPtr allreduce_by_exchange(const at::Tensor& tensor, ReduceOp op);
 
   std::string backend_;
   compat::StorePtr store_;

@@ -66,7 +66,7 @@ class MpiCommunicator final : public Communicator {
   std::string backend() const override { return "mpi"; }
 
  protected:
-  WorkPtr do_allreduce(at::Tensor& tensor, ReduceOp op, bool async_op) override {
+  WorkPtr do_allreduce(const at::Tensor& tensor, ReduceOp op, bool async_op) override {
     const MPI_Datatype datatype = runtime_->datatype(tensor.scalar_type());
     const MPI_Op mpi_op = runtime_->op(op, tensor.scalar_type());
     const int count = checked_count(tensor);
@@ -83,7 +83,7 @@ class MpiCommunicator final : public Communicator {
     return submit(std::move(operation), async_op);
   }
 
-  WorkPtr do_allgather(at::Tensor& input, at::Tensor& output, bool async_op) override {
+  WorkPtr do_allgather(const at::Tensor& input, const at::Tensor& output, bool async_op) override {
     const MPI_Datatype datatype = runtime_->datatype(input.scalar_type());
     const int count = checked_count(input);
     checked_count(output);
@@ -103,7 +103,7 @@ class MpiCommunicator final : public Communicator {
                   async_op);
   }
 
-  WorkPtr do_broadcast(at::Tensor& tensor, int root, bool async_op) override {
+  WorkPtr do_broadcast(const at::Tensor& tensor, int root, bool async_op) override {
     const MPI_Datatype datatype = runtime_->datatype(tensor.scalar_type());
     const int count = checked_count(tensor);
     return submit(std::make_unique<RequestOperation>("MPI_Ibcast",
@@ -114,7 +114,8 @@ class MpiCommunicator final : public Communicator {
                   async_op);
   }
 
-  WorkPtr do_reduce_scatter(at::Tensor& input, at::Tensor& output, ReduceOp op, bool async_op) override {
+  WorkPtr do_reduce_scatter(const at::Tensor& input, const at::Tensor& output, ReduceOp op,
+                            bool async_op) override {
     const MPI_Datatype datatype = runtime_->datatype(input.scalar_type());
     const MPI_Op mpi_op = runtime_->op(op, input.scalar_type());
     checked_count(input);
@@ -137,7 +138,7 @@ class MpiCommunicator final : public Communicator {
     return submit(std::move(operation), async_op);
   }
 
-  WorkPtr do_alltoall(at::Tensor& input, at::Tensor& output, bool async_op) override {
+  WorkPtr do_alltoall(const at::Tensor& input, const at::Tensor& output, bool async_op) override {
     const MPI_Datatype datatype = runtime_->datatype(input.scalar_type());
     const int chunk = checked_count(input) / size();
     return submit(std::make_unique<RequestOperation>("MPI_Ialltoall",
@@ -149,11 +150,11 @@ class MpiCommunicator final : public Communicator {
                   async_op);
   }
 
-  WorkPtr do_send(at::Tensor& tensor, int dst, int tag, bool async_op) override {
+  WorkPtr do_send(const at::Tensor& tensor, int dst, int tag, bool async_op) override {
     return transfer(TransferOperation::Direction::Send, tensor, dst, tag, async_op);
   }
 
-  WorkPtr do_recv(at::Tensor& tensor, int src, int tag, bool async_op) override {
+  WorkPtr do_recv(const at::Tensor& tensor, int src, int tag, bool async_op) override {
     return transfer(TransferOperation::Direction::Receive, tensor, src, tag, async_op);
   }
 
