@@ -3,11 +3,13 @@
 // wrongly would confuse: two live tensors of one size, a tensor freed and another allocated in its
 // place, two calls in flight on one input.
 #include <gloo/rendezvous/context.h>
-#include <gloo/rendezvous/hash_store.h>
 #include <gloo/transport/unbound_buffer.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 
+#include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "dtrain/comm/gloo/GlooCollectives.h"
@@ -16,11 +18,28 @@
 namespace dtrain::comm {
 namespace {
 
+// Gloo's connectFullMesh takes the store by reference (Debian bookworm's Gloo, LibTorch 1.13's)
+// or by shared_ptr (Gloo of 2025, as in LibTorch 2.x).
+template <typename Context>
+void connect_full_mesh(Context& context, const std::shared_ptr<::gloo::rendezvous::Store>& store,
+                       std::shared_ptr<::gloo::transport::Device>& device) {
+  if constexpr (std::is_invocable_v<decltype(&Context::connectFullMesh), Context&,
+                                    std::shared_ptr<::gloo::rendezvous::Store>,
+                                    std::shared_ptr<::gloo::transport::Device>&>) {
+    context.connectFullMesh(store, device);
+  } else {
+    context.connectFullMesh(*store, device);
+  }
+}
+
 std::shared_ptr<::gloo::rendezvous::Context> one_rank_context() {
   auto context = std::make_shared<::gloo::rendezvous::Context>(0, 1);
-  ::gloo::rendezvous::HashStore store;
   auto device = ::c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
-  context->connectFullMesh(store, device);
+  // c10d's in-memory store behind Gloo's store interface (LibTorch exports both; Gloo's own
+  // HashStore is not part of every LibTorch).
+  auto store =
+      std::make_shared<::c10d::ProcessGroupGloo::GlooStore>(c10::make_intrusive<::c10d::HashStore>());
+  connect_full_mesh(*context, store, device);
   return context;
 }
 

@@ -21,6 +21,7 @@
 #include "dtrain/comm/C10dCompat.h"
 #include "dtrain/comm/Rendezvous.h"
 #include "dtrain/comm/StoreClient.h"
+#include "dtrain/comm/StoreConnection.h"
 #include "dtrain/comm/StoreSecret.h"
 #include "dtrain/comm/StoreServer.h"
 #include "support/ThreadWorld.h"
@@ -170,6 +171,22 @@ TEST(StoreSecurity, ClientWithoutTheSecretIsRefusedBeforeAnyKey) {
   EXPECT_EQ(count_with(lines, "did not answer the secret challenge"), 1u);
   EXPECT_EQ(count_with(lines, "wrong secret"), 2u);
   EXPECT_EQ(count_with(lines, "right secret"), 0u);
+}
+
+// c10d clones a store for threads of its own in LibTorch 2.x (Store::clone(), Note [c10d across
+// LibTorch versions]): the clone is a connection of its own that proves the same secret.
+TEST(StoreSecurity, ACloneIsAConnectionOfItsOwnWithTheSameSecret) {
+  StoreServer server("127.0.0.1", 0, 10s, "right secret");
+  auto original = c10::make_intrusive<StoreConnection>("127.0.0.1", server.port(), 10s, "right secret");
+  original->set("k", std::vector<std::uint8_t>{'v'});
+  c10::intrusive_ptr<::c10d::Store> clone = original->clone_connection();
+  ASSERT_NE(clone.get(), original.get());
+  EXPECT_EQ(clone->get("k"), std::vector<std::uint8_t>{'v'});
+  clone->set("from clone", std::vector<std::uint8_t>{'w'});
+  EXPECT_EQ(original->get("from clone"), std::vector<std::uint8_t>{'w'});
+  original.reset();  // the clone does not lean on the original's socket
+  EXPECT_EQ(clone->add("counter", 2), 2);
+  EXPECT_TRUE(server.refusals().empty());
 }
 
 TEST(StoreSecurity, ClientWithASecretRefusesAStoreThatAsksForNone) {

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 namespace dtrain::testing {
 
@@ -38,7 +39,11 @@ class CountingAllocator final : public c10::Allocator {
 
   explicit CountingAllocator(c10::Allocator* base) : base_(base) {}
 
-  c10::DataPtr allocate(std::size_t n) const override {
+  // c10::Allocator's virtuals differ by version: allocate() is const in LibTorch 1.13, not in 2.x,
+  // where copy_data() is pure virtual too. Both spellings are defined, none marked override, so
+  // that each version's pure virtuals are met (the others are plain members).
+  c10::DataPtr allocate(std::size_t n) { return static_cast<const CountingAllocator&>(*this).allocate(n); }
+  c10::DataPtr allocate(std::size_t n) const {
     auto inner = base_->allocate(n);
     auto* counter = counter_of_this_thread();
     if (counter == nullptr) return inner;
@@ -48,7 +53,8 @@ class CountingAllocator final : public c10::Allocator {
     auto* context = new Context{std::move(inner), counter, static_cast<std::int64_t>(n)};
     return {data, context, &Context::free, device};
   }
-  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+  c10::DeleterFnPtr raw_deleter() const { return nullptr; }
+  void copy_data(void* dest, const void* src, std::size_t count) const { std::memcpy(dest, src, count); }
 
  private:
   struct Context {

@@ -42,10 +42,11 @@ inline void run_threads(int n, const std::function<void(int rank)>& fn) {
 }
 
 struct WorldOptions {
-  // "gloo" (real sockets) or "in-process" (the logging test double).
+  // "gloo" (real sockets), "nccl" (CUDA builds; rank r on GPU r) or "in-process" (the logging
+  // test double).
   std::string backend = "gloo";
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};
-  // Further gloo settings; name and timeout are taken from above.
+  // Further backend settings; name and timeout are taken from above.
   comm::BackendOptions gloo;
 
   static WorldOptions on(std::string backend) {
@@ -85,12 +86,12 @@ inline void run_world(int n, const std::function<void(comm::CommunicatorPtr)>& f
     run_threads(n, [&](int r) { fn(comms[r]); });
     return;
   }
-  TORCH_CHECK(options.backend == "gloo", "run_world: backend '", options.backend,
-              "' cannot run as threads; use gloo or in-process");
+  TORCH_CHECK(options.backend == "gloo" || options.backend == "nccl", "run_world: backend '", options.backend,
+              "' cannot run as threads; use gloo, nccl (a GPU per rank) or in-process");
   comm::StoreServer server("127.0.0.1", 0, options.timeout);
   run_threads(n, [&](int r) {
     comm::BackendOptions backend = options.gloo;
-    backend.name = "gloo";
+    backend.name = options.backend;
     backend.timeout = options.timeout;
     std::shared_ptr<comm::Communicator> communicator =
         comm::connect(backend, thread_rank_info(r, n, server.port(), options.timeout));

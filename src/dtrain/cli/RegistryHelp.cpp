@@ -1,5 +1,6 @@
 // `dtrain train --help`'s list of what a configuration may name, from the registries.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 

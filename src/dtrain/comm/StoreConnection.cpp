@@ -56,7 +56,12 @@ std::vector<uint8_t> to_bytes(const std::string& s) {
 
 StoreConnection::StoreConnection(const std::string& host, int port, std::chrono::milliseconds timeout,
                                  const std::string& secret, std::shared_ptr<void> keep_alive)
-    : ::c10d::Store(timeout), address_(fmt::format("{}:{}", host, port)), keep_alive_(std::move(keep_alive)) {
+    : CloneableStore(timeout),
+      host_(host),
+      port_(port),
+      secret_(secret),
+      address_(fmt::format("{}:{}", host, port)),
+      keep_alive_(std::move(keep_alive)) {
   const auto deadline = Clock::now() + timeout;
   std::string error = "nothing listens there";
   auto pause = std::chrono::milliseconds(10);
@@ -113,6 +118,10 @@ StoreConnection::StoreConnection(const std::string& host, int port, std::chrono:
 
 StoreConnection::~StoreConnection() {
   if (fd_ >= 0) ::close(fd_);
+}
+
+c10::intrusive_ptr<::c10d::Store> StoreConnection::clone_connection() {
+  return c10::make_intrusive<StoreConnection>(host_, port_, timeout_, secret_, keep_alive_);
 }
 
 template <typename Read>

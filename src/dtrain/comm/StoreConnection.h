@@ -24,7 +24,7 @@ class StoreRefused : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-class StoreConnection : public ::c10d::Store {
+class StoreConnection : public compat::CloneableStore<StoreConnection> {
  public:
   // Connects to host:port (every address it resolves to), retrying until `timeout` while nothing
   // listens, then proves `secret` (empty: none). Throws std::runtime_error naming host:port when no
@@ -49,12 +49,19 @@ class StoreConnection : public ::c10d::Store {
 
   const std::string& address() const { return address_; }
 
+  // A new connection to the same store, with the same secret (c10d's Store::clone() where this
+  // LibTorch has it: c10d clones a store for threads of its own, such as NCCL's monitor).
+  c10::intrusive_ptr<::c10d::Store> clone_connection();
+
  private:
   // Sends one request and reads its reply under the lock; throws naming the store and `what`.
   template <typename Read>
   auto request(const std::string& what, const wire::Message& message, Read&& read);
   std::optional<std::string> try_get(const std::string& key);
 
+  std::string host_;
+  int port_;
+  std::string secret_;
   std::string address_;
   int fd_ = -1;
   std::mutex mutex_;

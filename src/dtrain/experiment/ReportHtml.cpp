@@ -30,7 +30,8 @@ std::string html_table(const Table& table) {
   std::string s = "<table>\n";
   for (std::size_t r = 0; r < table.size(); ++r) {
     s += "<tr>";
-    for (const auto& cell : table[r]) s += fmt::format(r == 0 ? "<th>{}</th>" : "<td>{}</td>", cell);
+    const char* tag = r == 0 ? "th" : "td";
+    for (const auto& cell : table[r]) s += fmt::format("<{}>{}</{}>", tag, cell, tag);
     s += "</tr>\n";
   }
   return s + "</table>\n";

@@ -2,6 +2,7 @@
 #include "dtrain/models/Network.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <utility>
 

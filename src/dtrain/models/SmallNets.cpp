@@ -1,6 +1,7 @@
 // The small models: mlp (hidden sizes, activation), seed 000's MNISTNet and LeNet-5. All of them
 // adapt to the input shape: the first layer's width is computed from (C, H, W).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <stdexcept>
 

@@ -2,6 +2,7 @@
 #include "dtrain/models/TransformerBlocks.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cmath>
 #include <limits>

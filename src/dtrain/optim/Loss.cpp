@@ -2,6 +2,7 @@
 #include "dtrain/optim/Loss.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/nn/functional/loss.h>
 
 #include <stdexcept>

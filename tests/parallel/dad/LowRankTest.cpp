@@ -15,10 +15,10 @@ at::Generator generator(std::uint64_t seed) {
 
 TEST(LowRank, TopComponentsAreTheSvdsTopSingularTriplets) {
   torch::manual_seed(11);
-  const auto delta = torch::randn({40, 12}, torch::kDouble);  // (N, d_out)
-  const auto input = torch::randn({40, 9}, torch::kDouble);   // (N, d_in)
-  const auto m = delta.t().mm(input);                         // (12, 9)
-  const auto svd = torch::linalg::svd(m, /*full_matrices=*/false, c10::nullopt);
+  const auto delta = torch::randn({40, 12}, torch::kDouble);    // (N, d_out)
+  const auto input = torch::randn({40, 9}, torch::kDouble);     // (N, d_in)
+  const auto m = delta.t().mm(input);                           // (12, 9)
+  const auto svd = at::linalg_svd(m, /*full_matrices=*/false);  // (U, S, Vh)
   const auto& s = std::get<1>(svd);
   const auto factors = factor_outer_product(delta, input, {3, 2000, 0.0}, generator(1));
   ASSERT_EQ(factors.rank(), 3);

@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <thread>
@@ -272,6 +273,13 @@ WorkPtr C10dCommunicator::wrap(compat::WorkHandle work, std::function<void()> fi
 }
 
 void C10dCommunicator::check_reducible(const at::Tensor& tensor, ReduceOp op, const char* what) const {
+  const auto& reduced = capabilities_.reduced_dtypes;
+  if (!reduced.empty() && std::find(reduced.begin(), reduced.end(), tensor.scalar_type()) == reduced.end()) {
+    std::vector<std::string> names;
+    for (auto dtype : reduced) names.emplace_back(c10::toString(dtype));
+    fail(what, fmt::format("{} reduces {}; found {}", backend_, fmt::join(names, ", "),
+                           c10::toString(tensor.scalar_type())));
+  }
   if (op == ReduceOp::Avg && !at::isFloatingType(tensor.scalar_type()) &&
       !at::isComplexType(tensor.scalar_type())) {
     fail(what,

@@ -27,6 +27,11 @@ struct C10dCapabilities {
   bool flat_collectives = false;
   // Work::isCompleted() becomes true for send/recv without anyone waiting (not Gloo's).
   bool p2p_completes_without_wait = true;
+  // The dtypes allreduce and reduce_scatter reduce; others are refused naming them, before anything
+  // is sent. Empty: whatever the c10d group accepts. Declared where c10d's set moved between
+  // LibTorch versions (Gloo reduces bool and complex from some 2.x on, not in 1.13), so that a job
+  // behaves the same on every LibTorch.
+  std::vector<at::ScalarType> reduced_dtypes;
   // Reduces bfloat16 natively (NCCL). Otherwise an all-reduce of bfloat16 is an exchange of the
   // 16-bit payloads around a float32 reduction; see Note [bfloat16 on Gloo].
   bool reduces_bfloat16 = true;

@@ -5,12 +5,14 @@
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gloo/allgather.h>
 #include <gloo/context.h>
 #include <gloo/transport/unbound_buffer.h>
 
 #include <algorithm>
 #include <stdexcept>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -18,10 +20,10 @@ namespace dtrain::comm {
 namespace {
 
 // A c10d Work that runs a function on the group's worker threads.
-class FunctionWork final : public ::c10d::ProcessGroupGloo::AsyncWork {
+class FunctionWork final : public GlooGroup::NativeWork {
  public:
-  FunctionWork(const at::Tensor& output, std::function<void()> body)
-      : AsyncWork({{output}}, /*profilingTitle=*/nullptr), body_(std::move(body)) {}
+  FunctionWork(const compat::GlooWorkArgs<::gloo::Context>& args, std::function<void()> body)
+      : GlooGroup::NativeWork(args), body_(std::move(body)) {}
   // The body (and the tensors it captured) is destroyed before c10d marks the work complete, so
   // a caller that drops its own reference after wait() knows the input's storage is free then,
   // not whenever the worker thread lets go of the work (zero's gradient buffers count on it).
@@ -43,21 +45,12 @@ std::uint64_t ring_slot(std::uint32_t tag, int step) {
 }
 
 void check_reduced(const at::Tensor& tensor) {
-  switch (tensor.scalar_type()) {
-    case at::kFloat:
-    case at::kDouble:
-    case at::kHalf:
-    case at::kBFloat16:
-    case at::kChar:
-    case at::kByte:
-    case at::kInt:
-    case at::kLong:
-      return;
-    default:
-      throw std::invalid_argument(fmt::format(
-          "gloo reduces float32, float64, float16, bfloat16, int8, uint8, int32 and int64; found {}",
-          c10::toString(tensor.scalar_type())));
-  }
+  const auto& reduced = gloo_reduced_dtypes();
+  if (std::find(reduced.begin(), reduced.end(), tensor.scalar_type()) != reduced.end()) return;
+  std::vector<std::string> names;
+  for (auto dtype : reduced) names.emplace_back(c10::toString(dtype));
+  throw std::invalid_argument(
+      fmt::format("gloo reduces {}; found {}", fmt::join(names, ", "), c10::toString(tensor.scalar_type())));
 }
 
 // out = a op b, elementwise (Avg sums; the caller divides at the end).
@@ -185,6 +178,12 @@ GlooGroup& as_gloo(compat::CollectiveGroup& group) {
 
 }  // namespace
 
+const std::vector<at::ScalarType>& gloo_reduced_dtypes() {
+  static const std::vector<at::ScalarType> dtypes{at::kFloat, at::kDouble, at::kHalf, at::kBFloat16,
+                                                  at::kChar,  at::kByte,   at::kInt,  at::kLong};
+  return dtypes;
+}
+
 std::unique_ptr<::gloo::transport::UnboundBuffer> BufferCache::take(::gloo::Context& context, void* ptr,
                                                                     std::size_t bytes) {
   {
@@ -234,18 +233,20 @@ std::uint64_t BufferCache::created() const {
 }
 
 compat::WorkHandle GlooGroup::run(
-    bool async_op, const at::Tensor& output,
+    bool async_op, ::c10d::OpType op, const at::Tensor& output, std::chrono::milliseconds timeout,
     std::function<void(const std::shared_ptr<::gloo::Context>&, std::uint32_t)> body) {
   // c10d's tag, taken on the caller's thread in call order as c10d's collectives take theirs, keeps
   // every rank's n-th collective on the same slot and apart from every other collective's.
   const std::uint32_t tag = nextTag();
+  const std::uint64_t seq = take_seq<NativeWork::kTakesSeq>();
   std::shared_ptr<::gloo::Context> context = getContext(tag);
   if (!async_op) {
     body(context, tag);
     return {};
   }
+  compat::GlooWorkArgs<::gloo::Context> args{context, output, op, seq, timeout, /*title=*/nullptr};
   auto work = c10::make_intrusive<FunctionWork>(
-      output, [body = std::move(body), context = std::move(context), tag] { body(context, tag); });
+      args, [body = std::move(body), context = std::move(context), tag] { body(context, tag); });
   enqueue(work);
   return work;
 }
@@ -256,7 +257,7 @@ compat::WorkHandle gloo_reduce_scatter(compat::CollectiveGroup& group, const at:
   check_reduced(input);
   GlooGroup& gloo = as_gloo(group);
   // Queued even when blocking: see Note [Gloo's native collectives].
-  return gloo.run(/*async_op=*/true, output,
+  return gloo.run(/*async_op=*/true, ::c10d::OpType::_REDUCE_SCATTER_BASE, output, timeout,
                   [input, output, op, timeout, cache = gloo.buffers()](
                       const std::shared_ptr<::gloo::Context>& context, std::uint32_t tag) {
                     ring_reduce_scatter(*context, *cache, tag, input, output, op, timeout);
@@ -267,7 +268,7 @@ compat::WorkHandle gloo_allgather(compat::CollectiveGroup& group, const at::Tens
                                   const at::Tensor& output, ReduceOp, bool,
                                   std::chrono::milliseconds timeout) {
   GlooGroup& gloo = as_gloo(group);
-  return gloo.run(/*async_op=*/true, output,
+  return gloo.run(/*async_op=*/true, ::c10d::OpType::_ALLGATHER_BASE, output, timeout,
                   [input, output, timeout, cache = gloo.buffers()](
                       const std::shared_ptr<::gloo::Context>& context, std::uint32_t tag) {
                     Borrowed borrowed(*cache, *context);

@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <type_traits>
 #include <vector>
 
 #include "dtrain/comm/C10dCompat.h"
@@ -95,11 +96,14 @@ class BufferCache {
 class GlooGroup final : public ::c10d::ProcessGroupGloo {
  public:
   using ::c10d::ProcessGroupGloo::ProcessGroupGloo;
+  // The base of the works run() queues. See Note [c10d across LibTorch versions].
+  using NativeWork = compat::GlooWork<::c10d::ProcessGroupGloo::AsyncWork>;
 
   // Runs body(context, tag) inline (async_op false: returns an empty handle) or on c10d's worker
-  // threads (returns the queued Work; `output` is what its result holds). The native collectives
-  // always queue (see the Note).
-  compat::WorkHandle run(bool async_op, const at::Tensor& output,
+  // threads (returns the queued Work of type `op`; `output` is what its result holds). The native
+  // collectives always queue (see the Note).
+  compat::WorkHandle run(bool async_op, ::c10d::OpType op, const at::Tensor& output,
+                         std::chrono::milliseconds timeout,
                          std::function<void(const std::shared_ptr<::gloo::Context>&, std::uint32_t)> body);
 
   // See Note [Cached Gloo buffers]. Shared with the queued works: c10d's destructor, which runs
@@ -107,8 +111,26 @@ class GlooGroup final : public ::c10d::ProcessGroupGloo {
   const std::shared_ptr<BufferCache>& buffers() const { return buffers_; }
 
  private:
+  // c10d's sequence number for the next collective where its works carry one (2.x): c10d's own
+  // collectives count in seq_ and so do ours, so that its records number each collective once.
+  // A template, so that seq_ is named only where it exists.
+  template <bool kCounted>
+  std::uint64_t take_seq() {
+    if constexpr (kCounted) {
+      auto* self = static_cast<std::conditional_t<kCounted, GlooGroup, void>*>(this);
+      return ++self->seq_;
+    } else {
+      return 0;
+    }
+  }
+
   std::shared_ptr<BufferCache> buffers_ = std::make_shared<BufferCache>();
 };
+
+// What dtrain's gloo backend reduces (allreduce, reduce_scatter), on every LibTorch: c10d's Gloo
+// reduces bool and complex too from some 2.x on, dtrain's ring and LibTorch 1.13's Gloo do not.
+// bfloat16 is reduced through dtrain's exchange (Note [bfloat16 on Gloo]).
+const std::vector<at::ScalarType>& gloo_reduced_dtypes();
 
 // The NativeCollective functions of C10dCapabilities for a GlooGroup; see the Note.
 compat::WorkHandle gloo_reduce_scatter(compat::CollectiveGroup& group, const at::Tensor& input,

@@ -44,10 +44,11 @@ std::unique_ptr<Communicator> connect_gloo(const BackendOptions& options, const 
   }
   C10dCapabilities capabilities;
   capabilities.poll_wait = options.poll_wait;
-  capabilities.flat_collectives = false;              // See Note [Emulated collectives]
-  capabilities.p2p_completes_without_wait = false;    // Gloo's SendWork/RecvWork finish inside wait()
-  capabilities.wire_bytes = gloo_wire_bytes;          // See Note [Gloo's algorithms]
-  capabilities.reduces_bfloat16 = false;              // See Note [bfloat16 on Gloo]
+  capabilities.flat_collectives = false;            // See Note [Emulated collectives]
+  capabilities.p2p_completes_without_wait = false;  // Gloo's SendWork/RecvWork finish inside wait()
+  capabilities.wire_bytes = gloo_wire_bytes;        // See Note [Gloo's algorithms]
+  capabilities.reduces_bfloat16 = false;            // See Note [bfloat16 on Gloo]
+  capabilities.reduced_dtypes = gloo_reduced_dtypes();
   capabilities.reduce_scatter = gloo_reduce_scatter;  // See Note [Gloo's native collectives]
   capabilities.allgather = gloo_allgather;
   if (size == 1) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "dtrain/comm/Work.h"
+#include "dtrain/parallel/GradientReadyHook.h"
 #include "dtrain/parallel/data_parallel/DataParallel.h"
 
 namespace dtrain::parallel::detail {
@@ -28,7 +29,7 @@ struct ParamSlot {
   std::int64_t offset = 0;  // elements into the bucket's buffer
   torch::Tensor view;       // the slot, shaped like the parameter
   bool ready = false;       // got its gradient in the current synchronised backward
-  std::shared_ptr<torch::autograd::Node> accumulator;
+  AccumulatorPtr accumulator;
   std::uintptr_t hook_key = 0;
 };
 

@@ -5,6 +5,7 @@
 #include "dtrain/parallel/pipeline/PipelineStrategy.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/optim/lbfgs.h>
 #include <torch/serialize/archive.h>
 #include <torch/torch.h>

@@ -2,6 +2,7 @@
 #include "dtrain/parallel/pipeline/StagePartition.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/torch.h>
 
 #include <algorithm>

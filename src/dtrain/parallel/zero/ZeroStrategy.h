@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "dtrain/comm/Work.h"
+#include "dtrain/parallel/GradientReadyHook.h"
 #include "dtrain/parallel/MixedPrecision.h"
 #include "dtrain/parallel/Strategy.h"
 #include "dtrain/parallel/zero/ShardedUnits.h"
@@ -85,7 +86,7 @@ class ZeroStrategy final : public Strategy {
     comm::WorkPtr reduce;     // stages 2 and 3: a reduce-scatter in flight
     int pending = 0;          // parameters still without a gradient in this backward
     bool launched = false;    // its reduce-scatter launched in this backward
-    std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
+    std::vector<AccumulatorPtr> accumulators;
     std::vector<std::uintptr_t> hook_keys;
     std::vector<const torch::autograd::FunctionPreHook*> pre_hooks;  // to remove them by identity
   };
