@@ -54,7 +54,7 @@ using WorkHandle = c10::intrusive_ptr<::c10d::Work>;
 //     2.14:        (context, outputs, opType, seq, timeout, profilingTitle, inputs), and every
 //                  subclass names its input and output tensors (pure virtual getters)
 //   GlooWork<AsyncWork> takes all of these and passes on what this version's constructor takes.
-// - C++20: LibTorch 2.10 and later refuse to compile as C++17 (ATen.h checks __cplusplus); the
+// - C++20: LibTorch 2.14 refuses to compile as C++17 (ATen.h checks __cplusplus; 2.11 does not); the
 //   top-level CMakeLists.txt reads that check and raises the standard, so our code compiles as both.
 
 template <typename S, typename = void>

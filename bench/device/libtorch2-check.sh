@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The LibTorch 2.x check on a GPU machine (the `device` tool's, which has no network): builds dtrain
+# against the machine's pip-installed torch with CUDA and NCCL, then runs the tests, within about 9
+# minutes. Bookworm's -dev packages and sid's Gloo headers travel in .devdeps/ (bench/device/fetch-deps.sh).
+#   run: bash bench/device/libtorch2-check.sh     (carry .devdeps; output in $OUT: log.txt, build*.txt,
+#        ctest.txt, CMakeCache.txt). Figures of 2026-11-26 in bench/RESULTS.md.
+set -u
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+exec > >(tee "$OUT/log.txt") 2>&1
+T0=$(date +%s)
+step() { echo "=== [$(( $(date +%s) - T0 ))s] $*"; }
+
+step probe
+nvidia-smi -L; g++ --version | head -1; cmake --version | head -1; echo "ninja $(ninja --version)"; nproc
+python3 - <<'P'
+import torch
+print("torch", torch.__version__, "cuda", torch.version.cuda, "gpu", torch.cuda.is_available(), torch.cuda.device_count(),
+      "nccl", torch.cuda.nccl.version() if torch.cuda.is_available() else None)
+P
+TORCH_DIR=$(python3 -c 'import torch,os;print(os.path.dirname(torch.__file__))')
+TORCH_CMAKE=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')
+NCCL_ROOT=$(python3 -c 'import nvidia.nccl as m;print(list(m.__path__)[0])' 2>/dev/null)
+echo "TORCH_DIR=$TORCH_DIR NCCL_ROOT=$NCCL_ROOT"
+ls "$TORCH_DIR/include" | tr '\n' ' '; echo
+ls "$NCCL_ROOT/include" "$NCCL_ROOT/lib" 2>&1 | tr '\n' ' '; echo
+grep -n "202002L" "$TORCH_DIR/include/ATen/ATen.h"
+GLOO_EXPORTED=$(nm -D --defined-only "$TORCH_DIR/lib/libtorch_cpu.so" 2>/dev/null | grep -c ' _ZN4gloo')
+echo "gloo symbols exported by libtorch_cpu: $GLOO_EXPORTED"
+nm -D --defined-only "$TORCH_DIR/lib/libtorch_cpu.so" | grep -E ' _ZN4gloo(9allgather|7Context18createUnboundBuffer|9transport13UnboundBuffer)' | head -5
+ldconfig -p | grep -E 'libcrypto.so.3|libz.so.1 |libpng16|libjpeg' | head
+
+step deps
+D=/opt/dtdeps; mkdir -p $D
+for f in .devdeps/*.deb; do case "$f" in *dataset-fashion*) dpkg -x "$f" / ;; *) dpkg -x "$f" $D ;; esac; done
+L=$D/usr/lib/x86_64-linux-gnu
+rm -f $L/libgloo.so*
+# Runtime libraries the system has: use its copies (one libcrypto and one libz in every process).
+for so in libcrypto.so.3:libcrypto.so libssl.so.3:libssl.so libz.so.1:libz.so; do
+  real=${so%%:*}; dev=${so##*:}
+  sys=$(ldconfig -p | awk -v n="$real" '$1==n && /x86-64/ {print $NF; exit}')
+  if [ -n "$sys" ]; then rm -f $L/$real*; ln -sf "$sys" $L/$dev; fi
+done
+ls -la $L | head -40
+GLOO_ARGS=(-DDTRAIN_GLOO_INCLUDE_DIR=$D/usr/include)
+[ -d "$TORCH_DIR/include/gloo" ] && GLOO_ARGS=(-DDTRAIN_GLOO_INCLUDE_DIR=$TORCH_DIR/include)
+if [ "$GLOO_EXPORTED" = 0 ]; then
+  echo "libtorch_cpu.so exports no Gloo symbols: give DTRAIN_GLOO_LIBRARY a Gloo of LibTorch's date"; exit 1
+fi
+export LD_LIBRARY_PATH=$L${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export NCCL_INCLUDE_DIR=$NCCL_ROOT/include NCCL_LIB_DIR=$NCCL_ROOT/lib
+
+step configure
+cmake -S . -B build-dev -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" \
+  -DCMAKE_PREFIX_PATH="$TORCH_CMAKE;$D/usr" -DOPENSSL_ROOT_DIR=$D/usr -DDTRAIN_WITH_MPI=OFF \
+  -DDTRAIN_BUILD_BENCH=OFF -DTORCH_CUDA_ARCH_LIST=9.0 "${GLOO_ARGS[@]}" 2>&1 | grep -v "^-- \(Looking\|Performing\|Check\)" | tail -40
+cp build-dev/CMakeCache.txt "$OUT/" 2>/dev/null
+
+BUILD_END=${BUILD_END:-400}   # seconds after the start by which the build stops
+TEST_END=${TEST_END:-535}     # and the tests
+remaining() { echo $(( $1 - ($(date +%s) - T0) )); }
+step "build until ${BUILD_END}s"
+first=(dtrain_comm_tests dtrain)
+grep -q "build tests/comm/dtrain_comm_nccl_tests" build-dev/build.ninja && first+=(dtrain_comm_nccl_tests)
+echo "first: ${first[*]}"
+timeout $(remaining $BUILD_END) ninja -C build-dev -k 0 -j 16 "${first[@]}" > "$OUT/build1.txt" 2>&1
+echo "first targets rc=$?"; grep -E "error|FAILED" "$OUT/build1.txt" | head -60
+left=$(remaining $BUILD_END)
+if [ "$left" -gt 10 ]; then
+  timeout $left ninja -C build-dev -k 0 -j 16 > "$OUT/build2.txt" 2>&1
+  echo "all targets rc=$?"; grep -E "error|FAILED" "$OUT/build2.txt" | head -80; tail -2 "$OUT/build2.txt"
+fi
+
+step tests
+cd build-dev
+./bin/dtrain info 2>&1 | head -30
+[ -x tests/comm/dtrain_comm_nccl_tests ] && timeout 90 tests/comm/dtrain_comm_nccl_tests 2>&1 | tail -30
+left=$(remaining $TEST_END)
+[ "$left" -gt 10 ] && timeout $left ctest -j 16 --timeout 120 --output-on-failure -LE 'netns|ssh|package|readme|fuzz' -E 'Nccl' > "$OUT/ctest.txt" 2>&1
+echo "ctest rc=$?"; grep -E "tests passed|\*\*\*|Not Run|Timeout|Failed" "$OUT/ctest.txt" | head -80
+step done
