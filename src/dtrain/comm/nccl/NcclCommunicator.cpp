@@ -19,7 +19,6 @@
 #include "dtrain/comm/c10d/StoreRendezvous.h"
 
 namespace dtrain::comm {
-namespace {
 
 // NCCL chooses ring, tree or CollNet per call from its own tuning model and the topology, and
 // dtrain cannot see the choice, so these are estimates: what a ring sends (nccl-tests' bus
@@ -47,8 +46,6 @@ std::uint64_t nccl_wire_estimate(const WireCall& call, int rank, int size) {
   }
   return 0;
 }
-
-}  // namespace
 
 std::unique_ptr<Communicator> connect_nccl(const BackendOptions& options, const RendezvousInfo& rendezvous) {
   const int rank = rendezvous.rank;
