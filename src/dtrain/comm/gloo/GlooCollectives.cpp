@@ -4,15 +4,12 @@
 #include "dtrain/comm/gloo/GlooCollectives.h"
 
 #include <ATen/ATen.h>
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 #include <gloo/allgather.h>
 #include <gloo/context.h>
 #include <gloo/transport/unbound_buffer.h>
 
 #include <algorithm>
 #include <stdexcept>
-#include <string>
 #include <utility>
 #include <vector>
 
@@ -42,15 +39,6 @@ class FunctionWork final : public GlooGroup::NativeWork {
 // c10d's collective tag.
 std::uint64_t ring_slot(std::uint32_t tag, int step) {
   return (std::uint64_t{0x5d} << 56) | (static_cast<std::uint64_t>(step) << 32) | tag;
-}
-
-void check_reduced(const at::Tensor& tensor) {
-  const auto& reduced = gloo_reduced_dtypes();
-  if (std::find(reduced.begin(), reduced.end(), tensor.scalar_type()) != reduced.end()) return;
-  std::vector<std::string> names;
-  for (auto dtype : reduced) names.emplace_back(c10::toString(dtype));
-  throw std::invalid_argument(
-      fmt::format("gloo reduces {}; found {}", fmt::join(names, ", "), c10::toString(tensor.scalar_type())));
 }
 
 // out = a op b, elementwise (Avg sums; the caller divides at the end).
@@ -254,7 +242,7 @@ compat::WorkHandle GlooGroup::run(
 compat::WorkHandle gloo_reduce_scatter(compat::CollectiveGroup& group, const at::Tensor& input,
                                        const at::Tensor& output, ReduceOp op, bool,
                                        std::chrono::milliseconds timeout) {
-  check_reduced(input);
+  // Its dtype was checked against gloo_reduced_dtypes() by the communicator (C10dCapabilities).
   GlooGroup& gloo = as_gloo(group);
   // Queued even when blocking: see Note [Gloo's native collectives].
   return gloo.run(/*async_op=*/true, ::c10d::OpType::_REDUCE_SCATTER_BASE, output, timeout,
