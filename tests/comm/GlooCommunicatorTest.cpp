@@ -210,6 +210,46 @@ TEST(GlooCommunicator, PeerThatLeavesFailsTheCollectiveWithoutHanging) {
   });
 }
 
+// A blocking reduce_scatter or flat allgather runs Gloo directly on c10d's worker thread (Note
+// [Gloo's native collectives]): a peer that has left fails it, within the timeout, with a one-line
+// error naming the call, as it does c10d's own collectives.
+TEST(GlooCommunicator, PeerThatLeavesFailsABlockingNativeCollectiveWithoutHanging) {
+  for (const std::string op : {"reduce_scatter", "allgather"}) {
+    SCOPED_TRACE(op);
+    auto store = host_store();
+    std::promise<void> connected, left;
+    auto both_connected = connected.get_future();
+    auto gone = left.get_future();
+    dtrain::testing::run_threads(2, [&](int r) {
+      auto comm = connect(gloo_options(3s), rank_info(r, 2, store->port(), /*agent_store=*/true));
+      if (r == 1) {
+        ASSERT_EQ(both_connected.wait_for(30s), std::future_status::ready);
+        comm.reset();
+        left.set_value();
+        return;
+      }
+      connected.set_value();
+      ASSERT_EQ(gone.wait_for(30s), std::future_status::ready);
+      const auto start = Clock::now();
+      at::Tensor whole = torch::ones({2048});
+      at::Tensor part = torch::ones({1024});
+      try {
+        if (op == "reduce_scatter") {
+          comm->reduce_scatter(whole, part, ReduceOp::Sum, /*async_op=*/false);
+        } else {
+          comm->allgather(part, whole, /*async_op=*/false);
+        }
+        ADD_FAILURE() << op << " succeeded without its peer";
+      } catch (const CommError& e) {
+        EXPECT_EQ(e.rank(), 0);
+        EXPECT_NE(std::string(e.what()).find(op), std::string::npos) << e.what();
+        EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+      }
+      EXPECT_LT(Clock::now() - start, 5s);
+    });
+  }
+}
+
 // Note [bfloat16 on Gloo]: an alltoall of n equal chunks of 2-byte elements (the buffer padded)
 // and an all-gather of one chunk, (n-1) chunks each: half of what the float32 ring sends. (The
 // conformance suite checks the sums, maxima, minima and means of bfloat16 against closed forms.)

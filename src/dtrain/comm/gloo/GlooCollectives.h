@@ -44,9 +44,12 @@ namespace dtrain::comm {
 //   output: no copy, same bytes.
 // Both run on c10d's worker threads like any c10d collective, blocking calls too, and the caller
 // waits by polling (Note [Polling before blocking] in C10dCommunicator.cpp). Run inline on the
-// caller's thread instead, a blocking call sleeps in Gloo's waitRecv until Gloo's device thread
-// wakes it, and on busy cores that wake-up costs a scheduler tick: measured 2 ranks, 4 KB
-// allgather 3990 us inline against 119 us for c10d's queued allgather (bench/RESULTS.md, issue 14).
+// caller's thread instead, a blocking call sleeps in Gloo's waitRecv (Gloo has no test for an
+// unbound buffer's receive, and a waitRecv that times out closes every pair) until Gloo's device
+// thread wakes it. That wins where ranks do nothing but communicate: 4 KB reduce_scatter 0.94-1.20x
+// Gloo's halving-doubling inline against 3.2-3.3x queued, 2 ranks on an idle host. It loses where
+// it matters: dAD's blocking allgathers in training (mlp, 2 ranks) ran 15.3-16.4k samples/s inline
+// against 27.8-29.9k queued and polled (bench/RESULTS.md, issue 14, ninth session).
 // Note [Cached Gloo buffers]
 // Every native collective used to create its Gloo unbound buffers (the input's, the output's, the
 // ring's partial sums) and allocate the ring's scratch per call. A GlooGroup keeps them instead,
