@@ -3,7 +3,7 @@
 # against the machine's pip-installed torch with CUDA and NCCL, then runs the tests, within about 9
 # minutes. Bookworm's -dev packages and sid's Gloo headers travel in .devdeps/ (bench/device/fetch-deps.sh).
 #   run: bash bench/device/libtorch2-check.sh     (carry .devdeps; output in $OUT: log.txt, build*.txt,
-#        ctest.txt, CMakeCache.txt). Figures of 2026-11-26 in bench/RESULTS.md.
+#        ctest.txt, CMakeCache.txt, fs-probe*.txt). Figures of 2026-11-26 in bench/RESULTS.md.
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 exec > >(tee "$OUT/log.txt") 2>&1
@@ -28,6 +28,10 @@ GLOO_EXPORTED=$(nm -D --defined-only "$TORCH_DIR/lib/libtorch_cpu.so" 2>/dev/nul
 echo "gloo symbols exported by libtorch_cpu: $GLOO_EXPORTED"
 nm -D --defined-only "$TORCH_DIR/lib/libtorch_cpu.so" | grep -E ' _ZN4gloo(9allgather|7Context18createUnboundBuffer|9transport13UnboundBuffer)' | head -5
 ldconfig -p | grep -E 'libcrypto.so.3|libz.so.1 |libpng16|libjpeg' | head
+
+step "fs-probe (bench/device/fs-probe.sh: std::filesystem against this LibTorch)"
+bash bench/device/fs-probe.sh "$TORCH_DIR" > "$OUT/fs-probe.txt" 2>&1
+grep -E "^(===|---)|bind to|segv_backtrace" "$OUT/fs-probe.txt" | head -60
 
 step deps
 D=/opt/dtdeps; mkdir -p $D
@@ -69,6 +73,10 @@ if [ "$left" -gt 10 ]; then
   timeout $left ninja -C build-dev -k 0 -j 16 > "$OUT/build2.txt" 2>&1
   echo "all targets rc=$?"; grep -E "error|FAILED" "$OUT/build2.txt" | head -80; tail -2 "$OUT/build2.txt"
 fi
+
+step "fs-probe of dtrain's own tests"
+bash bench/device/fs-probe.sh --dtrain build-dev > "$OUT/fs-probe-dtrain.txt" 2>&1
+head -c 6000 "$OUT/fs-probe-dtrain.txt"
 
 step tests
 cd build-dev
