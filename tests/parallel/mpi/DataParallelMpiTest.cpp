@@ -1,7 +1,8 @@
 // DataParallel's gradient compressions on the mpi backend under mpirun: each process is one rank
 // and runs the checks that the gloo tests run with ranks as threads (CompressionChecks.h): every
 // compression option gives the mean gradient with its bytes, and PowerSGD's error feedback
-// converges. Built as dtrain_parallel_mpi_tests and run by CTest at 2 and 3 ranks
+// converges. With PipelineMpiTest.cpp (the pipeline, a stage per process) built as
+// dtrain_parallel_mpi_tests and run by CTest at 2 and 3 ranks
 // (parallel.mpi.np2, np3), e.g.
 //   mpirun -n 3 --oversubscribe build/tests/parallel/dtrain_parallel_mpi_tests
 #include <gtest/gtest.h>
@@ -13,10 +14,11 @@
 #include "parallel/data_parallel/CompressionChecks.h"
 
 namespace dtrain::parallel {
-namespace {
 
-// MPI_COMM_WORLD's communicator, owned by main().
+// MPI_COMM_WORLD's communicator, owned by main() (PipelineMpiTest.cpp's tests use it too).
 comm::CommunicatorPtr g_world;
+
+namespace {
 
 TEST(DataParallelCompressionMpi, EveryOptionGivesTheMeanGradient) {
   for (const auto& c : testing::compression_cases()) testing::expect_compression_gives_the_mean(g_world, c);

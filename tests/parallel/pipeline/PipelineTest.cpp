@@ -17,60 +17,14 @@
 #include "dtrain/parallel/pipeline/PipelineStrategy.h"
 #include "dtrain/parallel/pipeline/StagePartition.h"
 #include "parallel/ParallelTestUtil.h"
+#include "parallel/pipeline/PipelineChecks.h"
 #include "support/ThreadWorld.h"
 
 namespace dtrain::parallel::pipeline {
 namespace {
 
 using Pass = PipelineAction::Pass;
-
-// mlp [16, 16]: Flatten, Linear(784, 16), ReLU, Linear(16, 16), ReLU, Linear(16, 10): six layers.
-config::RunConfig config_of(const std::string& strategy, const std::string& optimizer,
-                            const std::vector<std::string>& extra = {}) {
-  std::vector<std::string> overrides{"parallel.strategy=" + strategy, "optim.name=" + optimizer,
-                                     "model.name=mlp", "model.hidden=[16, 16]"};
-  if (optimizer == "sgd") overrides.insert(overrides.end(), {"optim.lr=0.05", "optim.momentum=0.9"});
-  if (optimizer == "adam") overrides.push_back("optim.lr=0.01");
-  overrides.insert(overrides.end(), extra.begin(), extra.end());
-  return config::parse_run_config("", "<pipeline test>", overrides);
-}
-
-std::vector<std::string> pipeline_options(const std::string& schedule, int stages, int micro_batches) {
-  return {"parallel.pipeline.schedule=" + schedule, "parallel.pipeline.stages=" + std::to_string(stages),
-          "parallel.pipeline.micro_batches=" + std::to_string(micro_batches)};
-}
-
-double max_abs_difference(const std::map<std::string, torch::Tensor>& a,
-                          const std::map<std::string, torch::Tensor>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double worst = 0.0;
-  for (const auto& [name, t] : b) {
-    const auto it = a.find(name);
-    if (it == a.end()) {
-      ADD_FAILURE() << "missing " << name;
-      continue;
-    }
-    EXPECT_EQ(it->second.sizes(), t.sizes()) << name;
-    worst =
-        std::max(worst, (it->second.to(torch::kDouble) - t.to(torch::kDouble)).abs().max().item<double>());
-  }
-  return worst;
-}
-
-struct Data {
-  torch::Tensor inputs;   // (steps, world * per_rank, 1, 28, 28)
-  torch::Tensor targets;  // (steps, world * per_rank)
-};
-
-Data make_data(int steps, int rows, torch::Dtype dtype) {
-  torch::manual_seed(1234);
-  return {torch::randn({steps, rows, 1, 28, 28}).to(dtype), torch::randint(0, 10, {steps, rows})};
-}
-
-data::Batch slice(const Data& d, int step, int rank, int per_rank) {
-  const auto rows = torch::indexing::Slice(rank * per_rank, (rank + 1) * per_rank);
-  return {d.inputs[step].index({rows}), d.targets[step].index({rows})};
-}
+using namespace checks;
 
 // ---------------------------------------------------------------------------------------------
 // Schedules
