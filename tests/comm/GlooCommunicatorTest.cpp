@@ -11,7 +11,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <future>
+#include <string>
 #include <vector>
 
 #include "comm/CommunicatorConformance.h"
@@ -179,7 +181,10 @@ TEST(GlooCommunicator, UnreachableStoreFailsWithinTheTimeout) {
   EXPECT_LT(Clock::now() - start, 5s);
 }
 
-TEST(GlooCommunicator, PeerThatLeavesFailsTheCollectiveWithoutHanging) {
+// Rank 1 of two leaves; rank 0's `call` (named `op`) must then fail within the timeout with a
+// one-line CommError that names it.
+void expect_a_peer_that_leaves_fails(const std::string& op, const std::function<void(Communicator&)>& call) {
+  SCOPED_TRACE(op);
   auto store = host_store();
   // Rank 1 leaves only once rank 0 has connected too: leaving while rank 0 still completes its
   // side of the mesh would fail rank 0's connect instead of its collective.
@@ -199,55 +204,33 @@ TEST(GlooCommunicator, PeerThatLeavesFailsTheCollectiveWithoutHanging) {
     ASSERT_EQ(gone.wait_for(30s), std::future_status::ready);
     const auto start = Clock::now();
     try {
-      at::Tensor t = torch::ones({1024});
-      comm->allreduce(t);
-      ADD_FAILURE() << "allreduce succeeded without its peer";
+      call(*comm);
+      ADD_FAILURE() << op << " succeeded without its peer";
     } catch (const CommError& e) {
       EXPECT_EQ(e.rank(), 0);
-      EXPECT_NE(std::string(e.what()).find("allreduce"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(op), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
     }
     EXPECT_LT(Clock::now() - start, 5s);
   });
 }
 
+TEST(GlooCommunicator, PeerThatLeavesFailsTheCollectiveWithoutHanging) {
+  expect_a_peer_that_leaves_fails("allreduce", [](Communicator& comm) {
+    at::Tensor t = torch::ones({1024});
+    comm.allreduce(t);
+  });
+}
+
 // A blocking reduce_scatter or flat allgather runs Gloo directly on c10d's worker thread (Note
-// [Gloo's native collectives]): a peer that has left fails it, within the timeout, with a one-line
-// error naming the call, as it does c10d's own collectives.
+// [Gloo's native collectives]): a peer that has left fails it as it does c10d's own collectives.
 TEST(GlooCommunicator, PeerThatLeavesFailsABlockingNativeCollectiveWithoutHanging) {
-  for (const std::string op : {"reduce_scatter", "allgather"}) {
-    SCOPED_TRACE(op);
-    auto store = host_store();
-    std::promise<void> connected, left;
-    auto both_connected = connected.get_future();
-    auto gone = left.get_future();
-    dtrain::testing::run_threads(2, [&](int r) {
-      auto comm = connect(gloo_options(3s), rank_info(r, 2, store->port(), /*agent_store=*/true));
-      if (r == 1) {
-        ASSERT_EQ(both_connected.wait_for(30s), std::future_status::ready);
-        comm.reset();
-        left.set_value();
-        return;
-      }
-      connected.set_value();
-      ASSERT_EQ(gone.wait_for(30s), std::future_status::ready);
-      const auto start = Clock::now();
-      at::Tensor whole = torch::ones({2048});
-      at::Tensor part = torch::ones({1024});
-      try {
-        if (op == "reduce_scatter") {
-          comm->reduce_scatter(whole, part, ReduceOp::Sum, /*async_op=*/false);
-        } else {
-          comm->allgather(part, whole, /*async_op=*/false);
-        }
-        ADD_FAILURE() << op << " succeeded without its peer";
-      } catch (const CommError& e) {
-        EXPECT_EQ(e.rank(), 0);
-        EXPECT_NE(std::string(e.what()).find(op), std::string::npos) << e.what();
-        EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
-      }
-      EXPECT_LT(Clock::now() - start, 5s);
-    });
-  }
+  expect_a_peer_that_leaves_fails("reduce_scatter", [](Communicator& comm) {
+    comm.reduce_scatter(torch::ones({2048}), torch::ones({1024}), ReduceOp::Sum, /*async_op=*/false);
+  });
+  expect_a_peer_that_leaves_fails("allgather", [](Communicator& comm) {
+    comm.allgather(torch::ones({1024}), torch::ones({2048}), /*async_op=*/false);
+  });
 }
 
 // Note [bfloat16 on Gloo]: an alltoall of n equal chunks of 2-byte elements (the buffer padded)
