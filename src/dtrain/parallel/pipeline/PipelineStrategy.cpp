@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <map>
+#include <mutex>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -162,6 +163,19 @@ Header receive_header(comm::Communicator& comm, int src, int tag, double* second
 class Receives {
  public:
   explicit Receives(comm::Communicator* comm) : comm_(comm) {}
+  Receives(const Receives&) = delete;
+  Receives& operator=(const Receives&) = delete;
+  // A step that fails (a loss of the wrong shape, a peer gone) between posting a receive and
+  // taking it leaves the receive posted, and the backend may still write into its tensor: the
+  // tensor and its Work are kept, reachable, for the rest of the process, which ends with the
+  // step's error.
+  ~Receives() {
+    if (posted_.empty()) return;
+    static std::mutex mutex;
+    static auto* abandoned = new std::vector<Posted>();
+    std::lock_guard<std::mutex> lock(mutex);
+    for (auto& [tag, posted] : posted_) abandoned->push_back(std::move(posted));
+  }
   bool posted(int tag) const { return posted_.count(tag) > 0; }
   void post(const std::vector<std::int64_t>& shape, torch::ScalarType dtype, int src, int tag) {
     if (posted(tag)) return;
