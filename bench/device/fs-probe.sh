@@ -14,7 +14,7 @@ mkdir -p "$work"
 cc -shared -fPIC -O1 -o "$work/segv_backtrace.so" "$here/segv_backtrace.c" || exit 1
 preload=$work/segv_backtrace.so
 
-bindings() {  # exe args...: where exe's own std::filesystem references bind (the first 12)
+bindings() {  # exe args...: which libraries exe's own std::filesystem references bind to
   local exe=$1
   LD_DEBUG=bindings LD_DEBUG_OUTPUT="$work/bindings" env LD_PRELOAD="${EXTRA_PRELOAD:-}" "$@" >/dev/null 2>&1
   cat "$work"/bindings.* 2>/dev/null | grep -F "binding file $exe " | grep "St10filesystem" |

@@ -2,10 +2,12 @@
 // threads, and parameter comparisons.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <exception>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -89,6 +91,25 @@ inline double max_relative_difference(const std::vector<torch::Tensor>& a,
   for (std::size_t i = 0; i < a.size(); ++i) {
     const double scale = std::max(b[i].abs().max().item<double>(), 1e-12);
     worst = std::max(worst, (a[i] - b[i]).abs().max().item<double>() / scale);
+  }
+  return worst;
+}
+
+// max |a - b| over two named states (model_state(), optimizer states), in float64; a name or
+// shape on one side only is a test failure.
+inline double max_abs_difference(const std::map<std::string, torch::Tensor>& a,
+                                 const std::map<std::string, torch::Tensor>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0.0;
+  for (const auto& [name, t] : b) {
+    const auto it = a.find(name);
+    if (it == a.end()) {
+      ADD_FAILURE() << "missing " << name;
+      continue;
+    }
+    EXPECT_EQ(it->second.sizes(), t.sizes()) << name;
+    worst =
+        std::max(worst, (it->second.to(torch::kDouble) - t.to(torch::kDouble)).abs().max().item<double>());
   }
   return worst;
 }

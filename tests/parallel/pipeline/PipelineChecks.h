@@ -18,6 +18,8 @@
 
 namespace dtrain::parallel::pipeline::checks {
 
+using parallel::testing::max_abs_difference;
+
 // mlp [16, 16]: Flatten, Linear(784, 16), ReLU, Linear(16, 16), ReLU, Linear(16, 10): six layers.
 inline config::RunConfig config_of(const std::string& strategy, const std::string& optimizer,
                                    const std::vector<std::string>& extra = {}) {
@@ -32,23 +34,6 @@ inline config::RunConfig config_of(const std::string& strategy, const std::strin
 inline std::vector<std::string> pipeline_options(const std::string& schedule, int stages, int micro_batches) {
   return {"parallel.pipeline.schedule=" + schedule, "parallel.pipeline.stages=" + std::to_string(stages),
           "parallel.pipeline.micro_batches=" + std::to_string(micro_batches)};
-}
-
-inline double max_abs_difference(const std::map<std::string, torch::Tensor>& a,
-                                 const std::map<std::string, torch::Tensor>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double worst = 0.0;
-  for (const auto& [name, t] : b) {
-    const auto it = a.find(name);
-    if (it == a.end()) {
-      ADD_FAILURE() << "missing " << name;
-      continue;
-    }
-    EXPECT_EQ(it->second.sizes(), t.sizes()) << name;
-    worst =
-        std::max(worst, (it->second.to(torch::kDouble) - t.to(torch::kDouble)).abs().max().item<double>());
-  }
-  return worst;
 }
 
 struct Data {

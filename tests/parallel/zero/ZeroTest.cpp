@@ -26,6 +26,7 @@ namespace dtrain::parallel {
 namespace {
 
 using State = std::map<std::string, torch::Tensor>;
+using dtrain::parallel::testing::max_abs_difference;
 
 // mlp [31] on 1x28x28 with 10 classes: units of 784*31+31 = 24,335 and 31*10+10 = 320 elements;
 // 24,335 is odd and leaves a remainder at 2, 3 and 4 ranks, 320 at 3.
@@ -99,22 +100,6 @@ State train(const config::RunConfig& cfg, int ranks, const Data& data, int first
       EXPECT_TRUE(torch::equal(ends[r].at(name), value)) << "rank " << r << " " << name;
   }
   return ends[0];
-}
-
-double max_abs_difference(const State& a, const State& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double worst = 0;
-  for (const auto& [name, value] : b) {
-    const auto it = a.find(name);
-    if (it == a.end()) {
-      ADD_FAILURE() << "missing " << name;
-      continue;
-    }
-    EXPECT_EQ(it->second.sizes(), value.sizes()) << name;
-    worst = std::max(worst,
-                     (it->second.to(torch::kDouble) - value.to(torch::kDouble)).abs().max().item<double>());
-  }
-  return worst;
 }
 
 // Adam divides by sqrt(v): in float32 the summation order of a near-zero gradient entry (a ring
