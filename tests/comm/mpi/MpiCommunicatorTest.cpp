@@ -202,6 +202,30 @@ TEST(MpiCommunicator, RecvFromAPeerThatNeverSendsTimesOut) {
   EXPECT_TRUE(at::equal(ones, at::full({4}, static_cast<float>(n))));
 }
 
+// The pipeline keeps its transfers moving by polling them between layers (Note [Transfers kept
+// moving between layers]): a poll must advance a posted send, also where a message above the
+// eager limit moves only inside its sender's MPI calls (CTest runs these tests without Open MPI's
+// single-copy mechanism). Rank 0 posts a 1 MiB send and from then on only polls it.
+TEST(MpiCommunicator, PollingAPostedSendAloneMovesItToItsReceiver) {
+  const int n = world().size();
+  if (n == 1) GTEST_SKIP() << "no peer at world size 1";
+  const auto expected = at::arange(256 * 1024, at::kFloat);
+  if (world().rank() == 0) {
+    auto work = world().send(expected, 1, /*tag=*/11, /*async_op=*/true);
+    const auto give_up = util::Clock::now() + world().timeout();
+    bool done = false;
+    while (!(done = work->poll()) && util::Clock::now() < give_up) {
+    }
+    EXPECT_TRUE(done) << "the send was polled for the communicator's timeout and did not finish";
+    if (!done) work->wait();
+  } else if (world().rank() == 1) {
+    auto received = at::zeros_like(expected);
+    world().recv(received, 0, /*tag=*/11);
+    EXPECT_TRUE(at::equal(received, expected));
+  }
+  world().barrier();
+}
+
 TEST(MpiCommunicator, RendezvousThatDisagreesWithMpirunIsAnError) {
   RendezvousInfo claimed;
   claimed.source = "torchrun";

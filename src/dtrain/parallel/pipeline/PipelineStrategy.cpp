@@ -66,6 +66,25 @@ namespace dtrain::parallel::pipeline {
 // computes, and Gloo's device thread that reads them takes its core from that computation. Where
 // a core is free for it (more cores than stages, GPUs), the overlap is a gain.
 
+// Note [Transfers kept moving between layers]
+// Over mpi, a message above the eager limit moves in steps its sender takes only inside MPI calls
+// (reading the receiver's acknowledgement, scheduling fragments), and within a host without Open
+// MPI's single-copy mechanism (CMA: ptrace rules and containers turn it off, and CI runs without
+// it) each fragment is pushed through shared memory by the sender and copied out by the receiver,
+// each inside its own MPI calls. A stage that posts its activation's send and then computes the
+// next micro-batch therefore held the next stage back for that whole computation: gpipe S = 2,
+// M = 8 over mpi without single-copy idled 0.45-0.56 of the step (0.10-0.29 with it) at 510-570
+// samples/s against 830-960. So while a step runs, the stage polls its outstanding sends and
+// posted receives after each layer's forward and, through a hook on each layer's output, after
+// each layer's backward: Work::poll(), one test that blocks on nothing; the first unfinished one
+// stops the round, since one MPI call advances every request of the process. On gloo, whose
+// send and recv are moved by Gloo's own threads, poll() answers false at once and costs a virtual
+// call. Where the transfers finished, nothing is called. A layer's forward or backward is the
+// grain: one long layer still delays its stage's messages by its own length.
+// A progress thread that entered MPI on a timer while transfers were open was tried first and
+// kept out: on this host its 1 ms wake-ups cost 10-15% of a 16 MB sendrecv (bench/RESULTS.md,
+// issue 14, tenth session). A failed poll is left to the wait that follows, which reports it.
+
 namespace {
 
 constexpr int kTagInputs = 1;
@@ -134,13 +153,24 @@ class Sends {
     for (auto& w : works_) w->wait();
     works_.clear();
     tensors_.clear();
+    finished_ = 0;
     return util::seconds_since(start);
+  }
+  // Tests the sends in posting order up to the first unfinished one (Note [Transfers kept moving
+  // between layers]); true when one was unfinished.
+  bool poll() {
+    while (finished_ < works_.size()) {
+      if (!works_[finished_]->poll()) return true;
+      ++finished_;
+    }
+    return false;
   }
 
  private:
   comm::Communicator* comm_;
   std::vector<comm::WorkPtr> works_;
   std::vector<torch::Tensor> tensors_;
+  std::size_t finished_ = 0;  // works_[0, finished_) are known to be done
 };
 
 torch::Tensor receive(comm::Communicator& comm, std::vector<std::int64_t> shape, torch::ScalarType dtype,
@@ -181,7 +211,7 @@ class Receives {
     if (posted(tag)) return;
     auto tensor = torch::empty(shape, torch::TensorOptions().dtype(dtype));
     auto work = comm_->recv(tensor, src, tag, /*async_op=*/true);
-    posted_.emplace(tag, Posted{std::move(tensor), std::move(work)});
+    posted_.emplace(tag, Posted{std::move(tensor), std::move(work), false});
   }
   // The receive posted for `tag` (posted now if it was not), once it has arrived.
   torch::Tensor take(const std::vector<std::int64_t>& shape, torch::ScalarType dtype, int src, int tag,
@@ -193,11 +223,21 @@ class Receives {
     if (seconds) *seconds += util::seconds_since(start);
     return std::move(node.mapped().tensor);
   }
+  // Tests the posted receives up to the first unfinished one (Note [Transfers kept moving between
+  // layers]).
+  void poll() {
+    for (auto& [tag, posted] : posted_) {
+      if (posted.arrived) continue;
+      if (!posted.work->poll()) return;
+      posted.arrived = true;
+    }
+  }
 
  private:
   struct Posted {
     torch::Tensor tensor;
     comm::WorkPtr work;
+    bool arrived = false;  // poll() found it finished
   };
   comm::Communicator* comm_;
   std::map<int, Posted> posted_;
@@ -462,19 +502,38 @@ torch::Tensor PipelineStrategy::run_stage(const torch::Tensor& inputs) {
     x = x.contiguous(at::MemoryFormat::ChannelsLast);
   }
   const bool last = layout_.stage == layout_.stages - 1;
+  // See Note [Transfers kept moving between layers].
+  const auto layer_done = [&](torch::Tensor& output) {
+    if (!between_layers_) return;
+    between_layers_();
+    if (output.requires_grad()) {
+      output.register_hook([this](const torch::Tensor&) {
+        if (between_layers_) between_layers_();
+      });
+    }
+  };
   switch (context_.precision) {
     case optim::Precision::Fp32:
-      for (auto& layer : layers_) x = layer.forward(x);
+      for (auto& layer : layers_) {
+        x = layer.forward(x);
+        layer_done(x);
+      }
       return x;
     case optim::Precision::Bf16: {
       {
         optim::AutocastGuard autocast(true, torch::kBFloat16);
-        for (auto& layer : layers_) x = layer.forward(x);
+        for (auto& layer : layers_) {
+          x = layer.forward(x);
+          layer_done(x);
+        }
       }
       return last && torch::isFloatingType(x.scalar_type()) ? x.to(torch::kFloat) : x;
     }
     case optim::Precision::Fp16:
-      for (auto& layer : layers_) x = layer.forward(round_through_half(x));
+      for (auto& layer : layers_) {
+        x = layer.forward(round_through_half(x));
+        layer_done(x);
+      }
       return last ? round_through_half(x) : x;
   }
   throw std::logic_error("pipeline: unknown precision");
@@ -606,6 +665,19 @@ StepResult PipelineStrategy::train_step(const data::Batch& batch) {
     const auto half = precision_.half_weights(parameters);
     Sends sends(pipe_.get());
     Receives ahead(pipe_.get());
+    // See Note [Transfers kept moving between layers]; cleared when the schedule ends, normally or
+    // by an exception, before `sends` and `ahead` go.
+    between_layers_ = [&] {
+      try {
+        if (!sends.poll()) ahead.poll();
+      } catch (const std::exception&) {
+        // The failed transfer's own wait reports it.
+      }
+    };
+    struct Clear {
+      std::function<void()>& f;
+      ~Clear() { f = nullptr; }
+    } clear{between_layers_};
     std::map<int, InFlight> held;
     Header incoming;  // the step's activation header from the stage before
     bool have_header = false;

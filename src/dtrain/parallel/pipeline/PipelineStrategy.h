@@ -6,6 +6,7 @@
 // its stage's parameters and optimizer state.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -120,6 +121,9 @@ class PipelineStrategy final : public Strategy {
   std::shared_ptr<comm::Communicator> group_;  // the ranks holding this stage, ranked by replica
   comm::CommStats own_comm_;
   bool evaluating_ = false;
+  // Set while a training step's schedule runs: polls its transfers (Note [Transfers kept moving
+  // between layers]); run_stage calls it after each layer's forward and backward.
+  std::function<void()> between_layers_;
 
   // Idle time (blocked receiving activations or gradients) and step time, summed over steps
   // after the first; the peak of micro-batches held.
