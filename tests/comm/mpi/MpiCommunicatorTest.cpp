@@ -6,9 +6,11 @@
 //   mpirun -n 4 --oversubscribe build/tests/comm/dtrain_comm_mpi_tests
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+#include <mpi.h>
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -224,6 +226,37 @@ TEST(MpiCommunicator, PollingAPostedSendAloneMovesItToItsReceiver) {
     EXPECT_TRUE(at::equal(received, expected));
   }
   world().barrier();
+}
+
+// Note [Open MPI's send pipeline depth]: MPI, initialised by dtrain here, runs at the depth the
+// environment names, 16 unless it named one before.
+TEST(MpiCommunicator, OpenMpiSendPipelineDepthIsTheEnvironmentsSixteenByDefault) {
+  const char* depth = std::getenv("OMPI_MCA_pml_ob1_send_pipeline_depth");
+  ASSERT_NE(depth, nullptr) << "dtrain did not set the send pipeline depth before initialising MPI";
+  int provided = 0;
+  ASSERT_EQ(MPI_T_init_thread(MPI_THREAD_SERIALIZED, &provided), MPI_SUCCESS);
+  int count = 0;
+  MPI_T_cvar_get_num(&count);
+  int value = -1;
+  for (int index = 0; index < count; ++index) {
+    char name[256];
+    int name_length = sizeof(name);
+    int verbosity = 0, bind = 0, scope = 0;
+    MPI_Datatype datatype = MPI_DATATYPE_NULL;
+    MPI_T_enum values = MPI_T_ENUM_NULL;
+    if (MPI_T_cvar_get_info(index, name, &name_length, &verbosity, &datatype, &values, nullptr, nullptr,
+                            &bind, &scope) != MPI_SUCCESS ||
+        std::string(name) != "pml_ob1_send_pipeline_depth") {
+      continue;
+    }
+    MPI_T_cvar_handle handle;
+    int elements = 0;
+    ASSERT_EQ(MPI_T_cvar_handle_alloc(index, nullptr, &handle, &elements), MPI_SUCCESS);
+    MPI_T_cvar_read(handle, &value);
+    MPI_T_cvar_handle_free(&handle);
+  }
+  MPI_T_finalize();
+  EXPECT_EQ(value, std::atoi(depth));
 }
 
 TEST(MpiCommunicator, RendezvousThatDisagreesWithMpirunIsAnError) {
