@@ -229,8 +229,8 @@ TEST(MpiCommunicator, PollingAPostedSendAloneMovesItToItsReceiver) {
 }
 
 // Note [Open MPI's send pipeline depth]: MPI, initialised by dtrain here, runs at the depth the
-// environment names, 16 unless it named one before.
-TEST(MpiCommunicator, OpenMpiSendPipelineDepthIsTheEnvironmentsSixteenByDefault) {
+// environment names, 32 unless it named one before.
+TEST(MpiCommunicator, OpenMpiSendPipelineDepthIsTheEnvironmentsOrThirtyTwo) {
   const char* depth = std::getenv("OMPI_MCA_pml_ob1_send_pipeline_depth");
   ASSERT_NE(depth, nullptr) << "dtrain did not set the send pipeline depth before initialising MPI";
   int provided = 0;

@@ -80,7 +80,9 @@ namespace dtrain::parallel::pipeline {
 // stops the round, since one MPI call advances every request of the process. On gloo, whose
 // send and recv are moved by Gloo's own threads, poll() answers false at once and costs a virtual
 // call. Where the transfers finished, nothing is called. A layer's forward or backward is the
-// grain: one long layer still delays its stage's messages by its own length.
+// grain: one long layer still delays its stage's messages by its own length. How much one call
+// moves is Open MPI's send pipeline depth, which dtrain raises (Note [Open MPI's send pipeline
+// depth] in comm/mpi/MpiRuntime.cpp).
 // A progress thread that entered MPI on a timer while transfers were open was tried first and
 // kept out: on this host its 1 ms wake-ups cost 10-15% of a 16 MB sendrecv (bench/RESULTS.md,
 // issue 14, tenth session). A failed poll is left to the wait that follows, which reports it.
