@@ -87,22 +87,33 @@ CallFingerprint decode(const std::int64_t* w) {
 // blocking MPI call; a locked instruction (a mutex, a fetch_add, a compare-and-swap) right after
 // MPI's own stores costs several times what it costs in a loop (bench/RESULTS.md). So writing the
 // recorder takes no lock and no locked instruction:
-// - each ring slot is a sequence lock: a writer makes its version odd, stores the fields (relaxed
-//   atomics) and makes it even again with a release store; a reader copies the fields between two
-//   reads of the version and tries again when they differ or are odd (Boehm, "Can seqlocks get
-//   along with programming language memory models?", MSPC 2012, the fence-based reader; Linux's
-//   seqcount_t is the same protocol);
 // - start() is called by the thread that issues the communicator's operations, one at a time
-//   (Communicator.h), so it counts ids with a plain load and store, and it alone writes kept_;
-// - finish(), on whichever thread waits, writes only the slot that still holds its own id, and
-//   raises newest_done_, a hint: the newest finished id it knows of;
+//   (Communicator.h), so it counts ids with a plain load and store, and it alone writes a slot's
+//   record and kept_;
+// - each record is a sequence lock with that one writer: start() makes the version odd, stores the
+//   fields (relaxed atomics) and makes it even again with a release store; a reader copies the
+//   fields between two reads of the version and tries again when they differ or are odd (Boehm,
+//   "Can seqlocks get along with programming language memory models?", MSPC 2012, the fence-based
+//   reader; Linux's seqcount_t is the same protocol);
+// - finish(), on whichever thread waits, stays out of the sequence lock: when its slot still holds
+//   its id it stores the end time and then, with a release store, the slot's outcome word, which
+//   names the id with the state. A reader takes a record as finished only when the outcome names
+//   the record's id, so an outcome left by an operation the slot held before means nothing;
+// - finish() also raises newest_done_, a hint: the newest finished id it knows of;
 // - the newest finished operation is found by the reader (rare: a failure report), as the newest
 //   Done record of the ring and kept_. Before start() reuses a slot whose operation finished, it
 //   copies that record to kept_ unless the hint names a newer finished operation (which is then
 //   still in the ring, or copied in its turn): in steady use, no copy at all.
-// Two writers meet in one slot only when 64 operations started after one that is still finishing;
-// a report may then show that slot torn, and it is a report's line, never data. Two threads
-// finishing at once may leave the hint lower than it should be, which costs a copy, not a record.
+// Until the eleventh session finish() wrote its state under the sequence lock too. When 64 starts
+// overtook an operation still finishing, start() and finish() were two writers in one slot, their
+// loads and stores of the version could interleave, and the version could stay odd for good: no
+// reader could read that slot again, and a report named an older operation as the last completed
+// one (the stress test in CollectiveCheckTest.cpp did, in CI, and in one run of five to ten here;
+// none in 200 runs since).
+// What is left of that race: a finish overtaken, between its check of the slot and its stores, by
+// 64 starts and the finish of the slot's new operation makes that operation look running, with the
+// old one's end time. That is a report's line, never data, and it needs 64 operations to start
+// while one thread is between two instructions.
 namespace {
 
 constexpr int kReadAttempts = 1000;
@@ -112,6 +123,11 @@ std::uint64_t pack(const CallFingerprint& c, std::uint8_t state) {
          static_cast<std::uint64_t>(static_cast<std::uint8_t>(c.reduce + 1)) << 8 |
          static_cast<std::uint64_t>(state) << 16 |
          static_cast<std::uint64_t>(static_cast<std::uint32_t>(c.root)) << 32;
+}
+
+// The outcome word of operation `id` finished in `state` (Done or Failed: two bits).
+std::uint64_t outcome_of(std::uint64_t id, std::uint8_t state) {
+  return (id + 1) << 2 | state;
 }
 
 std::int64_t nanoseconds(util::Clock::time_point t) {
@@ -134,20 +150,17 @@ void FlightRecorder::write(Slot& slot, const Entry& e) {
   slot.seq.store(e.call.seq, std::memory_order_relaxed);
   slot.packed.store(pack(e.call, static_cast<std::uint8_t>(e.state)), std::memory_order_relaxed);
   slot.started.store(nanoseconds(e.started), std::memory_order_relaxed);
-  slot.ended.store(nanoseconds(e.ended), std::memory_order_relaxed);
+  // A finished record is copied to kept_, which start() alone writes: its end time goes with it.
+  if (e.state == State::Done || e.state == State::Failed) {
+    slot.ended.store(nanoseconds(e.ended), std::memory_order_relaxed);
+  }
   slot.id.store(e.id, std::memory_order_relaxed);
   slot.version.store(v + 2, std::memory_order_release);
 }
 
-void FlightRecorder::write_end(Slot& slot, util::Clock::time_point ended, State state) {
-  const auto v = slot.version.load(std::memory_order_relaxed);
-  slot.version.store(v + 1, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_release);
+void FlightRecorder::write_outcome(Slot& slot, std::uint64_t id, util::Clock::time_point ended, State state) {
   slot.ended.store(nanoseconds(ended), std::memory_order_relaxed);
-  auto packed = slot.packed.load(std::memory_order_relaxed);
-  packed = (packed & ~(std::uint64_t{0xff} << 16)) | static_cast<std::uint64_t>(state) << 16;
-  slot.packed.store(packed, std::memory_order_relaxed);
-  slot.version.store(v + 2, std::memory_order_release);
+  slot.outcome.store(outcome_of(id, static_cast<std::uint8_t>(state)), std::memory_order_release);
 }
 
 bool FlightRecorder::read(const Slot& slot, Entry& out) {
@@ -159,7 +172,6 @@ bool FlightRecorder::read(const Slot& slot, Entry& out) {
     e.call.seq = slot.seq.load(std::memory_order_relaxed);
     const auto packed = slot.packed.load(std::memory_order_relaxed);
     e.started = time_point(slot.started.load(std::memory_order_relaxed));
-    e.ended = time_point(slot.ended.load(std::memory_order_relaxed));
     e.id = slot.id.load(std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_acquire);
     if ((before & 1) != 0 || slot.version.load(std::memory_order_relaxed) != before) continue;
@@ -168,6 +180,12 @@ bool FlightRecorder::read(const Slot& slot, Entry& out) {
     e.state = static_cast<State>((packed >> 16) & 0xff);
     e.call.root = static_cast<std::int32_t>(static_cast<std::uint32_t>(packed >> 32));
     if (e.call.op == nullptr) e.call.op = "";
+    // The outcome, when it is this record's: its release store follows the end time's.
+    const auto outcome = slot.outcome.load(std::memory_order_acquire);
+    if ((outcome >> 2) == e.id + 1) e.state = static_cast<State>(outcome & 3);
+    if (e.state == State::Done || e.state == State::Failed) {
+      e.ended = time_point(slot.ended.load(std::memory_order_relaxed));
+    }
     out = e;
     return true;
   }
@@ -180,9 +198,10 @@ std::size_t FlightRecorder::start(const CallFingerprint& call) {
   Slot& slot = ring_[id % kCapacity];
   // The operation this slot held may be the newest finished one: keep it before it is overwritten.
   if (id >= kCapacity) {
-    const auto state = static_cast<State>((slot.packed.load(std::memory_order_relaxed) >> 16) & 0xff);
     const auto held = slot.id.load(std::memory_order_relaxed);
-    if (state == State::Done && held + 1 >= newest_done_.load(std::memory_order_relaxed) &&
+    const bool done = slot.outcome.load(std::memory_order_relaxed) ==
+                      outcome_of(held, static_cast<std::uint8_t>(State::Done));
+    if (done && held + 1 >= newest_done_.load(std::memory_order_relaxed) &&
         (kept_.version.load(std::memory_order_relaxed) == 0 ||
          held > kept_.id.load(std::memory_order_relaxed))) {
       Entry previous;
@@ -202,7 +221,7 @@ void FlightRecorder::finish(std::size_t ticket, bool ok) {
   const auto id = static_cast<std::uint64_t>(ticket);
   Slot& slot = ring_[id % kCapacity];
   if (slot.id.load(std::memory_order_relaxed) != id) return;  // pushed out by 64 later operations
-  write_end(slot, util::coarse_now(), ok ? State::Done : State::Failed);
+  write_outcome(slot, id, util::coarse_now(), ok ? State::Done : State::Failed);
   if (ok && newest_done_.load(std::memory_order_relaxed) < id + 1) {
     newest_done_.store(id + 1, std::memory_order_relaxed);
   }

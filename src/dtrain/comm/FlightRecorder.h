@@ -60,7 +60,7 @@ class FlightRecorder {
   std::string summary() const;
 
  private:
-  enum class State : std::uint8_t { Empty, Running, Done, Failed };
+  enum class State : std::uint8_t { Empty, Running, Done, Failed };  // two bits in Slot::outcome
   // A reader's copy of one record. Times are the coarse clock's (util::coarse_now()): read twice
   // per call, they are a report's tenths of a second, where a steady_clock read (~20 ns) is a
   // tenth of a small call's overhead (Note [The cost of a small call] in Communicator.cpp).
@@ -72,19 +72,21 @@ class FlightRecorder {
     std::uint64_t id = 0;  // start() count when recorded, to tell a reused slot
   };
   // One record as its writers and readers share it, without a lock: see Note [A recorder
-  // without a lock] in FlightRecorder.cpp.
+  // without a lock] in FlightRecorder.cpp. start() alone writes the fields under `version`;
+  // finish() writes only `ended` and `outcome`.
   struct Slot {
-    std::atomic<std::uint32_t> version{0};  // odd while a writer is in it
+    std::atomic<std::uint32_t> version{0};  // odd while start() is in it
     std::atomic<const char*> op{""};
     std::atomic<std::int64_t> numel{0};
     std::atomic<std::int64_t> seq{-1};
-    std::atomic<std::uint64_t> packed{0};  // dtype, reduction, state, root
+    std::atomic<std::uint64_t> packed{0};  // dtype, reduction, state when started, root
     std::atomic<std::int64_t> started{0};  // ns on the coarse clock
-    std::atomic<std::int64_t> ended{0};
     std::atomic<std::uint64_t> id{~std::uint64_t{0}};
+    std::atomic<std::int64_t> ended{0};
+    std::atomic<std::uint64_t> outcome{0};  // (id + 1) << 2 | State of the operation that finished
   };
   static void write(Slot& slot, const Entry& entry);
-  static void write_end(Slot& slot, util::Clock::time_point ended, State state);
+  static void write_outcome(Slot& slot, std::uint64_t id, util::Clock::time_point ended, State state);
   // False when writers kept the slot busy through every attempt (a report then skips it).
   static bool read(const Slot& slot, Entry& out);
   bool read_last_done(Entry& out) const;
