@@ -134,6 +134,6 @@ TEST(Idx, DebianFashionMnist) {
   // Fashion-MNIST's published pixel mean and std (0.2860, 0.3530).
   EXPECT_NEAR(train.stats().mean[0], 0.2860, 1e-3);
   EXPECT_NEAR(train.stats().std[0], 0.3530, 1e-3);
+  // Recorded, not asserted: speed is bench/'s to check, never a unit test's.
   RecordProperty("train_load_seconds", std::to_string(seconds));
-  EXPECT_LT(seconds, 5.0);
 }

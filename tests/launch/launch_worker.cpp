@@ -1,6 +1,7 @@
 // A worker for the launcher tests: joins the job from its environment (dtrain launch, torchrun
 // or mpirun), all-reduces rank + 1 and prints the sum, so a test can see the ranks really met.
-// With "--fail-first-attempt" rank 1 exits 3 after the all-reduce of attempt 0, to test restarts.
+// With "--fail-first-attempt" rank 1 exits 3 in attempt 0, to test restarts: after the barrier that
+// follows the print, so that every rank has printed before the launcher stops the attempt.
 #include <cstring>
 #include <exception>
 #include <iostream>
@@ -19,8 +20,8 @@ int main(int argc, char** argv) {
     comm->allreduce(value);
     std::cout << "rank " << comm->rank() << " size " << comm->size() << " sum " << value[0].item<float>()
               << " source " << info.source << " prefix " << info.store_prefix << std::endl;
-    if (fail_first_attempt && info.restart_count == 0 && comm->rank() == 1) return 3;
     comm->barrier();
+    if (fail_first_attempt && info.restart_count == 0 && comm->rank() == 1) return 3;
     return 0;
   } catch (const std::exception& e) {
     std::cerr << "launch_worker: " << e.what() << std::endl;
