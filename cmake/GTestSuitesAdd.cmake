@@ -10,7 +10,6 @@ list(LENGTH labels buckets)
 math(EXPR last "${buckets} - 1")
 
 # Each bucket's suites (in GoogleTest's order) and their tests; how many buckets each suite is in.
-set(all_suites "")
 foreach(b RANGE ${last})
   list(GET labels ${b} label)
   list(GET filters ${b} filter)
