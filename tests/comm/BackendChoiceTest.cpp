@@ -59,13 +59,24 @@ TEST(BackendChoice, OneRankCommunicatesNothing) {
 }
 
 TEST(BackendChoice, CudaTensorsTakeNcclWhereBuilt) {
-  const auto choice = choose_backend(layout(2, 2, true, /*cuda=*/true));
+  auto gpu_job = layout(2, 2, true, /*cuda=*/true);
+  gpu_job.gpus = 2;
+  const auto choice = choose_backend(gpu_job);
   if (built("nccl")) {
     EXPECT_EQ(choice.name, "nccl");
+    EXPECT_EQ(choice.reason, "CUDA tensors, NCCL (2 rank(s) on a host of 2 GPU(s))");
   } else {
     // Without NCCL the layout decides, as for CPU tensors.
     EXPECT_EQ(choice.name, choose_backend(layout(2, 2, true)).name);
   }
+}
+
+TEST(BackendChoice, MoreRanksThanGpusShareThemThroughHostMemory) {
+  auto gpu_job = layout(4, 4, true, /*cuda=*/true);
+  gpu_job.gpus = 2;  // NCCL refuses two ranks on one GPU
+  EXPECT_EQ(choose_backend(gpu_job).name, choose_backend(layout(4, 4, true)).name);
+  gpu_job.gpus = 0;
+  EXPECT_EQ(choose_backend(gpu_job).name, choose_backend(layout(4, 4, true)).name);
 }
 
 TEST(BackendChoice, AutoMustBeResolvedBeforeConnecting) {

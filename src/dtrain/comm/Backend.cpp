@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <torch/cuda.h>
+
 #include <algorithm>
 #include <stdexcept>
 
@@ -31,7 +33,10 @@ BackendChoice choose_backend(const BackendLayout& layout) {
   const auto built = available_backends();
   auto has = [&](const char* name) { return std::find(built.begin(), built.end(), name) != built.end(); };
   const int n = layout.world_size;
-  if (layout.cuda && has("nccl")) return {"nccl", "CUDA tensors, NCCL"};
+  if (layout.cuda && has("nccl") && layout.local_world_size <= layout.gpus) {
+    return {"nccl", fmt::format("CUDA tensors, NCCL ({} rank(s) on a host of {} GPU(s))",
+                                layout.local_world_size, layout.gpus)};
+  }
   if (n <= 1) return {"gloo", "1 rank, nothing to communicate"};
   if (layout.local_world_size < n) {
     if (layout.mpi_processes && has("mpi")) {
@@ -66,6 +71,7 @@ std::string resolve_backend(const std::string& configured, const RendezvousInfo&
   layout.local_world_size = rendezvous.local_world_size;
   layout.mpi_processes = rendezvous.source == "openmpi";
   layout.cuda = cuda;
+  layout.gpus = cuda ? static_cast<int>(torch::cuda::device_count()) : 0;
   const auto choice = choose_backend(layout);
   if (line) *line = describe(choice);
   return choice.name;

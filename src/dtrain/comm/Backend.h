@@ -33,7 +33,8 @@ std::vector<std::string> available_backends();
 
 // Note [Choosing a backend]
 // parallel.backend: auto (the default) picks the fastest transport the job's layout allows:
-// - nccl for CUDA tensors, where built;
+// - nccl for CUDA tensors, where built and every local rank has a GPU of its own (NCCL refuses two
+//   ranks on one GPU; more ranks than GPUs share them over gloo or mpi, through host memory);
 // - mpi when every rank is on one host and the ranks are MPI processes (started by mpirun, which
 //   `dtrain train --nproc` and `dtrain experiment` do themselves when auto picks mpi and mpirun is
 //   in PATH): OpenMPI's shared-memory transport (vader) moves a 4 KB all-reduce in microseconds
@@ -50,6 +51,7 @@ struct BackendLayout {
   int local_world_size = 1;    // ranks on this host; equal to world_size on one host
   bool mpi_processes = false;  // the ranks are (or will be started as) one MPI job
   bool cuda = false;           // the tensors to communicate live on CUDA devices
+  int gpus = 0;                // CUDA devices a host's ranks see: nccl needs one per local rank
 };
 
 struct BackendChoice {

@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <mutex>
 #include <stdexcept>
+#include <utility>
 
 #include "dtrain/util/Clock.h"
 #include "dtrain/util/EnumNames.h"
@@ -128,7 +130,77 @@ class TrackedWork final : public Work {
   bool settled_ = false;
 };
 
+// Note [Tensors on another device]
+// A backend carries tensors in one place: gloo and mpi read and write host memory (Gloo's unbound
+// buffers and MPI's calls take raw pointers; Debian's Open MPI is not CUDA-aware), nccl reads and
+// writes its GPU's memory. Training on a GPU hands the communicator both: parameters, gradients
+// and activations on the GPU, and small host tensors (metric sums, batch sizes, an overflow flag,
+// a pipeline's headers, RNG states). Rather than have every caller know where each backend wants
+// its tensors, the Communicator moves them: a tensor the backend cannot carry where it lives
+// (staging_device()) is copied to where it can, the backend works on the copy, and what the call
+// writes is copied back when the call completes (in wait() or completed(), on the waiting thread,
+// after the backend's own completion step such as Avg's division; never on a backend's thread).
+// Copies to the GPU and back run on the caller's current stream, which c10d's NCCL orders its own
+// stream after; a copy from the GPU to pageable host memory returns when it has landed.
+// This is what Horovod does without a CUDA-aware MPI, and what c10d's Gloo does inside for its
+// CUDA all-reduce and broadcast. It costs a copy each way, so gloo and mpi train on a GPU at the
+// speed of host memory and PCIe; nccl is what a GPU job should use (parallel.backend: auto picks it
+// for train.device: cuda). Stats and wire bytes count the caller's tensor, as the bytes sent.
+// A tensor already where the backend wants it costs one device comparison per tensor per call.
+class StagedWork final : public Work {
+ public:
+  StagedWork(WorkPtr inner, std::vector<at::Tensor> held,
+             std::vector<std::pair<at::Tensor, at::Tensor>> written)
+      : inner_(std::move(inner)), held_(std::move(held)), written_(std::move(written)) {}
+
+  bool completed() override {
+    if (inner_ && !inner_->completed()) return false;
+    copy_back();
+    return true;
+  }
+  bool poll() override {
+    if (inner_ && !inner_->poll()) return false;
+    copy_back();
+    return true;
+  }
+  void wait() override {
+    if (inner_) inner_->wait();
+    copy_back();
+  }
+
+ private:
+  void copy_back() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (done_) return;
+    for (auto& [caller, copy] : written_) caller.copy_(copy);
+    done_ = true;
+    written_.clear();
+    held_.clear();
+  }
+
+  WorkPtr inner_;
+  std::vector<at::Tensor> held_;
+  std::vector<std::pair<at::Tensor, at::Tensor>> written_;
+  std::mutex mutex_;
+  bool done_ = false;
+};
+
 }  // namespace
+
+at::Tensor Communicator::stage(const at::Tensor& tensor, bool read, bool written, Staging& staging) const {
+  const auto device = staging_device(tensor);
+  if (!device) return tensor;
+  at::Tensor copy = at::empty_like(tensor, tensor.options().device(*device));
+  if (read) copy.copy_(tensor);
+  if (written) staging.written.emplace_back(tensor, copy);
+  staging.held.push_back(copy);
+  return copy;
+}
+
+WorkPtr Communicator::staged(WorkPtr work, Staging&& staging) {
+  if (staging.held.empty()) return work;
+  return std::make_shared<StagedWork>(std::move(work), std::move(staging.held), std::move(staging.written));
+}
 
 WorkPtr completed_work() {
   // A handle with no control block (shared_ptr's aliasing constructor with an empty owner): copying
@@ -354,7 +426,12 @@ void Communicator::check_fingerprint(const CallFingerprint& call) {
   at::Tensor mine = at::empty({kFingerprintWords}, at::TensorOptions().dtype(at::kLong));
   std::copy(words.begin(), words.end(), mine.data_ptr<std::int64_t>());
   at::Tensor all = at::empty({kFingerprintWords * size_}, mine.options());
-  do_allgather(mine, all, /*async_op=*/false)->wait();
+  {
+    Staging staging;
+    const auto in = stage(mine, true, false, staging);
+    const auto out = stage(all, false, true, staging);
+    if (auto work = staged(do_allgather(in, out, /*async_op=*/false), std::move(staging))) work->wait();
+  }
   const auto* w = all.data_ptr<std::int64_t>();
   for (int r = 0; r < size_; ++r) {
     const auto theirs = decode(w + r * kFingerprintWords);
@@ -449,8 +526,12 @@ WorkPtr Communicator::allreduce(const at::Tensor& tensor, ReduceOp op, bool asyn
   if (size_ == 1) return completed_work();
   const auto b = nbytes(tensor);
   return track(collective("allreduce", &tensor, -1, static_cast<int>(op)), b,
-               wire_bytes_of(wire_call(CommOp::Allreduce, tensor, async_op)), async_op,
-               [&] { return do_allreduce(tensor, op, async_op); });
+               wire_bytes_of(wire_call(CommOp::Allreduce, tensor, async_op)), async_op, [&] {
+                 if (!staging_device(tensor)) return do_allreduce(tensor, op, async_op);
+                 Staging s;
+                 const auto t = stage(tensor, true, true, s);
+                 return staged(do_allreduce(t, op, async_op), std::move(s));
+               });
 }
 
 WorkPtr Communicator::allgather(const at::Tensor& input, const at::Tensor& output, bool async_op) {
@@ -467,8 +548,14 @@ WorkPtr Communicator::allgather(const at::Tensor& input, const at::Tensor& outpu
   }
   const auto b = nbytes(output);
   return track(collective("allgather", &input), b,
-               wire_bytes_of(wire_call(CommOp::Allgather, input, async_op)), async_op,
-               [&] { return do_allgather(input, output, async_op); });
+               wire_bytes_of(wire_call(CommOp::Allgather, input, async_op)), async_op, [&] {
+                 if (!staging_device(input) && !staging_device(output))
+                   return do_allgather(input, output, async_op);
+                 Staging s;
+                 const auto in = stage(input, true, false, s);
+                 const auto out = stage(output, false, true, s);
+                 return staged(do_allgather(in, out, async_op), std::move(s));
+               });
 }
 
 WorkPtr Communicator::broadcast(const at::Tensor& tensor, int root, bool async_op) {
@@ -477,8 +564,12 @@ WorkPtr Communicator::broadcast(const at::Tensor& tensor, int root, bool async_o
   if (size_ == 1) return completed_work();
   const auto b = nbytes(tensor);
   return track(collective("broadcast", &tensor, root), b,
-               wire_bytes_of(wire_call(CommOp::Broadcast, tensor, async_op, root)), async_op,
-               [&] { return do_broadcast(tensor, root, async_op); });
+               wire_bytes_of(wire_call(CommOp::Broadcast, tensor, async_op, root)), async_op, [&] {
+                 if (!staging_device(tensor)) return do_broadcast(tensor, root, async_op);
+                 Staging s;
+                 const auto t = stage(tensor, rank_ == root, rank_ != root, s);
+                 return staged(do_broadcast(t, root, async_op), std::move(s));
+               });
 }
 
 WorkPtr Communicator::reduce_scatter(const at::Tensor& input, const at::Tensor& output, ReduceOp op,
@@ -496,8 +587,15 @@ WorkPtr Communicator::reduce_scatter(const at::Tensor& input, const at::Tensor& 
   }
   const auto b = nbytes(input);
   return track(collective("reduce_scatter", &input, -1, static_cast<int>(op)), b,
-               wire_bytes_of(wire_call(CommOp::ReduceScatter, input, async_op)), async_op,
-               [&] { return do_reduce_scatter(input, output, op, async_op); });
+               wire_bytes_of(wire_call(CommOp::ReduceScatter, input, async_op)), async_op, [&] {
+                 if (!staging_device(input) && !staging_device(output)) {
+                   return do_reduce_scatter(input, output, op, async_op);
+                 }
+                 Staging s;
+                 const auto in = stage(input, true, false, s);
+                 const auto out = stage(output, false, true, s);
+                 return staged(do_reduce_scatter(in, out, op, async_op), std::move(s));
+               });
 }
 
 WorkPtr Communicator::alltoall(const at::Tensor& input, const at::Tensor& output, bool async_op) {
@@ -516,7 +614,14 @@ WorkPtr Communicator::alltoall(const at::Tensor& input, const at::Tensor& output
   }
   const auto b = nbytes(input);
   return track(collective("alltoall", &input), b, wire_bytes_of(wire_call(CommOp::Alltoall, input, async_op)),
-               async_op, [&] { return do_alltoall(input, output, async_op); });
+               async_op, [&] {
+                 if (!staging_device(input) && !staging_device(output))
+                   return do_alltoall(input, output, async_op);
+                 Staging s;
+                 const auto in = stage(input, true, false, s);
+                 const auto out = stage(output, false, true, s);
+                 return staged(do_alltoall(in, out, async_op), std::move(s));
+               });
 }
 
 WorkPtr Communicator::send(const at::Tensor& tensor, int dst, int tag, bool async_op) {
@@ -525,8 +630,12 @@ WorkPtr Communicator::send(const at::Tensor& tensor, int dst, int tag, bool asyn
   if (dst == rank_) fail("send", "destination is this rank itself");
   const auto b = nbytes(tensor);
   return track(point_to_point("send", tensor, dst), b,
-               wire_bytes_of(wire_call(CommOp::Send, tensor, async_op)), async_op,
-               [&] { return do_send(tensor, dst, tag, async_op); });
+               wire_bytes_of(wire_call(CommOp::Send, tensor, async_op)), async_op, [&] {
+                 if (!staging_device(tensor)) return do_send(tensor, dst, tag, async_op);
+                 Staging s;
+                 const auto t = stage(tensor, true, false, s);
+                 return staged(do_send(t, dst, tag, async_op), std::move(s));
+               });
 }
 
 WorkPtr Communicator::recv(const at::Tensor& tensor, int src, int tag, bool async_op) {
@@ -534,8 +643,12 @@ WorkPtr Communicator::recv(const at::Tensor& tensor, int src, int tag, bool asyn
   check_peer(*this, src, "recv", "source");
   if (src == rank_) fail("recv", "source is this rank itself");
   return track(point_to_point("recv", tensor, src), nbytes(tensor),
-               wire_bytes_of(wire_call(CommOp::Recv, tensor, async_op)), async_op,
-               [&] { return do_recv(tensor, src, tag, async_op); });
+               wire_bytes_of(wire_call(CommOp::Recv, tensor, async_op)), async_op, [&] {
+                 if (!staging_device(tensor)) return do_recv(tensor, src, tag, async_op);
+                 Staging s;
+                 const auto t = stage(tensor, false, true, s);
+                 return staged(do_recv(t, src, tag, async_op), std::move(s));
+               });
 }
 
 WorkPtr Communicator::barrier(bool async_op) {

@@ -19,6 +19,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -68,6 +69,13 @@ class Communicator {
   // nullptr. Used for graph neighbourhoods, pipeline stages and shard groups.
   std::unique_ptr<Communicator> split(const std::vector<int>& ranks);
 
+  // Where this backend would carry `tensor` for a call (Note [Tensors on another device]): nullopt
+  // where it lives, else the backend's device, where a copy of it goes.
+  std::optional<at::Device> staging_device(const at::Tensor& tensor) const {
+    if (!stage_everything_ && tensor.device() == home_) return std::nullopt;
+    return home_;
+  }
+
   CommStats stats() const { return stats_.snapshot(); }
   void reset_stats() { stats_.reset(); }
 
@@ -110,6 +118,12 @@ class Communicator {
   virtual std::vector<std::string> exchange_reports(const std::string& report,
                                                     std::chrono::milliseconds grace);
 
+  // See Note [Tensors on another device]: where the backend carries tensors, set by its
+  // constructor; the CPU unless set (gloo, mpi, the test communicators); nccl: its GPU.
+  void set_home_device(at::Device device) { home_ = device; }
+  // Tests on a machine without a second device: copy even the tensors already at home.
+  bool stage_everything_ = false;
+
  public:
   // What a failed operation's error adds after its cause: "" unless the operation timed out
   // (elapsed_seconds near the timeout, or the cause says so); then every rank's flight-recorder
@@ -126,9 +140,22 @@ class Communicator {
   // parallel.debug: detail; throws CommError on every rank when the ranks' calls differ.
   void check_fingerprint(const CallFingerprint& call);
 
+  // Note [Tensors on another device]: what the backend is handed for one call's tensors, and what
+  // is copied back into the caller's tensors when the call completes.
+  struct Staging {
+    std::vector<at::Tensor> held;                            // copies the backend works on
+    std::vector<std::pair<at::Tensor, at::Tensor>> written;  // (caller's tensor, copy) to copy back
+  };
+  // `tensor` itself, or a copy on staging_device(tensor) (holding its values when `read`), copied
+  // back into `tensor` when the call completes when `written`.
+  at::Tensor stage(const at::Tensor& tensor, bool read, bool written, Staging& staging) const;
+  // The backend's Work for a call staged through `staging`: itself when nothing was staged.
+  static WorkPtr staged(WorkPtr work, Staging&& staging);
+
   int rank_;
   int size_;
   std::chrono::milliseconds timeout_;
+  at::Device home_{at::kCPU};
   mutable CommStatsRecorder stats_;
   DebugMode debug_ = DebugMode::Off;
   FlightRecorder recorder_;

@@ -261,6 +261,7 @@ C10dCommunicator::C10dCommunicator(std::string backend, int rank, int size, std:
                         " ranks needs a group");
   TORCH_INTERNAL_ASSERT(factory_, "a c10d communicator needs a group factory for split()");
   TORCH_INTERNAL_ASSERT(capabilities_.wire_bytes, "a c10d communicator needs its backend's wire-byte model");
+  if (capabilities_.device) set_home_device(*capabilities_.device);
 }
 
 C10dCommunicator::~C10dCommunicator() = default;

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,9 @@ struct C10dCapabilities {
   // c10d's or the emulation; wire_bytes is then asked about them as they are.
   NativeCollective reduce_scatter;
   NativeCollective allgather;
+  // Where the backend carries tensors: unset for host memory (Gloo), its GPU for NCCL. Tensors
+  // elsewhere are copied there and back (Note [Tensors on another device] in Communicator.cpp).
+  std::optional<at::Device> device;
 };
 
 // Builds the process group of `size` ranks meeting through `store`; used for the world and for

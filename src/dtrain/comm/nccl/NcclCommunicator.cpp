@@ -69,6 +69,8 @@ std::unique_ptr<Communicator> connect_nccl(const BackendOptions& options, const 
   capabilities.flat_collectives = true;  // _allgather_base and _reduce_scatter_base are native
   capabilities.p2p_completes_without_wait = true;
   capabilities.wire_bytes = nccl_wire_estimate;
+  // Host tensors (metric sums, batch sizes, headers) are carried through this GPU.
+  capabilities.device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(rendezvous.local_rank));
   GroupFactory factory = [timeout = options.timeout](const compat::StorePtr& group_store, int group_rank,
                                                      int group_size) {
     auto nccl_options = ::c10d::ProcessGroupNCCL::Options::create();
