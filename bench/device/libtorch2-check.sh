@@ -82,6 +82,13 @@ step tests
 cd build-dev
 ./bin/dtrain info 2>&1 | head -30
 [ -x tests/comm/dtrain_comm_nccl_tests ] && timeout 90 tests/comm/dtrain_comm_nccl_tests 2>&1 | tail -30
+step "training on the GPU (train.device: cuda): every strategy against the CPU, then the command line"
+timeout 150 tests/train/dtrain_train_tests --gtest_filter='Device.*:Strategies/DeviceStrategies.*' 2>&1 | tail -40
+GPU_RUN=(data.dataset=synthetic "data.synthetic_shape=[1,28,28]" data.synthetic_size=4096 train.max_steps=40
+         train.epochs=100 train.device=cuda out_dir=/tmp/gpu-runs)
+timeout 60 ./bin/dtrain train "${GPU_RUN[@]}" parallel.strategy=local 2>&1 | tail -4
+timeout 60 ./bin/dtrain train --nproc 1 "${GPU_RUN[@]}" parallel.strategy=data_parallel 2>&1 | tail -4
+timeout 90 ./bin/dtrain train --nproc 2 "${GPU_RUN[@]}" parallel.strategy=data_parallel parallel.backend=gloo 2>&1 | tail -4
 left=$(remaining $TEST_END)
 [ "$left" -gt 10 ] && timeout $left ctest -j 16 --timeout 120 --output-on-failure -LE 'netns|ssh|package|readme|fuzz' -E 'Nccl' > "$OUT/ctest.txt" 2>&1
 echo "ctest rc=$?"; grep -E "tests passed|\*\*\*|Not Run|Timeout|Failed" "$OUT/ctest.txt" | head -80

@@ -78,6 +78,34 @@ TEST(StrategyRegistry, AStrategyThatCommunicatesRefusesToRunWithoutACommunicator
   EXPECT_EQ(make(config_with({"parallel.strategy=local"}), mlp(cfg, 1), nullptr)->name(), "local");
 }
 
+// A communicator that says it is nccl, to see what the strategies refuse before they communicate.
+class CallsItselfNccl final : public dtrain::testing::InProcessCommunicator {
+ public:
+  using InProcessCommunicator::InProcessCommunicator;
+  std::string backend() const override { return "nccl"; }
+};
+
+TEST(StrategyRegistry, TaggedPointToPointStrategiesRefuseNcclAndStayOffItOnAGpu) {
+  for (const auto* strategy : {"pipeline", "decentralized"}) {
+    EXPECT_TRUE(find_strategy(strategy).tagged_point_to_point) << strategy;
+    EXPECT_FALSE(collectives_on_gpu("cuda", strategy)) << strategy;
+    auto hub = std::make_shared<dtrain::testing::Hub>(2);
+    const auto cfg = config_with({std::string("parallel.strategy=") + strategy});
+    try {
+      make(cfg, mlp(cfg, 1), std::make_shared<CallsItselfNccl>(hub, 0));
+      FAIL() << strategy << " accepted nccl";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("use parallel.backend: gloo or mpi"), std::string::npos)
+          << e.what();
+    }
+  }
+  for (const auto* strategy : {"local", "data_parallel", "dad", "rankdad", "zero"}) {
+    EXPECT_FALSE(find_strategy(strategy).tagged_point_to_point) << strategy;
+    EXPECT_TRUE(collectives_on_gpu("cuda", strategy)) << strategy;
+    EXPECT_FALSE(collectives_on_gpu("cpu", strategy)) << strategy;
+  }
+}
+
 TEST(StrategyRegistry, OptionsReachTheStrategyThroughItsSection) {
   const auto cfg = config_with({"parallel.strategy=data_parallel", "parallel.data_parallel.bucket_mb=0.001"});
   EXPECT_DOUBLE_EQ(cfg.parallel.options.get<DataParallelStrategyOptions>("data_parallel").bucket_mb, 0.001);

@@ -514,7 +514,8 @@ std::vector<ThroughputResult> run_throughput_sweep(const BenchThroughputOptions&
       launch::LaunchOptions options;
       options.nproc_per_node = p.workers;
       options.environment = config::process_environment();
-      options.backend = launch::start_method_for(cfg.parallel.backend, p.workers, cfg.train.device == "cuda",
+      options.backend = launch::start_method_for(cfg.parallel.backend, p.workers,
+                                                 parallel::collectives_on_gpu(cfg.train.device, p.strategy),
                                                  options.environment);
       options.threads = cfg.train.threads;
       options.log_dir = (dir / "launch").string();
@@ -580,7 +581,8 @@ int run_throughput_worker(const BenchThroughputOptions& o) {
   try {
     if (rendezvous.world_size > 1 || parallel::find_strategy(p.strategy).needs_communicator) {
       comm::BackendOptions backend;
-      backend.name = comm::resolve_backend(cfg.parallel.backend, rendezvous, cfg.train.device == "cuda");
+      backend.name = comm::resolve_backend(cfg.parallel.backend, rendezvous,
+                                           parallel::collectives_on_gpu(cfg.train.device, p.strategy));
       backend.timeout = rv.timeout;
       backend.poll_wait = std::chrono::microseconds(cfg.parallel.poll_wait_us);
       backend.gloo_threads = cfg.parallel.gloo_threads;
@@ -594,7 +596,7 @@ int run_throughput_worker(const BenchThroughputOptions& o) {
   // optimizer, a precision): the point is reported as refused with its reason.
   std::unique_ptr<train::Trainer> trainer;
   try {
-    trainer = std::make_unique<train::Trainer>(cfg, communicator);
+    trainer = std::make_unique<train::Trainer>(cfg, communicator, rendezvous.local_rank);
   } catch (const std::exception& e) {
     return finish("refused", one_line(e.what()));
   }

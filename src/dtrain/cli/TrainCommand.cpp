@@ -234,7 +234,9 @@ int launch_workers(const TrainArgs& a, const config::RunConfig& cfg, int nproc,
   options.nproc_per_node = nproc;
   options.max_restarts = a.max_restarts;
   options.oversubscribe = a.oversubscribe;
-  options.backend = launch::start_method_for(cfg.parallel.backend, nproc, cfg.train.device == "cuda", env);
+  options.backend =
+      launch::start_method_for(cfg.parallel.backend, nproc,
+                               parallel::collectives_on_gpu(cfg.train.device, cfg.parallel.strategy), env);
   options.threads = cfg.train.threads;
   options.log_dir = (root / "launch").string();
   options.rendezvous_timeout =
@@ -294,7 +296,7 @@ TrainArgs resume_after_restart(const TrainArgs& a, const io::RunDir& run, int re
 
 // The training itself, in a worker whose run folder and log are ready.
 int train_in(const TrainArgs& given, const config::RunConfig& cfg, const comm::CommunicatorPtr& communicator,
-             io::RunDir& run, const std::shared_ptr<io::Logger>& logger, int restarts) {
+             io::RunDir& run, const std::shared_ptr<io::Logger>& logger, int restarts, int local_rank) {
   const int rank = communicator ? communicator->rank() : 0;
   if (rank == 0) {
     // A writer killed mid-write (a crash, a kill -9, a restart) leaves its temporary files behind;
@@ -320,7 +322,11 @@ int train_in(const TrainArgs& given, const config::RunConfig& cfg, const comm::C
   // (and its file need not exist any more); model.freeze still applies.
   auto trainer_cfg = cfg;
   if (!a.resume.empty()) trainer_cfg.model.init_from.clear();
-  train::Trainer trainer(trainer_cfg, communicator);
+  train::Trainer trainer(trainer_cfg, communicator, local_rank);
+  if (!trainer.device().is_cpu()) {
+    logger->info(fmt::format("rank {} trains on {} ({} CUDA device(s) visible)", rank, trainer.device().str(),
+                             torch::cuda::device_count()));
+  }
   trainer.add_callback(
       std::make_shared<train::MetricsLog>(sink, logger, cfg.train.log_every_steps, cfg.train.log_evals));
   if (rank == 0) trainer.add_callback(std::make_shared<train::Progress>(logger->console()));
@@ -368,8 +374,9 @@ int run_worker(const TrainArgs& a, const config::RunConfig& cfg, const comm::Env
   if (rendezvous.world_size > 1 || parallel::find_strategy(cfg.parallel.strategy).needs_communicator) {
     comm::BackendOptions backend;
     // See Note [Choosing a backend].
-    backend.name =
-        comm::resolve_backend(cfg.parallel.backend, rendezvous, cfg.train.device == "cuda", &backend_line);
+    backend.name = comm::resolve_backend(
+        cfg.parallel.backend, rendezvous,
+        parallel::collectives_on_gpu(cfg.train.device, cfg.parallel.strategy), &backend_line);
     backend.timeout = rv.timeout;
     backend.poll_wait = std::chrono::microseconds(cfg.parallel.poll_wait_us);
     backend.gloo_threads = cfg.parallel.gloo_threads;
@@ -396,7 +403,7 @@ int run_worker(const TrainArgs& a, const config::RunConfig& cfg, const comm::Env
   auto logger = io::Logger::for_rank(run->log_path(), rank, world, launch::status_relay_requested(env));
   if (!backend_line.empty()) logger->info(backend_line);
   try {
-    return train_in(a, cfg, communicator, *run, logger, restart_count(env));
+    return train_in(a, cfg, communicator, *run, logger, restart_count(env), rendezvous.local_rank);
   } catch (const std::exception& e) {
     // In the rank's log too. Rank 0's logger prints on stderr; the other ranks say it there
     // themselves, for the launcher to quote.

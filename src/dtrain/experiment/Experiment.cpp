@@ -19,6 +19,7 @@
 #include "dtrain/io/JsonFile.h"
 #include "dtrain/io/RunDir.h"
 #include "dtrain/launch/Launcher.h"
+#include "dtrain/parallel/Registry.h"
 
 namespace dtrain::experiment {
 namespace {
@@ -83,8 +84,9 @@ void train(const ExperimentSpec& spec, const ExperimentOptions& options, const R
   launch::LaunchOptions job;
   job.nproc_per_node = cfg.nproc;
   job.oversubscribe = options.oversubscribe;
-  job.backend =
-      launch::start_method_for(cfg.parallel.backend, cfg.nproc, cfg.train.device == "cuda", environment);
+  job.backend = launch::start_method_for(
+      cfg.parallel.backend, cfg.nproc, parallel::collectives_on_gpu(cfg.train.device, cfg.parallel.strategy),
+      environment);
   job.threads = cfg.train.threads;
   job.log_dir = (run_dir / "launch").string();
   job.environment = environment;

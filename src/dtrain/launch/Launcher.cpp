@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <fmt/format.h>
+#include <torch/cuda.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -296,6 +297,7 @@ std::string start_method_for(const std::string& configured, int nproc, bool cuda
   layout.local_world_size = nproc;
   layout.mpi_processes = runnable(mpirun, env);
   layout.cuda = cuda;
+  layout.gpus = cuda ? static_cast<int>(torch::cuda::device_count()) : 0;
   return comm::choose_backend(layout).name == "mpi" ? "mpi" : "gloo";
 }
 

@@ -1,6 +1,6 @@
-// AutocastGuard: CPU autocast for a scope, the one place that knows how LibTorch spells it. 1.13 has
-// CPU-specific calls and no C++ guard; 2.4 replaced them with device-generic ones taking at::kCPU.
-// See Note [Autocast across LibTorch versions].
+// AutocastGuard: autocast for a scope (CPU or CUDA), the one place that knows how LibTorch spells it. 1.13
+// has CPU-specific calls and no C++ guard; 2.4 replaced them with device-generic ones taking at::kCPU. See
+// Note [Autocast across LibTorch versions].
 #pragma once
 
 #include <ATen/autocast_mode.h>
@@ -30,53 +30,72 @@ namespace dtrain::optim {
 #define DTRAIN_AUTOCAST_DEVICE_GENERIC 0
 #endif
 
-inline bool cpu_autocast_enabled() {
+// On the CPU (device kCPU) or a GPU (kCUDA: 1.13 spells it is_enabled / set_enabled and
+// get_autocast_gpu_dtype / set_autocast_gpu_dtype, and takes float16 there too).
+inline bool autocast_enabled(at::DeviceType device = at::kCPU) {
 #if DTRAIN_AUTOCAST_DEVICE_GENERIC
-  return at::autocast::is_autocast_enabled(at::kCPU);
+  return at::autocast::is_autocast_enabled(device);
 #else
-  return at::autocast::is_cpu_enabled();
+  return device == at::kCUDA ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
 #endif
+}
+
+inline at::ScalarType autocast_dtype(at::DeviceType device = at::kCPU) {
+#if DTRAIN_AUTOCAST_DEVICE_GENERIC
+  return at::autocast::get_autocast_dtype(device);
+#else
+  return device == at::kCUDA ? at::autocast::get_autocast_gpu_dtype()
+                             : at::autocast::get_autocast_cpu_dtype();
+#endif
+}
+
+inline bool cpu_autocast_enabled() {
+  return autocast_enabled(at::kCPU);
 }
 
 inline at::ScalarType cpu_autocast_dtype() {
-#if DTRAIN_AUTOCAST_DEVICE_GENERIC
-  return at::autocast::get_autocast_dtype(at::kCPU);
-#else
-  return at::autocast::get_autocast_cpu_dtype();
-#endif
+  return autocast_dtype(at::kCPU);
 }
 
-// RAII: CPU autocast to `dtype` while the guard lives (nothing when `enabled` is false); the
-// previous state is restored, and the cast cache cleared when the outermost guard ends.
+// RAII: autocast to `dtype` on `device` (the CPU or CUDA, where the model's parameters live) while
+// the guard lives (nothing when `enabled` is false); the previous state is restored, and the cast
+// cache cleared when the outermost guard ends.
 class AutocastGuard {
  public:
-  explicit AutocastGuard(bool enabled, at::ScalarType dtype = at::kBFloat16) : active_(enabled) {
+  explicit AutocastGuard(bool enabled, at::ScalarType dtype = at::kBFloat16, at::DeviceType device = at::kCPU)
+      : active_(enabled), device_(device == at::kCUDA ? at::kCUDA : at::kCPU) {
     if (!active_) return;
-    previous_enabled_ = cpu_autocast_enabled();
-    previous_dtype_ = cpu_autocast_dtype();
-    set(true, dtype);
+    previous_enabled_ = autocast_enabled(device_);
+    previous_dtype_ = autocast_dtype(device_);
+    set(device_, true, dtype);
     at::autocast::increment_nesting();
   }
   ~AutocastGuard() {
     if (!active_) return;
     if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-    set(previous_enabled_, previous_dtype_);
+    set(device_, previous_enabled_, previous_dtype_);
   }
   AutocastGuard(const AutocastGuard&) = delete;
   AutocastGuard& operator=(const AutocastGuard&) = delete;
 
  private:
-  static void set(bool enabled, at::ScalarType dtype) {
+  static void set(at::DeviceType device, bool enabled, at::ScalarType dtype) {
 #if DTRAIN_AUTOCAST_DEVICE_GENERIC
-    at::autocast::set_autocast_enabled(at::kCPU, enabled);
-    at::autocast::set_autocast_dtype(at::kCPU, dtype);
+    at::autocast::set_autocast_enabled(device, enabled);
+    at::autocast::set_autocast_dtype(device, dtype);
 #else
-    at::autocast::set_cpu_enabled(enabled);
-    at::autocast::set_autocast_cpu_dtype(dtype);
+    if (device == at::kCUDA) {
+      at::autocast::set_enabled(enabled);
+      at::autocast::set_autocast_gpu_dtype(dtype);
+    } else {
+      at::autocast::set_cpu_enabled(enabled);
+      at::autocast::set_autocast_cpu_dtype(dtype);
+    }
 #endif
   }
 
   bool active_;
+  at::DeviceType device_;
   bool previous_enabled_ = false;
   at::ScalarType previous_dtype_ = at::kBFloat16;
 };

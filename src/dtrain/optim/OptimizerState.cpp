@@ -116,11 +116,19 @@ torch::Tensor archive_bytes(const torch::optim::Optimizer& optimizer) {
 }
 
 void load_archive_bytes(torch::optim::Optimizer& optimizer, const torch::Tensor& bytes) {
-  const auto b = bytes.contiguous();
+  const auto b = bytes.contiguous().cpu();
+  // The state lands where the parameters live, whichever device it was saved from.
+  c10::optional<torch::Device> device;
+  for (const auto& group : optimizer.param_groups()) {
+    if (!group.params().empty()) {
+      device = group.params().front().device();
+      break;
+    }
+  }
   std::istringstream in(
       std::string(static_cast<const char*>(b.data_ptr()), static_cast<std::size_t>(b.numel())));
   torch::serialize::InputArchive archive;
-  util::load_archive_without_code(archive, in, "the checkpoint's L-BFGS optimizer state");
+  util::load_archive_without_code(archive, in, "the checkpoint's L-BFGS optimizer state", device);
   load_optimizer_state(optimizer, archive, "optimizer");
 }
 

@@ -41,7 +41,7 @@ torch::Tensor MixedPrecision::forward(models::Network& network, const torch::Ten
     case optim::Precision::Bf16: {
       torch::Tensor outputs;
       {
-        optim::AutocastGuard autocast(true, torch::kBFloat16);
+        optim::AutocastGuard autocast(true, torch::kBFloat16, inputs.device().type());
         outputs = network.forward(inputs);
       }
       return torch::isFloatingType(outputs.scalar_type()) ? outputs.to(torch::kFloat) : outputs;

@@ -54,6 +54,10 @@ const StrategyInfo& find_strategy(const std::string& name) {
       fmt::format("unknown parallel.strategy '{}'; expected one of {}", name, names.list()));
 }
 
+bool collectives_on_gpu(const std::string& device, const std::string& strategy) {
+  return device == "cuda" && !find_strategy(strategy).tagged_point_to_point;
+}
+
 int data_holders(const config::ParallelConfig& parallel, int world) {
   const auto& info = find_strategy(parallel.strategy);
   return info.data_holders ? info.data_holders(parallel, world) : world;

@@ -34,6 +34,10 @@ struct StrategyInfo {
   // rank; decentralized strategies: one per graph node. Throws std::invalid_argument when the
   // holders cannot be spread evenly over the ranks.
   std::function<int(const config::ParallelConfig&, int world)> data_holders{};
+  // Exchanges tagged point-to-point messages, received ahead of need or posted before sends
+  // (pipeline, decentralized): NCCL matches them by order, not tag, and refuses them; on a GPU
+  // parallel.backend: auto picks a host transport (collectives_on_gpu).
+  bool tagged_point_to_point = false;
 };
 
 // Registers a strategy without options of its own; returns true, for a static initialiser.
@@ -54,6 +58,11 @@ bool register_strategy(StrategyInfo info, Options defaults,
 std::vector<StrategyInfo> registered_strategies();
 // Throws std::invalid_argument listing the registered names when `name` is none of them.
 const StrategyInfo& find_strategy(const std::string& name);
+
+// Whether a job on `device` (train.device) running `strategy` hands its communicator CUDA tensors
+// for NCCL, where built (comm::BackendLayout::cuda): on a GPU, unless the strategy exchanges tagged
+// point-to-point messages; those cross through host memory over gloo or mpi.
+bool collectives_on_gpu(const std::string& device, const std::string& strategy);
 
 // The data holders of parallel.strategy for `world` ranks (StrategyInfo::data_holders).
 int data_holders(const config::ParallelConfig& parallel, int world);

@@ -120,7 +120,7 @@ void ReplicaStrategy::fill_lbfgs_scratch() {
     bool filled = false;
     for (auto& a : al) {
       if (a.defined()) continue;
-      a = torch::zeros({});
+      a = torch::zeros({}, state.d().defined() ? state.d().options() : torch::TensorOptions());
       filled = true;
     }
     if (filled) state.al(std::move(al));

@@ -23,8 +23,9 @@ MetricsAccumulator::MetricsAccumulator(std::int64_t num_classes)
 
 void MetricsAccumulator::add(const at::Tensor& outputs, const at::Tensor& targets, double loss_sum) {
   torch::NoGradGuard no_grad;
-  const auto logits = outputs.reshape({-1, outputs.size(-1)});
-  const auto labels = targets.reshape({-1}).to(torch::kLong);
+  // Counted on the CPU, wherever the model ran: one copy of the logits per batch.
+  const auto logits = outputs.detach().to(torch::kCPU).reshape({-1, outputs.size(-1)});
+  const auto labels = targets.reshape({-1}).to(torch::kCPU).to(torch::kLong);
   TORCH_CHECK(logits.size(0) == labels.size(0), "metrics: ", logits.size(0), " predictions for ",
               labels.size(0), " targets");
   const auto n = labels.size(0);

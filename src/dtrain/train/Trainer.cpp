@@ -72,20 +72,26 @@ optim::OptimizerFactory trainable_only(optim::OptimizerFactory make) {
 
 void check_device(const std::string& device) {
   if (device == "cpu") return;
+  if (device != "cuda") {
+    throw std::invalid_argument("train.device: " + device + ": expected cpu or cuda");
+  }
   if (!torch::cuda::is_available()) {
     throw std::invalid_argument("train.device: " + device +
                                 ": this LibTorch sees no CUDA device (torch::cuda::is_available() is false); "
                                 "use train.device: cpu");
   }
-  throw std::invalid_argument(
-      "train.device: " + device +
-      ": dtrain's trainer keeps models, data and collectives on the CPU; GPU training "
-      "is not part of this build, so use train.device: cpu");
 }
 
-Trainer::Trainer(config::RunConfig config, comm::CommunicatorPtr comm)
+torch::Device resolve_device(const std::string& device, int local_rank) {
+  check_device(device);
+  if (device == "cpu") return torch::Device(torch::kCPU);
+  const auto gpus = static_cast<int>(torch::cuda::device_count());
+  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(std::max(0, local_rank) % gpus));
+}
+
+Trainer::Trainer(config::RunConfig config, comm::CommunicatorPtr comm, int local_rank)
     : config_(std::move(config)), comm_(std::move(comm)) {
-  check_device(config_.train.device);
+  device_ = resolve_device(config_.train.device, local_rank);
   if (config_.train.threads > 0) torch::set_num_threads(config_.train.threads);
   const int rank = comm_ ? comm_->rank() : 0;
   const int world = comm_ ? comm_->size() : 1;
@@ -118,6 +124,9 @@ Trainer::Trainer(config::RunConfig config, comm::CommunicatorPtr comm)
   // The precision the run computes in (its parameters stay float32 master weights under bf16/fp16).
   facts_.precision = config_.train.precision == "fp32" ? precision_of(*model) : config_.train.precision;
   facts_.initial_hash = parameter_hash(*model);
+  // Built and initialised on the CPU from the seed, then moved: a GPU run starts from the very
+  // weights a CPU run starts from.
+  if (!device_.is_cpu()) model->to(device_);
   scheduler_ = std::make_unique<optim::Scheduler>(config_.optim.scheduler, config_.optim.lr);
   loss_ = optim::create_loss(config_.optim.loss);
   parallel::StrategyContext context{model, trainable_only(optim::optimizer_factory(config_.optim)), loss_,
@@ -189,10 +198,10 @@ MetricsAccumulator Trainer::evaluate_model(std::size_t index, const parallel::Ev
                                          shared ? world_size() : 1, indices);
     loader->start_epoch(0);
     while (auto batch = loader->next()) {
-      const auto outputs = strategy_->eval_forward(index, batch->inputs);
+      const auto outputs = strategy_->eval_forward(index, batch->inputs.to(device_));
       if (!outputs.defined()) continue;
       torch::NoGradGuard no_grad;
-      const auto loss = loss_(outputs, batch->targets).item<double>();
+      const auto loss = loss_(outputs, batch->targets.to(outputs.device())).item<double>();
       metrics.add(outputs, batch->targets, loss * static_cast<double>(batch->targets.numel()));
     }
   }
@@ -243,6 +252,10 @@ bool Trainer::train_epoch(TrainResult& result, std::int64_t warmup) {
     // Under join a rank that has run out keeps stepping (a shadow step) until the epoch's last.
     auto batch = feed_->next();
     if (join_ ? epoch_batch_ >= per_epoch : !batch) break;
+    if (batch && !device_.is_cpu()) {
+      batch->inputs = batch->inputs.to(device_);
+      batch->targets = batch->targets.to(device_);
+    }
     StepEvent event;
     event.epoch = epoch_;
     event.batch = epoch_batch_;

@@ -43,7 +43,8 @@ class Trainer {
   // Builds data, model, schedule and strategy from `config`. `comm` may be null for a single
   // process with a strategy that needs none. The model is initialised from config.train.seed on
   // every rank (and strategies that replicate it broadcast rank 0's weights anyway).
-  Trainer(config::RunConfig config, comm::CommunicatorPtr comm);
+  // train.device: cuda trains on GPU local_rank modulo the GPUs this process sees (resolve_device).
+  Trainer(config::RunConfig config, comm::CommunicatorPtr comm, int local_rank = 0);
   ~Trainer();
 
   void add_callback(std::shared_ptr<Callback> callback);
@@ -77,6 +78,8 @@ class Trainer {
   const data::DataSets& datasets() const { return data_; }
   const comm::CommunicatorPtr& communicator() const { return comm_; }
   const ModelFacts& model_facts() const { return facts_; }
+  // Where the model, its batches and its optimizer state live (train.device).
+  torch::Device device() const { return device_; }
   // Which training samples each rank holds (data_partition_hash).
   std::string data_partition_hash() const { return partition_hash_; }
 
@@ -94,6 +97,7 @@ class Trainer {
 
   config::RunConfig config_;
   comm::CommunicatorPtr comm_;
+  torch::Device device_{torch::kCPU};
   data::DataSets data_;
   int holders_ = 1;    // data holders: ranks, or graph nodes (parallel::data_holders)
   data::Shard shard_;  // this rank's (first) holder's share
@@ -126,10 +130,12 @@ class Trainer {
 };
 
 // Hex digest (FNV-1a 64) of a module's parameters and buffers, in registration order.
-// Throws std::invalid_argument unless `device` (train.device) is one the trainer runs on: the CPU.
-// cuda is refused with the reason (no CUDA in this LibTorch, or no CUDA path in the trainer yet)
-// rather than accepted and trained on the CPU.
+// Throws std::invalid_argument unless `device` (train.device) is one this process can train on:
+// cpu, or cuda where this LibTorch sees a CUDA device.
 void check_device(const std::string& device);
+// The device a rank trains on: the CPU, or for cuda the GPU local_rank modulo the GPUs this process
+// sees (torchrun's one GPU per local rank; more ranks than GPUs share them, as gloo and mpi allow).
+torch::Device resolve_device(const std::string& device, int local_rank);
 
 std::string parameter_hash(const torch::nn::Module& module);
 

@@ -21,9 +21,9 @@ void add_tensor(util::Fnv1a64& hash, const torch::Tensor& t) {
 }
 
 // Each rank draws its own dropout masks, so each rank's generator is kept: gathered here, and
-// every rank restores its own on load.
-torch::Tensor gathered_generator_states(const comm::CommunicatorPtr& comm) {
-  auto generator = at::detail::getDefaultCPUGenerator();
+// every rank restores its own on load. A GPU run draws them from its GPU's generator, kept beside
+// the CPU's (the data pipeline's augmentations still draw on the CPU).
+torch::Tensor gathered_generator_states(const comm::CommunicatorPtr& comm, at::Generator generator) {
   torch::Tensor state;
   {
     std::lock_guard<std::mutex> lock(generator.mutex());
@@ -35,10 +35,13 @@ torch::Tensor gathered_generator_states(const comm::CommunicatorPtr& comm) {
   return all.view({comm->size(), state.numel()});
 }
 
-void restore_generator_state(const torch::Tensor& states, int rank) {
-  auto generator = at::detail::getDefaultCPUGenerator();
+void restore_generator_state(at::Generator generator, const torch::Tensor& states, int rank) {
   std::lock_guard<std::mutex> lock(generator.mutex());
   generator.set_state(states[rank % states.size(0)].clone());
+}
+
+at::Generator device_generator(const torch::Device& device) {
+  return at::globalContext().defaultGenerator(device);
 }
 
 }  // namespace
@@ -68,7 +71,9 @@ std::string data_partition_hash(int world, const config::DataConfig& data, const
 
 void Trainer::save_state(io::Checkpoint& checkpoint) const {
   strategy_->save(checkpoint);
-  checkpoint.set_tensor("rng.cpu", gathered_generator_states(comm_));
+  checkpoint.set_tensor("rng.cpu", gathered_generator_states(comm_, at::detail::getDefaultCPUGenerator()));
+  if (device_.is_cuda())
+    checkpoint.set_tensor("rng.cuda", gathered_generator_states(comm_, device_generator(device_)));
   // Note [Training metrics across a resume]
   // Within an epoch each rank holds its own counts of the batches so far. The checkpoint keeps
   // their sum; on resume rank 0 starts from that sum and the others from zero, so the reduction at
@@ -101,7 +106,10 @@ void Trainer::load_state(const io::Checkpoint& checkpoint) {
                     optimizer, config_.optim.name, optimizer));
   }
   strategy_->load(checkpoint);
-  restore_generator_state(checkpoint.tensor("rng.cpu"), rank());
+  restore_generator_state(at::detail::getDefaultCPUGenerator(), checkpoint.tensor("rng.cpu"), rank());
+  if (device_.is_cuda() && checkpoint.contains("rng.cuda")) {
+    restore_generator_state(device_generator(device_), checkpoint.tensor("rng.cuda"), rank());
+  }
   step_ = meta.at("step").get<std::int64_t>();
   epoch_ = meta.at("epoch").get<std::int64_t>();
   epoch_batch_ = meta.at("epoch_batch").get<std::int64_t>();

@@ -128,8 +128,10 @@ inline std::optional<std::string> archive_code(std::istream& in) {
 // std::invalid_argument naming `what` (the file, or the checkpoint entry) and the function found.
 // An archive that fails check_archive (Note [Checking an archive before LibTorch reads it]) throws
 // its std::runtime_error before LibTorch reads a byte of it.
+// `device`: where its tensors land (LibTorch's load_from(in, device)); unset, where they were saved.
 inline void load_archive_without_code(torch::serialize::InputArchive& archive, std::istream& in,
-                                      const std::string& what) {
+                                      const std::string& what,
+                                      c10::optional<torch::Device> device = c10::nullopt) {
   check_archive(in);
   const auto start = in.tellg();
   if (const auto code = archive_code(in)) {
@@ -138,7 +140,7 @@ inline void load_archive_without_code(torch::serialize::InputArchive& archive, s
   }
   in.clear();
   in.seekg(start);
-  archive.load_from(in);
+  archive.load_from(in, device);
 }
 
 }  // namespace dtrain::util

@@ -42,7 +42,8 @@ LowRankFactors factor_outer_product(const torch::Tensor& delta, const torch::Ten
     return b_basis.defined() ? v - b_basis.mv(b_basis.t().mv(v)) : v;
   };
   for (int k = 0; k < options.rank && k < d_out; ++k) {
-    auto b = orthogonalise(torch::rand({d_out}, generator, delta.options()));
+    auto b = orthogonalise(
+        torch::rand({d_out}, generator, delta.options().device(torch::kCPU)).to(delta.device()));
     double norm = b.norm().item<double>();
     if (!(norm > 0)) break;
     b = b / norm;

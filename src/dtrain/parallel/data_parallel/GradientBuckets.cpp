@@ -107,7 +107,14 @@ BucketLayout build_buckets(const torch::nn::Module& module, const DataParallelOp
         allocate_bucket(layout, members[b], b + 1 == members.size(), options, carry_slots));
   }
   // No float32 bucket to ride in: the values get an all-reduce of their own in finish().
-  if (!layout.carry_slots.defined()) layout.carry_slots = torch::zeros({carry_slots}, torch::kFloat);
+  if (!layout.carry_slots.defined()) {
+    auto options = torch::TensorOptions().dtype(torch::kFloat);
+    for (const auto& p : module.parameters()) {
+      options = options.device(p.device());  // where the model lives, so the all-reduce carries it alike
+      break;
+    }
+    layout.carry_slots = torch::zeros({carry_slots}, options);
+  }
   return layout;
 }
 

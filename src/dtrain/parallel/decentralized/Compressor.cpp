@@ -78,7 +78,10 @@ torch::Tensor Compressor::random_indices(int node, std::int64_t round) const {
   return torch::randperm(length_, gen, torch::kLong).narrow(0, 0, k_);
 }
 
-torch::Tensor Compressor::encode(const torch::Tensor& v, int node, std::int64_t round) const {
+torch::Tensor Compressor::encode(const torch::Tensor& v_anywhere, int node, std::int64_t round) const {
+  // Messages are bytes packed on the host, wherever the model lives; decode's caller moves the
+  // decoded vector back.
+  const auto v = v_anywhere.to(torch::kCPU);
   TORCH_INTERNAL_ASSERT(v.dim() == 1 && v.numel() == length_ && v.scalar_type() == torch::kFloat);
   const auto& kind = options_.kind;
   auto message = torch::zeros({bytes_}, torch::kUInt8);

@@ -31,10 +31,11 @@ class Compressor {
  public:
   Compressor(CompressorOptions options, std::int64_t length, std::uint64_t seed);
 
-  // (message_bytes()) uint8: the encoding of v (length float32). `node` and `round` seed the
-  // random choices (randomk's coordinates, qbit's rounding) so that the receiver can redo them.
+  // (message_bytes()) uint8 on the CPU: the encoding of v (length float32, on any device). `node`
+  // and `round` seed the random choices (randomk's coordinates, qbit's rounding) so that the
+  // receiver can redo them.
   torch::Tensor encode(const torch::Tensor& v, int node, std::int64_t round) const;
-  // Q(v) (length float32) from a message of `node` at `round`.
+  // Q(v) (length float32, on the CPU) from a message of `node` at `round`.
   torch::Tensor decode(const torch::Tensor& message, int node, std::int64_t round) const;
   std::int64_t message_bytes() const { return bytes_; }
 

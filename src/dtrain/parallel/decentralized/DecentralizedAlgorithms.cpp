@@ -135,8 +135,8 @@ torch::Tensor DecentralizedStrategy::round_cadmm(const data::Batch& batch, doubl
     auto& node = *nodes_[h];
     const auto& own = values.at(node.index);
     const auto& neighbours = graph_->neighbours(node.index);
-    auto anchor_sum = torch::zeros({length_});  // sum_j (x_i + x_j) / 2
-    if (!node.dual.defined()) node.dual = torch::zeros({length_});
+    auto anchor_sum = torch::zeros({length_}, node.theta.device());  // sum_j (x_i + x_j) / 2
+    if (!node.dual.defined()) node.dual = torch::zeros({length_}, node.theta.device());
     for (int j : neighbours) {
       node.dual.add_(own - values.at(j), rho_);
       anchor_sum.add_((own + values.at(j)) * 0.5);
@@ -174,10 +174,10 @@ torch::Tensor DecentralizedStrategy::round_dsgt(const data::Batch& batch, double
         if (agree_on_step(precision_.check_gradients(model_params_), timing)) {
           node.last_gradient = flat_gradient().detach().div(precision_.scaling() ? scale : 1.0);
         } else {
-          node.last_gradient = torch::zeros({length_});
+          node.last_gradient = torch::zeros({length_}, node.theta.device());
         }
       } else {
-        node.last_gradient = torch::zeros({length_});
+        node.last_gradient = torch::zeros({length_}, node.theta.device());
       }
       node.tracker = node.last_gradient.clone();
     }
@@ -233,10 +233,11 @@ torch::Tensor DecentralizedStrategy::round_choco(const data::Batch& batch, doubl
   }
   const auto received = gossip(messages, timing);
   charge_bytes(static_cast<double>(compressor_->message_bytes()));
-  for (const auto& [j, message] : received) xhat_.at(j).add_(compressor_->decode(message, j, round_));
+  for (const auto& [j, message] : received)
+    xhat_.at(j).add_(compressor_->decode(message, j, round_).to(xhat_.at(j).device()));
   for (auto& node : nodes_) {
     const auto& own = xhat_.at(node->index);
-    auto step = torch::zeros({length_});
+    auto step = torch::zeros({length_}, own.device());
     for (int j : graph_->neighbours(node->index))
       step.add_(xhat_.at(j) - own, graph_->weight(node->index, j));
     node->theta.add_(step, options_.consensus_step);

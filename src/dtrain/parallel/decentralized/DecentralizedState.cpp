@@ -189,9 +189,14 @@ void DecentralizedStrategy::load(const io::Checkpoint& checkpoint) {
     node->bytes_sent = field(i, "bytes_sent").item<double>();
     for (std::size_t b = 0; b < buffer_names_.size(); ++b)
       node->buffers[b].copy_(field(i, "buffer/" + buffer_names_[b]));
-    if (has(i, "dual")) node->dual = field(i, "dual").clone();
-    if (has(i, "tracker")) node->tracker = field(i, "tracker").clone();
-    if (has(i, "last_gradient")) node->last_gradient = field(i, "last_gradient").clone();
+    if (has(i, "dual"))
+      node->dual = field(i, "dual").to(node->theta.device(), /*non_blocking=*/false, /*copy=*/true);
+    if (has(i, "tracker"))
+      node->tracker = field(i, "tracker").to(node->theta.device(), /*non_blocking=*/false, /*copy=*/true);
+    if (has(i, "last_gradient")) {
+      node->last_gradient =
+          field(i, "last_gradient").to(node->theta.device(), /*non_blocking=*/false, /*copy=*/true);
+    }
     if (node->optimizer) {
       std::map<std::string, torch::Tensor> entries;
       const auto prefix = fmt::format("{}node{}/", kPrefix, i);

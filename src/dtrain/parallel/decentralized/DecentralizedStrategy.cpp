@@ -68,6 +68,13 @@ DecentralizedStrategy::DecentralizedStrategy(StrategyContext context)
       precision_(context_.precision, context_.comm) {
   options_.check();
   check_graph(graph_options_);
+  if (context_.comm && context_.comm->backend() == "nccl" && context_.comm->size() > 1) {
+    throw std::invalid_argument(
+        "parallel.strategy: decentralized strategies gossip with point-to-point messages that every rank "
+        "posts before it sends, and NCCL runs point-to-point messages in order, which deadlocks that "
+        "pattern; "
+        "use parallel.backend: gloo or mpi (tensors on a GPU cross through host memory)");
+  }
   if (options_.algorithm == "choco" && graph_options_.redraw_every > 0) {
     throw std::invalid_argument(
         "parallel.graph.redraw_every: choco keeps every neighbour's x_hat from round 0, so it needs a fixed "
@@ -128,8 +135,8 @@ DecentralizedStrategy::DecentralizedStrategy(StrategyContext context)
         CompressorOptions{options_.compressor, options_.compression_ratio, options_.bits}, length_,
         context_.seed);
     for (const auto& node : nodes_) {
-      xhat_[node->index] = torch::zeros({length_});
-      for (int j : graph_->neighbours(node->index)) xhat_[j] = torch::zeros({length_});
+      xhat_[node->index] = torch::zeros({length_}, node->theta.device());
+      for (int j : graph_->neighbours(node->index)) xhat_[j] = torch::zeros({length_}, node->theta.device());
     }
   }
 }
@@ -300,7 +307,7 @@ void DecentralizedStrategy::begin_evaluation() {
   const double n = layout_.nodes();
   if (!average_) {
     average_ = std::make_unique<Node>();
-    average_->theta = torch::zeros({length_});
+    average_->theta = torch::zeros({length_}, nodes_.front()->theta.device());
     std::int64_t offset = 0;
     for (const auto& p : model_params_) {
       average_->params.push_back(average_->theta.narrow(0, offset, p.numel()).view(p.sizes()));
@@ -373,6 +380,7 @@ StrategyInfo decentralized_info() {
     parallel.options.get<DecentralizedOptions>("decentralized").check();
     return NodeLayout(graph_nodes(graph, world), world).nodes();
   };
+  info.tagged_point_to_point = true;  // gossip: every receive posted before the sends
   return info;
 }
 

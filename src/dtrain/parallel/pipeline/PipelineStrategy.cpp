@@ -175,9 +175,10 @@ class Sends {
   std::size_t finished_ = 0;  // works_[0, finished_) are known to be done
 };
 
+// Into a tensor on `device`: the model's for data, the CPU for headers and lengths.
 torch::Tensor receive(comm::Communicator& comm, std::vector<std::int64_t> shape, torch::ScalarType dtype,
-                      int src, int tag, double* seconds) {
-  auto tensor = torch::empty(shape, torch::TensorOptions().dtype(dtype));
+                      int src, int tag, double* seconds, torch::Device device = torch::kCPU) {
+  auto tensor = torch::empty(shape, torch::TensorOptions().dtype(dtype).device(device));
   const auto start = util::Clock::now();
   // Asynchronous, then waited for: a blocking point-to-point call on gloo polls a Work that
   // completes only inside wait() for the whole poll budget (parallel.poll_wait_us, 50 ms by
@@ -194,7 +195,8 @@ Header receive_header(comm::Communicator& comm, int src, int tag, double* second
 // Receives of one step posted before they are needed (Note [Receives posted ahead]), by tag.
 class Receives {
  public:
-  explicit Receives(comm::Communicator* comm) : comm_(comm) {}
+  // Activations and gradients land on `device`, the model's.
+  Receives(comm::Communicator* comm, torch::Device device) : comm_(comm), device_(device) {}
   Receives(const Receives&) = delete;
   Receives& operator=(const Receives&) = delete;
   // A step that fails (a loss of the wrong shape, a peer gone) between posting a receive and
@@ -211,7 +213,7 @@ class Receives {
   bool posted(int tag) const { return posted_.count(tag) > 0; }
   void post(const std::vector<std::int64_t>& shape, torch::ScalarType dtype, int src, int tag) {
     if (posted(tag)) return;
-    auto tensor = torch::empty(shape, torch::TensorOptions().dtype(dtype));
+    auto tensor = torch::empty(shape, torch::TensorOptions().dtype(dtype).device(device_));
     auto work = comm_->recv(tensor, src, tag, /*async_op=*/true);
     posted_.emplace(tag, Posted{std::move(tensor), std::move(work), false});
   }
@@ -242,6 +244,7 @@ class Receives {
     bool arrived = false;  // poll() found it finished
   };
   comm::Communicator* comm_;
+  torch::Device device_;
   std::map<int, Posted> posted_;
 };
 
@@ -261,7 +264,8 @@ torch::Tensor pack(const std::map<std::string, torch::Tensor>& named) {
   std::int64_t i = 0;
   for (const auto& [name, tensor] : named) {
     names += name + "\n";
-    archive.write("t" + std::to_string(i++), tensor, /*is_buffer=*/true);
+    // From the CPU, so rank 0 reads it whatever GPU the stage trains on.
+    archive.write("t" + std::to_string(i++), tensor.to(torch::kCPU), /*is_buffer=*/true);
   }
   archive.write(
       "names",
@@ -353,7 +357,17 @@ PipelineStrategy::PipelineStrategy(StrategyContext context)
     throw std::invalid_argument(
         "parallel.strategy: pipeline needs a communicator (start workers with --nproc)");
   }
+  if (world_->backend() == "nccl" && world_->size() > 1) {
+    throw std::invalid_argument(
+        "parallel.strategy: pipeline passes activations and gradients as tagged point-to-point messages "
+        "received ahead of need, and NCCL matches point-to-point messages by their order, not their tag; "
+        "use parallel.backend: gloo or mpi (tensors on a GPU cross through host memory)");
+  }
   auto& model = *context_.model;
+  for (const auto& p : model.parameters()) {
+    device_ = p.device();
+    break;
+  }
   if (typeid(model) != typeid(models::Network)) {
     throw std::invalid_argument(
         fmt::format("parallel.strategy: pipeline cuts a model's sequence of layers, but model {} computes "
@@ -523,7 +537,7 @@ torch::Tensor PipelineStrategy::run_stage(const torch::Tensor& inputs) {
       return x;
     case optim::Precision::Bf16: {
       {
-        optim::AutocastGuard autocast(true, torch::kBFloat16);
+        optim::AutocastGuard autocast(true, torch::kBFloat16, inputs.device().type());
         for (auto& layer : layers_) {
           x = layer.forward(x);
           layer_done(x);
@@ -572,7 +586,7 @@ void PipelineStrategy::gather_batch(const data::Batch& batch, const std::vector<
         continue;
       }
       parts.push_back(receive(*pipe_, with_rows(shape_of(own), sizes[base + t]), own.scalar_type(), t, tag,
-                              &timing.communication));
+                              &timing.communication, own.device()));
     }
     return parts.size() == 1 ? parts.front() : torch::cat(parts);
   };
@@ -666,7 +680,7 @@ StepResult PipelineStrategy::train_step(const data::Batch& batch) {
   {
     const auto half = precision_.half_weights(parameters);
     Sends sends(pipe_.get());
-    Receives ahead(pipe_.get());
+    Receives ahead(pipe_.get(), device_);
     // See Note [Transfers kept moving between layers]; cleared when the schedule ends, normally or
     // by an exception, before `sends` and `ahead` go.
     between_layers_ = [&] {
@@ -858,7 +872,7 @@ torch::Tensor PipelineStrategy::eval_forward(std::size_t, const torch::Tensor& i
   for (std::size_t m = 0; m < ranges.size(); ++m) {
     const auto header = receive_header(*pipe_, stages - 2, kTagEvalHeader, nullptr);
     outputs.push_back(
-        run_stage(receive(*pipe_, header.shape, header.dtype, stages - 2, kTagEvalData, nullptr)));
+        run_stage(receive(*pipe_, header.shape, header.dtype, stages - 2, kTagEvalData, nullptr, device_)));
   }
   sends.wait_all();
   return outputs.size() == 1 ? outputs.front() : torch::cat(outputs);
@@ -885,8 +899,8 @@ void PipelineStrategy::serve_evaluation() {
       if (!next_is_owner) sends.post(make_header(kStop), stage + 1, kTagEvalHeader);
       break;
     }
-    const auto x =
-        receive(*pipe_, header.shape, header.dtype, stage == 0 ? owner : stage - 1, kTagEvalData, nullptr);
+    const auto x = receive(*pipe_, header.shape, header.dtype, stage == 0 ? owner : stage - 1, kTagEvalData,
+                           nullptr, device_);
     if (stage == 0) {
       const auto rows = x.size(0);
       for (const auto& [begin, end] :
@@ -934,7 +948,7 @@ std::map<std::string, torch::Tensor> PipelineStrategy::model_state() const {
         for (const auto& e : entries_) {
           if (e.stage != s || e.buffer != buffers) continue;
           names.push_back(e.name);
-          tensors.push_back(torch::empty(e.shape, torch::TensorOptions().dtype(e.dtype)));
+          tensors.push_back(torch::empty(e.shape, torch::TensorOptions().dtype(e.dtype).device(device_)));
         }
       }
     }
@@ -1079,6 +1093,7 @@ StrategyInfo pipeline_info() {
     check_options(parallel.options.get<PipelineOptions>("pipeline"), world);
     return world;
   };
+  info.tagged_point_to_point = true;  // activations and gradients by tag, received ahead
   return info;
 }
 

@@ -130,8 +130,9 @@ class PipelineStrategy final : public Strategy {
   std::int64_t steps_ = 0;
   double idle_seconds_ = 0.0;
   double step_seconds_ = 0.0;
-  double busy_seconds_ = 0.0;      // forward and backward computation inside the schedule
-  double schedule_seconds_ = 0.0;  // from the schedule's first action to its sends' completion
+  torch::Device device_{torch::kCPU};  // where the model lives: received data lands there
+  double busy_seconds_ = 0.0;          // forward and backward computation inside the schedule
+  double schedule_seconds_ = 0.0;      // from the schedule's first action to its sends' completion
   int peak_held_ = 0;
   std::vector<double> stage_idle_fraction_;  // the last metrics(), per stage
   std::vector<double> stage_peak_held_;

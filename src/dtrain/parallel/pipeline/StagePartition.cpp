@@ -99,9 +99,17 @@ std::vector<double> measure_layer_seconds(models::Network& network, const models
                                           std::int64_t samples, int repeats) {
   const bool was_training = network.is_training();
   network.eval();
+  // Measured where the model lives; on a GPU each run is timed to its kernels' end.
+  const auto device =
+      network.parameters().empty() ? torch::Device(torch::kCPU) : network.parameters().front().device();
+  const auto settle = [&] {
+    if (device.is_cuda()) torch::cuda::synchronize(device.index());
+  };
   torch::Tensor x;
   if (input.is_tokens()) {
-    x = torch::arange(samples * input.seq_len, torch::kLong).remainder(input.vocab_size).view({samples, -1});
+    x = torch::arange(samples * input.seq_len, torch::TensorOptions().dtype(torch::kLong).device(device))
+            .remainder(input.vocab_size)
+            .view({samples, -1});
   } else {
     std::vector<std::int64_t> shape{samples};
     shape.insert(shape.end(), input.sample_shape.begin(), input.sample_shape.end());
@@ -109,7 +117,7 @@ std::vector<double> measure_layer_seconds(models::Network& network, const models
     for (const auto d : shape) numel *= d;
     const auto dtype =
         network.parameters().empty() ? torch::kFloat : network.parameters().front().scalar_type();
-    x = torch::linspace(0.0, 1.0, numel, torch::TensorOptions().dtype(dtype)).view(shape);
+    x = torch::linspace(0.0, 1.0, numel, torch::TensorOptions().dtype(dtype).device(device)).view(shape);
   }
   std::vector<double> seconds;
   bool first = true;
@@ -129,12 +137,14 @@ std::vector<double> measure_layer_seconds(models::Network& network, const models
         in.requires_grad_(true);
         inputs.push_back(in);
       }
+      settle();
       const auto start = util::Clock::now();
       y = layer.forward(in);
       if (!inputs.empty() && y.requires_grad()) {
         torch::autograd::grad({y}, inputs, {torch::ones_like(y)}, /*retain_graph=*/false,
                               /*create_graph=*/false, /*allow_unused=*/true);
       }
+      settle();
       if (r > 0) runs.push_back(util::seconds_since(start));  // r == 0 warms up
     }
     std::nth_element(runs.begin(), runs.begin() + runs.size() / 2, runs.end());

@@ -350,7 +350,7 @@ torch::Tensor ZeroStrategy::forward_sharded(const torch::Tensor& inputs) {
   if (precision_.precision() != optim::Precision::Bf16) return run();
   torch::Tensor outputs;
   {
-    optim::AutocastGuard autocast(true, torch::kBFloat16);
+    optim::AutocastGuard autocast(true, torch::kBFloat16, inputs.device().type());
     outputs = run();
   }
   return torch::isFloatingType(outputs.scalar_type()) ? outputs.to(torch::kFloat) : outputs;
