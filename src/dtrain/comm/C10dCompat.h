@@ -64,15 +64,23 @@ struct StoreHasClone<S, std::void_t<decltype(std::declval<S&>().clone())>> : std
 
 // A c10d::Store that can clone itself where this LibTorch asks for it: Derived defines
 // `c10::intrusive_ptr<::c10d::Store> clone_connection()`, a new connection to the same store.
+// The base is named through Derived so that it is dependent: Clang checks `override` in a template's
+// definition against a base that is not, and 1.13's Store has no clone() to override.
+template <typename Derived>
+struct StoreBase {
+  using type = ::c10d::Store;
+};
 template <typename Derived, bool = StoreHasClone<::c10d::Store>::value>
 class CloneableStore : public ::c10d::Store {
  public:
   using ::c10d::Store::Store;
 };
 template <typename Derived>
-class CloneableStore<Derived, true> : public ::c10d::Store {
+class CloneableStore<Derived, true> : public StoreBase<Derived>::type {
+  using Base = typename StoreBase<Derived>::type;
+
  public:
-  using ::c10d::Store::Store;
+  using Base::Base;
   c10::intrusive_ptr<::c10d::Store> clone() override {
     return static_cast<Derived*>(this)->clone_connection();
   }
