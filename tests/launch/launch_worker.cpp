@@ -2,6 +2,9 @@
 // or mpirun), all-reduces rank + 1 and prints the sum, so a test can see the ranks really met.
 // With "--fail-first-attempt" rank 1 exits 3 in attempt 0, to test restarts: after the barrier that
 // follows the print, so that every rank has printed before the launcher stops the attempt.
+#include <torch/types.h>
+
+#include <chrono>
 #include <cstring>
 #include <exception>
 #include <iostream>

@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <sched.h>
+#include <torch/cuda.h>
+#include <torch/types.h>
 #include <torch/version.h>
 
 #include <fstream>

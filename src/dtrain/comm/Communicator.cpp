@@ -1,5 +1,8 @@
 #include "dtrain/comm/Communicator.h"
 
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 

@@ -2,6 +2,15 @@
 // a bottleneck). The "cifar" stem is a 3x3 convolution without pooling, for 32x32 images; the
 // "imagenet" stem is the 7x7 stride-2 convolution and 3x3 max pool. Global average pooling makes
 // both work for any image size.
+#include <torch/nn/init.h>
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/container/any.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/dropout.h>
+#include <torch/nn/modules/pooling.h>
+
 #include <fmt/format.h>
 
 #include <stdexcept>

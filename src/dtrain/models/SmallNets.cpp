@@ -1,5 +1,14 @@
 // The small models: mlp (hidden sizes, activation), seed 000's MNISTNet and LeNet-5. All of them
 // adapt to the input shape: the first layer's width is computed from (C, H, W).
+#include <torch/nn/init.h>
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/container/any.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/dropout.h>
+#include <torch/nn/modules/pooling.h>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 

@@ -14,6 +14,8 @@
 #include <thread>
 #include <vector>
 
+// LibTorch 1.13's FunctionRef.h uses c10::invoke_result_t without including where it is defined.
+#include <c10/util/C++17.h>
 #include <c10/util/FunctionRef.h>
 
 #include "dtrain/comm/Work.h"
