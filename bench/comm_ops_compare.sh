@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The Communicator's reduce_scatter, flat allgather and send/recv (and the all-reduce, for
 # reference) against the raw library on both backends: bench/comm_compare.sh once per op, each an
-# A B A B comparison in one process per rank (dtrain vs raw MPI; dtrain vs raw c10d Gloo / Gloo's
-# own reduce-scatter), then one table of every op, backend and size with the ratio dtrain / raw and
-# whether it is within TARGET (default 1.1). Builds nothing: build mpi_compare and gloo_compare first.
+# A B A B comparison in one process per rank (dtrain vs raw MPI; dtrain vs raw c10d Gloo, and for
+# reduce_scatter also vs Gloo's halving-doubling run inline: the gloo:reduce_scatter/hd rows; see
+# bench/gloo_compare.cpp), then one table of every op, backend and size with the ratio dtrain / raw
+# and whether it is within TARGET (default 1.1). Builds nothing: build mpi_compare and gloo_compare first.
 # usage: bench/comm_ops_compare.sh [BUILD_DIR] [extra flags, e.g. --iters 50 --rounds 4]
 #   OPS="reduce_scatter allgather sendrecv allreduce"  SIZES=4K,1M,16M  NP=2  TARGET=1.1
 set -euo pipefail

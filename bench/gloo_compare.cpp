@@ -2,21 +2,34 @@
 // same process, A B A B (--op; sizes as `dtrain bench comm` means them). Raw is what the gloo
 // backend is built on, called as its own users would: a plain c10d ProcessGroupGloo (default
 // Options: 2 threads, createDefaultDevice) for allreduce, allgather (its list form) and sendrecv
-// (recv and send, then wait both); for reduce_scatter, which c10d's Gloo lacks in LibTorch 1.13,
-// Gloo's own ReduceScatterHalvingDoubling on a Gloo context of its own, built once per size and
-// run on the same buffer each call (its best case: buffers registered once). Start one process
-// per rank with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set; dtrain meets at MASTER_PORT, the
-// raw group at MASTER_PORT + 1 (bench/comm_compare.sh).
+// (recv and send, then wait both). reduce_scatter is compared twice, one line each:
+//   gloo:reduce_scatter     c10d Gloo's own reduce_scatter. LibTorch 1.13's ProcessGroupGloo has
+//                           none; PyTorch 2.3 added one (pytorch#118911, `_reduce_scatter_base`):
+//                           clone the input, all-reduce the clone on c10d's worker thread, copy
+//                           this rank's chunk out. Against LibTorch >= 2.3 c10d's call is made (what
+//                           that release runs); against 1.13 the three steps of 2.3's are made
+//                           through 1.13's own allreduce.
+//   gloo:reduce_scatter/hd  Gloo's ReduceScatterHalvingDoubling run inline on the caller's thread,
+//                           on a Gloo context of its own, built once per size and run on the same
+//                           buffer each call: the algorithm's best case, which no c10d call reaches
+//                           (bench/RESULTS.md, ninth session: why dtrain queues instead).
+// Start one process per rank with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set; dtrain meets at
+// MASTER_PORT, the raw group at MASTER_PORT + 1 (bench/comm_compare.sh).
 #include <gloo/reduce_scatter.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/prefix_store.h>
 #include <torch/torch.h>
+#include <torch/version.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <cstdio>
 #include <exception>
+#include <functional>
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "BenchCommon.h"
 #include "dtrain/comm/Backend.h"
@@ -75,38 +88,50 @@ int main(int argc, char** argv) try {
     std::vector<at::Tensor> part{torch::zeros({chunk})};
     std::vector<std::vector<at::Tensor>> chunks{whole[0].split(chunk)};
     std::unique_ptr<gloo::ReduceScatterHalvingDoubling<float>> halving_doubling;
-    std::function<void()> plain, ours;
+    std::function<void()> ours;
+    std::vector<std::pair<std::string, std::function<void()>>> raws;  // (line's name, raw call)
     if (op == "allreduce") {
-      plain = [&] { pg->allreduce(whole)->wait(); };
+      raws.emplace_back("gloo:allreduce", [&] { pg->allreduce(whole)->wait(); });
       ours = [&] { comm->allreduce(whole[0]); };
     } else if (op == "reduce_scatter") {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+      raws.emplace_back("gloo:reduce_scatter", [&] { pg->_reduce_scatter_base(part[0], whole[0])->wait(); });
+#else
+      raws.emplace_back("gloo:reduce_scatter", [&] {
+        std::vector<at::Tensor> buffer{whole[0].clone()};
+        pg->allreduce(buffer)->wait();
+        part[0].copy_(buffer[0].chunk(n)[comm->rank()]);
+      });
+#endif
       halving_doubling = std::make_unique<gloo::ReduceScatterHalvingDoubling<float>>(
           context, std::vector<float*>{whole[0].data_ptr<float>()}, static_cast<int>(chunk * n),
           std::vector<int>(n, static_cast<int>(chunk)));
-      plain = [&] { halving_doubling->run(); };
+      raws.emplace_back("gloo:reduce_scatter/hd", [&] { halving_doubling->run(); });
       ours = [&] { comm->reduce_scatter(whole[0], part[0]); };
     } else if (op == "allgather") {
-      plain = [&] { pg->allgather(chunks, part)->wait(); };
+      raws.emplace_back("gloo:allgather", [&] { pg->allgather(chunks, part)->wait(); });
       ours = [&] { comm->allgather(part[0], whole[0]); };
     } else {
-      plain = [&] {
+      raws.emplace_back("gloo:sendrecv", [&] {
         auto received = pg->recv(part, previous, 0);
         pg->send(whole, next, 0)->wait();
         received->wait();
-      };
+      });
       ours = [&] {
         auto received = comm->recv(part[0], previous, 0, /*async_op=*/true);
         comm->send(whole[0], next, 0, /*async_op=*/true)->wait();
         received->wait();
       };
     }
-    for (int i = 0; i < warmup; ++i) {
-      plain();
-      ours();
+    for (const auto& [name, plain] : raws) {
+      for (int i = 0; i < warmup; ++i) {
+        plain();
+        ours();
+      }
+      pg->barrier()->wait();
+      const auto c = bench::compare_ab(rounds, iters, plain, ours, slowest);
+      if (comm->rank() == 0) bench::print_comparison(name, bytes, c);
     }
-    pg->barrier()->wait();
-    const auto c = bench::compare_ab(rounds, iters, plain, ours, slowest);
-    if (comm->rank() == 0) bench::print_comparison("gloo:" + op, bytes, c);
   }
   pg->barrier()->wait();
   return 0;
