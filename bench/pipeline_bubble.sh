@@ -6,7 +6,11 @@
 # at the largest S and M: the most micro-batches of activations each stage held at once
 # (pipeline/peak_micro_batches/stage<s>; 1f1b: at most S - s, gpipe: M). Each gpipe row also
 # prints pipeline/schedule_idle_fraction (1 - compute time over the schedule's time, the formula's
-# own quantity; Note [Measuring the bubble] in PipelineStrategy.cpp).
+# own quantity; Note [Measuring the bubble] in PipelineStrategy.cpp), and "for these stages": GPipe's
+# idle fraction for the stages' compute as measured, 1 - M B_s / (sum_s B_s + (M-1) max_s B_s) per stage
+# with B_s its compute time, which separates the schedule's own cost from stages that compute
+# unequally (a slower core, a heavier cut). It assumes each stage's forward and backward in the same
+# proportion and free transfers; the issue's goal is against (S-1)/(M+S-1) itself.
 # The pipeline's batch is BATCH samples whatever S (data.batch_size = BATCH / S per rank).
 #   bench/pipeline_bubble.sh [BUILD_DIR=build] [STEPS=40] [BATCH=256] [HIDDEN=[1024,1024,1024,1024,1024,1024]] [STAGES="2 4"] [EXTRA="key=value ..."]
 # The formula assumes every stage's forward and every stage's backward take equal time (not only
@@ -55,9 +59,15 @@ sched = [m[f'pipeline/schedule_idle_fraction/stage{s}'] for s in range(S)]
 expected = (S - 1) / (M + S - 1)
 mean = sum(idle) / S
 smean = sum(sched) / S
+# GPipe's idle for these stages' own compute (1 - schedule idle is each stage's compute over the
+# same schedule time): 1 - M B_s / (sum B + (M-1) max B), which is (S-1)/(M+S-1) for equal B.
+busy = [1 - x for x in sched]
+span = sum(busy) + (M - 1) * max(busy)
+unequal = sum(1 - M * b / span for b in busy) / S if span > 0 else 0.0
 print(f'S={S} M={M}  expected {expected:.3f}  receive-wait ' + ' '.join(f'{x:.3f}' for x in idle) +
       f'  mean {mean:.3f} ({mean / expected:.2f}x)  schedule ' + ' '.join(f'{x:.3f}' for x in sched) +
-      f'  mean {smean:.3f} ({smean / expected:.2f}x)  {r[\"samples_per_second\"]:.0f} samples/s')
+      f'  mean {smean:.3f} ({smean / expected:.2f}x)  for these stages {unequal:.3f} ({smean / unequal:.2f}x)' +
+      f'  {r[\"samples_per_second\"]:.0f} samples/s')
 "
   done
 done
