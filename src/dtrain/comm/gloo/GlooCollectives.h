@@ -54,11 +54,12 @@ namespace dtrain::comm {
 // the caller's polling is most of it, because it takes a core from this rank's worker and device
 // threads and from the peer's: 3.2-3.6x polled, 2.4-2.5x with parallel.poll_wait_us: 0, and at 1 MB
 // 1.27-1.31x against 0.66-0.73x. The worker hand-off itself is small: halving-doubling handed to a
-// thread through a condition variable, its caller blocking, is 1.12-1.13x. The rest (2.4x against
-// 1.13x) was not split further: c10d's queue and the ring's unbound buffers (a send waits for the
-// receiver's posted receive; halving-doubling's buffers are bound once) are where it can be. c10d Gloo's own
-// reduce_scatter (PyTorch 2.3 on: the input cloned and all-reduced on its worker thread) is 2.4-4x
-// slower than this ring at 4 KB, 1 MB and 16 MB (bench/gloo_compare.cpp measures both).
+// thread through a condition variable, its caller blocking, is 1.13x (median of seven runs,
+// 1.12-1.84x). The rest (2.4x against 1.13x) was not split further: c10d's queue and the ring's
+// unbound buffers (a send waits for the receiver's posted receive; halving-doubling's buffers are
+// bound once) are where it can be. c10d Gloo's own reduce_scatter (PyTorch 2.3 on: the input cloned
+// and all-reduced on its worker thread) is 2.1-5.7x slower than this ring at 4 KB, 1 MB and 16 MB
+// (bench/gloo_compare.cpp measures both).
 // Note [Cached Gloo buffers]
 // Every native collective used to create its Gloo unbound buffers (the input's, the output's, the
 // ring's partial sums) and allocate the ring's scratch per call. A GlooGroup keeps them instead,
