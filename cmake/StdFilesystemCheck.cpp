@@ -6,7 +6,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <string>
-#include <system_error>
 #ifdef DTRAIN_CHECK_WITH_TORCH
 #include <ATen/Parallel.h>
 #endif
@@ -27,9 +26,19 @@ int main() {
   std::puts("check: recursive_directory_iterator");
   int folders = 0;
   for (const auto& entry : fs::recursive_directory_iterator(dir)) folders += entry.is_directory() ? 1 : 0;
+  std::puts("check: file status");
+  const fs::path file = dir / "a" / "f.txt";
+  std::FILE* out = std::fopen(file.string().c_str(), "w");
+  if (out == nullptr) return 1;
+  std::fputs("1234", out);
+  std::fclose(out);
+  const bool sizes = fs::exists(file) && fs::is_regular_file(file) && fs::file_size(file) == 4;
+  std::puts("check: rename");
+  fs::rename(file, dir / "f.txt");
+  const bool names = (dir / "f.txt").filename() == "f.txt" && (dir / "f.txt").extension() == ".txt" &&
+                     (dir / "a" / ".." / "f.txt").lexically_normal() == dir / "f.txt";
   std::puts("check: remove_all");
-  std::error_code ec;
-  const std::uintmax_t removed = fs::remove_all(dir, ec);
+  const std::uintmax_t removed = fs::remove_all(dir);
   std::printf("check: ok (%d folders, %ju removed)\n", folders, removed);
-  return folders == 2 && removed == 3 ? 0 : 1;
+  return folders == 2 && removed == 4 && sizes && names ? 0 : 1;
 }

@@ -41,7 +41,9 @@ if [ "${1:-}" = "--dtrain" ]; then
   echo "=== NEEDED of $exe (the lookup order after the program itself)"
   readelf -d "$exe" | awk '/NEEDED/ {print $NF}' | tr '\n' ' '
   echo
+  echo "=== the link CMake chose: $(grep DTRAIN_STDFS_LINK: "$build/CMakeCache.txt")"
   run "dtrain_config_tests YamlFile.*" "$exe" --gtest_filter='YamlFile*'
+  EXTRA_PRELOAD=$(g++ -print-file-name=libstdc++.so.6) run "dtrain_config_tests YamlFile.*, libstdc++ preloaded" "$exe" --gtest_filter='YamlFile*'
   run "dtrain info" "$build/bin/dtrain" info
   exit 0
 fi
@@ -72,7 +74,7 @@ for cxx in "${compilers[@]}"; do
     run "$cxx, no LibTorch" "$work/plain$i"
   "$cxx" "${flags[@]}" -o "$work/torch$i" "$here/../../cmake/StdFilesystemCheck.cpp" "${torch_link[@]}" &&
     run "$cxx, LibTorch linked as dtrain links it" "$work/torch$i"
-  "$cxx" "${flags[@]}" -o "$work/first$i" "$here/../../cmake/StdFilesystemCheck.cpp" -Wl,--no-as-needed -lstdc++ "${torch_link[@]}" &&
+  "$cxx" "${flags[@]}" -o "$work/first$i" "$here/../../cmake/StdFilesystemCheck.cpp" -Wl,--no-as-needed -l:libstdc++.so.6 "${torch_link[@]}" &&
     run "$cxx, libstdc++ named before LibTorch" "$work/first$i"
   EXTRA_PRELOAD=$("$cxx" -print-file-name=libstdc++.so.6) run "$cxx, LibTorch linked, libstdc++ preloaded" "$work/torch$i"
   "$cxx" "${flags[@]}" -o "$work/static$i" "$here/../../cmake/StdFilesystemCheck.cpp" "${torch_link[@]}" -static-libstdc++ &&
