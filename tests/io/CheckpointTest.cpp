@@ -233,6 +233,7 @@ std::string python_with_torch() {
   return "";
 }
 
+// weights_only=True: PyTorch 2.6's default (Note [A state dict that torch.load reads with weights_only]).
 TEST(StateDictExport, PythonTorchLoadReadsADict) {
   const std::string python = python_with_torch();
   if (python.empty()) GTEST_SKIP() << "no python3 with torch (Debian python3-torch) is installed";
@@ -240,10 +241,11 @@ TEST(StateDictExport, PythonTorchLoadReadsADict) {
   const auto path = dir.path() / "w.pt";
   export_state_dict(path, sample_state_dict());
   const auto out = dir.path() / "out.txt";
-  const std::string command = python + " -c \"import torch; d = torch.load('" + path.string() +
-                              "'); print(type(d).__name__, sorted(d.keys()), round(float(d['fc.bias'][1]), "
-                              "3), int(d['bn.num_batches_tracked']))\" > " +
-                              out.string() + " 2>&1";
+  const std::string command =
+      python + " -c \"import torch; d = torch.load('" + path.string() +
+      "', weights_only=True); print(type(d).__name__, sorted(d.keys()), round(float(d['fc.bias'][1]), "
+      "3), int(d['bn.num_batches_tracked']))\" > " +
+      out.string() + " 2>&1";
   ASSERT_EQ(std::system(command.c_str()), 0) << std::ifstream(out).rdbuf();
   std::ifstream in(out);
   std::string line;

@@ -6,6 +6,9 @@
 // keys may not contain the dots of module paths.
 #include "dtrain/io/Checkpoint.h"
 
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/export.h>
+#include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/torch.h>
 
 #include <nlohmann/json.hpp>
@@ -298,11 +301,32 @@ std::optional<Checkpoint> CheckpointStore::load_latest() const {
   return Checkpoint::load(*path);
 }
 
+// Note [A state dict that torch.load reads with weights_only]
+// torch::pickle_save tags every dict with its key and value types through a call of
+// torch.jit._pickle.restore_type_tag, which PyTorch 2.6's torch.load refuses by default
+// (weights_only=True: "Unsupported global"; seen against torch 2.11, 2026-11-27). Python's own
+// torch.save writes a plain dict, so this writes what pickle_save writes with the tags left out:
+// the same zip archive ("data.pkl" and one record per tensor). torch::pickle_load still reads it,
+// as a dict of IValue to IValue.
 void export_state_dict(const std::filesystem::path& path, const std::map<std::string, at::Tensor>& tensors) {
   c10::Dict<std::string, at::Tensor> dict;
   for (const auto& [name, tensor] : tensors) dict.insert(name, tensor.detach().to(torch::kCPU).contiguous());
-  const std::vector<char> bytes = torch::pickle_save(c10::IValue(dict));
-  write_file_atomic(path, std::string_view(bytes.data(), bytes.size()));
+  std::vector<char> pickled;
+  torch::jit::Pickler pickler(
+      [&](const char* data, size_t size) { pickled.insert(pickled.end(), data, data + size); },
+      /*tensor_table=*/nullptr, /*type_renamer=*/nullptr, /*memoized_class_types=*/nullptr,
+      /*get_tensor_id=*/nullptr, /*tag_aggregates=*/false);
+  pickler.protocol();
+  pickler.pushIValue(c10::IValue(dict));
+  pickler.stop();
+  std::string bytes;
+  caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, size_t size) {
+    bytes.append(static_cast<const char*>(data), size);
+    return size;
+  });
+  torch::jit::writeArchiveAndTensors("data", pickled.data(), pickled.size(), pickler.tensorData(), writer);
+  writer.writeEndOfFile();
+  write_file_atomic(path, bytes);
 }
 
 std::map<std::string, at::Tensor> import_state_dict(const std::filesystem::path& path) {
