@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include <torch/cuda.h>
+
 #include "cli/CliTestUtil.h"
 
 namespace {
@@ -26,6 +28,7 @@ struct Expectation {
   int exit_code = -1;
   std::vector<std::string> fragments;  // each in the error line
   std::vector<std::string> absent;     // paths relative to the working folder
+  bool needs_no_gpu = false;           // the input is good where LibTorch sees a GPU
 };
 
 std::string read_text(const fs::path& path) {
@@ -57,6 +60,8 @@ Expectation read_expectation(const fs::path& file) {
       e.fragments.push_back(rest);
     } else if (word == "absent") {
       e.absent.push_back(rest);
+    } else if (word == "needs" && rest == "no-gpu") {
+      e.needs_no_gpu = true;
     } else {
       ADD_FAILURE() << file << ": unknown directive '" << word << "'";
     }
@@ -123,6 +128,7 @@ TEST_P(Corpus, Refuses) {
   ASSERT_NE(expect.exit_code, 0) << "a bad input ends with a non-zero status";
   ASSERT_FALSE(expect.fragments.empty()) << folder / "expect"
                                          << " has no 'stderr TEXT' line";
+  if (expect.needs_no_gpu && torch::cuda::is_available()) GTEST_SKIP() << "this LibTorch sees a GPU";
 
   auto command = lines_of(read_text(folder / "command")).at(0);
   command = replace_all(command, "{case}", folder.string());
