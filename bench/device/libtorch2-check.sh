@@ -29,9 +29,11 @@ echo "gloo symbols exported by libtorch_cpu: $GLOO_EXPORTED"
 nm -D --defined-only "$TORCH_DIR/lib/libtorch_cpu.so" | grep -E ' _ZN4gloo(9allgather|7Context18createUnboundBuffer|9transport13UnboundBuffer)' | head -5
 ldconfig -p | grep -E 'libcrypto.so.3|libz.so.1 |libpng16|libjpeg' | head
 
-step "fs-probe (bench/device/fs-probe.sh: std::filesystem against this LibTorch)"
-bash bench/device/fs-probe.sh "$TORCH_DIR" > "$OUT/fs-probe.txt" 2>&1
-grep -E "^(===|---)|bind to|segv_backtrace" "$OUT/fs-probe.txt" | head -60
+if [ "${FS_PROBE:-1}" = 1 ]; then  # FS_PROBE=0 skips this first probe (about 17 s)
+  step "fs-probe (bench/device/fs-probe.sh: std::filesystem against this LibTorch)"
+  bash bench/device/fs-probe.sh "$TORCH_DIR" > "$OUT/fs-probe.txt" 2>&1
+  grep -E "^(===|---)|bind to|segv_backtrace" "$OUT/fs-probe.txt" | head -60
+fi
 
 step deps
 D=/opt/dtdeps; mkdir -p $D
@@ -44,6 +46,13 @@ for so in libcrypto.so.3:libcrypto.so libssl.so.3:libssl.so libz.so.1:libz.so; d
   sys=$(ldconfig -p | awk -v n="$real" '$1==n && /x86-64/ {print $NF; exit}')
   if [ -n "$sys" ]; then rm -f $L/$real*; ln -sf "$sys" $L/$dev; fi
 done
+# libjpeg: where the machine has its own with headers (Ubuntu's libjpeg-turbo8, JPEG_LIB_VERSION 80),
+# dtrain compiles against those headers, so it must link that library too, not bookworm's libjpeg62
+# ("Wrong JPEG library version: library is 62, caller expects 80", 2026-11-27).
+if [ -f /usr/include/jpeglib.h ] && ldconfig -p | grep -q 'libjpeg.so.8 '; then
+  rm -f $L/libjpeg.so* $D/usr/include/jpeglib.h $D/usr/include/jerror.h $D/usr/include/jmorecfg.h $D/usr/include/jpegint.h \
+    $D/usr/include/x86_64-linux-gnu/jconfig.h
+fi
 ls -la $L | head -40
 GLOO_ARGS=(-DDTRAIN_GLOO_INCLUDE_DIR=$D/usr/include)
 [ -d "$TORCH_DIR/include/gloo" ] && GLOO_ARGS=(-DDTRAIN_GLOO_INCLUDE_DIR=$TORCH_DIR/include)
@@ -86,9 +95,9 @@ step "training on the GPU (train.device: cuda): every strategy against the CPU, 
 timeout 150 tests/train/dtrain_train_tests --gtest_filter='Device.*:Strategies/DeviceStrategies.*' 2>&1 | tail -40
 GPU_RUN=(data.dataset=synthetic "data.synthetic_shape=[1,28,28]" data.synthetic_size=4096 train.max_steps=40
          train.epochs=100 train.device=cuda out_dir=/tmp/gpu-runs)
-timeout 60 ./bin/dtrain train "${GPU_RUN[@]}" parallel.strategy=local 2>&1 | tail -4
-timeout 60 ./bin/dtrain train --nproc 1 "${GPU_RUN[@]}" parallel.strategy=data_parallel 2>&1 | tail -4
-timeout 90 ./bin/dtrain train --nproc 2 "${GPU_RUN[@]}" parallel.strategy=data_parallel parallel.backend=gloo 2>&1 | tail -4
+timeout 60 ./bin/dtrain train "${GPU_RUN[@]}" --name local parallel.strategy=local 2>&1 | tail -4
+timeout 60 ./bin/dtrain train --nproc 1 "${GPU_RUN[@]}" --name dp1 parallel.strategy=data_parallel 2>&1 | tail -4
+timeout 90 ./bin/dtrain train --nproc 2 "${GPU_RUN[@]}" --name dp2 parallel.strategy=data_parallel parallel.backend=gloo 2>&1 | tail -4
 left=$(remaining $TEST_END)
 [ "$left" -gt 10 ] && timeout $left ctest -j 16 --timeout 120 --output-on-failure -LE 'netns|ssh|package|readme|fuzz' -E 'Nccl' > "$OUT/ctest.txt" 2>&1
 echo "ctest rc=$?"; grep -E "tests passed|\*\*\*|Not Run|Timeout|Failed" "$OUT/ctest.txt" | head -80
