@@ -9,6 +9,7 @@
 #include <chrono>
 #include <exception>
 #include <functional>
+#include <iostream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -21,6 +22,8 @@
 namespace dtrain::testing {
 
 // Runs fn(rank) on n threads and rethrows the first failure (lowest rank) on the calling thread.
+// Where more than one rank failed, the others' messages go to stderr first: a rank that fails with
+// "connection closed by peer" usually follows a peer's own failure, which is the one to read.
 // Each thread uses one intra-op thread, so ranks do not fight over the cores.
 inline void run_threads(int n, const std::function<void(int rank)>& fn) {
   std::vector<std::exception_ptr> errors(n);
@@ -36,9 +39,22 @@ inline void run_threads(int n, const std::function<void(int rank)>& fn) {
     });
   }
   for (auto& t : threads) t.join();
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
+  std::exception_ptr first;
+  for (int r = 0; r < n; ++r) {
+    if (!errors[r]) continue;
+    if (!first) {
+      first = errors[r];
+      continue;
+    }
+    try {
+      std::rethrow_exception(errors[r]);
+    } catch (const std::exception& e) {
+      std::cerr << "run_threads: rank " << r << " failed too: " << e.what() << "\n";
+    } catch (...) {
+      std::cerr << "run_threads: rank " << r << " failed too (not a std::exception)\n";
+    }
   }
+  if (first) std::rethrow_exception(first);
 }
 
 struct WorldOptions {
