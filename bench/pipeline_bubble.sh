@@ -46,8 +46,46 @@ run() {
     2>"$work/err" | grep '^{' | tail -n 1 || { tail -n 20 "$work/err" >&2; exit 1; }
 }
 
+# cores N: one single-thread 128x2048 by 2048x2048 product timed on each of cores 0..N-1 (taskset;
+# Open MPI binds rank i to core i when ranks <= cores), first alone, one core after another, then on
+# all N at once: the medians, slowest over fastest, and at once over alone. GPipe's formula assumes
+# equal stages whose compute time does not depend on what the others do. Cores that run the product
+# at different speeds make unequal stages whatever the cut; cores that slow each other down (virtual
+# CPUs on one physical core's two hardware threads) make a stage's compute time depend on whether
+# the other stages compute at the same moment (bench/RESULTS.md, issue 14, seventeenth session).
+cores() {
+  local n=$1 c
+  if [ "$n" -gt "$(nproc)" ] || ! command -v taskset > /dev/null; then
+    echo "core check skipped ($n stages, $(nproc) cores)"
+    return
+  fi
+  local product="
+import sys, time, torch
+torch.set_num_threads(1)
+a, w = torch.randn(128, 2048), torch.randn(2048, 2048)
+ts, end = [], time.time() + float(sys.argv[1])
+while time.time() < end:
+    t = time.perf_counter(); a @ w; ts.append(time.perf_counter() - t)
+print(sorted(ts)[len(ts) // 2] * 1e3)"
+  for ((c = 0; c < n; c++)); do taskset -c "$c" $PY -c "$product" 1.5 > "$work/alone$c"; done
+  for ((c = 0; c < n; c++)); do taskset -c "$c" $PY -c "$product" 3 > "$work/together$c" & done
+  wait
+  $PY -c "
+import sys
+n = $n
+alone = [float(open(f'$work/alone{c}').read()) for c in range(n)]
+together = [float(open(f'$work/together{c}').read()) for c in range(n)]
+ratio = sum(together) / sum(alone)
+print('core check: one-thread product, ms per core alone ' + ' '.join(f'{x:.2f}' for x in alone) +
+      ', all at once ' + ' '.join(f'{x:.2f}' for x in together) +
+      f', slowest/fastest {max(together) / min(together):.3f}, at once/alone {ratio:.2f}' +
+      ('  (the cores slow each other down: the formula does not hold here)' if ratio > 1.2 else ''))"
+  rm -f "$work"/alone* "$work"/together*
+}
+
 echo "gpipe: measured idle fraction per stage against (S-1)/(M+S-1)"
 for stages in $STAGES; do
+  cores "$stages"
   for micro in 1 2 4 8; do
     run gpipe "$stages" "$micro" | $PY -c "
 import json, sys
@@ -70,6 +108,7 @@ print(f'S={S} M={M}  expected {expected:.3f}  receive-wait ' + ' '.join(f'{x:.3f
       f'  {r[\"samples_per_second\"]:.0f} samples/s')
 "
   done
+  cores "$stages"
 done
 
 echo "activations held per stage (micro-batches), S=4 M=8"
