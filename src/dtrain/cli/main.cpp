@@ -7,6 +7,7 @@
 #include <c10/util/Exception.h>
 
 #include "dtrain/cli/Commands.h"
+#include "dtrain/util/Allocator.h"
 
 namespace dtrain::cli {
 
@@ -40,6 +41,7 @@ std::string unknown_command(const CLI::App& app, const std::string& word) {
 }  // namespace dtrain::cli
 
 int main(int argc, char** argv) {
+  dtrain::util::keep_freed_memory();  // Note [Keeping freed memory]
   CLI::App app{"dtrain: distributed neural-network training on LibTorch"};
   app.require_subcommand(1);
   std::map<std::string, dtrain::cli::Run> runs;
