@@ -4,6 +4,9 @@
 # minutes. Bookworm's -dev packages and sid's Gloo headers travel in .devdeps/ (bench/device/fetch-deps.sh).
 #   run: bash bench/device/libtorch2-check.sh     (carry .devdeps; output in $OUT: log.txt, build*.txt,
 #        ctest.txt, CMakeCache.txt, fs-probe*.txt). Figures of 2026-11-26 in bench/RESULTS.md.
+#   BUBBLE=1 FS_PROBE=0 bash bench/device/libtorch2-check.sh: builds only `dtrain` (-O2) and runs
+#        bench/pipeline_bubble.sh on this machine's CPU cores over gloo (S = 2 and 4) instead of the tests
+#        ($OUT/bubble.txt): GPipe's formula judged on cores not shared with another stage (issue 14).
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 exec > >(tee "$OUT/log.txt") 2>&1
@@ -63,7 +66,8 @@ export LD_LIBRARY_PATH=$L${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export NCCL_INCLUDE_DIR=$NCCL_ROOT/include NCCL_LIB_DIR=$NCCL_ROOT/lib
 
 step configure
-cmake -S . -B build-dev -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" \
+OPT="-O1 -DNDEBUG"; [ "${BUBBLE:-0}" = 1 ] && OPT="-O2 -DNDEBUG"  # -O1: the tests build sooner
+cmake -S . -B build-dev -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="$OPT" \
   -DCMAKE_PREFIX_PATH="$TORCH_CMAKE;$D/usr" -DOPENSSL_ROOT_DIR=$D/usr -DDTRAIN_WITH_MPI=OFF \
   -DDTRAIN_BUILD_BENCH=OFF -DTORCH_CUDA_ARCH_LIST=9.0 "${GLOO_ARGS[@]}" 2>&1 | grep -v "^-- \(Looking\|Performing\|Check\)" | tail -40
 cp build-dev/CMakeCache.txt "$OUT/" 2>/dev/null
@@ -74,9 +78,19 @@ remaining() { echo $(( $1 - ($(date +%s) - T0) )); }
 step "build until ${BUILD_END}s"
 first=(dtrain_comm_tests dtrain)
 grep -q "build tests/comm/dtrain_comm_nccl_tests" build-dev/build.ninja && first+=(dtrain_comm_nccl_tests)
+[ "${BUBBLE:-0}" = 1 ] && first=(dtrain)
 echo "first: ${first[*]}"
 timeout $(remaining $BUILD_END) ninja -C build-dev -k 0 -j 16 "${first[@]}" > "$OUT/build1.txt" 2>&1
 echo "first targets rc=$?"; grep -E "error|FAILED" "$OUT/build1.txt" | head -60
+if [ "${BUBBLE:-0}" = 1 ]; then
+  step "pipeline bubble on the CPU cores, gloo (bench/pipeline_bubble.sh)"
+  timeout $(remaining $TEST_END) bash bench/pipeline_bubble.sh build-dev 12 1024 \
+    "[2048,2048,2048,2048,2048,2048,2048]" "2 4" "data.synthetic_shape=[1,8,8] parallel.backend=gloo" 2>&1 |
+    tee "$OUT/bubble.txt"
+  echo "bubble rc=${PIPESTATUS[0]}"
+  step done
+  exit 0
+fi
 left=$(remaining $BUILD_END)
 if [ "$left" -gt 10 ]; then
   timeout $left ninja -C build-dev -k 0 -j 16 > "$OUT/build2.txt" 2>&1
