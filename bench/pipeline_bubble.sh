@@ -26,7 +26,7 @@ BATCH=${3:-256}
 HIDDEN=${4:-[1024,1024,1024,1024,1024,1024]}
 STAGES=${5:-"2 4"}
 EXTRA=${6:-}  # more overrides for every run, e.g. parallel.pipeline.balance=time
-PY=/usr/bin/python3
+PY=${PY:-/usr/bin/python3}  # one with torch (a GPU machine: its venv's python3)
 DTRAIN="$BUILD/src/dtrain/cli/dtrain"
 [ -x "$DTRAIN" ] || DTRAIN="$BUILD/bin/dtrain"
 work=$(mktemp -d)

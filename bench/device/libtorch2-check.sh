@@ -4,9 +4,11 @@
 # minutes. Bookworm's -dev packages and sid's Gloo headers travel in .devdeps/ (bench/device/fetch-deps.sh).
 #   run: bash bench/device/libtorch2-check.sh     (carry .devdeps; output in $OUT: log.txt, build*.txt,
 #        ctest.txt, CMakeCache.txt, fs-probe*.txt). Figures of 2026-11-26 in bench/RESULTS.md.
-#   BUBBLE=1 FS_PROBE=0 bash bench/device/libtorch2-check.sh: builds only `dtrain` (-O2) and runs
-#        bench/pipeline_bubble.sh on this machine's CPU cores over gloo (S = 2 and 4) instead of the tests
-#        ($OUT/bubble.txt): GPipe's formula judged on cores not shared with another stage (issue 14).
+#   BUBBLE=1 FS_PROBE=0 bash bench/device/libtorch2-check.sh: builds only `dtrain` and the parallel tests
+#        (-O2) and runs bench/pipeline_bubble.sh on this machine's CPU cores over gloo (S = 2 and 4) instead
+#        of the tests ($OUT/bubble.txt): GPipe's formula judged on cores not shared with another stage
+#        (issue 14); then, until TEST_END, the pipeline rows over gloo in REPEATERS copies at once with the
+#        crash reporter (the LibTorch 2.11 crash came under ctest -j16, not alone).
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 exec > >(tee "$OUT/log.txt") 2>&1
@@ -78,17 +80,37 @@ remaining() { echo $(( $1 - ($(date +%s) - T0) )); }
 step "build until ${BUILD_END}s"
 first=(dtrain_comm_tests dtrain)
 grep -q "build tests/comm/dtrain_comm_nccl_tests" build-dev/build.ninja && first+=(dtrain_comm_nccl_tests)
-[ "${BUBBLE:-0}" = 1 ] && first=(dtrain)
+[ "${BUBBLE:-0}" = 1 ] && first=(dtrain dtrain_parallel_tests)
 echo "first: ${first[*]}"
 timeout $(remaining $BUILD_END) ninja -C build-dev -k 0 -j 16 "${first[@]}" > "$OUT/build1.txt" 2>&1
 echo "first targets rc=$?"; grep -E "error|FAILED" "$OUT/build1.txt" | head -60
 if [ "${BUBBLE:-0}" = 1 ]; then
   step "pipeline bubble on the CPU cores, gloo (bench/pipeline_bubble.sh)"
-  left=$(remaining $TEST_END); [ "$left" -gt 60 ] || left=60  # what it printed before the limit stays
-  timeout $left bash bench/pipeline_bubble.sh build-dev 12 1024 \
+  left=$(remaining ${BUBBLE_END:-400}); [ "$left" -gt 60 ] || left=60  # what it printed before the limit stays
+  PY=python3 timeout $left bash bench/pipeline_bubble.sh build-dev 12 1024 \
     "[2048,2048,2048,2048,2048,2048,2048]" "2 4" "data.synthetic_shape=[1,8,8] parallel.backend=gloo" 2>&1 |
     tee "$OUT/bubble.txt"
   echo "bubble rc=${PIPESTATUS[0]}"
+  left=$(remaining $TEST_END)
+  if [ "$left" -gt 20 ] && [ -x build-dev/tests/parallel/dtrain_parallel_tests ]; then
+    n=${REPEATERS:-8}
+    step "pipeline rows over gloo, $n copies at once for ${left}s, with segv_backtrace"
+    cc -shared -fPIC -O1 -o /tmp/segv_backtrace.so bench/device/segv_backtrace.c
+    pids=()
+    for ((i = 0; i < n; i++)); do
+      LD_PRELOAD=/tmp/segv_backtrace.so timeout $left build-dev/tests/parallel/dtrain_parallel_tests \
+        --gtest_filter='*pipeline*gloo*:Cases/PipelineEqualsLocal.*' --gtest_repeat=-1 --gtest_break_on_failure \
+        > "/tmp/repeat$i.txt" 2>&1 &
+      pids+=($!)
+    done
+    wait "${pids[@]}"  # not a bare wait: that also waits for the tee of the log above, which never ends
+    for ((i = 0; i < n; i++)); do
+      r=/tmp/repeat$i.txt
+      echo "copy $i: $(grep -c '^\[       OK' $r) passed, $(grep -c '^\[  FAILED' $r) failed, last: $(tail -n 1 $r | head -c 200)"
+      grep -E "segv_backtrace|^\[  FAILED|Failure|\(\+0x|\)\[0x" $r | head -40
+      grep -q -E "segv_backtrace|FAILED|Failure" $r && tail -c 30000 $r > "$OUT/repeat$i-tail.txt"
+    done
+  fi
   step done
   exit 0
 fi
