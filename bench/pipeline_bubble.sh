@@ -10,7 +10,11 @@
 # idle fraction for the stages' compute as measured, 1 - M B_s / (sum_s B_s + (M-1) max_s B_s) per stage
 # with B_s its compute time, which separates the schedule's own cost from stages that compute
 # unequally (a slower core, a heavier cut). It assumes each stage's forward and backward in the same
-# proportion and free transfers; the issue's goal is against (S-1)/(M+S-1) itself.
+# proportion and free transfers; the issue's goal is against (S-1)/(M+S-1) itself. "replayed" is
+# pipeline/replay_idle_fraction: the schedule replayed with every pass as this run measured it and
+# free transfers (Note [Replaying the schedule]), so unequal and uneven passes are in it and the
+# transfers are not; "schedule/replay" is the measured schedule time over the replayed one, what
+# the transfers and the waiting for them added.
 # The pipeline's batch is BATCH samples whatever S (data.batch_size = BATCH / S per rank).
 #   bench/pipeline_bubble.sh [BUILD_DIR=build] [STEPS=40] [BATCH=256] [HIDDEN=[1024,1024,1024,1024,1024,1024]] [STAGES="2 4"] [EXTRA="key=value ..."]
 # The formula assumes every stage's forward and every stage's backward take equal time (not only
@@ -102,9 +106,12 @@ smean = sum(sched) / S
 busy = [1 - x for x in sched]
 span = sum(busy) + (M - 1) * max(busy)
 unequal = sum(1 - M * b / span for b in busy) / S if span > 0 else 0.0
+replay = [m[f'pipeline/replay_idle_fraction/stage{s}'] for s in range(S)]
+rmean = sum(replay) / S
 print(f'S={S} M={M}  expected {expected:.3f}  receive-wait ' + ' '.join(f'{x:.3f}' for x in idle) +
       f'  mean {mean:.3f} ({mean / expected:.2f}x)  schedule ' + ' '.join(f'{x:.3f}' for x in sched) +
       f'  mean {smean:.3f} ({smean / expected:.2f}x)  for these stages {unequal:.3f} ({smean / unequal:.2f}x)' +
+      f'  replayed {rmean:.3f} ({rmean / expected:.2f}x), schedule/replay {m[\"pipeline/schedule_over_replay\"]:.3f}' +
       f'  {r[\"samples_per_second\"]:.0f} samples/s')
 "
   done

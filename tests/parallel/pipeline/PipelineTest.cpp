@@ -77,6 +77,53 @@ TEST(PipelineSchedule, OneFOneBWarmsUpWithSMinusOneMinusSForwards) {
   EXPECT_THROW(parse_schedule("interleaved"), std::invalid_argument);
 }
 
+// Stage s's pass times, the same for every micro-batch.
+std::vector<std::vector<double>> pass_times(const std::vector<double>& per_stage, int micro_batches) {
+  std::vector<std::vector<double>> out;
+  for (const double t : per_stage) out.emplace_back(micro_batches, t);
+  return out;
+}
+
+TEST(PipelineReplay, EqualStagesTakeGPipesFormulaUnderBothSchedules) {
+  for (const auto kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB}) {
+    for (int stages = 1; stages <= 5; ++stages) {
+      for (int m = 1; m <= 9; ++m) {
+        const auto forward = pass_times(std::vector<double>(stages, 1.0), m);
+        const auto backward = pass_times(std::vector<double>(stages, 2.0), m);
+        const double span = replay_schedule(kind, forward, backward);
+        EXPECT_DOUBLE_EQ(span, 3.0 * (m + stages - 1))
+            << schedule_name(kind) << " S " << stages << " M " << m;
+        // Each stage computes 3 M of it: idle (S-1)/(M+S-1).
+        EXPECT_NEAR(1.0 - 3.0 * m / span, expected_idle_fraction(stages, m), 1e-12);
+      }
+    }
+  }
+}
+
+TEST(PipelineReplay, AStageTwiceAsSlowSetsThePace) {
+  // S = 2, M = 2, stage 0 passes 1 s, stage 1 2 s. GPipe: stage 0 forwards end at 1 and 2, stage 1's
+  // at 3 and 5, its backwards at 7 and 9; stage 0's backwards wait for them: 7-8, 9-10. 1F1B
+  // (stage 0: F0 F1 B0 B1; stage 1: F0 B0 F1 B1): stage 1 runs 1-3, 3-5, 5-7, 7-9, stage 0's
+  // backwards 5-6 and 9-10.
+  const auto forward = pass_times({1.0, 2.0}, 2);
+  EXPECT_DOUBLE_EQ(replay_schedule(ScheduleKind::GPipe, forward, forward), 10.0);
+  EXPECT_DOUBLE_EQ(replay_schedule(ScheduleKind::OneFOneB, forward, forward), 10.0);
+  // One slow micro-batch on the first stage delays every later one on both stages under GPipe:
+  // stage 0 forwards 0-1, 1-4 (slow), 4-5; stage 1 1-2, 4-5, 5-6; backwards 6-7, 7-8, 8-9 on stage
+  // 1 and 7-8, 8-9, 9-10 on stage 0.
+  auto uneven = pass_times({1.0, 1.0}, 3);
+  uneven[0][1] = 3.0;
+  EXPECT_DOUBLE_EQ(replay_schedule(ScheduleKind::GPipe, uneven, pass_times({1.0, 1.0}, 3)), 10.0);
+}
+
+TEST(PipelineReplay, TimesThatAreNotStagesByMicroBatchesAreRefused) {
+  EXPECT_THROW(replay_schedule(ScheduleKind::GPipe, {}, {}), std::invalid_argument);
+  EXPECT_THROW(replay_schedule(ScheduleKind::GPipe, pass_times({1.0, 1.0}, 2), pass_times({1.0}, 2)),
+               std::invalid_argument);
+  EXPECT_THROW(replay_schedule(ScheduleKind::OneFOneB, pass_times({1.0, 1.0}, 2), pass_times({1.0, 1.0}, 3)),
+               std::invalid_argument);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Where the cuts go
 
@@ -496,13 +543,46 @@ TEST(PipelineMetrics, IdleFractionsAndHeldMicroBatchesPerStage) {
     EXPECT_GT(schedule_idle, 0.0);
     EXPECT_LT(schedule_idle, 1.0);
     EXPECT_EQ(metrics[0].at("pipeline/peak_micro_batches/stage" + std::to_string(s)), 4.0);
+    // The schedule replayed with these passes and free transfers leaves each stage idle too.
+    const double replay_idle = metrics[0].at("pipeline/replay_idle_fraction/stage" + std::to_string(s));
+    EXPECT_GT(replay_idle, 0.0);
+    EXPECT_LT(replay_idle, 1.0);
   }
+  EXPECT_GT(metrics[0].at("pipeline/schedule_over_replay"), 0.0);
   EXPECT_DOUBLE_EQ(metrics[0].at("pipeline/expected_idle_fraction"), 1.0 / 5.0);
   EXPECT_NE(notes[0].at("pipeline/idle").find("stage 1 idle"), std::string::npos);
   // Rank 1 (the last stage) sends stage 0 the gradients of 4 micro-batches of 16 activations
   // each (16 rows x 16 floats in all) and its 8 inputs of 784 floats; its share of the all-gather
   // and the loss's all-reduce come on top.
   EXPECT_GE(bytes[1], (16u * 16u + 8u * 784u) * 4u);
+}
+
+TEST(PipelineMetrics, PassTimesAreReplayedTogetherEverySixtyFourStepsOfEightMicroBatches) {
+  const auto cfg = config_of("pipeline", "sgd", pipeline_options("gpipe", 2, 8));
+  const auto data = make_data(1, 16, torch::kFloat);
+  std::vector<models::NetworkPtr> models{testing::build_model(cfg, 1), testing::build_model(cfg, 1)};
+  std::vector<std::map<std::string, double>> metrics(2);
+  std::vector<std::vector<std::uint64_t>> bytes(2);
+  dtrain::testing::run_world(2, [&](comm::CommunicatorPtr comm) {
+    const int r = comm->rank();
+    auto strategy = testing::build_strategy(cfg, models[r], comm);
+    for (int s = 0; s < 67; ++s) bytes[r].push_back(strategy->train_step(slice(data, 0, r, 8)).bytes_sent);
+    metrics[r] = strategy->metrics();
+  });
+  // Steps 1 to 64 (the first is not the steady state) each kept 16 pass times, 1,024 in all: the
+  // 65th step's call all-gathered them (8 KB from each rank) on top of its usual traffic.
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(bytes[r][1], bytes[r][2]);
+    EXPECT_GE(bytes[r][64], bytes[r][63] + 1024u * 8u) << "rank " << r;
+    EXPECT_EQ(bytes[r][65], bytes[r][63]);
+  }
+  EXPECT_EQ(metrics[0], metrics[1]);
+  for (int s = 0; s < 2; ++s) {
+    const double replay_idle = metrics[0].at("pipeline/replay_idle_fraction/stage" + std::to_string(s));
+    EXPECT_GT(replay_idle, 0.0);
+    EXPECT_LT(replay_idle, 1.0);
+  }
+  EXPECT_GT(metrics[0].at("pipeline/schedule_over_replay"), 0.0);
 }
 
 // ---------------------------------------------------------------------------------------------

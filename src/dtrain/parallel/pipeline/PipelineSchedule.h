@@ -44,4 +44,19 @@ int peak_held_micro_batches(const std::vector<PipelineAction>& actions);
 // GPipe's and 1F1B's idle fraction when every stage costs the same: (S-1)/(M+S-1).
 double expected_idle_fraction(int stages, int micro_batches);
 
+// Note [Replaying the schedule]
+// How long `kind`'s schedule takes for the given pass times when transfers are free and
+// instant: forward[s][m] and backward[s][m] are stage s's seconds for micro-batch m (S stages,
+// M micro-batches each). Each stage runs its actions in stage_schedule's order; a forward starts
+// when its stage is free and the stage before has finished that micro-batch's forward, a
+// backward when the stage after has finished its backward. Returns the last action's end, from
+// all stages starting at 0. With every pass of a kind equal across stages (F, B) that is
+// (M+S-1)(F+B), GPipe's formula; with the passes a run measured, it is the schedule's time that
+// those passes allow, so the measured schedule time over it is what the transfers and the
+// waiting for them cost (PipelineStrategy's pipeline/replay_idle_fraction and
+// pipeline/schedule_over_replay). A list-scheduling replay of a fixed order, not an optimiser:
+// it does not reorder passes to shorten the schedule.
+double replay_schedule(ScheduleKind kind, const std::vector<std::vector<double>>& forward,
+                       const std::vector<std::vector<double>>& backward);
+
 }  // namespace dtrain::parallel::pipeline

@@ -98,6 +98,9 @@ constexpr int kTagEvalData = 6;
 constexpr int kTagSaveLength = 7;
 constexpr int kTagSaveBytes = 8;
 constexpr int kMaxMicroBatches = (1 << 20) - 1;
+// Pass times a rank keeps before the ranks replay them together: 64 steps of 8 micro-batches,
+// one all-gather of 8 KB a rank (Note [Replaying the schedule]).
+constexpr std::size_t kReplayValues = 1024;
 constexpr int kTagActivation = 1 << 20;  // + micro-batch
 constexpr int kTagGradient = 2 << 20;    // + micro-batch
 
@@ -675,6 +678,9 @@ StepResult PipelineStrategy::train_step(const data::Batch& batch) {
   const double loss_scale = precision_.loss_scale();
   double idle = 0.0;
   double loss_sum = 0.0;
+  // This stage's seconds in each micro-batch's forward, then in each one's backward (Note
+  // [Replaying the schedule]).
+  std::vector<double> passes(2 * ranges.size(), 0.0);
   std::vector<torch::Tensor> outputs(ranges.size());
   const auto schedule_start = util::Clock::now();
   {
@@ -762,7 +768,7 @@ StepResult PipelineStrategy::train_step(const data::Batch& batch) {
           loss_sum += l.detach().item<double>();
           outputs[m] = y.detach();
           flight.output = loss_scale != 1.0 ? l * loss_scale : l;
-          result.timing.forward += util::seconds_since(t0);
+          passes[m] = util::seconds_since(t0);
         } else {
           if (y.dim() == 0 || y.size(0) != end - begin) {
             throw std::invalid_argument(
@@ -771,7 +777,7 @@ StepResult PipelineStrategy::train_step(const data::Batch& batch) {
                             "as its first dimension",
                             stage, c10::str(y.sizes()), end - begin));
           }
-          result.timing.forward += util::seconds_since(t0);
+          passes[m] = util::seconds_since(t0);
           if (!sent_header) {
             sends.post(make_header(kData, y), stage + 1, kTagHeader);
             sent_header = true;
@@ -779,6 +785,7 @@ StepResult PipelineStrategy::train_step(const data::Batch& batch) {
           sends.post(y, stage + 1, kTagActivation + m);
           flight.output = y;
         }
+        result.timing.forward += passes[m];
         held.emplace(m, std::move(flight));
         peak_held_ = std::max(peak_held_, static_cast<int>(held.size()));
         post_ahead(i);
@@ -788,7 +795,7 @@ StepResult PipelineStrategy::train_step(const data::Batch& batch) {
         if (stage == last) {
           const auto t0 = util::Clock::now();
           if (flight.output.requires_grad()) flight.output.backward();
-          result.timing.backward += util::seconds_since(t0);
+          passes[ranges.size() + m] = util::seconds_since(t0);
         } else if (torch::isFloatingType(flight.output.scalar_type())) {
           double waited = 0.0;
           auto g = ahead.take(shape_of(flight.output), flight.output.scalar_type(), stage + 1,
@@ -800,8 +807,9 @@ StepResult PipelineStrategy::train_step(const data::Batch& batch) {
           // A stage whose output does not depend on anything trainable (a Flatten alone) has
           // nothing to propagate.
           if (flight.output.requires_grad()) torch::autograd::backward({flight.output}, {g});
-          result.timing.backward += util::seconds_since(t0);
+          passes[ranges.size() + m] = util::seconds_since(t0);
         }
+        result.timing.backward += passes[ranges.size() + m];
         if (flight.input.defined() && flight.input.requires_grad()) {
           auto grad = flight.input.grad();
           sends.post(grad.defined() ? grad : torch::zeros_like(flight.input), stage - 1, kTagGradient + m);
@@ -834,11 +842,20 @@ StepResult PipelineStrategy::train_step(const data::Batch& batch) {
     const auto all = outputs.size() == 1 ? outputs.front() : torch::cat(outputs);
     result.outputs = all.slice(0, own_offset, own_offset + batch.size());
   }
+  // The first step allocates and meets the peers for the first time: not the pipeline's steady state.
+  const bool steady = steps_++ > 0;
+  if (steady) {
+    recorded_passes_.insert(recorded_passes_.end(), passes.begin(), passes.end());
+    if (recorded_passes_.size() >= std::max(kReplayValues, passes.size())) {
+      const auto t0 = util::Clock::now();
+      replay_recorded();
+      result.timing.communication += util::seconds_since(t0);
+    }
+  }
   const double seconds = util::seconds_since(start);
   result.timing.set_update_to_rest(seconds);
   count_own_communication(traffic_before, &result);
-  // The first step allocates and meets the peers for the first time: not the pipeline's steady state.
-  if (steps_++ > 0) {
+  if (steady) {
     idle_seconds_ += idle;
     step_seconds_ += seconds;
     busy_seconds_ += busy_seconds;
@@ -1010,7 +1027,44 @@ void PipelineStrategy::load(const io::Checkpoint& checkpoint) {
 // quantity: 1 - the stage's forward and backward computation over the pipeline's schedule time,
 // the longest of its stages' (the stages start together: the step's batch sizes are all-gathered
 // just before), so transfer time and waiting count as idle wherever they fall.
+// Note [Replaying the schedule] (PipelineSchedule.h) in the strategy: every rank keeps its
+// stage's pass times of the steps after the first; every kReplayValues of them (and in
+// metrics()) the ranks all-gather them and each replays every pipeline's schedule of every
+// step, summing the spans. Every rank runs the same steps with the same micro-batches, so the
+// lengths agree. pipeline/replay_idle_fraction/stage<s> is 1 - the stage's compute over those
+// spans: the idle fraction these passes allow, unequal stages and a slow pass included, with
+// free transfers. pipeline/schedule_over_replay is the schedule time measured over it: what the
+// transfers, the waiting for them and the bookkeeping between passes add (1 if nothing).
+void PipelineStrategy::replay_recorded() {
+  const int stages = layout_.stages;
+  const auto per_step = 2 * static_cast<std::size_t>(options_.micro_batches);
+  const auto per_rank = static_cast<std::int64_t>(recorded_passes_.size());
+  auto local = torch::tensor(recorded_passes_, torch::kDouble);
+  auto all = torch::empty({per_rank * world_->size()}, torch::kDouble);
+  world_->allgather(local, all);
+  recorded_passes_.clear();
+  const auto a = all.accessor<double, 1>();
+  const auto steps = static_cast<std::size_t>(per_rank) / per_step;
+  const int micro_batches = options_.micro_batches;
+  std::vector<std::vector<double>> forward(stages, std::vector<double>(micro_batches));
+  auto backward = forward;
+  for (int replica = 0; replica < world_->size() / stages; ++replica) {
+    for (std::size_t step = 0; step < steps; ++step) {
+      for (int s = 0; s < stages; ++s) {
+        const auto at = static_cast<std::int64_t>(
+            (replica * stages + s) * static_cast<std::size_t>(per_rank) + step * per_step);
+        for (int m = 0; m < micro_batches; ++m) {
+          forward[s][m] = a[at + m];
+          backward[s][m] = a[at + micro_batches + m];
+        }
+      }
+      replay_seconds_ += replay_schedule(schedule_, forward, backward);
+    }
+  }
+}
+
 std::map<std::string, double> PipelineStrategy::metrics() {
+  if (!recorded_passes_.empty()) replay_recorded();
   constexpr int kFields = 5;
   auto local = torch::tensor(
       {idle_seconds_, step_seconds_, static_cast<double>(peak_held_), busy_seconds_, schedule_seconds_},
@@ -1040,9 +1094,12 @@ std::map<std::string, double> PipelineStrategy::metrics() {
     out[fmt::format("pipeline/idle_fraction/stage{}", s)] = stage_idle_fraction_[s];
     out[fmt::format("pipeline/schedule_idle_fraction/stage{}", s)] =
         schedule_total > 0.0 ? 1.0 - busy[s] / schedule_total : 0.0;
+    out[fmt::format("pipeline/replay_idle_fraction/stage{}", s)] =
+        replay_seconds_ > 0.0 ? 1.0 - busy[s] / replay_seconds_ : 0.0;
     out[fmt::format("pipeline/peak_micro_batches/stage{}", s)] = stage_peak_held_[s];
   }
   out["pipeline/expected_idle_fraction"] = expected_idle_fraction(stages, options_.micro_batches);
+  out["pipeline/schedule_over_replay"] = replay_seconds_ > 0.0 ? schedule_total / replay_seconds_ : 0.0;
   return out;
 }
 

@@ -81,8 +81,10 @@ class PipelineStrategy final : public Strategy {
   // Collective: pipeline/idle_fraction/stage<s> (time blocked receiving activations or
   // gradients over step time, mean over replicas, steps after the first), pipeline/
   // schedule_idle_fraction/stage<s> (1 - the stage's compute time over the pipeline's schedule
-  // time; see Note [Measuring the bubble]), pipeline/peak_micro_batches/stage<s> (activations held
-  // at once), pipeline/expected_idle_fraction.
+  // time; see Note [Measuring the bubble]), pipeline/replay_idle_fraction/stage<s> and
+  // pipeline/schedule_over_replay (the idle fraction this run's passes allow with free transfers,
+  // and the schedule time measured over it; Note [Replaying the schedule]),
+  // pipeline/peak_micro_batches/stage<s> (activations held at once), pipeline/expected_idle_fraction.
   std::map<std::string, double> metrics() override;
   // pipeline/stages (the cut) and pipeline/idle (the last metrics() figures in one line).
   std::map<std::string, std::string> notes() const override;
@@ -102,6 +104,7 @@ class PipelineStrategy final : public Strategy {
                     torch::Tensor& targets, StepTiming& timing);
   void allreduce_gradients(StepTiming& timing);
   void serve_evaluation();
+  void replay_recorded();  // collective
   void count_own_communication(const std::vector<comm::CommStats>& before, StepResult* result);
   std::vector<comm::CommStats> traffic_snapshot() const;
 
@@ -130,9 +133,11 @@ class PipelineStrategy final : public Strategy {
   std::int64_t steps_ = 0;
   double idle_seconds_ = 0.0;
   double step_seconds_ = 0.0;
-  torch::Device device_{torch::kCPU};  // where the model lives: received data lands there
-  double busy_seconds_ = 0.0;          // forward and backward computation inside the schedule
-  double schedule_seconds_ = 0.0;      // from the schedule's first action to its sends' completion
+  torch::Device device_{torch::kCPU};    // where the model lives: received data lands there
+  double busy_seconds_ = 0.0;            // forward and backward computation inside the schedule
+  double schedule_seconds_ = 0.0;        // from the schedule's first action to its sends' completion
+  std::vector<double> recorded_passes_;  // per step: forward seconds per micro-batch, then backward
+  double replay_seconds_ = 0.0;          // the replayed schedules' spans, summed over pipelines
   int peak_held_ = 0;
   std::vector<double> stage_idle_fraction_;  // the last metrics(), per stage
   std::vector<double> stage_peak_held_;
