@@ -110,7 +110,8 @@ replay = [m[f'pipeline/replay_idle_fraction/stage{s}'] for s in range(S)]
 rmean = sum(replay) / S
 print(f'S={S} M={M}  expected {expected:.3f}  receive-wait ' + ' '.join(f'{x:.3f}' for x in idle) +
       f'  mean {mean:.3f} ({mean / expected:.2f}x)  schedule ' + ' '.join(f'{x:.3f}' for x in sched) +
-      f'  mean {smean:.3f} ({smean / expected:.2f}x)  for these stages {unequal:.3f} ({smean / unequal:.2f}x)' +
+      f'  mean {smean:.3f} ({smean / expected:.2f}x)  for these stages {unequal:.3f} ({unequal / expected:.2f}x;' +
+      f' measured {smean / unequal:.2f}x of it)' +
       f'  replayed {rmean:.3f} ({rmean / expected:.2f}x), schedule/replay {m[\"pipeline/schedule_over_replay\"]:.3f}' +
       f'  {r[\"samples_per_second\"]:.0f} samples/s')
 "
