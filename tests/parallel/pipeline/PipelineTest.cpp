@@ -551,6 +551,7 @@ TEST(PipelineMetrics, IdleFractionsAndHeldMicroBatchesPerStage) {
   EXPECT_GT(metrics[0].at("pipeline/schedule_over_replay"), 0.0);
   EXPECT_DOUBLE_EQ(metrics[0].at("pipeline/expected_idle_fraction"), 1.0 / 5.0);
   EXPECT_NE(notes[0].at("pipeline/idle").find("stage 1 idle"), std::string::npos);
+  EXPECT_NE(notes[0].at("pipeline/idle").find("replayed with these passes"), std::string::npos);
   // Rank 1 (the last stage) sends stage 0 the gradients of 4 micro-batches of 16 activations
   // each (16 rows x 16 floats in all) and its 8 inputs of 784 floats; its share of the all-gather
   // and the loss's all-reduce come on top.

@@ -1089,17 +1089,19 @@ std::map<std::string, double> PipelineStrategy::metrics() {
   for (const double t : schedule) schedule_total += t;
   std::map<std::string, double> out;
   stage_idle_fraction_.assign(stages, 0.0);
+  replay_idle_fraction_.assign(stages, 0.0);
   for (int s = 0; s < stages; ++s) {
     stage_idle_fraction_[s] = total[s] > 0.0 ? idle[s] / total[s] : 0.0;
     out[fmt::format("pipeline/idle_fraction/stage{}", s)] = stage_idle_fraction_[s];
     out[fmt::format("pipeline/schedule_idle_fraction/stage{}", s)] =
         schedule_total > 0.0 ? 1.0 - busy[s] / schedule_total : 0.0;
-    out[fmt::format("pipeline/replay_idle_fraction/stage{}", s)] =
-        replay_seconds_ > 0.0 ? 1.0 - busy[s] / replay_seconds_ : 0.0;
+    replay_idle_fraction_[s] = replay_seconds_ > 0.0 ? 1.0 - busy[s] / replay_seconds_ : 0.0;
+    out[fmt::format("pipeline/replay_idle_fraction/stage{}", s)] = replay_idle_fraction_[s];
     out[fmt::format("pipeline/peak_micro_batches/stage{}", s)] = stage_peak_held_[s];
   }
   out["pipeline/expected_idle_fraction"] = expected_idle_fraction(stages, options_.micro_batches);
-  out["pipeline/schedule_over_replay"] = replay_seconds_ > 0.0 ? schedule_total / replay_seconds_ : 0.0;
+  schedule_over_replay_ = replay_seconds_ > 0.0 ? schedule_total / replay_seconds_ : 0.0;
+  out["pipeline/schedule_over_replay"] = schedule_over_replay_;
   return out;
 }
 
@@ -1117,6 +1119,16 @@ std::map<std::string, std::string> PipelineStrategy::notes() const {
     }
     out["pipeline/idle"] = fmt::format("{}; expected idle (S-1)/(M+S-1) = {:.3f}", fmt::join(parts, "; "),
                                        expected_idle_fraction(layout_.stages, options_.micro_batches));
+    if (schedule_over_replay_ > 0.0) {
+      double mean = 0.0;
+      for (const double f : replay_idle_fraction_)
+        mean += f / static_cast<double>(replay_idle_fraction_.size());
+      out["pipeline/idle"] += fmt::format(
+          "; replayed with these passes and free transfers: idle {:.3f} a stage on average, the schedule "
+          "{:.3f}x "
+          "the replay",
+          mean, schedule_over_replay_);
+    }
   }
   return out;
 }

@@ -139,7 +139,9 @@ class PipelineStrategy final : public Strategy {
   std::vector<double> recorded_passes_;  // per step: forward seconds per micro-batch, then backward
   double replay_seconds_ = 0.0;          // the replayed schedules' spans, summed over pipelines
   int peak_held_ = 0;
-  std::vector<double> stage_idle_fraction_;  // the last metrics(), per stage
+  std::vector<double> stage_idle_fraction_;   // the last metrics(), per stage
+  std::vector<double> replay_idle_fraction_;  // the same
+  double schedule_over_replay_ = 0.0;         // the last metrics()
   std::vector<double> stage_peak_held_;
 };
 
