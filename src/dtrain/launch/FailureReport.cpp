@@ -3,6 +3,7 @@
 #include "dtrain/launch/FailureReport.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <fstream>
@@ -33,12 +34,33 @@ std::string rank_failure_report(int rank, pid_t pid, int status, const RankLog& 
   return report;
 }
 
-std::string mpirun_failure_report(std::optional<int> rank, pid_t mpirun_pid, int status,
+std::string mpirun_failure_report(const MpirunAccount& account, pid_t mpirun_pid, int status,
                                   const std::vector<std::unique_ptr<RankLog>>& logs,
                                   const std::string& log_dir) {
+  const auto& rank = account.failed_rank;
+  const auto& nodes = account.rank_nodes;
+  std::string who = "a rank";
+  if (rank) {
+    const auto node = nodes.find(*rank);
+    who = node == nodes.end() ? fmt::format("rank {}", *rank)
+                              : fmt::format("rank {} on {}", *rank, node->second);
+  } else if (account.daemon_lost && nodes.count(0)) {
+    // mpirun lost a daemon: one of the nodes other than rank 0's (mpirun's own, where it maps
+    // first), each named with its ranks.
+    std::map<std::string, std::vector<int>> others;
+    for (const auto& [r, node] : nodes) {
+      if (node != nodes.at(0)) others[node].push_back(r);
+    }
+    std::vector<std::string> parts;
+    for (const auto& [node, ranks] : others)
+      parts.push_back(fmt::format("ranks {} on {}", fmt::join(ranks, ", "), node));
+    if (!parts.empty()) {
+      who = fmt::format("a rank of another node than rank 0's ({}: mpirun lost its daemon there)",
+                        fmt::join(parts, "; "));
+    }
+  }
   std::string report =
-      fmt::format("dtrain launch: {} (mpirun pid {}) {}\n", rank ? fmt::format("rank {}", *rank) : "a rank",
-                  mpirun_pid, describe_status(status));
+      fmt::format("dtrain launch: {} (mpirun pid {}) {}\n", who, mpirun_pid, describe_status(status));
   if (rank && *rank >= 0 && *rank < static_cast<int>(logs.size())) {
     report += tail_of(*logs[*rank]);
   } else {

@@ -4,6 +4,7 @@
 
 #include <sys/types.h>
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -18,9 +19,17 @@ namespace dtrain::launch {
 std::string rank_failure_report(int rank, pid_t pid, int status, const RankLog& log,
                                 const std::string& error_file);
 
-// mpirun ended with `status`: the rank mpirun named as the first to fail, if it named one, and
-// the tail of its log; else where every rank's log is.
-std::string mpirun_failure_report(std::optional<int> rank, pid_t mpirun_pid, int status,
+// What mpirun's own output said of a failure (MpiOutputDemux).
+struct MpirunAccount {
+  std::optional<int> failed_rank;         // the rank it named as the first to fail
+  std::map<int, std::string> rank_nodes;  // its --display-map: rank -> node
+  bool daemon_lost = false;               // it lost the daemon of another node
+};
+
+// mpirun ended with `status`: the rank mpirun named as the first to fail, if it named one (and its
+// node), and the tail of its log; else, where mpirun lost a daemon, the nodes other than rank 0's
+// with their ranks (mpirun does not always say which node); and where every rank's log is.
+std::string mpirun_failure_report(const MpirunAccount& account, pid_t mpirun_pid, int status,
                                   const std::vector<std::unique_ptr<RankLog>>& logs,
                                   const std::string& log_dir);
 

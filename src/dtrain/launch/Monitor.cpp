@@ -161,8 +161,9 @@ void Monitor::drain_once_all_exited() {
 void Monitor::finish() {
   if (mpirun_failure_) {
     outcome_.failed_rank = demux_->reported_failed_rank();
-    outcome_.failure = mpirun_failure_report(outcome_.failed_rank, mpirun_failure_->pid,
-                                             mpirun_failure_->status, job_.logs, job_.log_dir);
+    const MpirunAccount account{outcome_.failed_rank, demux_->rank_nodes(), demux_->daemon_lost()};
+    outcome_.failure = mpirun_failure_report(account, mpirun_failure_->pid, mpirun_failure_->status,
+                                             job_.logs, job_.log_dir);
   }
   // No orphans: whatever a worker left behind in its group goes with it. Only then are the
   // zombies reaped, which frees their pids (and so their process group ids) for reuse.

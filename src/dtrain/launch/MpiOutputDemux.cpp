@@ -75,6 +75,32 @@ void MpiOutputDemux::route(const std::string& line, bool complete) {
 }
 
 void MpiOutputDemux::own_line(const std::string& line) {
+  // --display-map, before the ranks start:
+  //  " Data for JOB [23712,1] offset 0 Total slots allocated 2", " ===   JOB MAP   ===",
+  //  " Data for node: vm<TAB>Num slots: 2 ...", " <TAB>Process OMPI jobid: [23712,1] App: 0 Process rank: 0
+  //  ...", and a closing rule of '=' only, with empty lines between.
+  if (line.find("Data for JOB [") != std::string::npos) {
+    in_map_ = true;
+    return;
+  }
+  if (in_map_) {
+    const auto node = line.find("Data for node: ");
+    const auto rank = line.find("Process rank: ");
+    if (node != std::string::npos) {
+      const auto begin = node + std::strlen("Data for node: ");
+      map_node_ = line.substr(begin, line.find_first_of(" \t", begin) - begin);
+    } else if (rank != std::string::npos) {
+      int r = 0;
+      if (std::sscanf(line.c_str() + rank, "Process rank: %d", &r) == 1) rank_nodes_[r] = map_node_;
+    } else if (line.find_first_not_of(" =") == std::string::npos && line.find('=') != std::string::npos) {
+      in_map_ = false;
+    }
+    return;
+  }
+  if (line.find("unable to reliably start one or more daemons") != std::string::npos ||
+      line.find("lost communication with a remote daemon") != std::string::npos) {
+    daemon_lost_ = true;
+  }
   // mpirun's reports of the first process that failed: "  Process name: [[18891,1],1]" after a
   // non-zero exit, "mpirun noticed that process rank 1 with PID 0 on node vm exited on signal 9"
   // after a signal.

@@ -1,6 +1,8 @@
 // mpirun --tag-output writes "[<job>,<rank>]<stdout>:text"; MpiOutputDemux routes each line to
 // its rank's log and passes mpirun's own lines (untagged) to the launcher's stderr, noting which
-// rank mpirun names as the first to fail.
+// rank mpirun names as the first to fail. The process map of --display-map is read (which node
+// runs each rank) and kept out of the launcher's stderr; so is whether mpirun lost a daemon of
+// another node, which it sometimes reports without naming the node or a rank.
 #pragma once
 
 #include <map>
@@ -28,6 +30,10 @@ class MpiOutputDemux {
   void finish(bool is_stderr);
 
   std::optional<int> reported_failed_rank() const { return failed_rank_; }
+  // Rank -> the node mpirun's map put it on ("" where no map came).
+  const std::map<int, std::string>& rank_nodes() const { return rank_nodes_; }
+  // mpirun said it lost (or could not reach) the daemon of another node.
+  bool daemon_lost() const { return daemon_lost_; }
 
  private:
   struct Tag {
@@ -47,6 +53,10 @@ class MpiOutputDemux {
   std::string partial_[2];
   std::map<std::pair<int, bool>, std::string> pieces_;  // (rank, stdout?) -> a line not yet ended
   std::optional<int> failed_rank_;
+  bool in_map_ = false;  // between --display-map's "Data for JOB" and its closing rule
+  std::string map_node_;
+  std::map<int, std::string> rank_nodes_;
+  bool daemon_lost_ = false;
 };
 
 }  // namespace dtrain::launch

@@ -87,6 +87,9 @@ std::vector<std::string> mpirun_arguments(const Job& job, int attempt) {
   std::vector<std::string> args{options.mpirun, "-n", std::to_string(nproc)};
   if (nproc > available_cores()) args.push_back("--oversubscribe");
   args.push_back("--tag-output");
+  // Which node runs each rank, for a failure report (MpiOutputDemux reads it and keeps it out of
+  // the launcher's stderr).
+  args.push_back("--display-map");
   for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
            {"OMP_NUM_THREADS", std::to_string(threads_per_worker(options))},
            {"TORCHELASTIC_RESTART_COUNT", std::to_string(attempt)},
