@@ -1017,16 +1017,6 @@ void PipelineStrategy::load(const io::Checkpoint& checkpoint) {
   precision_.load(checkpoint);
 }
 
-// Note [Measuring the bubble]
-// GPipe's (S-1)/(M+S-1) is the share of the schedule's time a stage computes nothing, with equal
-// stages and free transfers. pipeline/idle_fraction counts only the time a stage blocks in a
-// receive, over the whole step: it misses the last stage's share at the end of the schedule (it
-// has finished its backward passes and waits for the first stage's in the loss's all-reduce,
-// which is not a receive) and dilutes every stage's with the step's other work (gathering the
-// batch, the all-reduces, the optimizer). pipeline/schedule_idle_fraction is the formula's own
-// quantity: 1 - the stage's forward and backward computation over the pipeline's schedule time,
-// the longest of its stages' (the stages start together: the step's batch sizes are all-gathered
-// just before), so transfer time and waiting count as idle wherever they fall.
 // Note [Replaying the schedule] (PipelineSchedule.h) in the strategy: every rank keeps its
 // stage's pass times of the steps after the first; every kReplayValues of them (and in
 // metrics()) the ranks all-gather them and each replays every pipeline's schedule of every
@@ -1063,6 +1053,16 @@ void PipelineStrategy::replay_recorded() {
   }
 }
 
+// Note [Measuring the bubble]
+// GPipe's (S-1)/(M+S-1) is the share of the schedule's time a stage computes nothing, with equal
+// stages and free transfers. pipeline/idle_fraction counts only the time a stage blocks in a
+// receive, over the whole step: it misses the last stage's share at the end of the schedule (it
+// has finished its backward passes and waits for the first stage's in the loss's all-reduce,
+// which is not a receive) and dilutes every stage's with the step's other work (gathering the
+// batch, the all-reduces, the optimizer). pipeline/schedule_idle_fraction is the formula's own
+// quantity: 1 - the stage's forward and backward computation over the pipeline's schedule time,
+// the longest of its stages' (the stages start together: the step's batch sizes are all-gathered
+// just before), so transfer time and waiting count as idle wherever they fall.
 std::map<std::string, double> PipelineStrategy::metrics() {
   if (!recorded_passes_.empty()) replay_recorded();
   constexpr int kFields = 5;
