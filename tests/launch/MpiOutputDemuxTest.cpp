@@ -135,5 +135,22 @@ TEST(MpiOutputDemux, ANamedRankIsReportedWithItsNodeAndWithoutAMapAsBefore) {
             "dtrain launch: a rank (mpirun pid 4321) failed with exit code 1");
 }
 
+TEST(MpiOutputDemux, AMapWithoutItsClosingRuleHidesNothingAfterIt) {
+  Fixture f;
+  MpiOutputDemux demux(f.logs, *f.diagnostics);
+  const std::string map = kMap;
+  demux.write(false, map.substr(0, map.rfind(" ====")));  // the closing rule never comes
+  demux.write(
+      false,
+      "mpirun noticed that process rank 1 with PID 0 on node 10.213.0.1 exited on signal 9 (Killed).\n");
+  demux.finish(false);
+  demux.finish(true);
+  EXPECT_EQ(demux.reported_failed_rank(), 1);
+  EXPECT_EQ(demux.rank_nodes().at(3), "10.213.0.2");
+  const auto err = f.launcher_stderr();
+  EXPECT_NE(err.find("noticed that process rank 1"), std::string::npos) << err;
+  EXPECT_EQ(err.find("Data for node"), std::string::npos) << err;
+}
+
 }  // namespace
 }  // namespace dtrain::launch

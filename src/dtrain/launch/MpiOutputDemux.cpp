@@ -86,16 +86,24 @@ void MpiOutputDemux::own_line(const std::string& line) {
   if (in_map_) {
     const auto node = line.find("Data for node: ");
     const auto rank = line.find("Process rank: ");
+    const bool rule =
+        line.find_first_not_of(" =") == std::string::npos && line.find('=') != std::string::npos;
     if (node != std::string::npos) {
       const auto begin = node + std::strlen("Data for node: ");
       map_node_ = line.substr(begin, line.find_first_of(" \t", begin) - begin);
-    } else if (rank != std::string::npos) {
+      return;
+    }
+    if (rank != std::string::npos) {
       int r = 0;
       if (std::sscanf(line.c_str() + rank, "Process rank: %d", &r) == 1) rank_nodes_[r] = map_node_;
-    } else if (line.find_first_not_of(" =") == std::string::npos && line.find('=') != std::string::npos) {
-      in_map_ = false;
+      return;
     }
-    return;
+    if (rule) in_map_ = false;  // the closing rule
+    if (rule || line.find_first_not_of(" \t") == std::string::npos ||
+        line.find("JOB MAP") != std::string::npos) {
+      return;
+    }
+    in_map_ = false;  // not the map's: a map without its closing rule ends here, the line is mpirun's own
   }
   if (line.find("unable to reliably start one or more daemons") != std::string::npos ||
       line.find("lost communication with a remote daemon") != std::string::npos) {

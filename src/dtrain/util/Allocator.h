@@ -19,8 +19,10 @@ namespace dtrain::util {
 // fault in again, page by page. Measured on this host (a VM, where a first touch costs 10-14 us of
 // wall time): gpipe S = 2, M = 8 over mpi, mlp of 2048-wide layers, the first stage took 35,000 to
 // 58,000 page faults in 8 steps, 4,096 (one 16 MiB weight gradient) in each of several backward
-// passes, each such pass 40-150 ms longer than its 75 ms; with the thresholds below, none after the
-// heap had grown (bench/RESULTS.md, issue 14, seventeenth session). So every dtrain process sets
+// passes, each such pass 40-150 ms longer than its 75 ms; with the thresholds below, none but the
+// heap's own growth: 0-8,192 in 8 steps, and in 40 steps four passes of 4,096 where a freed block's
+// hole did not fit the next one and the heap grew by 16 MiB (bench/RESULTS.md, issue 14,
+// seventeenth and eighteenth sessions). So every dtrain process sets
 // the mmap threshold to glibc's largest (32 MiB: larger blocks are mapped and unmapped on their own)
 // and the trim threshold to 1 GiB. Setting either stops the sliding, which is why both are set
 // (one alone leaves every block over 128 KiB a mapping of its own: a third of the speed, twelfth
