@@ -3,6 +3,7 @@
 // does not divide included) and with two data-parallel replicas; the activations each stage holds;
 // where the cuts go; the refusals; evaluation through the pipeline; checkpoints that continue
 // under local and at another S; the transfers each stage keeps moving between its layers.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -550,8 +551,19 @@ TEST(PipelineMetrics, IdleFractionsAndHeldMicroBatchesPerStage) {
   }
   EXPECT_GT(metrics[0].at("pipeline/schedule_over_replay"), 0.0);
   EXPECT_DOUBLE_EQ(metrics[0].at("pipeline/expected_idle_fraction"), 1.0 / 5.0);
+  // Each stage's compute is 1 - its schedule idle fraction of one schedule time, so the busiest
+  // stage over the mean is the largest of those over their mean.
+  const double busy0 = 1.0 - metrics[0].at("pipeline/schedule_idle_fraction/stage0");
+  const double busy1 = 1.0 - metrics[0].at("pipeline/schedule_idle_fraction/stage1");
+  EXPECT_NEAR(metrics[0].at("pipeline/compute_imbalance"), std::max(busy0, busy1) / ((busy0 + busy1) / 2.0),
+              1e-9);
+  EXPECT_GE(metrics[0].at("pipeline/compute_imbalance"), 1.0);
   EXPECT_NE(notes[0].at("pipeline/idle").find("stage 1 idle"), std::string::npos);
   EXPECT_NE(notes[0].at("pipeline/idle").find("replayed with these passes"), std::string::npos);
+  EXPECT_NE(
+      notes[0].at("pipeline/idle").find(fmt::format("stage {} computes the most", busy0 >= busy1 ? 0 : 1)),
+      std::string::npos)
+      << notes[0].at("pipeline/idle");
   // Rank 1 (the last stage) sends stage 0 the gradients of 4 micro-batches of 16 activations
   // each (16 rows x 16 floats in all) and its 8 inputs of 784 floats; its share of the all-gather
   // and the loss's all-reduce come on top.

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <numeric>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -1063,6 +1064,10 @@ void PipelineStrategy::replay_recorded() {
 // quantity: 1 - the stage's forward and backward computation over the pipeline's schedule time,
 // the longest of its stages' (the stages start together: the step's batch sizes are all-gathered
 // just before), so transfer time and waiting count as idle wherever they fall.
+// pipeline/compute_imbalance is the busiest stage's computation over the stages' mean (1 when they
+// compute alike): GPipe's formula assumes 1. Above it, a heavier cut or a slower core (a VM's
+// virtual CPUs differ by up to 22% on the same product, bench/RESULTS.md, issue 14) sets the
+// pace, and the others wait for it; the log's note names that stage.
 std::map<std::string, double> PipelineStrategy::metrics() {
   if (!recorded_passes_.empty()) replay_recorded();
   constexpr int kFields = 5;
@@ -1100,6 +1105,10 @@ std::map<std::string, double> PipelineStrategy::metrics() {
     out[fmt::format("pipeline/peak_micro_batches/stage{}", s)] = stage_peak_held_[s];
   }
   out["pipeline/expected_idle_fraction"] = expected_idle_fraction(stages, options_.micro_batches);
+  const double mean_busy = std::accumulate(busy.begin(), busy.end(), 0.0) / static_cast<double>(stages);
+  busiest_stage_ = static_cast<int>(std::max_element(busy.begin(), busy.end()) - busy.begin());
+  compute_imbalance_ = mean_busy > 0.0 ? busy[busiest_stage_] / mean_busy : 0.0;
+  out["pipeline/compute_imbalance"] = compute_imbalance_;
   schedule_over_replay_ = replay_seconds_ > 0.0 ? schedule_total / replay_seconds_ : 0.0;
   out["pipeline/schedule_over_replay"] = schedule_over_replay_;
   return out;
@@ -1128,6 +1137,12 @@ std::map<std::string, std::string> PipelineStrategy::notes() const {
           "{:.3f}x "
           "the replay",
           mean, schedule_over_replay_);
+    }
+    if (compute_imbalance_ > 0.0 && layout_.stages > 1) {
+      out["pipeline/idle"] += fmt::format(
+          "; stage {} computes the most, {:.3f}x the stages' mean (GPipe's formula assumes 1; above it a "
+          "heavier cut or a slower core sets the pace: compare parallel.pipeline.balance: time)",
+          busiest_stage_, compute_imbalance_);
     }
   }
   return out;

@@ -142,6 +142,8 @@ class PipelineStrategy final : public Strategy {
   std::vector<double> stage_idle_fraction_;   // the last metrics(), per stage
   std::vector<double> replay_idle_fraction_;  // the same
   double schedule_over_replay_ = 0.0;         // the last metrics()
+  double compute_imbalance_ = 0.0;            // the same: the busiest stage's compute over the mean
+  int busiest_stage_ = 0;                     // the same
   std::vector<double> stage_peak_held_;
 };
 
