@@ -14,7 +14,8 @@
 # pipeline/replay_idle_fraction: the schedule replayed with every pass as this run measured it and
 # free transfers (Note [Replaying the schedule]), so unequal and uneven passes are in it and the
 # transfers are not; "schedule/replay" is the measured schedule time over the replayed one, what
-# the transfers and the waiting for them added.
+# the transfers and the waiting for them added; "busiest stage" is pipeline/compute_imbalance, the
+# stage that computed the most over the stages' mean (1 for the equal stages the formula assumes).
 # The pipeline's batch is BATCH samples whatever S (data.batch_size = BATCH / S per rank).
 #   bench/pipeline_bubble.sh [BUILD_DIR=build] [STEPS=40] [BATCH=256] [HIDDEN=[1024,1024,1024,1024,1024,1024]] [STAGES="2 4"] [EXTRA="key=value ..."]
 # The formula assumes every stage's forward and every stage's backward take equal time (not only
@@ -113,6 +114,7 @@ print(f'S={S} M={M}  expected {expected:.3f}  receive-wait ' + ' '.join(f'{x:.3f
       f'  mean {smean:.3f} ({smean / expected:.2f}x)  for these stages {unequal:.3f} ({unequal / expected:.2f}x;' +
       f' measured {smean / unequal:.2f}x of it)' +
       f'  replayed {rmean:.3f} ({rmean / expected:.2f}x), schedule/replay {m[\"pipeline/schedule_over_replay\"]:.3f}' +
+      f'  busiest stage {m[\"pipeline/compute_imbalance\"]:.3f}x the mean' +
       f'  {r[\"samples_per_second\"]:.0f} samples/s')
 "
   done
