@@ -23,6 +23,15 @@
 # passes equal, as bench/RESULTS.md's run does (issue 14, fifth session):
 #   bench/pipeline_bubble.sh build 12 1024 "[2048,2048,2048,2048,2048,2048,2048]" 2 "data.synthetic_shape=[1,8,8] parallel.backend=mpi"
 # Check it runs on tiny sizes: bench/pipeline_bubble.sh build 3 16 '[8,8,8,8]'
+# BIND chooses the cores the stages run on, rank i on the i-th listed (the formula needs stages of
+# equal speed, and a machine's cores can differ by 20%: bench/RESULTS.md, issue 14):
+#   unset        the launcher places the ranks (Open MPI binds rank i to core i; gloo's are not bound);
+#   BIND="2 7"   these cores, for every S in STAGES (list at least the largest S);
+#   BIND=auto    for each S, the S cores that ran the core check's product closest in speed, timed
+#                alone one after another first (a choice only where there are more cores than stages).
+# The activations' rows (S = 4, M = 8) count micro-batches, not time, and run unbound.
+# With BIND, gloo's ranks are started here under taskset with torchrun's environment (RANK,
+# WORLD_SIZE, MASTER_ADDR, MASTER_PORT), and mpi's through an Open MPI rankfile.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
@@ -37,23 +46,69 @@ DTRAIN="$BUILD/src/dtrain/cli/dtrain"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
+BIND=${BIND:-}
+backend=gloo
+for word in $EXTRA; do
+  case $word in parallel.backend=*) backend=${word#parallel.backend=} ;; esac
+done
+if [ -n "$BIND" ] && [ "$backend" != gloo ] && [ "$backend" != mpi ]; then
+  echo "pipeline_bubble: BIND works with parallel.backend gloo or mpi, not $backend" >&2
+  exit 2
+fi
+declare -A bound  # S -> the cores its ranks run on, rank order
+# One single-thread 128x2048 by 2048x2048 product, timed for argv[1] seconds: its median in ms.
+product="
+import sys, time, torch
+torch.set_num_threads(1)
+a, w = torch.randn(128, 2048), torch.randn(2048, 2048)
+ts, end = [], time.time() + float(sys.argv[1])
+while time.time() < end:
+    t = time.perf_counter(); a @ w; ts.append(time.perf_counter() - t)
+print(sorted(ts)[len(ts) // 2] * 1e3)"
+
 # run SCHEDULE S M: prints the run's results.json line (the last JSON line dtrain prints).
 run() {
   local schedule=$1 stages=$2 micro=$3
   rm -rf "$work/runs"
-  # shellcheck disable=SC2086  # EXTRA: one override per word
-  "$DTRAIN" train "out_dir=$work/runs" "nproc=$stages" parallel.strategy=pipeline parallel.backend=gloo \
-    "parallel.pipeline.schedule=$schedule" "parallel.pipeline.stages=$stages" \
-    "parallel.pipeline.micro_batches=$micro" data.dataset=synthetic "data.synthetic_shape=[1,28,28]" \
-    data.synthetic_size=100000 data.test_subset_size=64 "data.batch_size=$((BATCH / stages))" \
-    model.name=mlp "model.hidden=$HIDDEN" optim.name=sgd optim.lr=0.01 "train.max_steps=$STEPS" \
-    train.epochs=1000 train.eval_every_epochs=0 train.checkpoint_every_epochs=0 train.threads=1 $EXTRA \
-    2>"$work/err" | grep '^{' | tail -n 1 || { tail -n 20 "$work/err" >&2; exit 1; }
+  local args=("out_dir=$work/runs" "nproc=$stages" parallel.strategy=pipeline parallel.backend=gloo
+    "parallel.pipeline.schedule=$schedule" "parallel.pipeline.stages=$stages"
+    "parallel.pipeline.micro_batches=$micro" data.dataset=synthetic "data.synthetic_shape=[1,28,28]"
+    data.synthetic_size=100000 data.test_subset_size=64 "data.batch_size=$((BATCH / stages))"
+    model.name=mlp "model.hidden=$HIDDEN" optim.name=sgd optim.lr=0.01 "train.max_steps=$STEPS"
+    train.epochs=1000 train.eval_every_epochs=0 train.checkpoint_every_epochs=0 train.threads=1)
+  # shellcheck disable=SC2206  # EXTRA: one override per word
+  args+=($EXTRA)
+  if [ -z "$BIND" ]; then
+    "$DTRAIN" train "${args[@]}" 2>"$work/err" | grep '^{' | tail -n 1 || { tail -n 20 "$work/err" >&2; exit 1; }
+    return
+  fi
+  local list r
+  read -r -a list <<< "${bound[$stages]}"
+  if [ "$backend" = mpi ]; then
+    : >"$work/rankfile"
+    for ((r = 0; r < stages; r++)); do echo "rank $r=$(hostname) slot=${list[$r]}" >>"$work/rankfile"; done
+    OMPI_MCA_rmaps_rank_file_path="$work/rankfile" "$DTRAIN" train "${args[@]}" 2>"$work/err" | grep '^{' |
+      tail -n 1 || { tail -n 20 "$work/err" >&2; exit 1; }
+    return
+  fi
+  local port pids=() failed=0
+  port=$($PY -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  for ((r = stages - 1; r >= 0; r--)); do
+    RANK=$r WORLD_SIZE=$stages LOCAL_RANK=$r LOCAL_WORLD_SIZE=$stages MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+      taskset -c "${list[$r]}" "$DTRAIN" train "${args[@]}" >"$work/out$r" 2>"$work/err$r" &
+    pids+=($!)
+  done
+  for r in "${pids[@]}"; do wait "$r" || failed=1; done
+  if [ "$failed" = 1 ]; then
+    tail -n 20 "$work"/err* >&2
+    exit 1
+  fi
+  grep '^{' "$work/out0" | tail -n 1
 }
 
-# cores N: one single-thread 128x2048 by 2048x2048 product timed on each of cores 0..N-1 (taskset;
-# Open MPI binds rank i to core i when ranks <= cores), first alone, one core after another, then on
-# all N at once: the medians, slowest over fastest, and at once over alone. GPipe's formula assumes
+# cores N: one single-thread 128x2048 by 2048x2048 product timed on each core N ranks run on
+# (bound[N]; without BIND cores 0..N-1: Open MPI binds rank i to core i when ranks <= cores), first
+# alone, one core after another, then on all N at once: the medians, slowest over fastest, and at once over alone. GPipe's formula assumes
 # equal stages whose compute time does not depend on what the others do. Cores that run the product
 # at different speeds make unequal stages whatever the cut; cores that slow each other down (virtual
 # CPUs on one physical core's two hardware threads) make a stage's compute time depend on whether
@@ -64,29 +119,58 @@ cores() {
     echo "core check skipped ($n stages, $(nproc) cores)"
     return
   fi
-  local product="
-import sys, time, torch
-torch.set_num_threads(1)
-a, w = torch.randn(128, 2048), torch.randn(2048, 2048)
-ts, end = [], time.time() + float(sys.argv[1])
-while time.time() < end:
-    t = time.perf_counter(); a @ w; ts.append(time.perf_counter() - t)
-print(sorted(ts)[len(ts) // 2] * 1e3)"
-  for ((c = 0; c < n; c++)); do taskset -c "$c" $PY -c "$product" 1.5 > "$work/alone$c"; done
-  for ((c = 0; c < n; c++)); do taskset -c "$c" $PY -c "$product" 3 > "$work/together$c" & done
-  wait
+  local list
+  read -r -a list <<< "${bound[$n]}"
+  for ((c = 0; c < n; c++)); do taskset -c "${list[$c]}" $PY -c "$product" 1.5 > "$work/alone$c"; done
+  local pids=()
+  for ((c = 0; c < n; c++)); do
+    taskset -c "${list[$c]}" $PY -c "$product" 3 > "$work/together$c" &
+    pids+=($!)
+  done
+  for c in "${pids[@]}"; do wait "$c"; done
   $PY -c "
 import sys
 n = $n
 alone = [float(open(f'$work/alone{c}').read()) for c in range(n)]
 together = [float(open(f'$work/together{c}').read()) for c in range(n)]
 ratio = sum(together) / sum(alone)
-print('core check: one-thread product, ms per core alone ' + ' '.join(f'{x:.2f}' for x in alone) +
+print('core check (cores ${bound[$n]}): one-thread product, ms per core alone ' + ' '.join(f'{x:.2f}' for x in alone) +
       ', all at once ' + ' '.join(f'{x:.2f}' for x in together) +
       f', slowest/fastest {max(together) / min(together):.3f}, at once/alone {ratio:.2f}' +
       ('  (the cores slow each other down: the formula does not hold here)' if ratio > 1.2 else ''))"
   rm -f "$work"/alone* "$work"/together*
 }
+
+# bound[S] for every S. (The activations' rows below count micro-batches, not time: not bound.)
+speeds=
+for stages in $STAGES; do
+  if [ -z "$BIND" ]; then
+    bound[$stages]=$(seq -s ' ' 0 $((stages - 1)))
+  elif [ "$BIND" = auto ]; then
+    if [ "$stages" -gt "$(nproc)" ] || ! command -v taskset > /dev/null; then
+      echo "pipeline_bubble: BIND=auto needs taskset and a core per stage ($stages stages, $(nproc) cores)" >&2
+      exit 2
+    fi
+    if [ -z "$speeds" ]; then
+      for ((c = 0; c < $(nproc); c++)); do speeds+="$c $(taskset -c "$c" "$PY" -c "$product" 1)"$'\n'; done
+      echo "cores alone, ms: $(echo "$speeds" | awk 'NF { printf "%s:%.2f ", $1, $2 }')"
+    fi
+    # The window of S cores, in order of speed, whose slowest over fastest is least.
+    bound[$stages]=$(echo "$speeds" | $PY -c "
+import sys
+cores = sorted((float(t), int(c)) for c, t in (l.split() for l in sys.stdin if l.strip()))
+S = $stages
+best = min(range(len(cores) - S + 1), key=lambda i: cores[i + S - 1][0] / cores[i][0])
+print(' '.join(str(c) for _, c in cores[best:best + S]))")
+  else
+    read -r -a list <<< "$BIND"
+    if [ "${#list[@]}" -lt "$stages" ]; then
+      echo "pipeline_bubble: BIND=\"$BIND\" lists ${#list[@]} cores; $stages stages need as many" >&2
+      exit 2
+    fi
+    bound[$stages]="${list[*]:0:$stages}"
+  fi
+done
 
 echo "gpipe: measured idle fraction per stage against (S-1)/(M+S-1)"
 for stages in $STAGES; do
@@ -123,7 +207,7 @@ done
 
 echo "activations held per stage (micro-batches), S=4 M=8"
 for schedule in gpipe 1f1b; do
-  run "$schedule" 4 8 | $PY -c "
+  BIND='' run "$schedule" 4 8 | $PY -c "
 import json, sys
 m = json.load(sys.stdin)['strategy_metrics']
 print('$schedule', ' '.join(str(int(m[f'pipeline/peak_micro_batches/stage{s}'])) for s in range(4)))

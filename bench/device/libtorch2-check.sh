@@ -6,8 +6,8 @@
 #        ctest.txt, CMakeCache.txt, fs-probe*.txt). Figures of 2026-11-26 in bench/RESULTS.md.
 #   BUBBLE=1 FS_PROBE=0 bash bench/device/libtorch2-check.sh: builds only `dtrain` and the parallel tests
 #        (-O2) and runs bench/pipeline_bubble.sh on this machine's CPU cores over gloo (S = 2 and 4) instead
-#        of the tests ($OUT/bubble.txt): GPipe's formula judged on cores not shared with another stage
-#        (issue 14); then, until TEST_END, the pipeline rows over gloo in REPEATERS copies at once with the
+#        of the tests ($OUT/bubble.txt): GPipe's formula judged on cores not shared with another stage,
+#        each S on the S cores closest in speed (BIND=auto; BIND="a b c d" names them) (issue 14); then, until TEST_END, the pipeline rows over gloo in REPEATERS copies at once with the
 #        crash reporter (the LibTorch 2.11 crash came under ctest -j16, not alone).
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -87,7 +87,8 @@ echo "first targets rc=$?"; grep -E "error|FAILED" "$OUT/build1.txt" | head -60
 if [ "${BUBBLE:-0}" = 1 ]; then
   step "pipeline bubble on the CPU cores, gloo (bench/pipeline_bubble.sh)"
   left=$(remaining ${BUBBLE_END:-400}); [ "$left" -gt 60 ] || left=60  # what it printed before the limit stays
-  PY=python3 timeout $left bash bench/pipeline_bubble.sh build-dev 12 1024 \
+  # BIND=auto: each S on the S cores closest in speed (its 16 cores differed 11.8 against 15.1 ms).
+  BIND=${BIND:-auto} PY=python3 timeout $left bash bench/pipeline_bubble.sh build-dev 12 1024 \
     "[2048,2048,2048,2048,2048,2048,2048]" "2 4" "data.synthetic_shape=[1,8,8] parallel.backend=gloo" 2>&1 |
     tee "$OUT/bubble.txt"
   echo "bubble rc=${PIPESTATUS[0]}"
