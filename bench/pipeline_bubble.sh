@@ -108,11 +108,12 @@ run() {
 
 # cores N: one single-thread 128x2048 by 2048x2048 product timed on each core N ranks run on
 # (bound[N]; without BIND cores 0..N-1: Open MPI binds rank i to core i when ranks <= cores), first
-# alone, one core after another, then on all N at once: the medians, slowest over fastest, and at once over alone. GPipe's formula assumes
-# equal stages whose compute time does not depend on what the others do. Cores that run the product
-# at different speeds make unequal stages whatever the cut; cores that slow each other down (virtual
-# CPUs on one physical core's two hardware threads) make a stage's compute time depend on whether
-# the other stages compute at the same moment (bench/RESULTS.md, issue 14, seventeenth session).
+# alone, one core after another, then on all N at once: the medians, slowest over fastest, and at
+# once over alone. GPipe's formula assumes equal stages whose compute time does not depend on what
+# the others do. Cores that run the product at different speeds make unequal stages whatever the
+# cut; cores that slow each other down (virtual CPUs on one physical core's two hardware threads)
+# make a stage's compute time depend on whether the other stages compute at the same moment
+# (bench/RESULTS.md, issue 14, seventeenth session).
 cores() {
   local n=$1 c
   if [ "$n" -gt "$(nproc)" ] || ! command -v taskset > /dev/null; then
