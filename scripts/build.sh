@@ -4,12 +4,15 @@
 #                                                 (scripts/sanitize.sh builds and runs it)
 #   FUZZ=1 scripts/build.sh                       tests/fuzz's libFuzzer targets (clang, ASan and
 #                                                 UBSan), into build-fuzz; `ctest -L fuzz` runs them
+#   TARGETS=dtrain scripts/build.sh               only the named targets (here the dtrain tool and the
+#                                                 libraries it links), not the tests, benchmarks and examples
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SANITIZE=${SANITIZE:-}
 FUZZ=${FUZZ:-}
 options=()
-targets=()
+read -r -a targets <<< "${TARGETS:-}"
+[ ${#targets[@]} -eq 0 ] || targets=(--target "${targets[@]}")
 if [ -n "$FUZZ" ] && [ "$FUZZ" != 0 ]; then
   BUILD_DIR=${BUILD_DIR:-build-fuzz}
   clang=${FUZZ_CXX:-$(command -v clang++-14 || command -v clang++ || true)}

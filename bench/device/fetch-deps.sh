@@ -12,8 +12,14 @@ apt-get download libyaml-cpp-dev libyaml-cpp0.7 nlohmann-json3-dev libcli11-dev 
   zlib1g-dev dataset-fashion-mnist
 sid=$(mktemp -d)
 mkdir -p "$sid/lists/partial" "$sid/cache/archives/partial"
-echo 'deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian sid main' \
-  > "$sid/sources.list"
+# sid from the mirror this machine's apt already uses for bookworm's main archive (its own sources)
+mirror=$(apt-get indextargets --format '$(REPO_URI) $(RELEASE) $(COMPONENT) $(IDENTIFIER)' |
+  awk '$2 == "bookworm" && $3 == "main" && $4 == "Packages" { print $1; exit }')
+if [ -z "$mirror" ]; then
+  echo "fetch-deps.sh: apt's sources name no bookworm main archive (apt-get indextargets); run apt-get update" >&2
+  exit 1
+fi
+echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror sid main" > "$sid/sources.list"
 o=(-oDir::Etc::SourceList="$sid/sources.list" -oDir::Etc::SourceParts=/dev/null
    -oDir::State::Lists="$sid/lists" -oDir::Cache="$sid/cache")
 apt-get "${o[@]}" update -q
