@@ -1,22 +1,27 @@
 #!/usr/bin/env python3
-"""Runs every shell command README.md shows, so that none drifts from the code.
+"""Runs every shell command README.md and the guides in docs/ show, so that none drifts from the code.
 
-Each fenced ```sh or ```bash block runs as one bash script (set -e) in a scratch folder that holds
-links to the checkout's top-level entries and to the build folder as build/, so that its relative
-paths work and the runs it makes stay out of the checkout. Commands run as written, with a few
-steps: a `dtrain train` (also through a launcher, and scripts/run-main.sh) gets TRAIN_OVERRIDES
-appended in place of its own train.max_steps and train.epochs, and `dtrain bench comm` one small
-size; a `dtrain experiment` gets the same overrides as --set, a `dtrain bench throughput` one step
-without warm-up at one batch size, `dtrain bench data` a small export, bench/precision_compare.sh
-STEPS=2; a run folder named by its date (runs/20261122-050233_quickstart, runs/<date>_quickstart)
-becomes the newest folder of that name. Blocks run two at a time (DTRAIN_README_JOBS), each in a
-folder of its own (a block that builds first, alone): most are one process of one thread on a
-two-core host, and the throughput sweep alone is a third of the whole. Marks just above a block's fence:
+Each fenced ```sh or ```bash block of README.md and of every docs/*.md runs as one bash script
+(set -e) in a scratch folder that holds links to the checkout's top-level entries and to the build
+folder as build/, so that its relative paths work (a guide's commands, like the README's, run from
+the checkout's root) and the runs it makes stay out of the checkout. Commands run as written, with
+a few steps: a `dtrain train` (also through a launcher, and scripts/run-main.sh) gets
+TRAIN_OVERRIDES appended in place of its own train.max_steps and train.epochs, and `dtrain bench
+comm` one small size; a `dtrain experiment` gets the same overrides as --set, a `dtrain bench
+throughput` one step without warm-up at one batch size, `dtrain bench data` a small export,
+bench/precision_compare.sh STEPS=2; a run folder named by its date (runs/20261122-050233_quickstart,
+runs/<date>_quickstart) becomes the newest folder of that name. Blocks run two at a time
+(DTRAIN_README_JOBS), each in a folder of its own (a block that builds runs first, alone, before
+the blocks of every file): most are one process of one thread on a two-core host, and the
+throughput sweep alone is a third of the whole. Marks just above a block's fence:
     <!-- readme-test: skip: REASON -->    the block cannot run here; listed with its reason (required)
     <!-- readme-test: before: COMMAND --> COMMAND runs first (shortened alike), e.g. the training whose
                                           run folder the block resumes; several marks run in order
-Fails naming README.md's line of every block that exits non-zero, with the end of its output.
-    tests/readme/readme_test.py SOURCE_DIR BUILD_DIR [--list] [--line N]   (--line: only the block at N)
+A block is named by its file and the line of its fence (README.md:14, docs/dad.md:3): progress names
+it so, and a block that exits non-zero fails the test, named so, with the end of its output.
+    tests/readme/readme_test.py SOURCE_DIR BUILD_DIR [--list] [--line FILE:N | --line N]
+--list prints what each block runs (shortened) and each skip with its reason, and runs nothing;
+--line runs only the block whose fence is at FILE:N (a bare N is README.md's line N).
 """
 import concurrent.futures
 import os
@@ -43,9 +48,16 @@ JOBS = max(1, int(os.environ.get("DTRAIN_README_JOBS", "2")))
 BUILDS = re.compile(r"scripts/(run-main|build|run-tests)\.sh|cmake --build")
 
 
-def blocks(readme):
-    """(line of the fence, language, text, skip reason or None) for every fenced block."""
-    lines = open(readme, encoding="utf-8").read().split("\n")
+def documents(source):
+    """README.md and the guides in docs/, as paths relative to SOURCE_DIR, README.md first."""
+    folder = os.path.join(source, "docs")
+    guides = sorted(f for f in os.listdir(folder) if f.endswith(".md")) if os.path.isdir(folder) else []
+    return ["README.md"] + [f"docs/{f}" for f in guides]
+
+
+def blocks(source, name):
+    """("FILE:LINE" of the fence, language, text, skip reason or None) for every fenced block of one file."""
+    lines = open(os.path.join(source, name), encoding="utf-8").read().split("\n")
     found, i = [], 0
     while i < len(lines):
         m = re.match(r"^```(\w*)\s*$", lines[i])
@@ -62,10 +74,10 @@ def blocks(readme):
             k -= 1
         skip = next((m for m in map(SKIP.search, marks) if m), None)
         if skip and not skip.group(1):
-            sys.exit(f"README.md:{start}: a readme-test skip mark needs a reason: {skip.group(0)}")
+            sys.exit(f"{name}:{start + 1}: a readme-test skip mark needs a reason: {skip.group(0)}")
         setup = [m.group(1) for m in map(BEFORE.search, marks) if m]
         text = "\n".join(setup + lines[start + 1:end])
-        found.append((start + 1, language, text, skip.group(1) if skip else None))
+        found.append((f"{name}:{start + 1}", language, text, skip.group(1) if skip else None))
         i = end + 1
     return found
 
@@ -123,8 +135,8 @@ def scratch(source, build):
     return folder
 
 
-def run_block(source, build, line, text):
-    """(line, None or the failure's text, seconds) for one block, run in a folder of its own."""
+def run_block(source, build, where, text):
+    """(FILE:LINE, None or the failure's text, seconds) for one block, run in a folder of its own."""
     folder = scratch(source, build)
     started = time.monotonic()
     try:
@@ -132,61 +144,70 @@ def run_block(source, build, line, text):
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 timeout=BLOCK_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        return line, f"README.md:{line}: the block ran longer than {BLOCK_TIMEOUT_S} s:\n{shorten(text)}", \
+        return where, f"{where}: the block ran longer than {BLOCK_TIMEOUT_S} s:\n{shorten(text)}", \
             time.monotonic() - started
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     seconds = time.monotonic() - started
     if result.returncode != 0:
         tail = "\n".join(result.stdout.rstrip().split("\n")[-30:])
-        return line, f"{tail}\nREADME.md:{line}: the block exited {result.returncode}:\n{shorten(text)}", seconds
-    return line, None, seconds
+        return where, f"{tail}\n{where}: the block exited {result.returncode}:\n{shorten(text)}", seconds
+    return where, None, seconds
+
+
+def block_order(where):
+    """A key that sorts FILE:LINE as the blocks appear: README.md first, then the guides, by line."""
+    name, line = where.rsplit(":", 1)
+    return (name != "README.md", name, int(line))
 
 
 def main():
     source, build = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
-    readme = os.path.join(source, "README.md")
-    shell_blocks = [b for b in blocks(readme) if b[1] in ("sh", "bash")]
+    shell_blocks = [b for name in documents(source) for b in blocks(source, name) if b[1] in ("sh", "bash")]
     if "--line" in sys.argv:
-        only = int(sys.argv[sys.argv.index("--line") + 1])
+        only = sys.argv[sys.argv.index("--line") + 1]
+        only = only if ":" in only else f"README.md:{only}"
         shell_blocks = [b for b in shell_blocks if b[0] == only]
+        if not shell_blocks:
+            sys.exit(f"{only}: no ```sh or ```bash block has its fence on that line (--list shows them)")
     to_run = []
-    for line, _, text, reason in shell_blocks:
+    for where, _, text, reason in shell_blocks:
         if reason is not None:
-            print(f"README.md:{line}: skipped: {reason}")
+            print(f"{where}: skipped: {reason}")
         elif "--list" in sys.argv:
-            print(f"README.md:{line}: runs:\n{shorten(text)}")
+            print(f"{where}: runs:\n{shorten(text)}")
         else:
-            to_run.append((line, text))
+            to_run.append((where, text))
     if "--list" in sys.argv:
         return
     skipped = len(shell_blocks) - len(to_run)
+    files = len({where.rsplit(":", 1)[0] for where, _, _, _ in shell_blocks})
     started = time.monotonic()
     failures = []
 
-    def report(line, failure, seconds):
+    def report(where, failure, seconds):
         if failure is None:
-            print(f"README.md:{line}: ok in {seconds:.1f} s", flush=True)
+            print(f"{where}: ok in {seconds:.1f} s", flush=True)
         else:
-            print(f"README.md:{line}: FAILED after {seconds:.1f} s", flush=True)
-            failures.append((line, failure))
+            print(f"{where}: FAILED after {seconds:.1f} s", flush=True)
+            failures.append((where, failure))
 
-    for line, text in to_run:
+    for where, text in to_run:
         if BUILDS.search(shorten(text)):
-            report(*run_block(source, build, line, text))
+            report(*run_block(source, build, where, text))
     # Each block is a bash script in its own scratch folder; the pool only decides how many run at once.
     with concurrent.futures.ThreadPoolExecutor(max_workers=JOBS) as pool:
-        futures = [pool.submit(run_block, source, build, line, text) for line, text in to_run
+        futures = [pool.submit(run_block, source, build, where, text) for where, text in to_run
                    if not BUILDS.search(shorten(text))]
         for future in concurrent.futures.as_completed(futures):
             report(*future.result())
     if failures:
-        failures.sort()
+        failures.sort(key=lambda failure: block_order(failure[0]))
         sys.exit("\n\n".join(text.rstrip() for _, text in failures) +
-                 f"\nFAIL: {len(failures)} of {len(to_run)} blocks of README.md failed (lines "
-                 f"{', '.join(str(line) for line, _ in failures)})")
-    print(f"PASS: {len(to_run)} blocks of README.md ran in {time.monotonic() - started:.0f} s, {JOBS} at a time, "
-          f"{skipped} skipped (reasons above)")
+                 f"\nFAIL: {len(failures)} of {len(to_run)} blocks failed "
+                 f"({', '.join(where for where, _ in failures)})")
+    print(f"PASS: {len(to_run)} blocks of {files} files (README.md and docs/) ran in "
+          f"{time.monotonic() - started:.0f} s, {JOBS} at a time, {skipped} skipped (reasons above)")
 
 
 if __name__ == "__main__":
