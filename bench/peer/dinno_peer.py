@@ -14,7 +14,7 @@ With --paper it runs DiNNO's paper schedule instead (dist_mnist_PAPER.yaml: rho 
 each round, the Adam rate from 0.005 to 0.0005 on a log scale over the rounds, shuffled batches as the
 authors' DataLoader gives), no warm-up, and with --eval-every K prints a JSON line every K rounds with
 the nodes' mean top-1 and the average model's top-1 on the first --test-size test images: the accuracy
-the authors' own formulation reaches on this data, to set beside dtrain's (bench/RESULTS.md, issue 12).
+the authors' own formulation reaches on this data, to set beside dtrain's.
 
     /usr/bin/python3 bench/peer/dinno_peer.py --alg cadmm --paper --rounds 2000 --eval-every 500
 """
