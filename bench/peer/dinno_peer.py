@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The peer for decentralized training: seed 001's own way (javieryu/nn_distributed_training), every
+"""The peer for decentralized training: DiNNO's own way (javieryu/nn_distributed_training), every
 graph node a model in one Python process (PyTorch 1.13), updated one after another, on the same
 Fashion-MNIST hetero split, CNN, batch and graph as dtrain's configs/decentralized/fmnist_cycle10.yaml.
 Written after the authors' optimizers/dsgd.py and dinno.py (read, not copied): DSGD mixes in place with
@@ -28,7 +28,7 @@ import torch.nn as nn
 from ddp_peer import load
 
 
-def cnn():  # seed 001's MNISTConvNet: num_filters 3, kernel 5, linear width 64
+def cnn():  # DiNNO's MNISTConvNet: num_filters 3, kernel 5, linear width 64
     return nn.Sequential(nn.Conv2d(1, 3, 5, 1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(3 * 12 * 12, 64),
                          nn.ReLU(), nn.Linear(64, 10), nn.LogSoftmax(dim=1))
 
