@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Data-loading throughput against threads (seed 004's I/O figure): batches from the in-memory
-# Fashion-MNIST loader, and reading an image folder (Fashion-MNIST's first 10000 training images
+# Data-loading throughput against threads (the DDP and Apex tutorial's I/O figure): batches from the
+# in-memory Fashion-MNIST loader, and reading an image folder (Fashion-MNIST's first 10000 training images
 # written once as PNGs) decoded and resized to 64 px. JSON lines on stdout, a table on stderr,
 # and the figure in OUT/io.png.
 #   bench/data_loading.sh [BUILD_DIR=build] [OUT=bench-out/data]

@@ -12,7 +12,7 @@
 //   gloo:reduce_scatter/hd  Gloo's ReduceScatterHalvingDoubling run inline on the caller's thread,
 //                           on a Gloo context of its own, built once per size and run on the same
 //                           buffer each call: the algorithm's best case, which no c10d call reaches
-//                           (bench/RESULTS.md, ninth session: why dtrain queues instead).
+//                           (Note [Gloo's native collectives]: why dtrain queues instead).
 // Start one process per rank with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set; dtrain meets at
 // MASTER_PORT, the raw group at MASTER_PORT + 1 (bench/comm_compare.sh).
 #include <gloo/reduce_scatter.h>

@@ -2,7 +2,8 @@
 // variants that decide small-message latency on a few shared cores: worker threads, device
 // (hostname, loopback interface), how calls are issued (wait each, barrier before each, many
 // outstanding) and optional OpenMP compute between calls. Start one process per rank with
-// RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set (bench/RESULTS.md shows the loop).
+// RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set, e.g. for r in 1 0; do RANK=$r WORLD_SIZE=2
+// MASTER_ADDR=127.0.0.1 MASTER_PORT=29621 build/bench/gloo_latency --sizes 4K & done; wait
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>

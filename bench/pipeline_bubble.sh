@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Pipeline parallel's bubble and memory (issue 14): gpipe at S = 2, 4 stages and M = 1, 2, 4, 8
+# Pipeline parallel's bubble and memory: gpipe at S = 2, 4 stages and M = 1, 2, 4, 8
 # micro-batches on an mlp, each stage one worker with one thread, prints the measured idle fraction
 # of every stage (time blocked receiving activations or gradients over step time, steps after the
 # first; pipeline/idle_fraction/stage<s>) against GPipe's (S-1)/(M+S-1); then gpipe against 1f1b
@@ -10,7 +10,7 @@
 # idle fraction for the stages' compute as measured, 1 - M B_s / (sum_s B_s + (M-1) max_s B_s) per stage
 # with B_s its compute time, which separates the schedule's own cost from stages that compute
 # unequally (a slower core, a heavier cut). It assumes each stage's forward and backward in the same
-# proportion and free transfers; the issue's goal is against (S-1)/(M+S-1) itself. "replayed" is
+# proportion and free transfers; the target is against (S-1)/(M+S-1) itself. "replayed" is
 # pipeline/replay_idle_fraction: the schedule replayed with every pass as this run measured it and
 # free transfers (Note [Replaying the schedule]), so unequal and uneven passes are in it and the
 # transfers are not; "schedule/replay" is the measured schedule time over the replayed one, what
@@ -20,11 +20,11 @@
 #   bench/pipeline_bubble.sh [BUILD_DIR=build] [STEPS=40] [BATCH=256] [HIDDEN=[1024,1024,1024,1024,1024,1024]] [STAGES="2 4"] [EXTRA="key=value ..."]
 # The formula assumes every stage's forward and every stage's backward take equal time (not only
 # their sums): a first layer computes no input gradient, so give it few input features to keep the
-# passes equal, as bench/RESULTS.md's run does (issue 14, fifth session):
+# passes equal, as this run does:
 #   bench/pipeline_bubble.sh build 12 1024 "[2048,2048,2048,2048,2048,2048,2048]" 2 "data.synthetic_shape=[1,8,8] parallel.backend=mpi"
 # Check it runs on tiny sizes: bench/pipeline_bubble.sh build 3 16 '[8,8,8,8]'
 # BIND chooses the cores the stages run on, rank i on the i-th listed (the formula needs stages of
-# equal speed, and a machine's cores can differ by 20%: bench/RESULTS.md, issue 14):
+# equal speed, and a virtual machine's cores can differ by 20%):
 #   unset        the launcher places the ranks (Open MPI binds rank i to core i; gloo's are not bound);
 #   BIND="2 7"   these cores, for every S in STAGES (list at least the largest S);
 #   BIND=auto    for each S, the S cores that ran the core check's product closest in speed, timed
@@ -112,8 +112,7 @@ run() {
 # once over alone. GPipe's formula assumes equal stages whose compute time does not depend on what
 # the others do. Cores that run the product at different speeds make unequal stages whatever the
 # cut; cores that slow each other down (virtual CPUs on one physical core's two hardware threads)
-# make a stage's compute time depend on whether the other stages compute at the same moment
-# (bench/RESULTS.md, issue 14, seventeenth session).
+# make a stage's compute time depend on whether the other stages compute at the same moment.
 cores() {
   local n=$1 c
   if [ "$n" -gt "$(nproc)" ] || ! command -v taskset > /dev/null; then

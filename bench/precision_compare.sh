@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # train.precision on the CPU: test accuracy and throughput of fp32, bf16 (autocast) and fp16 (fp16
 # numerics with dynamic loss scaling) after the same epochs from the same initial weights, per model.
-# Issue 13's goal: bf16 within 1 point of fp32's test top-1 on lenet5 after one epoch.
+# The target: bf16 within 1 point of fp32's test top-1 on lenet5 after one epoch.
 #   bench/precision_compare.sh [BUILD_DIR=build] [EPOCHS=1] [MODELS="lenet5"] [NPROC=1] [PRECISIONS="fp32 bf16 fp16"]
 # STEPS=N (environment) stops each run after N steps (train.max_steps) instead of whole epochs.
 # NPROC > 1 trains data_parallel over gloo; 1 trains the local strategy.

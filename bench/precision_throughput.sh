@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# fp32 against bf16 throughput on a CIFAR-10-shaped model (seed 003's precision column), one process,
-# one thread, synthetic 3x32x32 images (the pixels do not change the time), precisions alternating
-# within each round (A B A B). Prints "round precision samples/s" lines and the bf16 / fp32 ratio.
+# fp32 against bf16 throughput on a CIFAR-10-shaped model (the Horovod/FSDP/pipeline study's precision
+# column), one process, one thread, synthetic 3x32x32 images (the pixels do not change the time), precisions
+# alternating within each round (A B A B). Prints "round precision samples/s" lines and the bf16 /
+# fp32 ratio.
 #   bench/precision_throughput.sh [BUILD_DIR=build] [ROUNDS=2] [MODEL=resnet18] [STEPS=20] [BATCH=32]
 set -euo pipefail
 cd "$(dirname "$0")/.."

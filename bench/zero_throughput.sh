@@ -6,7 +6,7 @@
 # (1.13 has no usable FSDP, so stages 2 and 3 have no peer). Runs alternate A B A B within each
 # round; the table gives median samples/s (after the warm-up steps), each round's ratio to the same
 # round's data_parallel and to the same round's PyTorch peer, and the step's time split. The
-# issue's goals: stage 2 >= 0.95x, stage 3 >= 0.8x data_parallel.
+# targets: stage 2 >= 0.95x, stage 3 >= 0.8x data_parallel.
 #   bench/zero_throughput.sh [BUILD_DIR=build] [ROUNDS=3] [STEPS=100] [MODEL=resnet18] [BATCH=64]
 #   PEER=0 leaves the PyTorch runs out (they need MODEL=resnet18).
 set -euo pipefail

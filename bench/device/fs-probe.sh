@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Why dtrain's programs crash at their first std::filesystem call against pip's LibTorch 2.11 (bench/RESULTS.md,
-# eighth session; suspected pytorch/pytorch#133437: the wheels export the std::filesystem they link
+# Why a program crashes at its first std::filesystem call against pip's LibTorch 2.11 when it binds
+# to the wheels' copy (pytorch/pytorch#133437: the wheels export the std::filesystem they link
 # statically). Run on the GPU machine by bench/device/libtorch2-check.sh, twice:
 #   bench/device/fs-probe.sh TORCH_DIR              before the build: which copy of std::filesystem a
 #       program linked like dtrain's binds to, and whether it crashes, for each compiler and link order

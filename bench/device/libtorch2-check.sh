@@ -3,11 +3,11 @@
 # against the machine's pip-installed torch with CUDA and NCCL, then runs the tests, within about 9
 # minutes. Bookworm's -dev packages and sid's Gloo headers travel in .devdeps/ (bench/device/fetch-deps.sh).
 #   run: bash bench/device/libtorch2-check.sh     (carry .devdeps; output in $OUT: log.txt, build*.txt,
-#        ctest.txt, CMakeCache.txt, fs-probe*.txt). Figures of 2026-11-26 in bench/RESULTS.md.
+#        ctest.txt, CMakeCache.txt, fs-probe*.txt).
 #   BUBBLE=1 FS_PROBE=0 bash bench/device/libtorch2-check.sh: builds only `dtrain` and the parallel tests
 #        (-O2) and runs bench/pipeline_bubble.sh on this machine's CPU cores over gloo (S = 2 and 4) instead
 #        of the tests ($OUT/bubble.txt): GPipe's formula judged on cores not shared with another stage,
-#        each S on the S cores closest in speed (BIND=auto; BIND="a b c d" names them) (issue 14); then, until TEST_END, the pipeline rows over gloo in REPEATERS copies at once with the
+#        each S on the S cores closest in speed (BIND=auto; BIND="a b c d" names them); then, until TEST_END, the pipeline rows over gloo in REPEATERS copies at once with the
 #        crash reporter (the LibTorch 2.11 crash came under ctest -j16, not alone).
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -139,7 +139,7 @@ timeout 90 ./bin/dtrain train --nproc 2 "${GPU_RUN[@]}" --name dp2 parallel.stra
 left=$(remaining $TEST_END)
 [ "$left" -gt 10 ] && timeout $left ctest -j 16 --timeout 120 --output-on-failure -LE 'netns|ssh|package|readme|fuzz' -E 'Nccl' > "$OUT/ctest.txt" 2>&1
 echo "ctest rc=$?"; grep -E "tests passed|\*\*\*|Not Run|Timeout|Failed" "$OUT/ctest.txt" | head -80
-# The pipeline over gloo crashed once on torch 2.11 (2026-11-27, RESULTS.md): the pipeline rows again, with
+# The pipeline over gloo crashed once on torch 2.11, under ctest -j16: the pipeline rows again, with
 # the crash reporter preloaded, for what time is left.
 left=$(remaining $TEST_END)
 if [ "$left" -gt 20 ]; then

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The peer for decentralized training: seed 001's own way (javieryu/nn_distributed_training), every
+"""The peer for decentralized training: DiNNO's own way (javieryu/nn_distributed_training), every
 graph node a model in one Python process (PyTorch 1.13), updated one after another, on the same
 Fashion-MNIST hetero split, CNN, batch and graph as dtrain's configs/decentralized/fmnist_cycle10.yaml.
 Written after the authors' optimizers/dsgd.py and dinno.py (read, not copied): DSGD mixes in place with
@@ -14,7 +14,7 @@ With --paper it runs DiNNO's paper schedule instead (dist_mnist_PAPER.yaml: rho 
 each round, the Adam rate from 0.005 to 0.0005 on a log scale over the rounds, shuffled batches as the
 authors' DataLoader gives), no warm-up, and with --eval-every K prints a JSON line every K rounds with
 the nodes' mean top-1 and the average model's top-1 on the first --test-size test images: the accuracy
-the authors' own formulation reaches on this data, to set beside dtrain's (bench/RESULTS.md, issue 12).
+the authors' own formulation reaches on this data, to set beside dtrain's.
 
     /usr/bin/python3 bench/peer/dinno_peer.py --alg cadmm --paper --rounds 2000 --eval-every 500
 """
@@ -28,7 +28,7 @@ import torch.nn as nn
 from ddp_peer import load
 
 
-def cnn():  # seed 001's MNISTConvNet: num_filters 3, kernel 5, linear width 64
+def cnn():  # DiNNO's MNISTConvNet: num_filters 3, kernel 5, linear width 64
     return nn.Sequential(nn.Conv2d(1, 3, 5, 1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(3 * 12 * 12, 64),
                          nn.ReLU(), nn.Linear(64, 10), nn.LogSoftmax(dim=1))
 

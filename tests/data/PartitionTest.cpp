@@ -156,7 +156,7 @@ TEST(Partition, ErrorsSayWhatToChange) {
 namespace dtrain::data {
 namespace {
 
-// classes_per_rank 0: the classes split evenly over the holders (seed 001's hetero split), each
+// classes_per_rank 0: the classes split evenly over the holders (DiNNO's hetero split), each
 // holder exactly its own classes and all of their samples.
 TEST(Partition, HeteroWithZeroClassesPerHolderGivesEachNodeExactlyItsClasses) {
   const auto labels = torch::arange(1000, torch::kLong).remainder(10);

@@ -316,7 +316,8 @@ TEST_F(ExperimentTest, ReportDrawsEpochCurvesScalingAndCommunication) {
   const double one = local["samples_per_second"].get<double>();
   const double two = dp2["samples_per_second"].get<double>();
   ASSERT_GT(one, 0.0);
-  // Seed 003's table: model x batch rows against precision x workers columns, cells samples/s.
+  // The Horovod/FSDP/pipeline study's table: model x batch rows against precision x workers columns, cells
+  // samples/s.
   EXPECT_NE(md.find(fmt::format("| model | batch per worker | fp32, 1 worker (samples/s) | fp32, 2 workers "
                                 "(samples/s) |\n|---|---|---|---|\n| mlp | 16 | {:.0f} | {:.0f} |\n",
                                 one, two)),

@@ -1,4 +1,4 @@
-// The report's figures for decentralized runs (seed 001's problems): from a hand-written experiment
+// The report's figures for decentralized runs (DiNNO's problems): from a hand-written experiment
 // folder, the mean over nodes of validation loss, top-1 and consensus error, one line per run,
 // against rounds and against bytes sent.
 #include <gtest/gtest.h>
@@ -67,7 +67,7 @@ class ReportNodeFigures : public ::testing::Test {
   fs::path dir_;
 };
 
-// Two decentralized runs of two nodes (seed 001's problems): one line per run, the mean over nodes.
+// Two decentralized runs of two nodes (DiNNO's problems): one line per run, the mean over nodes.
 TEST_F(ReportNodeFigures, DecentralizedRunsHaveNodeMeanFiguresAgainstRoundsAndBytes) {
   const auto node_record = [](double round, double loss0, double loss1) {
     return MetricRecord{{"step", round},

@@ -1,6 +1,7 @@
 // What the report reads of a results.json's timing: the time blocked on the strategy's
 // communication, from step_time.comm_s (the per-step mean) since results carry the step time
-// split, and from comm_wait_seconds in results written before; the step table of seed 000's comparison.
+// split, and from comm_wait_seconds in results written before; the step table of the dAD paper's
+// comparison.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>

@@ -1,4 +1,4 @@
-// Seed 001's experiment file (DiNNO's experiment: / problem_configs:) as dtrain runs: the README's
+// DiNNO's experiment file (its experiment: / problem_configs:) as dtrain runs: the README's
 // template and the authors' later dist_mnist_PAPER.yaml translate to the expected overrides, every
 // mistake is refused at its line, and the result files are built from hand-written metrics.
 #include <gtest/gtest.h>
@@ -22,7 +22,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using Strings = std::vector<std::string>;
 
-// The seed document's template: its two blocks, joined (their "..." elisions left out).
+// DiNNO's README template: its two blocks, joined (their "..." elisions left out).
 std::string read_template() {
   std::ifstream in(fs::path(DTRAIN_EXPERIMENT_TEST_DATA) / "seed001_template.yaml");
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());

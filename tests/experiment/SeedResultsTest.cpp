@@ -1,4 +1,4 @@
-// The result files of seed 001's experiment form from hand-written metrics.jsonl lines, as the
+// The result files of DiNNO's experiment form from hand-written metrics.jsonl lines, as the
 // decentralized strategy writes them: <problem_name>_results.json per problem, solo_results.json;
 // writeout: false leaving nothing behind; and the use_cuda line.
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// Fuzz target: an experiment file (dtrain's form or seed 001's), read and expanded into its runs.
+// Fuzz target: an experiment file (dtrain's form or DiNNO's), read and expanded into its runs.
 // Every run must be a folder inside out_dir (Experiment.h: is_folder_name).
 #include <stdexcept>
 #include <string>

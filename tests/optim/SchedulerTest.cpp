@@ -27,7 +27,7 @@ TEST(SchedulerTest, ConstantIgnoresPosition) {
 }
 
 TEST(SchedulerTest, StepDecaysTenfoldEveryThirtyEpochs) {
-  Scheduler s(schedule("step"), 0.1);  // seed 004's default: x0.1 every 30 epochs
+  Scheduler s(schedule("step"), 0.1);  // the DDP and Apex tutorial's default: x0.1 every 30 epochs
   EXPECT_DOUBLE_EQ(s.lr(0, 0, 0), 0.1);
   EXPECT_DOUBLE_EQ(s.lr(5000, 29, 0), 0.1);
   EXPECT_NEAR(s.lr(5001, 30, 0), 0.01, 1e-15);
@@ -78,7 +78,7 @@ TEST(SchedulerTest, LinearAndLogDecayBetweenTwoRates) {
 
   auto log = schedule("log");
   log.final_lr = 0.0005;
-  Scheduler geometric(log, 0.005);  // seed 001: 0.005 -> 0.0005 on a log scale
+  Scheduler geometric(log, 0.005);  // DiNNO: 0.005 -> 0.0005 on a log scale
   EXPECT_NEAR(geometric.lr(0, 0, 11), 0.005, 1e-15);
   EXPECT_NEAR(geometric.lr(10, 0, 11), 0.0005, 1e-15);
   EXPECT_NEAR(geometric.lr(5, 0, 11), std::sqrt(0.005 * 0.0005), 1e-15);  // geometric midpoint

@@ -116,8 +116,8 @@ int steps_of(const Case& c) {
 // - Adam divides by sqrt(v) and L-BFGS by curvature estimates: in float32 the rounding of a
 //   near-zero gradient entry can move an update by up to lr.
 // - SGD on LeNet-5 (ReLU, max-pooling) has decisions near a tie: data_parallel on 3 ranks over gloo
-//   ended 2.4e-3 from one process on LibTorch 2.11 (an H100 machine, 2026-11-27, the same figure
-//   twice). Here (1.13), scaling the in-process all-reduce's sums by a random 1 +- 5e-5 gives the
+//   ended 2.4e-3 from one process on LibTorch 2.11 (an H100 machine, the same figure in two
+//   runs). Here (1.13), scaling the in-process all-reduce's sums by a random 1 +- 5e-5 gives the
 //   same 2.4e-3 for two seeds in three, against 2.4e-7 to 4.8e-6 for 1 +- 1.2e-7 to 1 +- 5e-6: one
 //   ReLU or max-pool decision flips. So SGD runs in float64 too.
 torch::Dtype dtype_of(const Case&) {

@@ -1,5 +1,5 @@
-// train.precision through the Trainer: fp16's overflow is skipped, logged on rank 0's log in the
-// issue's words and counted in the result; a resume continues with the saved loss scale; bf16 is
+// train.precision through the Trainer: fp16's overflow is skipped, logged on rank 0's log in
+// Apex's words and counted in the result; a resume continues with the saved loss scale; bf16 is
 // reported as the run's precision.
 #include <gtest/gtest.h>
 #include <torch/torch.h>

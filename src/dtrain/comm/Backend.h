@@ -15,9 +15,9 @@ struct BackendOptions {
   std::string name = "gloo";  // gloo | mpi | nccl (resolve "auto" with choose_backend first)
   // Per-operation timeout: a peer that does not answer within it fails the operation.
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
-  // Gloo: worker threads of the process group (c10d's default, 2, measured 5-20x faster than 1 at
-  // 4 KB on a loaded 2-core host; see bench/RESULTS.md) and network interface ("" = loopback for a
-  // loopback master address, else this host's name).
+  // Gloo: worker threads of the process group (c10d's default, 2: a second worker lets one
+  // operation complete while another waits for its peer) and network interface ("" = loopback for
+  // a loopback master address, else this host's name).
   int gloo_threads = 2;
   std::string gloo_interface;
   // How long Work::wait() polls for completion, yielding the core between polls, before it blocks
@@ -38,8 +38,8 @@ std::vector<std::string> available_backends();
 // - mpi when every rank is on one host and the ranks are MPI processes (started by mpirun, which
 //   `dtrain train --nproc` and `dtrain experiment` do themselves when auto picks mpi and mpirun is
 //   in PATH): OpenMPI's shared-memory transport (vader) moves a 4 KB all-reduce in microseconds
-//   where Gloo's TCP over loopback needs hundreds (bench/RESULTS.md), and training runs 2x faster
-//   (issue 14: mlp 3.6x PyTorch DDP on mpi, 1.7x on gloo);
+//   where Gloo's TCP over loopback needs hundreds, so data-parallel training runs about 2x faster
+//   (measured on a 2-vCPU VM: mlp 3.6x PyTorch DDP on mpi, 1.7x on gloo);
 // - gloo otherwise: between hosts (TCP; the launcher starts mpirun on one node only), in a build
 //   without MPI, or in a job whose ranks were started some other way (torchrun, a gloo `dtrain
 //   launch`), which MPI cannot join once they run. One exception: ranks on several hosts that

@@ -318,45 +318,38 @@ std::string Communicator::failure_report(const std::string& cause, double elapse
 
 // Note [The cost of a small call]
 // At 4 KB an MPI collective between two ranks of one host takes 0.5-0.6 us (MPI_Allgather,
-// MPI_Reduce_scatter_block), so every 50 ns dtrain adds around it is 10%. Measured with
-// bench/mpi_compare.cpp (A B A B against the raw call on the same buffers) and perf, the time was
-// not in any one place but in small fixed costs per call, of which these were removed:
-// - statistics: each call built a std::string from the operation's name and looked it up in a
-//   std::map, twice for an asynchronous call (add_call, add_wait); CommStatsRecorder now keeps a
-//   slot per name literal, found by its address;
-// - the mpi backend's blocking path took its progress engine's lock twice per call (is anything
-//   queued? is the communicator broken?); both are atomics now;
-// - steady_clock reads: the watchdog's arming time and the deadline of every operation (read again
-//   on every unsuccessful test while polling) come from the coarse monotonic clock (a few ns, one
-//   tick of lag, which both add to their timeout so that nothing times out early: the watchdog
-//   still ends a blocking call that outlives parallel.timeout_s, at most a tick later);
-// - a blocking call handed back a shared Work handle only for it to be waited on and dropped (two
-//   atomic reference-count updates); a backend may now return an empty handle for a call that has
-//   finished;
-// - send and recv built a std::function holding their arguments (a heap allocation per transfer);
-//   they are an Operation class of their own, held in their Work with their Pending record (Note
-//   [One allocation per transfer] in mpi/MpiProgressEngine.cpp);
-// - the flight recorder read steady_clock at every start and finish; it reads the coarse clock
-//   (its times are a report's tenths of a second);
-// - an asynchronous call read steady_clock when posted and twice more when waited on; posting now
-//   reads only the coarse clock (for a failure report's seconds), and a wait() that finds the
-//   operation finished at its first test (Work::poll) reads no clock and records no waiting.
-// That left 1.25-1.3x on a blocking 4 KB allgather or reduce_scatter in the host's fast state
-// (0.5-0.6 us raw). Switching parts off one at a time, as a measurement only, put 0.09x in the two
-// steady_clock reads, 0.06x in the flight recorder and 0.04x in the statistics: locked
-// instructions (a mutex, a fetch_add) and clock reads right after MPI's own work cost several
-// times what they cost in a loop. So:
+// MPI_Reduce_scatter_block), so every 50 ns dtrain adds around it is 10%. No single cost
+// dominates; the time is in small fixed costs per call, and locked instructions (a mutex, a
+// fetch_add) and clock reads right after MPI's own work cost several times what they cost in a
+// loop. So the per-call path keeps each of them out:
+// - statistics: CommStatsRecorder keeps a slot per operation-name literal, found by its address,
+//   rather than building a std::string and looking it up in a std::map per call;
+// - the mpi backend's blocking path asks "is anything queued? is the communicator broken?" through
+//   atomics, not its progress engine's lock;
+// - the watchdog's arming time and every operation's deadline (read again on every unsuccessful
+//   test while polling) come from the coarse monotonic clock (a few ns, one tick of lag, which both
+//   add to their timeout so that nothing times out early: the watchdog still ends a blocking call
+//   that outlives parallel.timeout_s, at most a tick later);
+// - a backend may return an empty handle for a blocking call that has finished, rather than a
+//   shared Work handle only to be waited on and dropped (two atomic reference-count updates);
+// - send and recv are an Operation class of their own, held in their Work with their Pending
+//   record (Note [One allocation per transfer] in mpi/MpiProgressEngine.cpp), not a std::function
+//   holding their arguments (a heap allocation per transfer);
+// - the flight recorder reads the coarse clock (its times are a report's tenths of a second);
+// - posting an asynchronous call reads only the coarse clock (for a failure report's seconds), and
+//   a wait() that finds the operation finished at its first test (Work::poll) reads no clock and
+//   records no waiting;
 // - a call's wait time is read from util::IntervalClock (the time-stamp counter where the kernel
 //   keeps time with it: Note [Interval ticks] in util/Clock.h);
 // - the flight recorder and the statistics written by the issuing thread take no lock (Note [A
 //   recorder without a lock] in FlightRecorder.cpp; CommStats.h), relying on operations being
-//   issued by one thread at a time, as collectives_ always has;
+//   issued by one thread at a time, as collectives_ always is;
 // - the public calls take their tensors by reference (a copy is two atomic updates each), and the
 //   backend's wire-byte model is asked once per distinct call (wire_bytes_of).
 // What is left per blocking call: the MPI lock (MPI_THREAD_SERIALIZED), the tensor checks, two
-// counter reads, the virtual calls and the watchdog's arming: 1.08-1.18x at 4 KB in the fast state.
-// An asynchronous send or recv costs more (two handles, the transfer's and this one).
-// bench/RESULTS.md has the figures before and after.
+// counter reads, the virtual calls and the watchdog's arming. An asynchronous send or recv costs
+// more (two handles, the transfer's and this one).
+// Measured (2-vCPU VM, bench/mpi_compare.cpp, 4 KB, fast state): 1.04-1.12x the raw MPI call.
 WorkPtr Communicator::track(const CallFingerprint& call, std::uint64_t bytes, std::uint64_t wire_bytes,
                             bool async_op, c10::function_ref<WorkPtr()> start) {
   const char* op = call.op;
@@ -423,7 +416,8 @@ WorkPtr Communicator::track(const CallFingerprint& call, std::uint64_t bytes, st
 // monitored barrier before it (rank 0 collects the others' arrivals through the store); it
 // compares each tensor's shape, where we compare element counts (dtrain's collectives are flat)
 // and, since c10d 2.x, a sequence number that we also carry. Costs one small blocking collective
-// per collective, and asynchronous collectives are checked when issued; see bench/RESULTS.md.
+// per collective, and asynchronous collectives are checked when issued (bench/debug_overhead.sh
+// measures what that costs a training step).
 void Communicator::check_fingerprint(const CallFingerprint& call) {
   const auto words = encode(call);
   at::Tensor mine = at::empty({kFingerprintWords}, at::TensorOptions().dtype(at::kLong));

@@ -132,7 +132,7 @@ struct Offers {
   Sourced<std::string> addr;
 };
 
-// 1. Explicit options, then seed 000's --dist-url.
+// 1. Explicit options, then the dAD paper's --dist-url.
 void offer_options(const RendezvousOptions& options, Offers& o) {
   o.rank.offer(options.rank, "options.rank");
   o.world_size.offer(options.world_size, "options.world_size");

@@ -1,5 +1,5 @@
 // Rendezvous: who am I, how many are we, and where do we meet. Resolved from, in this order,
-// explicit options (CLI, seed 000's --dist-url tcp://HOST:PORT), torchrun's environment (with its
+// explicit options (CLI, the dAD paper's --dist-url tcp://HOST:PORT), torchrun's environment (with its
 // agent-hosted store), OpenMPI's and Slurm's. comm never reads the process environment itself:
 // callers pass it in (config::process_environment()).
 #pragma once
@@ -33,7 +33,7 @@ struct RendezvousOptions {
   std::optional<int> local_world_size;
   std::optional<std::string> master_addr;
   std::optional<int> master_port;
-  std::string dist_url;  // "tcp://HOST:PORT", seed 000's form; "env://" means "from the environment"
+  std::string dist_url;  // "tcp://HOST:PORT", the dAD paper's form; "env://" means "from the environment"
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
 };
 

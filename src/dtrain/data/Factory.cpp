@@ -39,7 +39,7 @@ namespace {
             {"Imagenet64"}},
            {"image-folder", "one folder per class of PNG/JPEG images (train/ and test/ under data.root)"},
            {"dogsvscats",
-            "seed 000's cats and dogs: an image folder of exactly two classes, train/{cat,dog} and "
+            "Catalyst dAD's cats and dogs: an image folder of exactly two classes, train/{cat,dog} and "
             "test/{cat,dog} under data.root (default /usr/share/datasets/dogsvscats)",
             {"dogs-vs-cats"}},
            {"synthetic", "random images of data.synthetic_shape in data.synthetic_classes classes"},
@@ -50,12 +50,12 @@ namespace {
   return true;
 }();
 
-// Seed 000's dogsvscats is an image folder whose classes are cat (label 0) and dog (label 1), in
+// Catalyst dAD's dogsvscats is an image folder whose classes are cat (label 0) and dog (label 1), in
 // train/ and test/ alike; anything else is another data set, which image-folder reads.
 void require_cats_and_dogs(const std::string& root) {
   TORCH_CHECK(std::filesystem::is_directory(root), "data.root: ", root.empty() ? "\"\"" : root,
               " is not a folder; dataset dogsvscats reads train/cat, train/dog, test/cat and test/dog "
-              "(PNG or JPEG images) under data.root (README: \"Seed 000's command line\")");
+              "(PNG or JPEG images) under data.root (README: \"the dAD paper's command line\")");
   const std::vector<std::string> cats_and_dogs{"cat", "dog"};
   for (const auto& dir : class_folders(root)) {
     const auto classes = list_classes(dir);

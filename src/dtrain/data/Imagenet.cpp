@@ -4,8 +4,8 @@
 // The batch files number the classes 1..1000 as the ILSVRC devkit's map_clsloc.txt does
 // (Imagenet32_Scripts/utils.py get_label_dict: "n02119789 1 kit_fox"), which is not the numbering
 // of imagenet1000_clsidx_to_labels.txt (Keras/Caffe: 0 = n01440764 tench, the WordNet ids sorted).
-// Seed 002 named classes with the latter, which misnames them; the two numberings meet through
-// the WordNet ids in map_clsloc.txt. So the names come from map_clsloc.txt, taking the longer
+// The distributed-optimizer study named classes with the latter, which misnames them; the two numberings
+// meet through the WordNet ids in map_clsloc.txt. So the names come from map_clsloc.txt, taking the longer
 // names of imagenet1000_clsidx_to_labels.txt when both are present; that file alone is refused,
 // with what to add, rather than reporting wrong names.
 #include "dtrain/data/Imagenet.h"

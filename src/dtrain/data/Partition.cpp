@@ -46,7 +46,7 @@ std::vector<Shard> hetero(int world, int classes_per_rank, const torch::Tensor& 
   const auto classes = std::get<0>(at::_unique(labels, /*sorted=*/true));
   const auto c = classes.size(0);
   if (classes_per_rank == 0) {
-    // Even split: each holder (rank, or graph node) its own classes, as seed 001's hetero split.
+    // Even split: each holder (rank, or graph node) its own classes, as DiNNO's hetero split.
     if (world > c) {
       throw std::invalid_argument(
           fmt::format("data.partition hetero: {} ranks or graph nodes but {} classes, so some would hold no "

@@ -35,7 +35,7 @@ std::vector<config::RunConfig> load_configs(const ExperimentSpec& spec, const st
   std::vector<config::RunConfig> configs;
   for (const auto& run : runs) {
     try {
-      // Without a base file (seed 001's form) the overrides alone make the configuration.
+      // Without a base file (DiNNO's form) the overrides alone make the configuration.
       configs.push_back(spec.base.empty() ? config::parse_run_config("{}", "(no base file)", run.overrides)
                                           : config::load_run_config(spec.base.string(), run.overrides));
     } catch (const std::exception& e) {
@@ -114,7 +114,7 @@ nlohmann::json run_entry(const RunSpec& run, bool skipped, const fs::path& run_d
   return entry;
 }
 
-// A temporary folder for an experiment that writes nothing (seed 001's writeout: false), removed
+// A temporary folder for an experiment that writes nothing (DiNNO's writeout: false), removed
 // when this goes out of scope, also when a run fails.
 class ScratchFolder {
  public:

@@ -1,6 +1,6 @@
 // An experiment: one base configuration, a list of named runs (each a set of dotted overrides) and
-// an optional sweep (the cartesian product of listed values, as in seed 003's model x batch x
-// precision x workers tables). Every run starts from the same seed, so the same initial weights
+// an optional sweep (the cartesian product of listed values, as in the Horovod/FSDP/pipeline study's model
+// x batch x precision x workers tables). Every run starts from the same seed, so the same initial weights
 // and the same data partition; the initial-parameter hash each run records is checked to agree.
 #pragma once
 
@@ -18,7 +18,7 @@ struct RunSpec {
   std::vector<std::string> overrides;  // applied after the experiment's common overrides
 };
 
-// One problem of an experiment file in seed 001's form: the run that trains it, and the metrics its
+// One problem of an experiment file in DiNNO's form: the run that trains it, and the metrics its
 // <problem_name>_results.json holds (forward_pass_count, validation_loss, consensus_error,
 // top1_accuracy, current_epoch).
 struct SeedProblem {
@@ -26,7 +26,7 @@ struct SeedProblem {
   std::vector<std::string> metrics;
 };
 
-// What an experiment file in seed 001's form (DiNNO's experiment: and problem_configs:) asks for
+// What an experiment file in DiNNO's form (its experiment: and problem_configs:) asks for
 // beyond its runs. See SeedExperiment.h for the translation.
 struct SeedForm {
   int nodes = 0;  // experiment.graph.num_nodes
@@ -40,7 +40,7 @@ struct SeedForm {
 struct ExperimentSpec {
   std::string name = "experiment";
   std::string out_dir = "runs";        // <out_dir>/<YYYYmmdd-HHMMSS>_<name>/
-  std::filesystem::path base;          // the base run configuration (YAML); "" = none (seed 001's form)
+  std::filesystem::path base;          // the base run configuration (YAML); "" = none (DiNNO's form)
   std::vector<std::string> overrides;  // for every run
   std::vector<RunSpec> runs;           // empty = one run named "base"
   // key -> values (YAML text), in file order; every combination becomes a run.
@@ -49,11 +49,11 @@ struct ExperimentSpec {
   std::vector<std::string> final_overrides;
   std::string source_text;  // the file as given, saved into the experiment folder
   std::filesystem::path source_path;
-  std::optional<SeedForm> seed_form;  // set when the file is in seed 001's form
+  std::optional<SeedForm> seed_form;  // set when the file is in DiNNO's form
 };
 
 // Reads an experiment file, in dtrain's form (name, out_dir, base, overrides, runs, sweep; `base` is
-// relative to the file's folder) or in seed 001's (experiment, problem_configs; SeedExperiment.h).
+// relative to the file's folder) or in DiNNO's (experiment, problem_configs; SeedExperiment.h).
 // Errors name file:line and key.
 ExperimentSpec load_experiment(const std::filesystem::path& path);
 
@@ -73,7 +73,7 @@ struct ExperimentOptions {
 };
 
 // Runs every run not finished yet (a run is finished when its results.json exists), one after
-// another, then writes results.json for all runs (and, for seed 001's form, the per-problem
+// another, then writes results.json for all runs (and, for DiNNO's form, the per-problem
 // results; with writeout: false everything happens in a temporary folder, removed at the end, and
 // the returned document holds the problems' results under "problem_results"; the solo run's are
 // under "solo_results" either way). Throws when a run fails (naming it and its exit

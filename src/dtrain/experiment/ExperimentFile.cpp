@@ -1,5 +1,5 @@
 // The experiment file (name, out_dir, base, overrides, runs, sweep) read into an ExperimentSpec, and
-// the spec expanded into the runs it stands for; a file in seed 001's form goes to
+// the spec expanded into the runs it stands for; a file in DiNNO's form goes to
 // read_seed_experiment. Errors name file:line and the key.
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>

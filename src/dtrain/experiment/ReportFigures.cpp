@@ -94,7 +94,7 @@ const std::vector<LearningFigure> kByTime{
      "top-5 accuracy",
      {{"val_top5_time", "wall_time", "val/top5", "", "linespoints"}}}};
 
-// The decentralized strategy's figures (seed 001): one line per run, each the mean over nodes of a
+// The decentralized strategy's figures (DiNNO's): one line per run, each the mean over nodes of a
 // per-node series, against rounds and against the bytes each node sent.
 struct NodeSeries {
   const char* series;  // the data file run<i>_<series><axis>.dat and the figure <series><axis>.png

@@ -1,6 +1,6 @@
 // The report's figures: learning curves against step, epoch and wall time for every run; for runs
 // of the decentralized strategy, the mean over nodes of validation loss, top-1 and consensus error
-// against rounds and against bytes sent (seed 001's comparison of algorithms);
+// against rounds and against bytes sent (DiNNO's comparison of algorithms);
 // throughput and training time against workers with the ideal lines, when the runs have several
 // worker counts; communication per step by run, when a run has more than one worker. The series are
 // written as gnuplot data files beside one script that draws every figure as a PNG.

@@ -40,8 +40,8 @@ RunResults parse_run_results(const json& r) {
   out.backend = r.value("backend", "");
   out.precision = r.value("precision", "fp32");
   out.world_size = r.value("world_size", 1);
-  // Seed 003's table sets the wire format beside the arithmetic: a data_parallel run on several
-  // workers whose gradients travel compressed is "fp32, fp16 wire" or "fp32, powersgd r4 wire".
+  // The Horovod/FSDP/pipeline study's table sets the wire format beside the arithmetic: a data_parallel run
+  // on several workers whose gradients travel compressed is "fp32, fp16 wire" or "fp32, powersgd r4 wire".
   const auto& dp = member(member(member(r, "config"), "parallel"), "data_parallel");
   const std::string wire = dp.value("compression", "none");
   if (out.world_size > 1 && out.strategy == "data_parallel" && wire != "none") {

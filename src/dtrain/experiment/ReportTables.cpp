@@ -22,7 +22,8 @@ std::vector<std::string> run_row(const ReportRun& run, const std::map<std::strin
           fmt::format("{:.4f}", r.loss), fmt::format("{:.0f}", r.samples_per_second),
           efficiency ? fmt::format("{:.2f}", *efficiency) : "", fmt::format("{:.3f}", comm_mb_per_step(r)),
           fmt::format("{:.3f}", comm_wait_ms_per_step(r)),
-          // Wall time of training (seed 002 compares optimizers by it): without evaluation.
+          // Wall time of training (the distributed-optimizer study compares optimizers by it): without
+          // evaluation.
           fmt::format("{:.2f}", r.train_seconds)};
 }
 

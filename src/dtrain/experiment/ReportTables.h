@@ -1,5 +1,6 @@
 // The report's numbers and tables: scaling efficiency and communication per step for each run, the
-// table of every run, and seed 003's throughput table (model x batch against precision x workers).
+// table of every run, and the Horovod/FSDP/pipeline study's throughput table (model x batch against
+// precision x workers).
 #pragma once
 
 #include <map>
@@ -37,15 +38,15 @@ std::vector<int> worker_counts(const std::vector<ReportRun>& runs);
 // loss, samples/s, scaling eff., comm MB/step, wait ms/step.
 Table run_table(const std::vector<ReportRun>& runs);
 
-// Seed 000's table, one row per run with a step time split: run, strategy, model, test top-1, wire
+// The dAD paper's table, one row per run with a step time split: run, strategy, model, test top-1, wire
 // KB/step, and ms per step in forward, backward, communication, update and their sum.
 Table step_table(const std::vector<ReportRun>& runs);
 
 // Some run's results carry the step time split.
 bool shows_step_table(const std::vector<ReportRun>& runs);
 
-// Seed 003's table: rows model x batch per worker (sorted), columns precision x workers (sorted),
-// cells the best samples/s of the runs there, empty where no run is.
+// The Horovod/FSDP/pipeline study's table: rows model x batch per worker (sorted), columns precision x
+// workers (sorted), cells the best samples/s of the runs there, empty where no run is.
 Table throughput_table(const std::vector<ReportRun>& runs);
 
 // The throughput table compares something: several model x batch rows, or several worker counts.

@@ -1,9 +1,9 @@
-// Seed 001's experiment file (DiNNO's README: experiment: and problem_configs:) as a dtrain
+// DiNNO's experiment file (its README: experiment: and problem_configs:) as a dtrain
 // experiment: every problem becomes one `dtrain train` run of the decentralized strategy, named
 // after its problem_name, with the experiment's settings as overrides common to all runs; after the
 // runs, each problem's <problem_name>_results.json is built from its run's metrics.jsonl.
 //
-// Note [Seed 001's experiment file]
+// Note [DiNNO's experiment file]
 // The file is read as the authors wrote it (their README's template and their later
 // dist_mnist_PAPER.yaml): unknown keys are errors with file:line, like every dtrain config.
 //   experiment: name, data_dir (relative to the file's folder), output_metadir (like out_dir),
@@ -42,7 +42,7 @@ namespace dtrain::experiment {
 // The metrics a problem may list, in the authors' order.
 const std::vector<std::string>& seed_metric_names();
 
-// Fills `spec` (its source_path set) from the root of a file in seed 001's form: name, out_dir,
+// Fills `spec` (its source_path set) from the root of a file in DiNNO's form: name, out_dir,
 // the common overrides, the runs (solo first when asked for) and spec.seed_form. Throws
 // config::ConfigError naming file:line and the key.
 void read_seed_experiment(ExperimentSpec& spec, const YAML::Node& root);

@@ -1,6 +1,6 @@
-// The experiment: section of seed 001's file: the settings every problem shares (data, graph,
+// The experiment: section of DiNNO's file: the settings every problem shares (data, graph,
 // model, loss, seed) as overrides, the experiment's folder, and the optional solo run of
-// individual_training. See Note [Seed 001's experiment file].
+// individual_training. See Note [DiNNO's experiment file].
 #include <filesystem>
 
 #include "dtrain/config/ConfigError.h"
@@ -73,7 +73,7 @@ void read_solo(SeedSection solo, SeedForm& form, std::vector<RunSpec>& runs) {
 
 void read_data(SeedSection& exp, const fs::path& file, std::vector<std::string>& out) {
   // dataset is dtrain's addition (the authors' script is MNIST only): the same IDX format, so
-  // seed 001's set-up runs on Fashion-MNIST, which Debian packages, unchanged otherwise.
+  // DiNNO's set-up runs on Fashion-MNIST, which Debian packages, unchanged otherwise.
   out.push_back("data.dataset=" + (exp.has("dataset") ? exp.choice("dataset", {"mnist", "fashion-mnist"})
                                                       : std::string("mnist")));
   out.push_back("data.root=" + data_root(file, exp.text("data_dir")));
@@ -83,7 +83,7 @@ void read_data(SeedSection& exp, const fs::path& file, std::vector<std::string>&
   if (split == "hetero") out.push_back("data.classes_per_rank=0");
   const auto loss = exp.text("loss");
   if (loss != "NLL")
-    exp.reject("loss", "expected NLL (the only loss of the seed's MNIST problem), found \"" + loss + "\"");
+    exp.reject("loss", "expected NLL (the only loss of DiNNO's MNIST problem), found \"" + loss + "\"");
   out.push_back("optim.loss=nll");
 }
 

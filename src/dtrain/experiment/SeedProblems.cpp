@@ -1,6 +1,6 @@
-// The problem_configs: section of seed 001's file: each problem as the overrides of one
+// The problem_configs: section of DiNNO's file: each problem as the overrides of one
 // decentralized run (batch sizes, evaluation cadence, rounds, and its algorithm's settings under
-// parallel.decentralized.*). See Note [Seed 001's experiment file].
+// parallel.decentralized.*). See Note [DiNNO's experiment file].
 #include <algorithm>
 #include <cctype>
 #include <string>

@@ -1,4 +1,4 @@
-// Seed 001's result files from dtrain's metrics: <problem_name>_results.json holds, per
+// DiNNO's result files from dtrain's metrics: <problem_name>_results.json holds, per
 // evaluation, what the authors' DistMNISTProblem.evaluate_metrics appended to its lists, read back
 // from the evaluation records the decentralized strategy writes to metrics.jsonl
 // (val/node<i>/loss, val/node<i>/top1, strategy/consensus/node<i>, strategy/distance/<i>/<j>,

@@ -1,4 +1,4 @@
-// SeedSection: the key-by-key reader of seed 001's experiment file, with file:line in every error.
+// SeedSection: the key-by-key reader of DiNNO's experiment file, with file:line in every error.
 #include "dtrain/experiment/SeedSection.h"
 
 #include <algorithm>

@@ -1,4 +1,4 @@
-// One mapping of an experiment file in seed 001's form (DiNNO's experiment: / problem_configs:),
+// One mapping of an experiment file in DiNNO's form (its experiment: / problem_configs:),
 // read key by key: keys it may not hold are refused when it is opened, each value is checked as it
 // is taken, and a key left untaken at finish() is one the settings around it do not use. Every error names
 // file:line and the dotted key, as dtrain's own configs do.
@@ -56,7 +56,7 @@ class SeedSection {
   std::set<std::string> taken_;
 };
 
-// Whether a file's root is in seed 001's form: a mapping with experiment or problem_configs.
+// Whether a file's root is in DiNNO's form: a mapping with experiment or problem_configs.
 bool is_seed_form(const YAML::Node& root);
 
 // The runs of problem_configs, one per problem, each with its problem-specific overrides (after the

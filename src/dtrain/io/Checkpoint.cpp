@@ -304,7 +304,7 @@ std::optional<Checkpoint> CheckpointStore::load_latest() const {
 // Note [A state dict that torch.load reads with weights_only]
 // torch::pickle_save tags every dict with its key and value types through a call of
 // torch.jit._pickle.restore_type_tag, which PyTorch 2.6's torch.load refuses by default
-// (weights_only=True: "Unsupported global"; seen against torch 2.11, 2026-11-27). Python's own
+// (weights_only=True: "Unsupported global"; seen against torch 2.11). Python's own
 // torch.save writes a plain dict, so this writes what pickle_save writes with the tags left out:
 // the same zip archive ("data.pkl" and one record per tensor). torch::pickle_load still reads it,
 // as a dict of IValue to IValue.

@@ -1,4 +1,4 @@
-// The run folder: runs/<YYYYmmdd-HHMMSS>_<name>/ (or seed 000's logs/<name>/) with config.yaml,
+// The run folder: runs/<YYYYmmdd-HHMMSS>_<name>/ (or Catalyst dAD's logs/<name>/) with config.yaml,
 // results.json, metrics.jsonl, TensorBoard events, checkpoints/ and one site_<rank>/ per rank
 // (DESIGN.md §3 "io"). Rank 0 alone creates the folder; the other ranks learn its path from rank 0
 // (create_shared broadcasts it).
@@ -33,14 +33,14 @@ class RunDir {
                               const std::string& name,
                               std::chrono::system_clock::time_point start = std::chrono::system_clock::now());
 
-  // Seed 000's layout, run_folder: named: <out_dir>/<name>/ itself, for rank 0. A folder that an
+  // Catalyst dAD's layout, run_folder: named: <out_dir>/<name>/ itself, for rank 0. A folder that an
   // earlier run left (one that is not empty) is refused, so two runs never mix their logs, metrics
   // and checkpoints, unless `continuing`: a resumed run writes on in its own folder.
   static RunDir create_named(const std::filesystem::path& out_dir, const std::string& name, int world_size,
                              bool continuing);
 
   // Collective create_named: rank 0 creates the folder and broadcasts the outcome; then every other
-  // rank makes its own site_<rank>/, with the folder itself where it is missing (seed 000's sites
+  // rank makes its own site_<rank>/, with the folder itself where it is missing (Catalyst dAD's sites
   // are machines of their own, each keeping logs/<name>/site_<rank>/), and refuses a site folder
   // that an earlier run left unless `continuing`. When any rank refuses, every rank throws.
   static RunDir create_named_shared(comm::Communicator& comm, const std::filesystem::path& out_dir,

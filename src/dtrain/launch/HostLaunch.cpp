@@ -29,8 +29,8 @@ namespace dtrain::launch {
 // Note [Stopping remote workers]
 // Killing the local ssh client does not stop what it started: without a terminal, sshd sends the
 // remote command no SIGHUP when the connection goes (and `ssh -tt` would give every worker a
-// terminal and mix its stderr into stdout). So, like seed 002's stop_distributed.sh, every host
-// records the pid of its `dtrain launch` under the job's id, and a stop is a second ssh per host
+// terminal and mix its stderr into stdout). So, like the distributed-optimizer study's stop_distributed.sh,
+// every host records the pid of its `dtrain launch` under the job's id, and a stop is a second ssh per host
 // that sends that launcher SIGTERM: the launcher forwards it to its workers, waits its grace
 // period and kills what is left, as it does for Ctrl-C at a terminal. The pid is checked against
 // the launcher's command line (--run-id JOB) before it is signalled, so a pid file left by a host

@@ -3,8 +3,8 @@
 // multi-node launcher that spawns and watches its workers) with the first host as the rendezvous.
 // This side streams every host's output with a "[host] " prefix, forwards SIGINT/SIGTERM/SIGHUP,
 // and stops every host when one fails; each host records its launcher's pid under a job id, so
-// that `dtrain launch --hostfile FILE --stop JOB` stops a job from anywhere (seed 002's
-// stop_distributed.sh).
+// that `dtrain launch --hostfile FILE --stop JOB` stops a job from anywhere (the distributed-optimizer
+// study's stop_distributed.sh).
 #pragma once
 
 #include <chrono>

@@ -1,6 +1,6 @@
 // Class activation maps (Zhou et al. 2016, "Learning Deep Features for Discriminative
-// Localization"; seed 003): for a CNN whose last convolutional feature maps f_k are globally
-// average-pooled into a linear classifier with weights w^c, the map of class c is
+// Localization"; as in the Horovod/FSDP/pipeline study): for a CNN whose last convolutional feature maps
+// f_k are globally average-pooled into a linear classifier with weights w^c, the map of class c is
 // M_c(x, y) = sum_k w^c_k f_k(x, y). This file finds that structure in a Network, computes the
 // maps, and renders them (upsampled, normalised, jet-coloured, blended with the input) as images.
 #pragma once

@@ -1,7 +1,7 @@
 // models::Linear: torch::nn::Linear with a tap, the forward hook LibTorch's C++ modules lack.
 // Every Linear layer of dtrain's models is one, so a strategy can see each layer's input and, by a
 // hook on the output, the gradient that flows back into it: what dAD and rank-dAD share instead
-// of the weight gradient (seed 000). Its parameters and their names are those of torch::nn::Linear.
+// of the weight gradient (the dAD paper). Its parameters and their names are those of torch::nn::Linear.
 #pragma once
 
 #include <torch/nn/modules/linear.h>

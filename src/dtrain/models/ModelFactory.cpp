@@ -26,10 +26,10 @@ struct ModelEntry {
 const std::vector<ModelEntry>& model_table() {
   static const std::vector<ModelEntry> table{
       {{"mlp", "multi-layer perceptron: model.hidden layers with model.activation"}, detail::build_mlp},
-      {{"mnistnet", "seed 000's MNIST network: two convolutions, dropout, two linear layers"},
+      {{"mnistnet", "Catalyst dAD's MNIST network: two convolutions, dropout, two linear layers"},
        detail::build_mnistnet},
       {{"dinnocnn",
-        "seed 001's CNN: one ReLU convolution (model.num_filters, model.kernel_size), max pool, two linear "
+        "DiNNO's CNN: one ReLU convolution (model.num_filters, model.kernel_size), max pool, two linear "
         "layers (model.linear_width)",
         {"MNISTConvNet"}},
        detail::build_dinnocnn},

@@ -1,4 +1,4 @@
-// The small models: mlp (hidden sizes, activation), seed 000's MNISTNet and LeNet-5. All of them
+// The small models: mlp (hidden sizes, activation), Catalyst dAD's MNISTNet and LeNet-5. All of them
 // adapt to the input shape: the first layer's width is computed from (C, H, W).
 #include <torch/nn/init.h>
 #include <torch/nn/modules/activation.h>
@@ -79,9 +79,9 @@ NetworkPtr build_mlp(const config::ModelConfig& config, const InputSpec& input) 
   return std::make_shared<Network>("mlp", layers);
 }
 
-// Seed 000's MNISTNet (catalyst-dad, models/MNISTNet.py): a feed-forward network of Linear layers,
-// which is what dAD and rank-dAD synchronise. Its output is log_softmax, as in the seed; those are
-// also valid logits, since cross-entropy is unchanged by log_softmax.
+// Catalyst dAD's MNISTNet (bbradt/catalyst-dad, models/MNISTNet.py): a feed-forward network of Linear
+// layers, which is what dAD and rank-dAD synchronise. Its output is log_softmax, as in Catalyst dAD;
+// those are also valid logits, since cross-entropy is unchanged by log_softmax.
 NetworkPtr build_mnistnet(const config::ModelConfig& config, const InputSpec& input) {
   require_image_input("mnistnet", input);
   require_classes("mnistnet", input);
@@ -101,7 +101,7 @@ NetworkPtr build_mnistnet(const config::ModelConfig& config, const InputSpec& in
   return std::make_shared<Network>("mnistnet", layers);
 }
 
-// Seed 001's CNN (DiNNO, javieryu/nn_distributed_training models/mnist_conv_nn.py): one ReLU
+// DiNNO's CNN (javieryu/nn_distributed_training models/mnist_conv_nn.py): one ReLU
 // convolution of model.num_filters filters of model.kernel_size (stride 1, no padding), 2x2 max
 // pooling, a linear layer of model.linear_width with ReLU, and the classifier, ending in
 // log_softmax as there (NLL loss); log-probabilities are also valid logits for cross-entropy.

@@ -14,7 +14,7 @@ namespace dtrain::optim {
 using LossFn = std::function<at::Tensor(const at::Tensor& outputs, const at::Tensor& targets)>;
 
 // Note [nll on logits]
-// dtrain's models end in logits (mnistnet, like seed 000's, in log-probabilities). nll here is
+// dtrain's models end in logits (mnistnet, like Catalyst dAD's, in log-probabilities). nll here is
 // the negative log-likelihood of the model's distribution: it applies log_softmax first, which
 // leaves log-probabilities unchanged, so it is PyTorch's NLLLoss on log-probability outputs and
 // still a correct loss on raw logits.

@@ -20,11 +20,11 @@ namespace {
 [[maybe_unused]] const bool kSchedulesRegistered = [] {
   for (const auto& choice : std::vector<config::Choice>{
            {"constant", "the base rate throughout"},
-           {"step", "x gamma every step_size epochs (seed 004: x0.1 every 30)"},
+           {"step", "x gamma every step_size epochs (the DDP and Apex ImageNet tutorial: x0.1 every 30)"},
            {"cosine", "cosine decay from lr to final_lr"},
            {"linear", "linear decay from lr to final_lr"},
-           {"log", "log-linear decay from lr to final_lr (seed 001's primal rate)"},
-           {"inverse", "lr_k = lr_{k-1} (1 - mu lr_{k-1}), about lr / (1 + mu lr k) (seed 001's DSGD)"},
+           {"log", "log-linear decay from lr to final_lr (DiNNO's primal rate)"},
+           {"inverse", "lr_k = lr_{k-1} (1 - mu lr_{k-1}), about lr / (1 + mu lr k) (DiNNO's DSGD)"},
        }) {
     config::register_choice(config::kScheduleKey, choice);
   }

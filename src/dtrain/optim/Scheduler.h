@@ -18,10 +18,10 @@ namespace dtrain::optim {
 // the number of steps the run will take. Warm-up: steps 0 .. warmup_steps-1 use
 // lr * (step + 1) / warmup_steps, so the first step already moves and the last warm-up step uses
 // lr. The decays (cosine, linear, log) then run from lr at step warmup_steps to final_lr at the
-// last step, total_steps - 1, like numpy's linspace/logspace between the two rates (seed 001);
-// later steps stay at final_lr. step: lr * gamma^floor(epoch / step_size) (seed 004: x0.1 every
-// 30 epochs). inverse: lr_{k} = lr_{k-1} (1 - mu lr_{k-1}) with lr_{-1} = lr, so step 0 already
-// decays (seed 001's DSGD step size).
+// last step, total_steps - 1, like numpy's linspace/logspace between the two rates (DiNNO);
+// later steps stay at final_lr. step: lr * gamma^floor(epoch / step_size) (the DDP and Apex tutorial: x0.1
+// every 30 epochs). inverse: lr_{k} = lr_{k-1} (1 - mu lr_{k-1}) with lr_{-1} = lr, so step 0 already
+// decays (DiNNO's DSGD step size).
 class Scheduler {
  public:
   // Throws std::invalid_argument for an unknown name or impossible values (log decay needs both

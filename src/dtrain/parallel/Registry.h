@@ -26,7 +26,7 @@ struct StrategyInfo {
   // The option section it reads, parallel.<options_section>.*: its own when it registers one, or
   // another strategy's (rankdad reads dad's); empty for none.
   std::string options_section{};
-  // Other names it answers to (seed 000's "dsgd" for data_parallel).
+  // Other names it answers to (the dAD paper's "dsgd" for data_parallel).
   std::vector<std::string> aliases{};
   // Option sections beside its own that apply when it is chosen (decentralized: parallel.graph).
   std::vector<std::string> extra_sections{};

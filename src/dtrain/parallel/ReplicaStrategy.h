@@ -66,10 +66,10 @@ class ReplicaStrategy : public Strategy {
   // L-BFGS evaluates its closure as often as its line search and tolerances decide, from the loss
   // and gradient it is given. Each rank's copy of the optimizer takes the same decisions, and so
   // the same number of evaluations and the same steps, only if every evaluation sees the same
-  // global loss and gradient: the closure itself must all-reduce both (pytorch#30439; seed 002's
-  // lesson). Reducing once per step outside the closure lets ranks' line searches diverge, and a
-  // rank that evaluates once more waits forever in a collective the others never join. Every
-  // replica strategy therefore passes optimizer().step() a closure that runs forward, backward
+  // global loss and gradient: the closure itself must all-reduce both (pytorch#30439; the
+  // distributed-optimizer study's lesson). Reducing once per step outside the closure lets ranks' line
+  // searches diverge, and a rank that evaluates once more waits forever in a collective the others never
+  // join. Every replica strategy therefore passes optimizer().step() a closure that runs forward, backward
   // and the strategy's whole synchronisation, and returns the global mean loss; the reductions
   // leave identical bits on every rank, so identical optimizers stay identical. step_with counts
   // the evaluations (StepResult::closure_evaluations, optim/closure_evaluations) so that tests and

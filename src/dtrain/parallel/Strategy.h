@@ -49,7 +49,7 @@ struct StrategyContext {
   models::InputSpec input{};
 };
 
-// Where one step's wall time went on this rank (seed 000's batch timer), in seconds, each phase
+// Where one step's wall time went on this rank (Catalyst dAD's batch timer), in seconds, each phase
 // summed over micro-batches and over an optimizer's closure evaluations (L-BFGS). Forward (the
 // model and the loss) and backward are computation, including whatever communication they launch
 // and do not wait for (data_parallel's bucket all-reduces overlap backward); communication is only

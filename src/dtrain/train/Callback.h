@@ -1,6 +1,6 @@
 // Callbacks: what happens around the training loop — metrics, progress, checkpoints, early stop,
 // a user's own code — is a Callback the Trainer calls at step, evaluation and epoch ends (the
-// design of seed 000's Catalyst runner). Every rank calls the same callbacks in the same order.
+// design of Catalyst dAD's runner). Every rank calls the same callbacks in the same order.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,6 @@
-// Early stop at a desired accuracy (seed 004): stops training once the evaluation top-1 reaches
-// the target. Evaluation figures are reduced over ranks, so every rank stops at the same step.
+// Early stop at a desired accuracy (as in the DDP and Apex tutorial): stops training once the evaluation
+// top-1 reaches the target. Evaluation figures are reduced over ranks, so every rank stops at the same
+// step.
 #pragma once
 
 #include "dtrain/train/Callback.h"

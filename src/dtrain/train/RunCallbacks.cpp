@@ -35,7 +35,7 @@ std::string range(const char* label, const std::vector<double>& values, int digi
   return fmt::format("{}: {:.{}f} - {:.{}f} | ", label, *lo, digits, *hi, digits);
 }
 
-// Seed 001's ranges line for an evaluation of nodes node0, node1, ... ("" when there are none):
+// DiNNO's ranges line for an evaluation of nodes node0, node1, ... ("" when there are none):
 // "| Consensus: a - b | Val Loss: a - b | Top1: a - b | Num Forward: n | Ep Range: a - b |".
 std::string node_ranges(const EvalEvent& e) {
   std::vector<double> consensus, loss, top1, epoch;

@@ -22,7 +22,7 @@ namespace dtrain::train {
 // for each step's own communication); every evaluation (val/*) and every epoch (train/top1 ... of
 // the epoch). Rank 0 writes to `sink` and the log; other ranks log their own line only for
 // evaluations (so per-site logs show the reduced figures too). With per-node evaluations (the
-// decentralized strategy's node<i>), each evaluation also logs seed 001's ranges line: the min and
+// decentralized strategy's node<i>), each evaluation also logs DiNNO's ranges line: the min and
 // max over nodes of consensus distance, validation loss and top-1, the forward-pass count and epochs.
 class MetricsLog final : public Callback {
  public:

@@ -1,7 +1,7 @@
-// Transfer learning (seed 003): a freshly built model takes its initial weights from a dtrain
-// checkpoint, a run folder or an exported model.pt, matched by name and shape, and some of its
-// parameters can be frozen by name pattern. The Trainer applies both after building the model and
-// before the strategy takes it over, identically on every rank.
+// Transfer learning (as in the Horovod/FSDP/pipeline study): a freshly built model takes its initial
+// weights from a dtrain checkpoint, a run folder or an exported model.pt, matched by name and shape, and
+// some of its parameters can be frozen by name pattern. The Trainer applies both after building the model
+// and before the strategy takes it over, identically on every rank.
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -16,21 +16,16 @@ namespace dtrain::util {
 // autograd before it is added into .grad, receive buffers. glibc serves blocks from 128 KiB up to a
 // sliding threshold (at most 32 MiB) from its heap, and when a free leaves more than twice that
 // threshold unused at the heap's top it returns the pages to the kernel; the next step's blocks then
-// fault in again, page by page. Measured on this host (a VM, where a first touch costs 10-14 us of
-// wall time): gpipe S = 2, M = 8 over mpi, mlp of 2048-wide layers, the first stage took 35,000 to
-// 58,000 page faults in 8 steps, 4,096 (one 16 MiB weight gradient) in each of several backward
-// passes, each such pass 40-150 ms longer than its 75 ms; with the thresholds below, none but the
-// heap's own growth: 0-8,192 in 8 steps, and in 40 steps four passes of 4,096 where a freed block's
-// hole did not fit the next one and the heap grew by 16 MiB (bench/RESULTS.md, issue 14,
-// seventeenth and eighteenth sessions). So every dtrain process sets
-// the mmap threshold to glibc's largest (32 MiB: larger blocks are mapped and unmapped on their own)
-// and the trim threshold to 1 GiB. Setting either stops the sliding, which is why both are set
-// (one alone leaves every block over 128 KiB a mapping of its own: a third of the speed, twelfth
-// session). The cost is memory: the resident set stays at its peak instead of shrinking after
-// it, and the peak itself rose in the same runs (blocks below 32 MiB share the heap from the first
-// step, and its holes stay): the 2-rank data-parallel mlp on Fashion-MNIST 382-407 MB against
-// 373 MB, the pipeline above 732 MB against 663-689 MB. PyTorch's CUDA caching allocator makes the
-// same trade for device memory. bench/zero_memory measures the strategies' memory without it.
+// fault in again, page by page, and on a VM a first touch costs microseconds of wall time. So every
+// dtrain process sets the mmap threshold to glibc's largest (32 MiB: larger blocks are mapped and
+// unmapped on their own) and the trim threshold to 1 GiB. Setting either stops the sliding, which is
+// why both are set: one alone leaves every block over 128 KiB a mapping of its own, faulted in at
+// every use. What still faults is the heap's own growth, where a freed block's hole does not fit the
+// next one. The cost is memory: the resident set stays at its peak instead of shrinking after it,
+// and the peak itself rises (blocks below 32 MiB share the heap from the first step, and its holes
+// stay). PyTorch's CUDA caching allocator makes the same trade for device memory.
+// bench/zero_memory measures the strategies' memory without it.
+// Measured (2-vCPU VM, gpipe S = 2, M = 8, mpi): 35,000-58,000 faults in 8 steps -> 0-8,192.
 // Left alone where the environment configures glibc's allocator itself (MALLOC_*_ variables or a
 // glibc.malloc tunable) or DTRAIN_MALLOC_DEFAULTS=1 asks for glibc's defaults. Returns whether it set
 // them.

@@ -5,7 +5,7 @@
 //
 // Note [Checking an archive before LibTorch reads it]
 // LibTorch 1.13's readers trust three kinds of numbers in the file (found by fuzzing the
-// checkpoint reader, bench/RESULTS.md "Fuzzing", finding 4):
+// checkpoint reader, tests/fuzz/):
 //  - the unpickler's length-prefixed opcodes (BINUNICODE, BINBYTES, LONG4, ...): it allocates the
 //    length a 4- or 8-byte field states and only then reads, so a 2,094-byte file asked for
 //    malloc(2147483652) before the read failed (torch/csrc/jit/serialization/unpickler.cpp,

@@ -18,7 +18,8 @@
 // identifier), or the archive is refused as corrupt. LibTorch 1.13's
 // TorchScript compiler trusts that source: fuzzing found a checkpoint whose `__buffers__` was
 // mutated to `__bufgers__ = []` (a class constant) crashing it with a SEGV in
-// ScriptTypeParser::parseClassConstant while loading (bench/RESULTS.md, issue 15's fuzzing).
+// ScriptTypeParser::parseClassConstant while loading; that input is
+// tests/fuzz/corpus/checkpoint/class-constant-segv.
 #pragma once
 
 #include <caffe2/serialize/inline_container.h>

@@ -49,7 +49,7 @@ inline Clock::duration coarse_resolution() {
 // Note [Interval ticks]
 // A blocking 4 KB collective between two ranks of one host takes 0.5 us, and timing it for
 // CommStats with two steady_clock reads (~20 ns each on this project's VMs, more in the middle of
-// a call) cost 0.09x of it (bench/RESULTS.md). IntervalClock times such short intervals with the
+// a call) cost 0.09x of it on a 2-vCPU VM. IntervalClock times such short intervals with the
 // processor's time-stamp counter (rdtsc, ~9 ns) where the kernel itself keeps time with it
 // (clocksource "tsc": it found the counter invariant and synchronised across CPUs, and would have
 // switched to another source otherwise), and with steady_clock everywhere else. Ticks become

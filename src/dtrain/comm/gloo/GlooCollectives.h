@@ -34,8 +34,8 @@ namespace dtrain::comm {
 // share a Gloo slot.
 // - reduce_scatter: a ring over Gloo's unbound buffers (n-1 steps; at step s rank r sends the
 //   partial sum of chunk (r-s-1) mod n to r+1 and adds its own chunk (r-s-2) mod n to what r-1
-//   sent; after the last step chunk r is complete). Each rank sends (n-1)/n of its input, as the
-//   alltoall emulation did, without its temporary of the input's size. Gloo's library has
+//   sent; after the last step chunk r is complete). Each rank sends (n-1)/n of its input, as an
+//   alltoall would, without an alltoall's temporary of the input's size. Gloo's library has
 //   ReduceScatterHalvingDoubling, but it binds its buffers when it is built (registration and a
 //   handshake per pair): worth it for one buffer reduced many times, as Gloo's benchmarks do, not
 //   for a fresh tensor per call. The ring is what NCCL and Horovod run and what our wire-byte
@@ -46,24 +46,19 @@ namespace dtrain::comm {
 // waits by polling (Note [Polling before blocking] in C10dCommunicator.cpp). Run inline on the
 // caller's thread instead, a blocking call sleeps in Gloo's waitRecv (Gloo has no test for an
 // unbound buffer's receive, and a waitRecv that times out closes every pair) until Gloo's device
-// thread wakes it. That wins where ranks do nothing but communicate: 4 KB reduce_scatter 0.94-1.20x
-// Gloo's halving-doubling inline against 3.2-3.3x queued, 2 ranks on an idle host. It loses where
-// it matters: dAD's blocking allgathers in training (mlp, 2 ranks) ran 15.3-16.4k samples/s inline
-// against 27.8-29.9k queued and polled (bench/RESULTS.md, issue 14, ninth session).
-// Where the 4 KB gap goes (fourteenth session, 2 ranks, 2 cores, against inline halving-doubling):
-// the caller's polling is most of it, because it takes a core from this rank's worker and device
-// threads and from the peer's: 3.2-3.6x polled, 2.4-2.5x with parallel.poll_wait_us: 0, and at 1 MB
-// 1.27-1.31x against 0.66-0.73x. The worker hand-off itself is small: halving-doubling handed to a
-// thread through a condition variable, its caller blocking, is 1.13x (median of seven runs,
-// 1.12-1.84x). The rest (2.4x against 1.13x) was not split further: c10d's queue and the ring's
-// unbound buffers (a send waits for the receiver's posted receive; halving-doubling's buffers are
-// bound once) are where it can be. c10d Gloo's own reduce_scatter (PyTorch 2.3 on: the input cloned
-// and all-reduced on its worker thread) is 2.1-5.7x slower than this ring at 4 KB, 1 MB and 16 MB
-// (bench/gloo_compare.cpp measures both).
+// thread wakes it, and on busy cores each such wake-up costs more than the hand-off to a worker
+// saves. Where ranks do nothing but communicate, this reduce_scatter is slower than Gloo's
+// halving-doubling run inline, mostly because the polling caller takes a core from this rank's
+// worker and device threads and from the peer's (such a job can set parallel.poll_wait_us: 0); the
+// hand-off itself is small. In training, where ranks compute between calls, queued and polled wins.
+// c10d Gloo's own reduce_scatter (PyTorch 2.3 on: the input cloned and all-reduced on its worker
+// thread) is slower than this ring at every size (bench/gloo_compare.cpp measures both).
+// Measured (2-vCPU VM, dAD on an mlp, 2 ranks): 15.3-16.4k samples/s inline, 27.8-29.9k queued.
 // Note [Cached Gloo buffers]
-// Every native collective used to create its Gloo unbound buffers (the input's, the output's, the
-// ring's partial sums) and allocate the ring's scratch per call. A GlooGroup keeps them instead,
-// so that a repeated call of the same size creates and allocates nothing:
+// Creating a native collective's Gloo unbound buffers (the input's, the output's, the ring's
+// partial sums) and allocating the ring's scratch on every call would cost object set-up and, for
+// a large scratch, a fresh mapping and its page faults. A GlooGroup keeps them instead, so that a
+// repeated call of the same size creates and allocates nothing:
 // - unbound buffers are keyed by (context, address, bytes) and lent out one call at a time (a
 //   buffer counts its own send and receive completions, so two collectives running at once on c10d's
 //   worker threads never share one: the second gets a new one). A TCP unbound buffer is only
@@ -77,7 +72,6 @@ namespace dtrain::comm {
 // so a run whose sizes change holds at most kCachedScratch scratch tensors of at most 1/n of its
 // largest reduce_scatter input. The cost this removes is allocation and set-up, not a
 // registration: Gloo's TCP transport registers nothing with the kernel for an unbound buffer.
-// bench/RESULTS.md ("Issue 14, point 1, cached buffers and small calls") has before and after.
 class BufferCache {
  public:
   static constexpr std::size_t kCachedBuffers = 32;

@@ -54,9 +54,9 @@ class MpiWork final : public Work {
 };
 
 // Note [Point-to-point on the caller's thread]
-// An asynchronous send or recv used to be queued for the progress thread, which posted it and
-// tested it, while the caller waited for the progress thread to say so: two thread hand-offs per
-// transfer, each a wake-up that costs up to a scheduler tick on busy cores (bench/RESULTS.md). A
+// Queued for the progress thread, which would post it and test it while the caller waited for the
+// progress thread to say so, an asynchronous send or recv would cost two thread hand-offs per
+// transfer, each a wake-up that costs up to a scheduler tick (4 ms) on busy cores. A
 // point-to-point operation needs no ordering against collectives (it runs on its own duplicate of
 // the communicator) and none against other transfers but its own posting order, so it is posted
 // at once on the caller's thread, as MPI_Isend and MPI_Irecv would be, and its Work tests it

@@ -114,12 +114,10 @@ int op_index(ReduceOp reduce) {
 // does (Note [Transfers kept moving between layers] in PipelineStrategy.cpp), then moves 96 KB
 // per call. Where dtrain initialises MPI it sets the depth to 32 (1 MB per call) unless the
 // environment names one (OMPI_MCA_pml_ob1_send_pipeline_depth, which also outranks
-// mca-params.conf). Measured gpipe S = 2 over mpi without single-copy, samples/s: 1 MB activations
-// 700-705 at depth 3, 826-848 at 8, 783-891 at 16, 791-926 at 32 (912-937 with single-copy); 2 MB
-// 813, 842, 842 at 16, 32, 64; 4 MB 609, 703, 748. Data-parallel mlp training over mpi did not
-// change (85-107k samples/s at 3 and at 32, the host's noise). Between hosts (TCP, 128 KB
-// fragments) it allows 4 MB in flight per send. bench/RESULTS.md, issue 14, tenth session.
+// mca-params.conf). A larger depth helps larger messages a little more and costs data-parallel
+// training nothing; between hosts (TCP, 128 KB fragments) 32 allows 4 MB in flight per send.
 // MPICH ignores the variable.
+// Measured (2-vCPU VM, gpipe S = 2, 1 MB activations, no single-copy): 700-705 -> 791-926 samples/s.
 constexpr const char* kSendPipelineDepthVariable = "OMPI_MCA_pml_ob1_send_pipeline_depth";
 constexpr const char* kSendPipelineDepth = "32";
 

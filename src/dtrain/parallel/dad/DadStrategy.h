@@ -1,4 +1,4 @@
-// The `dad` and `rankdad` strategies (seed 000; arXiv 2102.09631): every rank holds the whole
+// The `dad` and `rankdad` strategies (the dAD paper, arXiv 2102.09631): every rank holds the whole
 // model, and for each Linear layer the ranks share what its weight gradient Δᵀ X is made of
 // instead of the gradient: the rows of X and Δ (dAD, exact), or a rank-r factorisation of this
 // rank's Δᵀ X (rank-dAD). Every other parameter (convolutions, norms, embeddings, and rank-dAD's

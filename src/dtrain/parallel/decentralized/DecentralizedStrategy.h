@@ -1,5 +1,5 @@
 // parallel.strategy: decentralized — one model per graph node, each trained on its own data, nodes
-// talking only to their graph neighbours (seed 001, DiNNO). The nodes are spread over the ranks in
+// talking only to their graph neighbours (DiNNO). The nodes are spread over the ranks in
 // equal contiguous shares (NodeLayout); a rank keeps every node's parameters as one flat vector
 // and runs its nodes one after another through the one model it built, whose parameters it points
 // at the node's vector (set_data) — so a node costs its parameters and optimizer state, not a

@@ -1,4 +1,4 @@
-// Communication graphs for decentralized training (parallel.graph.*): the shapes seed 001 uses
+// Communication graphs for decentralized training (parallel.graph.*): the shapes DiNNO uses
 // (DiNNO's utils/graph_generation.py: wheel, cycle, complete, Erdős–Rényi redrawn until connected)
 // and star, 2-D torus and explicit edge lists; Metropolis–Hastings mixing weights; optionally a new
 // graph every k rounds (time-varying, one of DiNNO's claims). Every graph is drawn from the run's
