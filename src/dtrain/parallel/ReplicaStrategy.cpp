@@ -70,9 +70,7 @@ std::map<std::string, torch::Tensor> ReplicaStrategy::model_state() const {
 }
 
 MemoryFootprint ReplicaStrategy::memory_footprint() const {
-  auto footprint = module_footprint(*context_.model);
-  footprint.optimizer_state = optim::unique_storage_bytes(optim::optimizer_state_tensors(*optimizer_));
-  return footprint;
+  return module_footprint(*context_.model, optim::optimizer_state_tensors(*optimizer_));
 }
 
 void ReplicaStrategy::save(io::Checkpoint& checkpoint) const {
@@ -129,13 +127,6 @@ void ReplicaStrategy::fill_lbfgs_scratch() {
 
 std::map<std::string, double> ReplicaStrategy::metrics() {
   return {{"optim/closure_evaluations", static_cast<double>(closure_evaluations_)}};
-}
-
-comm::CommStats ReplicaStrategy::count_own_communication(const comm::CommStats& before) {
-  if (!context_.comm) return {};
-  auto traffic = comm::difference(context_.comm->stats(), before);
-  own_comm_ += traffic;
-  return traffic;
 }
 
 }  // namespace dtrain::parallel

@@ -1,7 +1,6 @@
 // What the strategies in which every rank holds the whole model share (local, data_parallel, and
 // the gradient-compressing ones to come): one optimizer over all parameters, evaluation on the
-// rank's own copy, checkpoints of the whole model and optimizer by name, and the accounting of the
-// strategy's own communication.
+// rank's own copy, checkpoints of the whole model and optimizer by name.
 #pragma once
 
 #include <functional>
@@ -24,7 +23,6 @@ class ReplicaStrategy : public Strategy {
   std::map<std::string, torch::Tensor> model_state() const override;
   void save(io::Checkpoint& checkpoint) const override;
   void load(const io::Checkpoint& checkpoint) override;
-  comm::CommStats comm_stats() const override { return own_comm_; }
   // optim/closure_evaluations: the closure evaluations of every step so far in this process.
   std::map<std::string, double> metrics() override;
   // The model's parameters and gradients (data_parallel's flat buckets, which the gradients view,
@@ -56,12 +54,6 @@ class ReplicaStrategy : public Strategy {
   void step_with(const std::function<torch::Tensor()>& closure, StepResult& result);
   std::uint64_t seed() const { return context_.seed; }
 
-  // Counts the communicator's traffic since `before` (a stats() snapshot taken when this
-  // strategy's own communication began) as this strategy's own, and returns it (a step's
-  // bytes_sent is its total().wire_bytes). The trainer does not communicate while a strategy's
-  // step runs, so the difference is exactly the strategy's.
-  comm::CommStats count_own_communication(const comm::CommStats& before);
-
   // Note [Distributed L-BFGS]
   // L-BFGS evaluates its closure as often as its line search and tolerances decide, from the loss
   // and gradient it is given. Each rank's copy of the optimizer takes the same decisions, and so
@@ -82,7 +74,6 @@ class ReplicaStrategy : public Strategy {
   StrategyContext context_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   MixedPrecision precision_;
-  comm::CommStats own_comm_;
   std::int64_t closure_evaluations_ = 0;
 };
 

@@ -111,8 +111,15 @@ struct MemoryFootprint {
   std::uint64_t total() const { return parameters + gradients + optimizer_state; }
 };
 
-// The parameters and gradients of `module` (their storages, each counted once), optimizer state 0.
-MemoryFootprint module_footprint(const torch::nn::Module& module);
+// The bytes of these tensors in ZeRO's three kinds, each storage counted once within its kind (a
+// tensor that views a flat buffer adds nothing beyond the buffer; undefined tensors count 0): the
+// accounting every strategy's memory_footprint() uses.
+MemoryFootprint footprint_of(const std::vector<torch::Tensor>& parameters,
+                             const std::vector<torch::Tensor>& gradients,
+                             const std::vector<torch::Tensor>& optimizer_state);
+// The parameters and gradients of `module` and the given optimizer state (each storage counted once).
+MemoryFootprint module_footprint(const torch::nn::Module& module,
+                                 const std::vector<torch::Tensor>& optimizer_state = {});
 
 // A model the trainer evaluates: the model itself for most strategies; for decentralized training
 // the node average and each node.
@@ -161,8 +168,9 @@ class Strategy {
   virtual void load(const io::Checkpoint& checkpoint) = 0;
 
   // This strategy's own communication since it was built: its collectives only, not the
-  // trainer's metric reductions or checkpoint traffic.
-  virtual comm::CommStats comm_stats() const = 0;
+  // trainer's metric reductions or checkpoint traffic. What the strategy counted with
+  // count_own_communication and add_own_communication.
+  virtual comm::CommStats comm_stats() const { return own_comm_; }
   // Figures of the strategy's own for the log (e.g. consensus error), by name. Collective where
   // they need communication: the trainer calls it on every rank at every evaluation.
   virtual std::map<std::string, double> metrics() { return {}; }
@@ -175,6 +183,17 @@ class Strategy {
 
  protected:
   Strategy() = default;
+
+  // Counts `comm`'s traffic since `before` (a stats() snapshot taken when this strategy's own
+  // communication began) as this strategy's own, and returns it (a step's bytes_sent is its
+  // total().wire_bytes); nothing without a communicator. The trainer does not communicate while a
+  // strategy's step runs, so the difference is exactly the strategy's.
+  comm::CommStats count_own_communication(const comm::CommunicatorPtr& comm, const comm::CommStats& before);
+  // Traffic measured otherwise (over several communicators at once) added to this strategy's own.
+  void add_own_communication(const comm::CommStats& traffic) { own_comm_ += traffic; }
+
+ private:
+  comm::CommStats own_comm_;
 };
 
 // Note [Join]

@@ -63,7 +63,7 @@ DadStrategy::DadStrategy(StrategyContext context, Mode mode)
   const auto before = communicator()->stats();
   verify_same_module(*communicator(), model());
   broadcast_coalesced(*communicator(), module_state(model()), /*root=*/0, bucket_bytes(options_.bucket_mb));
-  count_own_communication(before);
+  count_own_communication(communicator(), before);
 }
 
 void DadStrategy::plan(int accumulation_steps) {
@@ -209,7 +209,7 @@ StepResult DadStrategy::train_step(const data::Batch& batch) {
       },
       result);
   result.timing.set_update_to_rest(util::seconds_since(start));
-  result.bytes_sent = count_own_communication(before).total().wire_bytes;
+  result.bytes_sent = count_own_communication(communicator(), before).total().wire_bytes;
   if (planned) advance_trial(util::seconds_since(start));
   return result;
 }

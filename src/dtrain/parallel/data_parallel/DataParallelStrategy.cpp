@@ -78,7 +78,7 @@ DataParallelStrategy::DataParallelStrategy(StrategyContext context)
   }
   const auto before = communicator()->stats();
   dp_ = std::make_unique<DataParallel>(model_ptr(), communicator(), reducer_options(options_, seed()));
-  count_own_communication(before);
+  count_own_communication(communicator(), before);
 }
 
 StepResult DataParallelStrategy::train_step(const data::Batch& batch) {
@@ -155,7 +155,7 @@ StepResult DataParallelStrategy::step(const data::Batch* batch) {
       },
       result);
   result.timing.set_update_to_rest(util::seconds_since(start));
-  result.bytes_sent = count_own_communication(traffic_before).total().wire_bytes;
+  result.bytes_sent = count_own_communication(communicator(), traffic_before).total().wire_bytes;
   return result;
 }
 

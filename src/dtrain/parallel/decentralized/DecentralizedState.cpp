@@ -76,11 +76,7 @@ MemoryFootprint DecentralizedStrategy::memory_footprint() const {
   for (const auto& p : model_params_) gradients.push_back(p.grad());
   for (const auto& entry : xhat_) state.push_back(entry.second);
   state.insert(state.end(), {outer_, outer_momentum_});
-  MemoryFootprint footprint;
-  footprint.parameters = optim::unique_storage_bytes(parameters);
-  footprint.gradients = optim::unique_storage_bytes(gradients);
-  footprint.optimizer_state = optim::unique_storage_bytes(state);
-  return footprint;
+  return footprint_of(parameters, gradients, state);
 }
 
 std::map<std::string, torch::Tensor> DecentralizedStrategy::model_state() const {

@@ -235,7 +235,7 @@ void DecentralizedStrategy::communicate(StepTiming* timing, const std::function<
   const auto start = util::Clock::now();
   op();
   timing->communication += util::seconds_since(start);
-  own_comm_ += comm::difference(context_.comm->stats(), before);
+  count_own_communication(context_.comm, before);
 }
 
 std::map<int, torch::Tensor> DecentralizedStrategy::gossip(const std::vector<torch::Tensor>& messages,
@@ -265,7 +265,7 @@ void DecentralizedStrategy::charge_bytes(double bytes_per_neighbour) {
 
 StepResult DecentralizedStrategy::train_step(const data::Batch& batch) {
   const auto start = util::Clock::now();
-  const auto before = own_comm_;
+  const auto before = comm_stats();
   start_round();
   StepResult result;
   result.samples = batch.size();
@@ -291,7 +291,7 @@ StepResult DecentralizedStrategy::train_step(const data::Batch& batch) {
     result.skipped = scaler->skipped_steps() > skipped_before;
     result.loss_scale = scaler->scale();
   }
-  result.bytes_sent = comm::difference(own_comm_, before).total().wire_bytes;
+  result.bytes_sent = comm::difference(comm_stats(), before).total().wire_bytes;
   result.timing.set_update_to_rest(util::seconds_since(start));
   return result;
 }

@@ -43,7 +43,6 @@ class DecentralizedStrategy final : public Strategy {
   std::map<std::string, torch::Tensor> model_state() const override;
   void save(io::Checkpoint& checkpoint) const override;
   void load(const io::Checkpoint& checkpoint) override;
-  comm::CommStats comm_stats() const override { return own_comm_; }
   std::map<std::string, double> metrics() override;
   std::map<std::string, std::string> notes() const override;
   // Every node this rank hosts: its parameters, its optimizer's state and its algorithm's vectors
@@ -117,7 +116,6 @@ class DecentralizedStrategy final : public Strategy {
   std::map<int, torch::Tensor> xhat_;
   torch::Tensor outer_, outer_momentum_;
   MixedPrecision precision_;
-  comm::CommStats own_comm_;
 };
 
 }  // namespace dtrain::parallel
