@@ -77,7 +77,6 @@ class PipelineStrategy final : public Strategy {
   void save(io::Checkpoint& checkpoint) const override;
   void load(const io::Checkpoint& checkpoint) override;
 
-  comm::CommStats comm_stats() const override { return own_comm_; }
   // Collective: pipeline/idle_fraction/stage<s> (time blocked receiving activations or
   // gradients over step time, mean over replicas, steps after the first), pipeline/
   // schedule_idle_fraction/stage<s> (1 - the stage's compute time over the pipeline's schedule
@@ -96,17 +95,50 @@ class PipelineStrategy final : public Strategy {
   int peak_held_micro_batches() const { return peak_held_; }
 
  private:
-  struct Entry;  // a parameter or buffer of the whole model, and the stage that holds it
-  struct InFlight;
+  // A parameter or buffer of the whole model, and the stage that holds it.
+  struct Entry {
+    std::string name;  // the model's own name, "layers.1.weight"
+    int stage = 0;
+    std::vector<std::int64_t> shape;
+    torch::ScalarType dtype = torch::kFloat;
+    bool buffer = false;
+  };
+  // One micro-batch between its forward and its backward on this stage.
+  struct InFlight {
+    torch::Tensor input;   // the received activation (a leaf that collects its gradient); undefined on stage 0
+    torch::Tensor output;  // the sent activation, or on the last stage the weighted, scaled loss
+  };
+  struct StepPlan;     // the rows of one step (PipelineStep.cpp)
+  struct ScheduleRun;  // one step's schedule as it runs on this stage (PipelineStep.cpp)
 
+  // Construction (PipelineStrategy.cpp).
+  void check_model_and_world() const;
+  StageBounds cut_layers(int layers);  // collective with balance: time
+  void assign_tensors();
+  void split_groups();  // collective
+  void release_other_stages();
+  void build_optimizer();
+
+  // The step (PipelineStep.cpp).
   torch::Tensor run_stage(const torch::Tensor& inputs);
+  StepPlan plan_step(const data::Batch& batch, StepTiming& timing);
+  void broadcast_buffers(StepTiming& timing);
   void gather_batch(const data::Batch& batch, const std::vector<std::int64_t>& sizes, torch::Tensor& inputs,
                     torch::Tensor& targets, StepTiming& timing);
+  void run_schedule(ScheduleRun& run, const StepPlan& plan, StepResult& result);
+  void forward_action(ScheduleRun& run, const StepPlan& plan, std::size_t i, StepResult& result);
+  void backward_action(ScheduleRun& run, const StepPlan& plan, std::size_t i, StepResult& result);
+  void post_ahead(ScheduleRun& run, const StepPlan& plan, std::size_t i);
+  torch::Tensor micro_batch_loss(ScheduleRun& run, const StepPlan& plan, int m, const torch::Tensor& y);
+  void finish_step(const std::vector<torch::Tensor>& parameters, double loss_sum, StepResult& result);
   void allreduce_gradients(StepTiming& timing);
-  void serve_evaluation();
-  void replay_recorded();  // collective
-  void count_own_communication(const std::vector<comm::CommStats>& before, StepResult* result);
+  // The world's, the pipeline's and the stage group's traffic, and the step's share of it counted
+  // as this strategy's own (result.bytes_sent).
   std::vector<comm::CommStats> traffic_snapshot() const;
+  void count_step_communication(const std::vector<comm::CommStats>& before, StepResult& result);
+
+  void serve_evaluation();  // PipelineEvaluation.cpp
+  void replay_recorded();   // collective; PipelineMetrics.cpp
 
   StrategyContext context_;
   PipelineOptions options_;
@@ -122,7 +154,6 @@ class PipelineStrategy final : public Strategy {
   comm::CommunicatorPtr world_;
   std::shared_ptr<comm::Communicator> pipe_;   // this rank's pipeline, ranked by stage
   std::shared_ptr<comm::Communicator> group_;  // the ranks holding this stage, ranked by replica
-  comm::CommStats own_comm_;
   bool evaluating_ = false;
   // Set while a training step's schedule runs: polls its transfers (Note [Transfers kept moving
   // between layers]); run_stage calls it after each layer's forward and backward.
