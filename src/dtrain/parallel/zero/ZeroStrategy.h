@@ -57,7 +57,6 @@ class ZeroStrategy final : public Strategy {
   // cut back into parameters, so a checkpoint reads under any world size and strategy.
   void save(io::Checkpoint& checkpoint) const override;
   void load(const io::Checkpoint& checkpoint) override;
-  comm::CommStats comm_stats() const override { return own_comm_; }
   // "zero/units": the units (stages with parameters); stages 2 and 3, "zero/overlapped": of which
   // reduce-scattered during the last backward (the rest were launched after it).
   std::map<std::string, double> metrics() override;
@@ -127,7 +126,6 @@ class ZeroStrategy final : public Strategy {
   std::vector<int> unit_of_stage_;  // -1 for stages without parameters
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   MixedPrecision precision_;
-  comm::CommStats own_comm_;
   std::size_t next_reduction_ = 0;  // into units_ counted from the back (backward's order)
   // Units whose reduce-scatter is in flight, oldest first. At most kGradientBuffers units hold a
   // whole flat gradient buffer at once, the ones autograd is filling and the ones in flight: see

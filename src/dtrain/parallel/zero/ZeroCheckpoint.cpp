@@ -1,0 +1,125 @@
+// The zero strategy's model state and checkpoints: the shards and their optimizer state gathered
+// and cut back into whole tensors by parameter name (Note [Checkpoint layout]), so a checkpoint
+// reads under any world size and strategy, and loaded back into this rank's shards.
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "dtrain/optim/OptimizerState.h"
+#include "dtrain/parallel/zero/ZeroStrategy.h"
+
+namespace dtrain::parallel {
+
+namespace {
+
+std::string unit_key(std::size_t u) {
+  return fmt::format("zero_unit_{}", u);
+}
+
+constexpr const char* kOptimizerPrefix = "optimizer/";
+const std::vector<std::string> kStateFields{"momentum_buffer", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
+
+}  // namespace
+
+std::map<std::string, torch::Tensor> ZeroStrategy::model_state() const {
+  auto& self = const_cast<ZeroStrategy&>(*this);  // gathers and frees stage 3's units: collective
+  self.gather_all();
+  std::map<std::string, torch::Tensor> state;
+  for (const auto& p : context_.model->named_parameters(/*recurse=*/true))
+    state[p.key()] = p.value().detach().clone();
+  for (const auto& b : context_.model->named_buffers(/*recurse=*/true))
+    state[b.key()] = b.value().detach().clone();
+  self.release_all();
+  return state;
+}
+
+void ZeroStrategy::save(io::Checkpoint& checkpoint) const {
+  auto& self = const_cast<ZeroStrategy&>(*this);
+  self.gather_all();
+  checkpoint.set_module_state("model", *context_.model);
+  self.release_all();
+  optim::NamedParameters named;
+  for (std::size_t u = 0; u < units_.size(); ++u) named.emplace_back(unit_key(u), units_[u].shard);
+  const auto state = optim::named_optimizer_state(*optimizer_, named);
+  // Every rank has the same keys in the same (sorted) order: the gathers match.
+  for (std::size_t u = 0; u < units_.size(); ++u) {
+    const auto& unit = units_[u];
+    const std::string prefix = kOptimizerPrefix + unit_key(u) + "/";
+    for (auto it = state.lower_bound(prefix); it != state.end() && it->first.rfind(prefix, 0) == 0; ++it) {
+      const auto field = it->first.substr(prefix.size());
+      if (field == "step") {
+        for (const auto& p : unit.layout.params)
+          checkpoint.set_tensor(kOptimizerPrefix + p.name + "/step", it->second);
+        continue;
+      }
+      auto whole = torch::empty({unit.layout.padded}, it->second.options());
+      context_.comm->allgather(it->second.contiguous(), whole);
+      for (const auto& [name, value] : zero::split_whole(unit.layout, whole))
+        checkpoint.set_tensor(kOptimizerPrefix + name + "/" + field, value);
+    }
+  }
+  precision_.save(checkpoint);
+}
+
+void ZeroStrategy::load(const io::Checkpoint& checkpoint) {
+  if (checkpoint.contains("optimizer") || checkpoint.contains("optimizer/lbfgs")) {
+    throw std::invalid_argument(
+        "checkpoint: its optimizer state is one LibTorch archive (lbfgs, or a checkpoint older than named "
+        "optimizer state), which parallel.strategy zero cannot split into shards; resume it with the "
+        "strategy and optimizer it was saved with");
+  }
+  torch::NoGradGuard no_grad;
+  // The whole parameters arrive in the units' flat buffers (stage 3: allocated for the moment),
+  // and each rank keeps its shard.
+  for (std::size_t u = 0; u < units_.size(); ++u) {
+    if (!zero::storage_allocated(units_[u].full)) allocate_full(u);
+  }
+  checkpoint.load_module_state("model", *context_.model);
+  for (auto& unit : units_) {
+    unit.full.narrow(0, unit.layout.numel, unit.layout.padded - unit.layout.numel).zero_();
+    if (sharded_parameters())
+      unit.shard.detach().copy_(unit.full.narrow(0, rank_ * unit.layout.shard, unit.layout.shard));
+  }
+  if (sharded_parameters() && !evaluating_) {
+    for (std::size_t u = 0; u < units_.size(); ++u) free_full(u);
+  }
+
+  std::map<std::string, torch::Tensor> entries;
+  optim::NamedParameters named;
+  for (std::size_t u = 0; u < units_.size(); ++u) {
+    const auto& unit = units_[u];
+    named.emplace_back(unit_key(u), unit.shard);
+    const std::string key = kOptimizerPrefix + unit_key(u) + "/";
+    std::optional<std::int64_t> step;
+    for (const auto& p : unit.layout.params) {
+      const auto name = kOptimizerPrefix + p.name + "/step";
+      if (!checkpoint.contains(name)) continue;
+      const auto s = checkpoint.tensor(name).item<std::int64_t>();
+      if (step && *step != s) {
+        throw std::invalid_argument(fmt::format(
+            "checkpoint: the parameters of stage {} took different numbers of optimizer steps ({} and {} for "
+            "'{}'); zero keeps one step count per stage, so resume with the strategy it was saved with",
+            unit.layout.stage, *step, s, p.name));
+      }
+      step = s;
+    }
+    if (step) entries[key + "step"] = torch::tensor(*step);
+    for (const auto& field : kStateFields) {
+      std::map<std::string, torch::Tensor> whole;
+      for (const auto& p : unit.layout.params) {
+        const auto name = kOptimizerPrefix + p.name + "/" + field;
+        if (checkpoint.contains(name)) whole[p.name] = checkpoint.tensor(name);
+      }
+      if (whole.empty()) continue;
+      const auto flat = zero::join_whole(unit.layout, whole, "optimizer state " + field);
+      entries[key + field] = flat.narrow(0, rank_ * unit.layout.shard, unit.layout.shard).clone();
+    }
+  }
+  optim::load_named_optimizer_state(*optimizer_, named, entries);
+  precision_.load(checkpoint);
+}
+
+}  // namespace dtrain::parallel
