@@ -53,6 +53,11 @@ struct StoreServer::Impl {
   void serve(Connection& connection);
   bool handshake(int fd, const std::string& peer);
   bool answer(int fd, wire::Request request);
+  // The requests with more than a line of work; each reads its fields and fills `reply`, false
+  // when the connection or the request is bad.
+  bool answer_add(int fd, Clock::time_point deadline, wire::Message& reply);
+  bool answer_check(int fd, Clock::time_point deadline, wire::Message& reply);
+  bool answer_compare_set(int fd, Clock::time_point deadline, wire::Message& reply);
   void refuse(const std::string& peer, const std::string& why);
 };
 
@@ -179,6 +184,61 @@ bool StoreServer::Impl::handshake(int fd, const std::string& peer) {
   return yes.send(fd, deadline);
 }
 
+bool StoreServer::Impl::answer_add(int fd, Clock::time_point deadline, wire::Message& reply) {
+  std::string key;
+  std::int64_t delta = 0;
+  if (!wire::read_field(fd, key, deadline) || !wire::read_i64(fd, delta, deadline)) return false;
+  std::lock_guard<std::mutex> lock(mutex);
+  std::int64_t value = delta;
+  const auto it = data.find(key);
+  if (it != data.end()) {
+    try {
+      value += std::stoll(it->second);
+    } catch (const std::exception&) {
+      return false;  // a key set to something that is not a number cannot be added to
+    }
+  }
+  data[key] = std::to_string(value);
+  reply.i64(value);
+  return true;
+}
+
+bool StoreServer::Impl::answer_check(int fd, Clock::time_point deadline, wire::Message& reply) {
+  std::uint32_t count = 0;
+  if (!wire::read_u32(fd, count, deadline) || count > 1u << 20) return false;
+  std::vector<std::string> keys(count);
+  for (auto& k : keys) {
+    if (!wire::read_field(fd, k, deadline)) return false;
+  }
+  std::lock_guard<std::mutex> lock(mutex);
+  bool all = true;
+  for (const auto& k : keys) all = all && data.count(k) > 0;
+  reply.u8(all ? 1 : 0);
+  return true;
+}
+
+// c10d's rule: an absent key is set when `expected` is empty; a present one when it holds
+// `expected`; the reply is the value the key holds afterwards (or `expected` if absent).
+bool StoreServer::Impl::answer_compare_set(int fd, Clock::time_point deadline, wire::Message& reply) {
+  std::string key;
+  std::string expected;
+  std::string desired;
+  if (!wire::read_field(fd, key, deadline) || !wire::read_field(fd, expected, deadline) ||
+      !wire::read_field(fd, desired, deadline)) {
+    return false;
+  }
+  std::lock_guard<std::mutex> lock(mutex);
+  const auto it = data.find(key);
+  if (it == data.end()) {
+    if (expected.empty()) data[key] = desired;
+    reply.field(expected.empty() ? desired : expected);
+  } else {
+    if (it->second == expected) it->second = desired;
+    reply.field(it->second);
+  }
+  return true;
+}
+
 bool StoreServer::Impl::answer(int fd, wire::Request request) {
   // A request's fields follow its code at once; its reply is due at once.
   const auto deadline = Clock::now() + timeout;
@@ -203,56 +263,15 @@ bool StoreServer::Impl::answer(int fd, wire::Request request) {
       if (it != data.end()) reply.field(it->second);
       break;
     }
-    case wire::Request::Add: {
-      std::int64_t delta = 0;
-      if (!wire::read_field(fd, key, deadline) || !wire::read_i64(fd, delta, deadline)) return false;
-      std::lock_guard<std::mutex> lock(mutex);
-      std::int64_t value = delta;
-      const auto it = data.find(key);
-      if (it != data.end()) {
-        try {
-          value += std::stoll(it->second);
-        } catch (const std::exception&) {
-          return false;  // a key set to something that is not a number cannot be added to
-        }
-      }
-      data[key] = std::to_string(value);
-      reply.i64(value);
+    case wire::Request::Add:
+      if (!answer_add(fd, deadline, reply)) return false;
       break;
-    }
-    case wire::Request::Check: {
-      std::uint32_t count = 0;
-      if (!wire::read_u32(fd, count, deadline) || count > 1u << 20) return false;
-      std::vector<std::string> keys(count);
-      for (auto& k : keys) {
-        if (!wire::read_field(fd, k, deadline)) return false;
-      }
-      std::lock_guard<std::mutex> lock(mutex);
-      bool all = true;
-      for (const auto& k : keys) all = all && data.count(k) > 0;
-      reply.u8(all ? 1 : 0);
+    case wire::Request::Check:
+      if (!answer_check(fd, deadline, reply)) return false;
       break;
-    }
-    case wire::Request::CompareSet: {
-      std::string expected;
-      std::string desired;
-      if (!wire::read_field(fd, key, deadline) || !wire::read_field(fd, expected, deadline) ||
-          !wire::read_field(fd, desired, deadline)) {
-        return false;
-      }
-      // c10d's rule: an absent key is set when `expected` is empty; a present one when it holds
-      // `expected`; the reply is the value the key holds afterwards (or `expected` if absent).
-      std::lock_guard<std::mutex> lock(mutex);
-      const auto it = data.find(key);
-      if (it == data.end()) {
-        if (expected.empty()) data[key] = desired;
-        reply.field(expected.empty() ? desired : expected);
-      } else {
-        if (it->second == expected) it->second = desired;
-        reply.field(it->second);
-      }
+    case wire::Request::CompareSet:
+      if (!answer_compare_set(fd, deadline, reply)) return false;
       break;
-    }
     case wire::Request::Delete: {
       if (!wire::read_field(fd, key, deadline)) return false;
       std::lock_guard<std::mutex> lock(mutex);

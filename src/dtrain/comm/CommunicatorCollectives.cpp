@@ -1,0 +1,244 @@
+// The communicator's collectives and point-to-point calls: each checks its arguments, names
+// itself for the collective checks (Note [Collective checks]) and the flight recorder, and hands
+// the call to the backend through track(); split() makes a subgroup.
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "dtrain/comm/Communicator.h"
+#include "dtrain/util/Clock.h"
+
+namespace dtrain::comm {
+
+namespace {
+
+using util::Clock;
+using util::seconds_since;
+
+std::uint64_t nbytes(const at::Tensor& t) {
+  return static_cast<std::uint64_t>(t.numel()) * t.element_size();
+}
+
+void check_tensor(const Communicator& c, const at::Tensor& t, const char* op, const char* what) {
+  if (!t.defined()) {
+    throw CommError(c.rank(), c.size(), op, std::string(what) + " is an undefined tensor");
+  }
+  if (t.layout() != at::kStrided || !t.is_contiguous()) {
+    throw CommError(c.rank(), c.size(), op,
+                    std::string(what) + " must be a dense contiguous tensor; call .contiguous() first");
+  }
+}
+
+void check_same(const Communicator& c, const at::Tensor& a, const at::Tensor& b, const char* op) {
+  if (a.scalar_type() != b.scalar_type() || a.device() != b.device()) {
+    throw CommError(
+        c.rank(), c.size(), op,
+        fmt::format("input and output differ: {} on {} against {} on {}", c10::toString(a.scalar_type()),
+                    a.device().str(), c10::toString(b.scalar_type()), b.device().str()));
+  }
+  // MPI forbids it, and gloo's ring writes the output before it has read the whole input.
+  const auto* a0 = static_cast<const char*>(a.data_ptr());
+  const auto* b0 = static_cast<const char*>(b.data_ptr());
+  if (a.nbytes() > 0 && b.nbytes() > 0 && a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes()) {
+    throw CommError(c.rank(), c.size(), op, "output overlaps input; give the output memory of its own");
+  }
+}
+
+void check_peer(const Communicator& c, int peer, const char* op, const char* what) {
+  if (peer < 0 || peer >= c.size()) {
+    throw CommError(c.rank(), c.size(), op, fmt::format("{} {} is outside [0, {})", what, peer, c.size()));
+  }
+}
+
+CallFingerprint point_to_point(const char* op, const at::Tensor& tensor, int peer) {
+  CallFingerprint call;
+  call.op = op;
+  call.dtype = tensor.scalar_type();
+  call.numel = tensor.numel();
+  call.root = peer;
+  return call;
+}
+
+WireCall wire_call(CommOp op, const at::Tensor& t, bool async_op, int root = 0) {
+  WireCall call;
+  call.op = op;
+  call.numel = t.numel();
+  call.element_size = static_cast<std::int64_t>(t.element_size());
+  call.root = root;
+  call.async_op = async_op;
+  call.bfloat16 = t.scalar_type() == at::kBFloat16;
+  return call;
+}
+
+}  // namespace
+
+WorkPtr Communicator::allreduce(const at::Tensor& tensor, ReduceOp op, bool async_op) {
+  check_tensor(*this, tensor, "allreduce", "tensor");
+  if (size_ == 1) return completed_work();
+  const auto b = nbytes(tensor);
+  return track(collective("allreduce", &tensor, -1, static_cast<int>(op)), b,
+               wire_bytes_of(wire_call(CommOp::Allreduce, tensor, async_op)), async_op, [&] {
+                 if (!staging_device(tensor)) return do_allreduce(tensor, op, async_op);
+                 Staging s;
+                 const auto t = stage(tensor, true, true, s);
+                 return staged(do_allreduce(t, op, async_op), std::move(s));
+               });
+}
+
+WorkPtr Communicator::allgather(const at::Tensor& input, const at::Tensor& output, bool async_op) {
+  check_tensor(*this, input, "allgather", "input");
+  check_tensor(*this, output, "allgather", "output");
+  check_same(*this, input, output, "allgather");
+  if (output.numel() != input.numel() * size_) {
+    fail("allgather", fmt::format("output has {} elements; expected world size {} x input's {}",
+                                  output.numel(), size_, input.numel()));
+  }
+  if (size_ == 1) {
+    output.view({-1}).copy_(input.view({-1}));
+    return completed_work();
+  }
+  const auto b = nbytes(output);
+  return track(collective("allgather", &input), b,
+               wire_bytes_of(wire_call(CommOp::Allgather, input, async_op)), async_op, [&] {
+                 if (!staging_device(input) && !staging_device(output))
+                   return do_allgather(input, output, async_op);
+                 Staging s;
+                 const auto in = stage(input, true, false, s);
+                 const auto out = stage(output, false, true, s);
+                 return staged(do_allgather(in, out, async_op), std::move(s));
+               });
+}
+
+WorkPtr Communicator::broadcast(const at::Tensor& tensor, int root, bool async_op) {
+  check_tensor(*this, tensor, "broadcast", "tensor");
+  check_peer(*this, root, "broadcast", "root");
+  if (size_ == 1) return completed_work();
+  const auto b = nbytes(tensor);
+  return track(collective("broadcast", &tensor, root), b,
+               wire_bytes_of(wire_call(CommOp::Broadcast, tensor, async_op, root)), async_op, [&] {
+                 if (!staging_device(tensor)) return do_broadcast(tensor, root, async_op);
+                 Staging s;
+                 const auto t = stage(tensor, rank_ == root, rank_ != root, s);
+                 return staged(do_broadcast(t, root, async_op), std::move(s));
+               });
+}
+
+WorkPtr Communicator::reduce_scatter(const at::Tensor& input, const at::Tensor& output, ReduceOp op,
+                                     bool async_op) {
+  check_tensor(*this, input, "reduce_scatter", "input");
+  check_tensor(*this, output, "reduce_scatter", "output");
+  check_same(*this, input, output, "reduce_scatter");
+  if (input.numel() != output.numel() * size_) {
+    fail("reduce_scatter", fmt::format("input has {} elements; expected world size {} x output's {}",
+                                       input.numel(), size_, output.numel()));
+  }
+  if (size_ == 1) {
+    output.view({-1}).copy_(input.view({-1}));
+    return completed_work();
+  }
+  const auto b = nbytes(input);
+  return track(collective("reduce_scatter", &input, -1, static_cast<int>(op)), b,
+               wire_bytes_of(wire_call(CommOp::ReduceScatter, input, async_op)), async_op, [&] {
+                 if (!staging_device(input) && !staging_device(output)) {
+                   return do_reduce_scatter(input, output, op, async_op);
+                 }
+                 Staging s;
+                 const auto in = stage(input, true, false, s);
+                 const auto out = stage(output, false, true, s);
+                 return staged(do_reduce_scatter(in, out, op, async_op), std::move(s));
+               });
+}
+
+WorkPtr Communicator::alltoall(const at::Tensor& input, const at::Tensor& output, bool async_op) {
+  check_tensor(*this, input, "alltoall", "input");
+  check_tensor(*this, output, "alltoall", "output");
+  check_same(*this, input, output, "alltoall");
+  if (input.numel() != output.numel() || input.numel() % size_ != 0) {
+    fail("alltoall",
+         fmt::format("input ({}) and output ({}) must have the same number of elements, divisible by "
+                     "world size {}",
+                     input.numel(), output.numel(), size_));
+  }
+  if (size_ == 1) {
+    output.view({-1}).copy_(input.view({-1}));
+    return completed_work();
+  }
+  const auto b = nbytes(input);
+  return track(collective("alltoall", &input), b, wire_bytes_of(wire_call(CommOp::Alltoall, input, async_op)),
+               async_op, [&] {
+                 if (!staging_device(input) && !staging_device(output))
+                   return do_alltoall(input, output, async_op);
+                 Staging s;
+                 const auto in = stage(input, true, false, s);
+                 const auto out = stage(output, false, true, s);
+                 return staged(do_alltoall(in, out, async_op), std::move(s));
+               });
+}
+
+WorkPtr Communicator::send(const at::Tensor& tensor, int dst, int tag, bool async_op) {
+  check_tensor(*this, tensor, "send", "tensor");
+  check_peer(*this, dst, "send", "destination");
+  if (dst == rank_) fail("send", "destination is this rank itself");
+  const auto b = nbytes(tensor);
+  return track(point_to_point("send", tensor, dst), b,
+               wire_bytes_of(wire_call(CommOp::Send, tensor, async_op)), async_op, [&] {
+                 if (!staging_device(tensor)) return do_send(tensor, dst, tag, async_op);
+                 Staging s;
+                 const auto t = stage(tensor, true, false, s);
+                 return staged(do_send(t, dst, tag, async_op), std::move(s));
+               });
+}
+
+WorkPtr Communicator::recv(const at::Tensor& tensor, int src, int tag, bool async_op) {
+  check_tensor(*this, tensor, "recv", "tensor");
+  check_peer(*this, src, "recv", "source");
+  if (src == rank_) fail("recv", "source is this rank itself");
+  return track(point_to_point("recv", tensor, src), nbytes(tensor),
+               wire_bytes_of(wire_call(CommOp::Recv, tensor, async_op)), async_op, [&] {
+                 if (!staging_device(tensor)) return do_recv(tensor, src, tag, async_op);
+                 Staging s;
+                 const auto t = stage(tensor, false, true, s);
+                 return staged(do_recv(t, src, tag, async_op), std::move(s));
+               });
+}
+
+WorkPtr Communicator::barrier(bool async_op) {
+  if (size_ == 1) return completed_work();
+  WireCall call;
+  call.async_op = async_op;
+  return track(collective("barrier", nullptr), 0, wire_bytes_of(call), async_op,
+               [&] { return do_barrier(async_op); });
+}
+
+std::unique_ptr<Communicator> Communicator::split(const std::vector<int>& ranks) {
+  if (ranks.empty()) fail("split", "the rank list is empty");
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    check_peer(*this, ranks[i], "split", "rank");
+    if (i > 0 && ranks[i] <= ranks[i - 1]) fail("split", "ranks must be sorted and distinct");
+  }
+  // Every rank of this communicator takes part, so a split counts as a collective; its fingerprint
+  // carries the number of ranks in the list (not the list itself).
+  CallFingerprint call = collective("split", nullptr);
+  call.numel = static_cast<std::int64_t>(ranks.size());
+  const auto t0 = Clock::now();
+  const std::size_t slot = recorder_.start(call);
+  try {
+    if (debug_ == DebugMode::Detail && size_ > 1) check_fingerprint(call);
+    auto child = do_split(ranks);
+    if (child) child->set_debug(debug_);
+    recorder_.finish(slot, true);
+    return child;
+  } catch (const CommError&) {
+    recorder_.finish(slot, false);
+    throw;
+  } catch (const std::exception& e) {
+    const auto report = failure_report(e.what(), seconds_since(t0));
+    recorder_.finish(slot, false);
+    fail("split", e.what() + report);
+  }
+}
+
+}  // namespace dtrain::comm
