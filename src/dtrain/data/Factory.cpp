@@ -11,6 +11,7 @@
 #include <c10/util/StringUtil.h>
 
 #include <filesystem>
+#include <functional>
 #include <vector>
 
 #include "dtrain/config/Registry.h"
@@ -20,42 +21,12 @@ namespace dtrain::data {
 
 namespace {
 
-// Every data set, written once; config/ validates data.dataset against this list.
-[[maybe_unused]] const bool kDatasetsRegistered = [] {
-  for (const auto& choice : std::vector<config::Choice>{
-           {"fashion-mnist",
-            "Fashion-MNIST, IDX files (Debian's dataset-fashion-mnist by default)",
-            {"FashionMNIST"}},
-           {"mnist", "MNIST, IDX files (.gz or raw) under data.root", {"MNIST"}},
-           {"cifar10", "CIFAR-10, the binary version (data_batch_*.bin, test_batch.bin)"},
-           {"cifar100", "CIFAR-100, the binary version (train.bin, test.bin)"},
-           {"imagenet32",
-            "downsampled ImageNet 32x32 (Chrabaszcz et al. 2017): the pickled train_data_batch_1..10 and "
-            "val_data under data.root (default /usr/share/datasets/imagenet32)",
-            {"Imagenet32"}},
-           {"imagenet64",
-            "downsampled ImageNet 64x64: the pickled train_data_batch_1..10 and val_data under data.root "
-            "(default /usr/share/datasets/imagenet64)",
-            {"Imagenet64"}},
-           {"image-folder", "one folder per class of PNG/JPEG images (train/ and test/ under data.root)"},
-           {"dogsvscats",
-            "Catalyst dAD's cats and dogs: an image folder of exactly two classes, train/{cat,dog} and "
-            "test/{cat,dog} under data.root (default /usr/share/datasets/dogsvscats)",
-            {"dogs-vs-cats"}},
-           {"synthetic", "random images of data.synthetic_shape in data.synthetic_classes classes"},
-           {"text", "a character-level language-model corpus (data.text_path)"},
-       }) {
-    config::register_choice(config::kDatasetKey, choice);
-  }
-  return true;
-}();
-
 // Catalyst dAD's dogsvscats is an image folder whose classes are cat (label 0) and dog (label 1), in
 // train/ and test/ alike; anything else is another data set, which image-folder reads.
 void require_cats_and_dogs(const std::string& root) {
   TORCH_CHECK(std::filesystem::is_directory(root), "data.root: ", root.empty() ? "\"\"" : root,
               " is not a folder; dataset dogsvscats reads train/cat, train/dog, test/cat and test/dog "
-              "(PNG or JPEG images) under data.root (README: \"the dAD paper's command line\")");
+              "(PNG or JPEG images) under data.root (docs/training.md, \"dogsvscats\")");
   const std::vector<std::string> cats_and_dogs{"cat", "dog"};
   for (const auto& dir : class_folders(root)) {
     const auto classes = list_classes(dir);
@@ -68,15 +39,16 @@ void require_cats_and_dogs(const std::string& root) {
 
 // An empty split would train on nothing, or report an evaluation of no samples as zeros. (Text
 // sets refuse a file too short for both splits themselves.)
-void require_samples(const Dataset& set, const char* split, const config::DataConfig& data) {
-  const std::string where = data.root.empty() ? default_root(data.dataset) : data.root;
+void require_samples(const Dataset& set, const char* split, const config::DataConfig& data,
+                     const std::string& root) {
   TORCH_CHECK(set.size() > 0, "data: the ", split, " set ", set.name(), " has no samples (data.dataset ",
-              data.dataset, ", from ", where.empty() ? "\"\"" : where, "); check the files there");
+              data.dataset, ", from ", root.empty() ? "\"\"" : root, "); check the files there");
 }
 
-DataSets finish_images(ImageDataset train, ImageDataset test, const config::DataConfig& data) {
-  require_samples(train, "training", data);
-  require_samples(test, "test", data);
+DataSets finish_images(ImageDataset train, ImageDataset test, const config::DataConfig& data,
+                       const std::string& root) {
+  require_samples(train, "training", data, root);
+  require_samples(test, "test", data, root);
   TORCH_CHECK(data.subset_size >= 0, "data.subset_size: expected >= 0, found ", data.subset_size);
   TORCH_CHECK(data.test_subset_size >= 0, "data.test_subset_size: expected >= 0, found ",
               data.test_subset_size);
@@ -99,93 +71,172 @@ DataSets finish_images(ImageDataset train, ImageDataset test, const config::Data
   return out;
 }
 
+DataSets load_idx(const config::DataConfig& data, const std::string& root, const std::string& name) {
+  // Train before test (argument order is unspecified), so a missing root names the train file.
+  auto train = load_mnist(root, true, name);
+  return finish_images(std::move(train), load_mnist(root, false, name), data, root);
+}
+
+DataSets load_cifar_set(const config::DataConfig& data, const std::string& root, int classes) {
+  auto train = load_cifar(root, classes, true);
+  return finish_images(std::move(train), load_cifar(root, classes, false), data, root);
+}
+
+// The class names first: a labels file that cannot name these classes is refused before the
+// (large) batch files are read.
+DataSets load_imagenet_set(const config::DataConfig& data, const std::string& root, int size) {
+  auto names = load_imagenet_class_names(root, size);
+  auto train = load_imagenet(root, size, true);
+  auto sets = finish_images(std::move(train), load_imagenet(root, size, false), data, root);
+  sets.class_names = std::move(names);
+  return sets;
+}
+
+DataSets load_folder(const config::DataConfig& data, const std::string& root) {
+  auto train = load_image_folder(root, data.image_size, true);
+  return finish_images(std::move(train), load_image_folder(root, data.image_size, false), data, root);
+}
+
+DataSets load_synthetic(const config::DataConfig& data, const std::string& root) {
+  SyntheticOptions o;
+  o.shape = data.synthetic_shape;
+  o.classes = data.synthetic_classes;
+  o.size = data.synthetic_size;
+  auto train = make_synthetic(o, "synthetic/train");
+  o.stream = 1;
+  o.size = std::max<std::int64_t>(1, data.synthetic_size / 5);
+  auto test = make_synthetic(o, "synthetic/test");
+  return finish_images(std::move(train), std::move(test), data, root);
+}
+
+DataSets load_text_set(const config::DataConfig& data, const std::string&) {
+  auto split = load_text(data.text_path, data.seq_len);
+  TORCH_CHECK(data.subset_size >= 0 && data.test_subset_size >= 0,
+              "data.subset_size / data.test_subset_size: expected >= 0");
+  std::shared_ptr<const Dataset> train = data.subset_size > 0 ? split.train->head(data.subset_size)
+                                                              : std::shared_ptr<const Dataset>(split.train);
+  std::shared_ptr<const Dataset> test = data.test_subset_size > 0 ? split.test->head(data.test_subset_size)
+                                                                  : std::shared_ptr<const Dataset>(split.test);
+  return DataSets{train, train, test, {}};
+}
+
+using Names = std::vector<std::string>;
+
+struct DatasetEntry {
+  config::Choice choice;
+  std::string default_root;  // where it is looked for when data.root is empty; "" for none
+  // Its train and test sets from `root` (with their class names where it reads them anyway).
+  std::function<DataSets(const config::DataConfig&, const std::string& root)> load;
+  // Its class names by label, from `root` where they are files; null when it names none.
+  std::function<Names(const std::string& root)> class_names;
+};
+
+Names image_folder_names(const std::string& root) {
+  return list_classes(class_folders(root).front());
+}
+
+// Every data set, written once: its name (matched without regard to case), its help line, where it
+// is by default, how it loads and how its classes are named. config/ validates data.dataset against
+// this list.
+const std::vector<DatasetEntry>& dataset_table() {
+  static const std::vector<DatasetEntry> table{
+      {{"fashion-mnist", "Fashion-MNIST, IDX files (Debian's dataset-fashion-mnist by default)", {"FashionMNIST"}},
+       kFashionMnistRoot,
+       [](const config::DataConfig& d, const std::string& r) { return load_idx(d, r, "fashion-mnist"); },
+       [](const std::string&) {
+         return Names{"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+                      "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
+       }},
+      {{"mnist", "MNIST, IDX files (.gz or raw) under data.root", {"MNIST"}},
+       "/usr/share/datasets/mnist",
+       [](const config::DataConfig& d, const std::string& r) { return load_idx(d, r, "mnist"); },
+       [](const std::string&) { return Names{"0", "1", "2", "3", "4", "5", "6", "7", "8", "9"}; }},
+      {{"cifar10", "CIFAR-10, the binary version (data_batch_*.bin, test_batch.bin)"},
+       "",
+       [](const config::DataConfig& d, const std::string& r) { return load_cifar_set(d, r, 10); },
+       [](const std::string&) {
+         return Names{"airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"};
+       }},
+      {{"cifar100", "CIFAR-100, the binary version (train.bin, test.bin)"},
+       "",
+       [](const config::DataConfig& d, const std::string& r) { return load_cifar_set(d, r, 100); },
+       nullptr},
+      {{"imagenet32",
+        "downsampled ImageNet 32x32 (Chrabaszcz et al. 2017): the pickled train_data_batch_1..10 and val_data "
+        "under data.root (default /usr/share/datasets/imagenet32)",
+        {"Imagenet32"}},
+       "/usr/share/datasets/imagenet32",
+       [](const config::DataConfig& d, const std::string& r) { return load_imagenet_set(d, r, 32); },
+       [](const std::string& r) { return load_imagenet_class_names(r, 32); }},
+      {{"imagenet64",
+        "downsampled ImageNet 64x64: the pickled train_data_batch_1..10 and val_data under data.root "
+        "(default /usr/share/datasets/imagenet64)",
+        {"Imagenet64"}},
+       "/usr/share/datasets/imagenet64",
+       [](const config::DataConfig& d, const std::string& r) { return load_imagenet_set(d, r, 64); },
+       [](const std::string& r) { return load_imagenet_class_names(r, 64); }},
+      {{"image-folder", "one folder per class of PNG/JPEG images (train/ and test/ under data.root)"},
+       "",
+       load_folder,
+       image_folder_names},
+      {{"dogsvscats",
+        "Catalyst dAD's cats and dogs: an image folder of exactly two classes, train/{cat,dog} and "
+        "test/{cat,dog} under data.root (default /usr/share/datasets/dogsvscats)",
+        {"dogs-vs-cats"}},
+       "/usr/share/datasets/dogsvscats",
+       [](const config::DataConfig& d, const std::string& r) {
+         require_cats_and_dogs(r);
+         return load_folder(d, r);
+       },
+       image_folder_names},
+      {{"synthetic", "random images of data.synthetic_shape in data.synthetic_classes classes"},
+       "",
+       load_synthetic,
+       nullptr},
+      {{"text", "a character-level language-model corpus (data.text_path)"}, "", load_text_set, nullptr},
+  };
+  return table;
+}
+
+[[maybe_unused]] const bool kDatasetsRegistered = [] {
+  for (const auto& entry : dataset_table()) config::register_choice(config::kDatasetKey, entry.choice);
+  return true;
+}();
+
+// The table's entry for data.dataset (any registered spelling), or null.
+const DatasetEntry* find_dataset(const std::string& dataset) {
+  const auto name = config::registered_choices(config::kDatasetKey).resolve(dataset).value_or(dataset);
+  for (const auto& entry : dataset_table()) {
+    if (entry.choice.name == name) return &entry;
+  }
+  return nullptr;
+}
+
+std::string root_of(const config::DataConfig& data, const DatasetEntry& entry) {
+  return data.root.empty() ? entry.default_root : data.root;
+}
+
 }  // namespace
 
 std::string default_root(const std::string& dataset) {
-  const auto name = config::registered_choices(config::kDatasetKey).resolve(dataset).value_or(dataset);
-  if (name == "fashion-mnist") return kFashionMnistRoot;
-  if (name == "mnist") return "/usr/share/datasets/mnist";
-  if (name == "dogsvscats") return "/usr/share/datasets/dogsvscats";
-  if (name == "imagenet32" || name == "imagenet64") return "/usr/share/datasets/" + name;
-  return "";
+  const auto* entry = find_dataset(dataset);
+  return entry ? entry->default_root : "";
 }
 
 DataSets load_datasets(const config::DataConfig& data) {
-  const auto& names = config::registered_choices(config::kDatasetKey);
-  const std::string name = names.resolve(data.dataset).value_or(data.dataset);
-  const std::string root = data.root.empty() ? default_root(name) : data.root;
-  if (name == "fashion-mnist" || name == "mnist") {
-    // Train before test (argument order is unspecified), so a missing root names the train file.
-    auto train = load_mnist(root, true, name);
-    auto sets = finish_images(std::move(train), load_mnist(root, false, name), data);
-    sets.class_names = class_names(data);
-    return sets;
-  }
-  if (name == "cifar10" || name == "cifar100") {
-    const int classes = name == "cifar10" ? 10 : 100;
-    auto train = load_cifar(root, classes, true);
-    auto sets = finish_images(std::move(train), load_cifar(root, classes, false), data);
-    sets.class_names = class_names(data);
-    return sets;
-  }
-  if (name == "imagenet32" || name == "imagenet64") {
-    const int size = name == "imagenet32" ? 32 : 64;
-    // The names first: a labels file that cannot name these classes is refused before the
-    // (large) batch files are read.
-    auto names = class_names(data);
-    auto train = load_imagenet(root, size, true);
-    auto sets = finish_images(std::move(train), load_imagenet(root, size, false), data);
-    sets.class_names = std::move(names);
-    return sets;
-  }
-  if (name == "image-folder" || name == "dogsvscats") {
-    if (name == "dogsvscats") require_cats_and_dogs(root);
-    auto train = load_image_folder(root, data.image_size, true);
-    auto sets = finish_images(std::move(train), load_image_folder(root, data.image_size, false), data);
-    sets.class_names = class_names(data);
-    return sets;
-  }
-  if (name == "synthetic") {
-    SyntheticOptions o;
-    o.shape = data.synthetic_shape;
-    o.classes = data.synthetic_classes;
-    o.size = data.synthetic_size;
-    auto train = make_synthetic(o, "synthetic/train");
-    o.stream = 1;
-    o.size = std::max<std::int64_t>(1, data.synthetic_size / 5);
-    auto test = make_synthetic(o, "synthetic/test");
-    return finish_images(std::move(train), std::move(test), data);
-  }
-  if (name == "text") {
-    auto split = load_text(data.text_path, data.seq_len);
-    TORCH_CHECK(data.subset_size >= 0 && data.test_subset_size >= 0,
-                "data.subset_size / data.test_subset_size: expected >= 0");
-    std::shared_ptr<const Dataset> train = data.subset_size > 0 ? split.train->head(data.subset_size)
-                                                                : std::shared_ptr<const Dataset>(split.train);
-    std::shared_ptr<const Dataset> test = data.test_subset_size > 0
-                                              ? split.test->head(data.test_subset_size)
-                                              : std::shared_ptr<const Dataset>(split.test);
-    return DataSets{train, train, test, {}};
-  }
-  TORCH_CHECK(false, "data.dataset: unknown data set '", name, "'; expected one of: ", names.list());
+  const auto* entry = find_dataset(data.dataset);
+  TORCH_CHECK(entry, "data.dataset: unknown data set '", data.dataset, "'; expected one of: ",
+              config::registered_choices(config::kDatasetKey).list());
+  const auto root = root_of(data, *entry);
+  auto sets = entry->load(data, root);
+  if (sets.class_names.empty() && entry->class_names) sets.class_names = entry->class_names(root);
+  return sets;
 }
 
 std::vector<std::string> class_names(const config::DataConfig& data) {
-  const std::string name =
-      config::registered_choices(config::kDatasetKey).resolve(data.dataset).value_or(data.dataset);
-  const std::string root = data.root.empty() ? default_root(name) : data.root;
-  if (name == "cifar10") {
-    return {"airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"};
-  }
-  if (name == "mnist") return {"0", "1", "2", "3", "4", "5", "6", "7", "8", "9"};
-  if (name == "fashion-mnist") {
-    return {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
-            "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
-  }
-  if (name == "imagenet32" || name == "imagenet64")
-    return load_imagenet_class_names(root, name == "imagenet32" ? 32 : 64);
-  if (name == "image-folder" || name == "dogsvscats") return list_classes(class_folders(root).front());
-  return {};
+  const auto* entry = find_dataset(data.dataset);
+  if (!entry || !entry->class_names) return {};
+  return entry->class_names(root_of(data, *entry));
 }
 
 std::unique_ptr<Loader> make_train_loader(std::shared_ptr<const Dataset> train, const Shard& shard,
