@@ -8,7 +8,7 @@
 # takes 0.7-1 s on two cores to start (its operator registry) before a test runs: with 849 tests so
 # registered, the whole suite took 1,550-1,615 s, over the 20 minutes CI allows its tests. Tests of
 # one suite and label run in one process instead (GoogleTest's own default): 163 processes, and the
-# same suite took 1,133 s (bench/RESULTS.md, eleventh session). What is kept: `ctest -L` and `ctest
+# same suite took 1,133 s on the same host. What is kept: `ctest -L` and `ctest
 # -R Suite` select as before; a failure's output names the test (GoogleTest prints it), and the
 # suite's other tests still run after one fails. Tests labelled *-slow keep a process each (their
 # start is noise beside them, and their TIMEOUT stays one test's). TIMEOUT: 300 s for the first

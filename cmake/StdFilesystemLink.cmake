@@ -1,12 +1,12 @@
 # Note [std::filesystem and the official LibTorch builds]
-# Against pip's torch 2.11, dtrain's programs crashed at their first std::filesystem call (a jump to
-# address 0; bench/RESULTS.md, eighth and fifteenth sessions). That libtorch_cpu.so exports 142
+# Against pip's torch 2.11, dtrain's programs crash at their first std::filesystem call (a jump to
+# address 0) unless linked as below. That libtorch_cpu.so exports 142
 # std::filesystem symbols of its own toolchain's libstdc++ (pytorch/pytorch#133437), and the linker
 # binds a program's call to the first library on its command line that defines the symbol: LibTorch,
 # not a libstdc++ that the compiler adds at the end. A program then runs half on one copy of
 # std::filesystem and half on the other. It is worse where the compiler links libstdc++ statically
 # (the GPU machine's g++): an archive named before the program's objects gives nothing, so
-# "-lstdc++ first" did not help there (eighth session). The cure is the shared libstdc++ by its file
+# "-lstdc++ first" does not help there. The cure is the shared libstdc++ by its file
 # name, libstdc++.so.6, named before everything: it then defines every std:: symbol first, and comes
 # before LibTorch in the order the dynamic linker looks symbols up.
 #

@@ -1,6 +1,6 @@
 // Every configuration dtrain ships under configs/ reads: each run configuration, and each
 // experiment with every run it expands to (the base file and the run's overrides), so a file the
-// README points at cannot drift from what the reader accepts.
+// README and the guides point at cannot drift from what the reader accepts.
 #include <gtest/gtest.h>
 
 #include <filesystem>

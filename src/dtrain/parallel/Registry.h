@@ -17,8 +17,8 @@ namespace dtrain::parallel {
 struct StrategyInfo {
   std::string name;  // parallel.strategy's value, the folder's name, the option section's name
   std::string help;  // one line for --help
-  // Computes the mathematics of one process (DESIGN §4): the parameterised equivalence test
-  // (tests/parallel/StrategyEquivalenceTest.cpp) must have a row for it.
+  // Computes the mathematics of one process (correctness is exactness, docs/ARCHITECTURE.md): the
+  // parameterised equivalence test (tests/parallel/StrategyEquivalenceTest.cpp) must have a row for it.
   bool exact = true;
   // Refuses to run without a communicator (a world of one still communicates nothing).
   bool needs_communicator = true;

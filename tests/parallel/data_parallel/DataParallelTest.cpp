@@ -217,7 +217,7 @@ TEST(DataParallel, SmallBucketsGiveTheSameResultAsOneBucket) {
   EXPECT_LE(max_relative_difference(small, large), 1e-6);
 }
 
-// The loop DESIGN.md shows, with accumulation written by hand: k-1 backwards under no_sync(), the
+// The loop docs/cpp-api.md shows, with accumulation written by hand: k-1 backwards under no_sync(), the
 // last one synchronised; the result equals one backward over the whole global batch.
 TEST(DataParallel, NoSyncAccumulationEqualsOneBigBatch) {
   constexpr int n = 2;
