@@ -1,7 +1,8 @@
 // `dtrain cam RUN_DIR --images FILE... | --test-index I,... [--classes top|topK|C,...]`: class
-// activation maps (seed 003) of a trained run whose model ends in global average pooling
-// (resnet18, resnet50). Per image and class a PNG of the input, its heat map and their blend;
-// one grid PNG comparing the classes of every image; cam.json listing them with the logits.
+// activation maps (as the Horovod/FSDP/pipeline study draws them) of a trained run whose model ends
+// in global average pooling (resnet18, resnet50). Per image and class a PNG of the input, its heat
+// map and their blend; one grid PNG comparing the classes of every image; cam.json listing them
+// with the logits.
 #include <fmt/format.h>
 #include <torch/torch.h>
 
