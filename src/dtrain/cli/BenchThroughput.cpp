@@ -666,7 +666,7 @@ int run_throughput_command(const BenchThroughputOptions& o) {
   if (markdown_file.is_open()) write_markdown(markdown_file, results);
   const bool failed = std::any_of(results.begin(), results.end(),
                                   [](const ThroughputResult& r) { return r.status == "failed"; });
-  return failed ? 1 : 0;
+  return failed ? kExitFailure : kExitSuccess;
 }
 
 }  // namespace dtrain::cli

@@ -71,7 +71,7 @@ Run add_experiment_command(CLI::App& app) {
                 << results["directory"].get<std::string>() << "\n";
     }
     std::cout << results.dump() << std::endl;
-    return 0;
+    return kExitSuccess;
   };
 }
 
@@ -85,7 +85,7 @@ Run add_report_command(CLI::App& app) {
   return [dir] {
     const auto report = experiment::write_report(*dir);
     std::cout << report.string() << "\n";
-    return 0;
+    return kExitSuccess;
   };
 }
 
