@@ -297,12 +297,12 @@ TEST(BenchThroughput, TinySweepThroughTheBinary) {
 TEST(BenchThroughput, BadOptionIsOneLineThroughTheBinary) {
   dtrain::data::testing::TempDir dir;
   const auto out = dtrain::testing::run("bench throughput --strategies local,nope --workers 1", dir.str());
-  EXPECT_EQ(out.exit_code, 1);
+  EXPECT_EQ(out.exit_code, 2);
   EXPECT_EQ(out.err.rfind("dtrain: error: --strategies: ", 0), 0u) << out.err;
   EXPECT_EQ(std::count(out.err.begin(), out.err.end(), '\n'), 1) << out.err;
   const auto unwritable = dtrain::testing::run(
       "bench throughput --models mlp --workers 1 --json " + (dir / "no/such/folder.jsonl"), dir.str());
-  EXPECT_EQ(unwritable.exit_code, 1);
+  EXPECT_EQ(unwritable.exit_code, 2);
   EXPECT_NE(unwritable.err.find("--json "), std::string::npos) << unwritable.err;
   EXPECT_NE(unwritable.err.find(": cannot write this file"), std::string::npos) << unwritable.err;
 }

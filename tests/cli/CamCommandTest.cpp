@@ -93,7 +93,7 @@ TEST_F(CamCommand, RefusesModelsWithoutGlobalAveragePoolingAndMissingRuns) {
   fs::create_directories(dir_ / "lenet");
   std::ofstream(dir_ / "lenet" / "config.yaml") << config("lenet5");
   const auto lenet = run("cam " + (dir_ / "lenet").string() + " --test-index 0", dir_);
-  EXPECT_EQ(lenet.exit_code, 1);
+  EXPECT_EQ(lenet.exit_code, 2);
   EXPECT_EQ(
       lenet.err,
       "dtrain: error: model.name: lenet5 has no global average pooling before its classifier; CAM needs "

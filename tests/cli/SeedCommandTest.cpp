@@ -301,7 +301,7 @@ TEST_F(SeedCommand, CommandLineMistakesAreOneLineNamingWhatWasWrong) {
   expect_one_line_error(run({"train", "--rank", "-1"}), "--rank: must be at least 0, found -1");
   expect_one_line_error(run({"train", "--nproc", "two"}), "--nproc: expected a whole number, found two");
   expect_one_line_error(run({"train", "--no-such-flag"}),
-                        "The following argument was not expected: --no-such-flag");
+                        "unknown option --no-such-flag (dtrain train --help lists the options)");
   if (!torch::cuda::is_available()) {  // with a GPU, train.device=cuda is no mistake
     expect_one_line_error(run({"train", "train.device=cuda"}), "train.device: cuda: ");
   }

@@ -272,7 +272,7 @@ TEST_F(TrainCommand, DataErrorIsOneMessageNamingTheFileOnStderrAndInTheRankLogs)
   const auto out = run("train " + cfg.string() + " data.dataset=mnist data.root=" + data.string() +
                            " data.batch_size=1 model.name=lenet5",
                        dir_);
-  EXPECT_EQ(out.exit_code, 1) << out.err;
+  EXPECT_EQ(out.exit_code, 2) << out.err;  // a bad data file: a usage error (Note [Exit codes])
   const auto label_file = (data / "train-labels-idx1-ubyte").string();
   const auto reason = label_file + ": label out of range: sample 2 has label 42, expected 0..9";
   EXPECT_NE(out.err.find("error: " + reason), std::string::npos) << out.err;

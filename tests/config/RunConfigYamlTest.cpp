@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -293,6 +294,46 @@ TEST(RunConfigYaml, OnlyTheChosenStrategysSectionApplies) {
       "x.yaml:3: parallel.data_parallel: options of strategy data_parallel, but parallel.strategy is "
       "local; remove the section (on the command line: parallel.data_parallel=null) or set "
       "parallel.strategy: data_parallel");
+}
+
+// The value under a dotted key.
+YAML::Node value_at(const YAML::Node& node, const std::string& key) {
+  const auto dot = key.find('.');
+  if (dot == std::string::npos) return node[key];
+  return value_at(node[key.substr(0, dot)], key.substr(dot + 1));
+}
+
+TEST(RunConfigYaml, KeyHelpListsEveryOptionWithTheDefaultConfigYamlWrites) {
+  const auto all = config_keys();
+  const auto help = config_key_help();
+  std::vector<std::string> listed;
+  for (const auto& k : help) listed.push_back(k.key);
+  // Every key but the sections, in the same order.
+  std::vector<std::string> options;
+  for (const auto& key : all) {
+    const bool section =
+        std::any_of(all.begin(), all.end(), [&](const std::string& o) { return o.rfind(key + ".", 0) == 0; });
+    if (!section) options.push_back(key);
+  }
+  EXPECT_EQ(listed, options);
+  const YAML::Node written = to_yaml_node(RunConfig{});
+  for (const auto& k : help) {
+    if (k.key.rfind("parallel.", 0) == 0 && std::count(k.key.begin(), k.key.end(), '.') > 1) continue;
+    EXPECT_FALSE(k.help.empty()) << k.key << " has no help";
+    EXPECT_EQ(k.help.find('\n'), std::string::npos) << k.key;
+    YAML::Emitter value;
+    value << YAML::Flow << value_at(written, k.key);
+    EXPECT_EQ(k.default_text, value.c_str()) << k.key;
+  }
+  const auto find = [&](const std::string& key) {
+    return *std::find_if(help.begin(), help.end(), [&](const KeyHelp& k) { return k.key == key; });
+  };
+  EXPECT_EQ(find("train.max_steps").default_text, "0");
+  EXPECT_EQ(find("data.root").default_text, "\"\"");
+  EXPECT_EQ(find("data.synthetic_shape").default_text, "[1, 28, 28]");
+  EXPECT_EQ(find("optim.lr").default_text, "0.01");
+  EXPECT_EQ(find("data.equalize").allowed, "pad, drop, join");
+  EXPECT_EQ(find("parallel.data_parallel.bucket_mb").default_text, "25.0");
 }
 
 TEST(RunConfigErrors, StructuralErrors) {

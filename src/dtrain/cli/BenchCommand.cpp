@@ -100,7 +100,7 @@ int run_worker(const BenchCommOptions& o) {
   }
   if (communicator->rank() == 0) print_table(std::cerr, results);
   communicator->barrier();
-  return 0;
+  return kExitSuccess;
 }
 
 }  // namespace
@@ -325,7 +325,7 @@ int run_data_command(const BenchDataOptions& o) {
                              r.samples, r.samples_per_second);
   }
   if (!o.plot.empty()) std::cerr << "plot: " << o.plot << "\n";
-  return 0;
+  return kExitSuccess;
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // `dtrain bench data`: how fast batches come out of the data pipeline, against loader threads
-// (seed 004's I/O figure). Two sources: an in-memory set (the loader's batching, normalisation and
-// augmentation) and an image folder (reading and decoding the files, which dtrain does once, in
-// parallel over the given threads, before training).
+// (the DDP and Apex tutorial's I/O figure). Two sources: an in-memory set (the loader's batching,
+// normalisation and augmentation) and an image folder (reading and decoding the files, which dtrain does
+// once, in parallel over the given threads, before training).
 #pragma once
 
 #include <cstdint>

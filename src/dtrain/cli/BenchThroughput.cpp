@@ -1,7 +1,7 @@
 // `dtrain bench throughput`: expands the sweep, starts each point's workers through the launcher
 // (re-running this binary with one item per list and --worker-out), and turns the ranks' reports
-// into seed 003's tables. A worker is a short `dtrain train`: the Trainer over the registered
-// strategy, on synthetic data of the model's input shape.
+// into the distributed-training study's tables. A worker is a short `dtrain train`: the Trainer over the
+// registered strategy, on synthetic data of the model's input shape.
 #include "dtrain/cli/BenchThroughput.h"
 
 #include <fcntl.h>
@@ -54,8 +54,8 @@ const std::vector<std::pair<std::string, std::string>> kSweptKeys{
     {"parallel.strategy", "--strategies"},
     {"train.max_steps", "--steps and --warmup"}};
 
-// Models that take CIFAR-shaped images (seed 003's resnets; the transformer classifies image rows);
-// the others are the MNIST-shaped nets. data.synthetic_shape in --set overrides either.
+// Models that take CIFAR-shaped images (the distributed-training study's resnets; the transformer classifies
+// image rows); the others are the MNIST-shaped nets. data.synthetic_shape in --set overrides either.
 bool cifar_shaped(const std::string& model) {
   return model == "resnet18" || model == "resnet50" || model == "vit" || model == "transformer";
 }
@@ -329,7 +329,8 @@ config::RunConfig point_config(const BenchThroughputOptions& o, const Throughput
       "train.eval_every_epochs=0",
       "train.checkpoint_every_epochs=0",
   };
-  // SGD with momentum, as seed 003's CIFAR scripts; another optimizer takes none of its momentum.
+  // SGD with momentum, as the distributed-training study's CIFAR scripts; another optimizer takes none of its
+  // momentum.
   if (!sets_key(user, "optim.name"))
     overrides.insert(overrides.end(), {"optim.name=sgd", "optim.momentum=0.9"});
   overrides.insert(overrides.end(), user.begin(), user.end());
@@ -430,7 +431,8 @@ std::string to_json_line(const ThroughputResult& r) {
 }
 
 void write_markdown(std::ostream& out, const std::vector<ThroughputResult>& results) {
-  // Seed 003's layout: a row per model and batch, a column per strategy, precision and workers.
+  // The distributed-training study's layout: a row per model and batch, a column per strategy, precision and
+  // workers.
   using Row = std::pair<std::string, int>;
   using Column = std::tuple<std::string, std::string, int>;
   std::vector<Row> rows;
@@ -621,8 +623,9 @@ int run_throughput_worker(const BenchThroughputOptions& o) {
 CLI::App* add_throughput_subcommand(CLI::App& bench, BenchThroughputOptions& o) {
   auto* cmd = bench.add_subcommand(
       "throughput",
-      "Samples/s of short training runs over model x batch x precision x workers x strategy (seed 003's "
-      "tables), with each rank's peak resident memory and the bytes in parameters, gradients and optimizer "
+      "Samples/s of short training runs over model x batch x precision x workers x strategy (the "
+      "distributed-training study's tables), with each rank's peak resident memory and the bytes in "
+      "parameters, gradients and optimizer "
       "state; one JSON object per point on stdout (or --json) and the tables on stderr (and --markdown)");
   cmd->add_option("--models", o.models, "Comma-separated model names (model.name)")->capture_default_str();
   cmd->add_option("--batches", o.batches, "Comma-separated batch sizes per worker")->capture_default_str();
@@ -663,7 +666,7 @@ int run_throughput_command(const BenchThroughputOptions& o) {
   if (markdown_file.is_open()) write_markdown(markdown_file, results);
   const bool failed = std::any_of(results.begin(), results.end(),
                                   [](const ThroughputResult& r) { return r.status == "failed"; });
-  return failed ? 1 : 0;
+  return failed ? kExitFailure : kExitSuccess;
 }
 
 }  // namespace dtrain::cli

@@ -1,5 +1,5 @@
-// `dtrain bench throughput`: seed 003's comparison — samples/s over model x batch x precision x
-// workers x strategy — where every point is a short real training run (the Trainer and the
+// `dtrain bench throughput`: the distributed-training study's comparison — samples/s over model x batch x
+// precision x workers x strategy — where every point is a short real training run (the Trainer and the
 // Strategy users run) in fresh worker processes, which also report their peak resident memory and
 // the bytes their strategy holds in parameters, gradients and optimizer state.
 #pragma once
@@ -91,8 +91,8 @@ ThroughputResult combine_reports(const ThroughputPoint& point, int steps, int wa
 //  "optimizer_bytes":...}]}
 std::string to_json_line(const ThroughputResult& result);
 
-// Seed 003's table (rows model and batch, a column of samples/s per strategy, precision and
-// workers), then one row per point with the memory of each rank.
+// The distributed-training study's table (rows model and batch, a column of samples/s per strategy, precision
+// and workers), then one row per point with the memory of each rank.
 void write_markdown(std::ostream& out, const std::vector<ThroughputResult>& results);
 
 // The whole sweep: each point's workers started through launch::launch, one JSON line per point

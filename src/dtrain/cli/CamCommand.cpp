@@ -1,7 +1,8 @@
 // `dtrain cam RUN_DIR --images FILE... | --test-index I,... [--classes top|topK|C,...]`: class
-// activation maps (seed 003) of a trained run whose model ends in global average pooling
-// (resnet18, resnet50). Per image and class a PNG of the input, its heat map and their blend;
-// one grid PNG comparing the classes of every image; cam.json listing them with the logits.
+// activation maps (as the Horovod/FSDP/pipeline study draws them) of a trained run whose model ends
+// in global average pooling (resnet18, resnet50). Per image and class a PNG of the input, its heat
+// map and their blend; one grid PNG comparing the classes of every image; cam.json listing them
+// with the logits.
 #include <fmt/format.h>
 #include <torch/torch.h>
 
@@ -129,7 +130,8 @@ int run_cam(const CamArgs& a) {
   const auto cfg = config::load_run_config((run_dir / "config.yaml").string());
 
   // The model as the run built it, for the data's shape, then its trained weights.
-  const auto datasets = data::load_datasets(cfg.data);
+  // A data set or weights that cannot be read are inputs refused (Note [Exit codes]).
+  const auto datasets = checking_inputs([&] { return data::load_datasets(cfg.data); });
   const auto shape = datasets.train->input_shape();
   if (shape.size() != 3) {
     throw std::invalid_argument(
@@ -141,7 +143,7 @@ int run_cam(const CamArgs& a) {
   models::find_gap_classifier(*network);  // refuses a model without global average pooling
   const std::string what = a.weights.empty() ? "RUN_DIR" : "--weights";
   const auto file = train::weights_file(a.weights.empty() ? a.run_dir : a.weights, what);
-  const auto weights = train::read_model_weights(file, what);
+  const auto weights = checking_inputs([&] { return train::read_model_weights(file, what); });
   try {
     train::load_matching(*network, weights, /*strict=*/true, file.string());
   } catch (const std::invalid_argument&) {
@@ -232,7 +234,7 @@ int run_cam(const CamArgs& a) {
   std::cerr << fmt::format("cam: {} image(s) x {} class(es) from {} -> {}\n", inputs.size(), per_image,
                            file.string(), out.string());
   std::cout << summary.dump() << std::endl;
-  return 0;
+  return kExitSuccess;
 }
 
 }  // namespace

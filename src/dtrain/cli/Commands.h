@@ -1,5 +1,5 @@
 // The subcommands of the `dtrain` tool. Each registers its options on the CLI11 app and returns
-// the callback that runs it; the callback returns the process exit code.
+// the callback that runs it; the callback returns the process exit code (Note [Exit codes]).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -7,6 +7,8 @@
 #include <exception>
 #include <functional>
 #include <string>
+
+#include "dtrain/cli/ExitCodes.h"
 
 namespace dtrain::cli {
 
@@ -24,15 +26,20 @@ Run add_cam_command(CLI::App& app);
 // (strategies with their parallel.<name>.* keys, models, optimizers, schedules, losses, data sets,
 // partitions): the footer of `dtrain train --help`.
 std::string registered_names_help();
+// Every configuration key as key=default with a line of help, from the description the YAML reader
+// validates against (config::config_key_help): the head of that footer.
+std::string config_keys_help();
 
 // A CLI11 check for an integer option: "--nproc: must be at least 1, found 0".
 CLI::Validator at_least(long long minimum);
 
 // The message for `dtrain WORD ...` when WORD is not a subcommand, or "" when it is one (or an
-// option): "unknown command 'trian'; the commands are bench, experiment, ...".
+// option): "unknown command 'trian'; the commands are bench, experiment, ...; did you mean train?".
 std::string unknown_command(const CLI::App& app, const std::string& word);
 
-// An exception's message for the user: without the C++ stack trace that LibTorch's errors carry.
-std::string error_message(const std::exception& e);
+// The one line for a command line that `app` refused while parsing: "dtrain: error: unknown option
+// --nprocs; did you mean --nproc? (dtrain train --help lists the options)", the nearest option
+// suggested as for a misspelt configuration key; other errors in CLI11's words.
+std::string parse_error_line(const CLI::App& app, const CLI::ParseError& error);
 
 }  // namespace dtrain::cli

@@ -1,5 +1,5 @@
-// `dtrain experiment FILE.yaml`: several runs side by side from one base configuration, or seed
-// 001's experiment file (DiNNO's experiment: / problem_configs:); an interrupted experiment
+// `dtrain experiment FILE.yaml`: several runs side by side from one base configuration, or DiNNO's
+// experiment file (experiment: / problem_configs:); an interrupted experiment
 // continues where it stopped when the same command is run again.
 #include <torch/cuda.h>
 
@@ -23,7 +23,7 @@ struct ExperimentArgs {
   std::vector<std::string> sets;
 };
 
-// What the seed form says besides its result files: the CPU fall-back of use_cuda, and the solo
+// What DiNNO's form says besides its result files: the CPU fall-back of use_cuda, and the solo
 // run's accuracies when individual_training.verbose is true.
 void seed_notes_before(const experiment::SeedForm& form) {
   const auto note = experiment::cuda_note(form.use_cuda, torch::cuda::is_available());
@@ -42,7 +42,7 @@ Run add_experiment_command(CLI::App& app) {
       app.add_subcommand("experiment", "Run an experiment: named runs and sweeps from one base config");
   auto a = std::make_shared<ExperimentArgs>();
   cmd->add_option("file", a->file,
-                  "Experiment YAML (base, runs, sweep; or seed 001's experiment, problem_configs)")
+                  "Experiment YAML (base, runs, sweep; or DiNNO's experiment, problem_configs)")
       ->required()
       ->check(CLI::ExistingFile);
   cmd->add_option("--dir", a->dir, "Continue or write this experiment folder");
@@ -71,7 +71,7 @@ Run add_experiment_command(CLI::App& app) {
                 << results["directory"].get<std::string>() << "\n";
     }
     std::cout << results.dump() << std::endl;
-    return 0;
+    return kExitSuccess;
   };
 }
 
@@ -85,7 +85,7 @@ Run add_report_command(CLI::App& app) {
   return [dir] {
     const auto report = experiment::write_report(*dir);
     std::cout << report.string() << "\n";
-    return 0;
+    return kExitSuccess;
   };
 }
 

@@ -80,7 +80,7 @@ Run add_info_command(CLI::App& app) {
     const auto info = collect_info();
     if (*json) {
       std::cout << info.dump() << "\n";
-      return 0;
+      return kExitSuccess;
     }
     std::cout << fmt::format("dtrain            {}\n", info["dtrain"].get<std::string>())
               << fmt::format("LibTorch          {}\n", info["libtorch"].get<std::string>())
@@ -92,7 +92,7 @@ Run add_info_command(CLI::App& app) {
               << fmt::format("intra-op threads  {}\n", info["intra_op_threads"].get<int>())
               << fmt::format("inter-op threads  {}\n", info["inter_op_threads"].get<int>())
               << fmt::format("BLAS              {}\n", info["blas"].get<std::string>());
-    return 0;
+    return kExitSuccess;
   };
 }
 

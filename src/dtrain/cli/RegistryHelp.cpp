@@ -1,4 +1,6 @@
-// `dtrain train --help`'s list of what a configuration may name, from the registries.
+// `dtrain train --help`'s lists: every configuration key with its default and help, from the same
+// description the YAML reader validates against, and what a configuration may name, from the
+// registries.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -46,7 +48,52 @@ std::string section(const char* title, const char* key) {
   return out;
 }
 
+// Where the help of every key starts; a key=default that leaves less than two spaces before it puts
+// its help on the next line.
+constexpr std::size_t kHelpColumn = 44;
+
+// Whether `help` names every one of a choice's names ("cpu or cuda").
+bool names_all(const std::string& help, const std::string& allowed) {
+  std::size_t start = 0;
+  for (auto end = allowed.find(", "); start <= allowed.size(); end = allowed.find(", ", start)) {
+    if (end == std::string::npos) end = allowed.size();
+    if (help.find(allowed.substr(start, end - start)) == std::string::npos) return false;
+    start = end + 2;
+  }
+  return true;
+}
+
+// A key's line of help; a choice of a closed set that no layer registers lists its names unless the
+// help names them already (the registered ones are listed below the keys).
+std::string help_of(const config::KeyHelp& k) {
+  static const std::vector<std::string> kListedBelow{
+      config::kStrategyKey, config::kModelKey,   config::kOptimizerKey, config::kScheduleKey,
+      config::kLossKey,     config::kDatasetKey, config::kPartitionKey};
+  std::string help = k.help;
+  const bool below = std::find(kListedBelow.begin(), kListedBelow.end(), k.key) != kListedBelow.end();
+  if (!k.allowed.empty() && !below && !names_all(help, k.allowed)) {
+    help += (help.empty() ? "" : " ") + std::string("(") + k.allowed + ")";
+  }
+  return help;
+}
+
 }  // namespace
+
+std::string config_keys_help() {
+  std::string out = "\nConfiguration keys (in CONFIG's YAML, or key=value after it), each as key=default:\n";
+  for (const auto& k : config::config_key_help()) {
+    const std::string setting = k.key + "=" + k.default_text;
+    const std::string help = help_of(k);
+    if (help.empty()) {
+      out += fmt::format("  {}\n", setting);
+    } else if (setting.size() + 4 <= kHelpColumn) {
+      out += fmt::format("  {:<{}}{}\n", setting, kHelpColumn - 2, help);
+    } else {
+      out += fmt::format("  {}\n{:<{}}{}\n", setting, "", kHelpColumn, help);
+    }
+  }
+  return out;
+}
 
 std::string registered_names_help() {
   return section("Strategies", config::kStrategyKey) + section("Models", config::kModelKey) +

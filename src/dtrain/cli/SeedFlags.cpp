@@ -1,4 +1,4 @@
-// Seed 000's flags as overrides of our keys; see SeedFlags.h. One table row per flag: its name, its
+// The dAD paper's flags as overrides of our keys; see SeedFlags.h. One table row per flag: its name, its
 // help (the keys it sets) and the overrides a value stands for.
 #include "dtrain/cli/SeedFlags.h"
 
@@ -43,7 +43,7 @@ YAML::Node load(const std::string& value, const std::string& text, const char* e
   }
 }
 
-// --N: the seed's training-set size, -1 for all of it; ours is data.subset_size, 0 for all.
+// --N: the paper's training-set size, -1 for all of it; ours is data.subset_size, 0 for all.
 Overrides training_size(const std::string& text, const std::string& value) {
   std::size_t used = 0;
   long long n = 0;
@@ -91,7 +91,7 @@ Overrides model_kwargs(const std::string& text, const std::string& value) {
   return out;
 }
 
-// --model-args: positional arguments of the seed's model constructors. Ours take named options
+// --model-args: positional arguments of the paper's model constructors. Ours take named options
 // only, so a positional list has nothing it could honestly mean; an empty one means nothing.
 Overrides model_args(const std::string& text, const std::string& value) {
   const std::string trimmed = value.substr(0, value.find_last_not_of(" \t") + 1);
@@ -109,7 +109,7 @@ struct FlagSpec {
   Overrides (*to_overrides)(const std::string& text, const std::string& value);
 };
 
-// In the order of the seed's usage line.
+// In the order of the paper's usage line.
 const std::vector<FlagSpec>& flag_table() {
   static const std::vector<FlagSpec> table{
       {"--backend", "parallel.backend: auto | gloo | mpi | nccl",
@@ -184,7 +184,7 @@ void SeedFlags::add_to(CLI::App& cmd) {
     const std::string flag = spec.flag;
     cmd.add_option_function<std::string>(
            flag, [this, flag](const std::string& value) { set(flag, value); }, spec.help)
-        ->group("Seed 000's flags (each an override of the keys it names)");
+        ->group("The dAD paper's flags (each an override of the keys it names)");
   }
 }
 

@@ -1,5 +1,5 @@
-// Seed 000's command line on `dtrain train`: the flags of Catalyst's distributed auto-differentiation
-// runner (distributed_auto_differentiation/experiment.py). A flag that names a setting of ours is an
+// The dAD paper's command line on `dtrain train`: the flags of Catalyst dAD's runner
+// (distributed_auto_differentiation/experiment.py). A flag that names a setting of ours is an
 // override of that key (config::Override with `flag` set), so it is validated, written to
 // config.yaml and reported as `key=value` is, and its errors name the flag. The rendezvous flags
 // (--rank, --num-nodes, --dist-url, --master-addr, --master-port) are train's own options.
@@ -16,7 +16,7 @@
 namespace dtrain::cli {
 
 // What a configuration holds when `dtrain train` is given no CONFIG: RunConfig's defaults, but the
-// run folder is seed 000's <log-dir>/<name>/ with log-dir `logs`.
+// run folder is the dAD paper's <log-dir>/<name>/ with log-dir `logs`.
 inline constexpr const char* kSeedDefaults = "out_dir: logs\nrun_folder: named\n";
 inline constexpr const char* kSeedDefaultsSource = "dtrain train without CONFIG";
 
@@ -25,9 +25,9 @@ class SeedFlags {
   // Adds --backend, --lr, --batch-size, ... to `cmd`; the values given are kept here.
   void add_to(CLI::App& cmd);
 
-  // The overrides that the flags given stand for, in the order of the seed's usage line. Throws
+  // The overrides that the flags given stand for, in the order of the paper's usage line. Throws
   // std::invalid_argument naming the flag where one cannot be honoured (--model-args with
-  // arguments) or its value has not the seed's form (--N, --model-kwargs).
+  // arguments) or its value has not the paper's form (--N, --model-kwargs).
   std::vector<config::Override> overrides() const;
 
   // Records `flag` (e.g. "--lr") given with `value`, as the command line does.

@@ -1,5 +1,5 @@
 // `dtrain train [CONFIG] [key=value ...] [--nproc N]`: one training run from a YAML file, or from
-// seed 000's flags without one (SeedFlags.h). With --nproc (or the config's nproc) and no launcher
+// the dAD paper's flags without one (SeedFlags.h). With --nproc (or the config's nproc) and no launcher
 // around it, it starts the workers itself; started by dtrain launch, torchrun, mpirun or srun, or by
 // hand with --rank, it is one worker of the job.
 #include <fmt/format.h>
@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "dtrain/cli/Commands.h"
 #include "dtrain/cli/SeedFlags.h"
@@ -47,10 +48,11 @@ struct TrainArgs {
   std::string master_addr;
   int master_port = -1;
   int max_restarts = 0;
+  bool print_config = false;
   SeedFlags seed;
 };
 
-// CONFIG (without one, seed 000's defaults), then seed 000's flags, then key=value overrides.
+// CONFIG (without one, the dAD paper's defaults), then that paper's flags, then key=value overrides.
 config::RunConfig load_config(const TrainArgs& a) {
   auto overrides = a.seed.overrides();
   const auto given = config::parse_overrides(a.overrides);
@@ -242,8 +244,8 @@ int launch_workers(const TrainArgs& a, const config::RunConfig& cfg, int nproc,
   options.rendezvous_timeout =
       std::chrono::milliseconds(static_cast<std::int64_t>(cfg.parallel.timeout_s * 1000));
   options.environment = env;
-  // The workers read the configuration as this process did: seed 000's flags as the overrides
-  // they stand for, validated here already.
+  // The workers read the configuration as this process did: the dAD paper's flags as the
+  // overrides they stand for, validated here already.
   options.command = {self_executable(), "train"};
   if (!a.config.empty()) options.command.push_back(a.config);
   for (const auto& o : a.seed.overrides()) options.command.push_back(o.key + "=" + o.value);
@@ -322,7 +324,10 @@ int train_in(const TrainArgs& given, const config::RunConfig& cfg, const comm::C
   // (and its file need not exist any more); model.freeze still applies.
   auto trainer_cfg = cfg;
   if (!a.resume.empty()) trainer_cfg.model.init_from.clear();
-  train::Trainer trainer(trainer_cfg, communicator, local_rank);
+  // Reading the data set and the weights to start from: what fails here is an input (Note [Exit codes]).
+  std::optional<train::Trainer> built;
+  checking_inputs([&] { built.emplace(trainer_cfg, communicator, local_rank); });
+  train::Trainer& trainer = *built;
   if (!trainer.device().is_cpu()) {
     logger->info(fmt::format("rank {} trains on {} ({} CUDA device(s) visible)", rank, trainer.device().str(),
                              torch::cuda::device_count()));
@@ -339,8 +344,8 @@ int train_in(const TrainArgs& given, const config::RunConfig& cfg, const comm::C
     trainer.add_callback(std::make_shared<train::EarlyStop>(cfg.train.target_accuracy));
   }
   if (!a.resume.empty()) {
-    const auto checkpoint = load_resume_point(a.resume);
-    trainer.load_state(checkpoint);
+    const auto checkpoint = checking_inputs([&] { return load_resume_point(a.resume); });
+    checking_inputs([&] { trainer.load_state(checkpoint); });
     logger->info(fmt::format("resumed from {} at step {}", a.resume, trainer.step()));
     if (rank == 0) warn_if_repartitioned(checkpoint.metadata(), trainer, a.resume, *logger);
   }
@@ -356,7 +361,26 @@ int train_in(const TrainArgs& given, const config::RunConfig& cfg, const comm::C
     io::write_json_file(run.results_path(), j);
     std::cout << j.dump() << std::endl;
   }
-  return 0;
+  return kExitSuccess;
+}
+
+// What is refused before a run folder is made or a worker starts: the device, how many workers
+// this host starts and how the data is held for them (graph nodes over ranks), and --resume.
+void check_before_start(const TrainArgs& a, const config::RunConfig& cfg, int nproc,
+                        const comm::Environment& env) {
+  train::check_device(cfg.train.device);
+  const bool worker = started_by_a_launcher(env, a);
+  if (!worker) {
+    launch::check_local_workers(nproc, a.oversubscribe);
+    parallel::data_holders(cfg.parallel, nproc);
+  }
+  if (a.max_restarts > 0 && worker) {
+    throw std::invalid_argument(fmt::format(
+        "--max-restarts {}: this process is a worker started by a launcher, which does the restarting; "
+        "give --max-restarts to the launcher (dtrain launch, torchrun) instead",
+        a.max_restarts));
+  }
+  if (!a.resume.empty() && !worker) (void)load_resume_point(a.resume);
 }
 
 int run_worker(const TrainArgs& a, const config::RunConfig& cfg, const comm::Environment& env) {
@@ -410,7 +434,7 @@ int run_worker(const TrainArgs& a, const config::RunConfig& cfg, const comm::Env
     const auto message = error_message(e);
     logger->error(message);
     if (rank != 0) std::cerr << fmt::format("[rank {}/{}] dtrain: error: {}\n", rank, world, message);
-    return 1;
+    return exit_code_for(e);
   }
 }
 
@@ -419,12 +443,12 @@ int run_worker(const TrainArgs& a, const config::RunConfig& cfg, const comm::Env
 Run add_train_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "train",
-      "Train a model from a YAML config, or without one from seed 000's flags (dotted key=value overrides "
-      "after either)");
+      "Train a model from a YAML config, or without one from the dAD paper's flags (dotted key=value "
+      "overrides after either)");
   auto a = std::make_shared<TrainArgs>();
   cmd->add_option("config", a->config,
-                  "YAML configuration file; without it, RunConfig's defaults with the run folder "
-                  "logs/<name>/ (seed 000's)");
+                  "YAML configuration file; without it, the defaults below with the run folder "
+                  "logs/<name>/ (the dAD paper's)");
   cmd->add_option("overrides", a->overrides, "Overrides such as optim.lr=0.01 parallel.strategy=local");
   cmd->add_option("--nproc", a->nproc, "Start this many local workers (default: the config's nproc)")
       ->check(at_least(1));
@@ -442,28 +466,21 @@ Run add_train_command(CLI::App& app) {
   cmd->add_option("--world-size,--num-nodes", a->world_size, "Number of workers")->check(at_least(1));
   cmd->add_option("--master-addr", a->master_addr, "Rendezvous host");
   cmd->add_option("--master-port", a->master_port, "Rendezvous port")->check(CLI::Range(0, 65535));
+  cmd->add_flag("--print-config", a->print_config,
+                "Print the effective configuration (CONFIG, flags and overrides applied, defaults filled in) "
+                "as a run folder's config.yaml holds it, and exit without training");
   a->seed.add_to(*cmd);
-  cmd->footer(registered_names_help());
+  cmd->footer(config_keys_help() + registered_names_help());
   return [a] {
     take_positionals(*a);
-    const auto cfg = load_config(*a);
-    train::check_device(cfg.train.device);  // before any worker starts
+    const auto cfg = checking_inputs([&] { return load_config(*a); });
+    if (a->print_config) {
+      std::cout << config::to_yaml(cfg) << std::flush;
+      return kExitSuccess;
+    }
     const auto env = config::process_environment();
     const int nproc = a->nproc > 0 ? a->nproc : cfg.nproc;
-    // How many workers this host starts, and how the data is held for them (graph nodes over
-    // ranks): before any worker starts or any folder is made.
-    if (!started_by_a_launcher(env, *a)) {
-      launch::check_local_workers(nproc, a->oversubscribe);
-      parallel::data_holders(cfg.parallel, nproc);
-    }
-    if (a->max_restarts > 0 && started_by_a_launcher(env, *a)) {
-      throw std::invalid_argument(fmt::format(
-          "--max-restarts {}: this process is a worker started by a launcher, which does the restarting; "
-          "give --max-restarts to the launcher (dtrain launch, torchrun) instead",
-          a->max_restarts));
-    }
-    // A --resume that does not load is refused before a run folder is made or a worker starts.
-    if (!a->resume.empty() && !started_by_a_launcher(env, *a)) (void)load_resume_point(a->resume);
+    checking_inputs([&] { check_before_start(*a, cfg, nproc, env); });
     if (!started_by_a_launcher(env, *a) && (nproc > 1 || a->max_restarts > 0))
       return launch_workers(*a, cfg, nproc, env);
     return run_worker(*a, cfg, env);

@@ -81,22 +81,25 @@ class ChoiceSet {
 };
 
 // Visits every option of a struct. Readers assign, writers read (they never modify), and key
-// collectors and comparisons only look at the addresses.
+// collectors and comparisons only look at the addresses. `help` is the option's line in
+// `dtrain train --help`, which lists every key from this same description.
 class OptionVisitor {
  public:
   virtual ~OptionVisitor() = default;
-  virtual void integer(const char* key, int& value, IntRange range) = 0;
-  virtual void integer(const char* key, std::int64_t& value, IntRange range) = 0;
-  virtual void integer(const char* key, std::uint64_t& value, IntRange range) = 0;
-  virtual void number(const char* key, double& value, Range range) = 0;
-  virtual void boolean(const char* key, bool& value) = 0;
-  virtual void choice(const char* key, std::string& value, const ChoiceSet& allowed) = 0;
-  virtual void text(const char* key, std::string& value, Text rule) = 0;
-  virtual void int_list(const char* key, std::vector<int>& value, std::int64_t min, bool allow_empty) = 0;
-  virtual void int_list(const char* key, std::vector<std::int64_t>& value, std::int64_t min,
-                        bool allow_empty) = 0;
+  virtual void integer(const char* key, int& value, IntRange range, const char* help = "") = 0;
+  virtual void integer(const char* key, std::int64_t& value, IntRange range, const char* help = "") = 0;
+  virtual void integer(const char* key, std::uint64_t& value, IntRange range, const char* help = "") = 0;
+  virtual void number(const char* key, double& value, Range range, const char* help = "") = 0;
+  virtual void boolean(const char* key, bool& value, const char* help = "") = 0;
+  virtual void choice(const char* key, std::string& value, const ChoiceSet& allowed,
+                      const char* help = "") = 0;
+  virtual void text(const char* key, std::string& value, Text rule, const char* help = "") = 0;
+  virtual void int_list(const char* key, std::vector<int>& value, std::int64_t min, bool allow_empty,
+                        const char* help = "") = 0;
+  virtual void int_list(const char* key, std::vector<std::int64_t>& value, std::int64_t min, bool allow_empty,
+                        const char* help = "") = 0;
   // A sequence of non-empty strings (model.freeze's name patterns); empty allowed.
-  virtual void text_list(const char* key, std::vector<std::string>& value) = 0;
+  virtual void text_list(const char* key, std::vector<std::string>& value, const char* help = "") = 0;
   // A nested section. `unused` is null when the section applies to this configuration; otherwise
   // it says why not ("options of strategy data_parallel, but parallel.strategy is local"):
   // readers refuse the section with that reason when it is given, writers leave it out.

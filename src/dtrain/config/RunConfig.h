@@ -65,7 +65,7 @@ struct ModelConfig {
   double mlp_ratio = 2.0;             // vit, transformer
   double dropout = 0.0;
   std::string task = "classifier";  // transformer: classifier | lm
-  // dinnocnn (seed 001's CNN): one ReLU convolution, 2x2 max pool, two linear layers
+  // dinnocnn (DiNNO's CNN): one ReLU convolution, 2x2 max pool, two linear layers
   int num_filters = 3;
   int kernel_size = 5;
   int linear_width = 64;
@@ -82,11 +82,11 @@ struct ModelConfig {
 struct SchedulerConfig {
   // registered by optim/: constant, step, cosine, linear, log
   std::string name = "constant";
-  int step_size = 30;     // step: epochs between decays (seed 004: x0.1 every 30 epochs)
+  int step_size = 30;     // step: epochs between decays (the DDP tutorial: x0.1 every 30)
   double gamma = 0.1;     // step
   int warmup_steps = 0;   // linear warm-up from 0 to lr, before any schedule
   double final_lr = 0.0;  // cosine, linear, log: the rate at the end of training
-  double mu = 0.001;      // inverse: lr_k = lr_{k-1} (1 - mu lr_{k-1}) (seed 001's DSGD)
+  double mu = 0.001;      // inverse: lr_k = lr_{k-1} (1 - mu lr_{k-1}) (DiNNO's DSGD)
 };
 
 struct OptimConfig {
@@ -127,8 +127,8 @@ struct TrainConfig {
   std::int64_t max_steps = 0;         // 0 = run all epochs
   std::int64_t eval_every_steps = 0;  // 0 = evaluate at each epoch end only
   int eval_every_epochs = 1;          // 0 = not at epoch ends
-  bool eval_at_start = false;         // also evaluate before the first step (seed 001 does)
-  // false: evaluation lines go to the run's log file but not to the console (seed 001's
+  bool eval_at_start = false;         // also evaluate before the first step (DiNNO does)
+  // false: evaluation lines go to the run's log file but not to the console (DiNNO's
   // verbose_evals: false).
   bool log_evals = true;
   std::int64_t log_every_steps = 50;
@@ -146,7 +146,7 @@ struct TrainConfig {
 struct RunConfig {
   std::string name = "run";
   std::string out_dir = "runs";  // where run folders are made
-  // dated: <out_dir>/<YYYYmmdd-HHMMSS>_<name>/, a new folder every run; named: seed 000's
+  // dated: <out_dir>/<YYYYmmdd-HHMMSS>_<name>/, a new folder every run; named: the dAD paper's
   // <out_dir>/<name>/, refused when an earlier run left it, unless --resume continues that run.
   std::string run_folder = "dated";
   int nproc = 1;  // workers started by `dtrain train --nproc` (the config's default)

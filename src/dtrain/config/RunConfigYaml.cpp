@@ -25,12 +25,14 @@ RunConfig& for_reading(const RunConfig& config) {
 // Calls set(key, value) for every applicable option and opens/closes sections; T is the tree type.
 class TreeWriter : public OptionVisitor {
  public:
-  void integer(const char* key, int& value, IntRange) override { put(key, value); }
-  void integer(const char* key, std::int64_t& value, IntRange) override { put(key, value); }
-  void integer(const char* key, std::uint64_t& value, IntRange) override { put(key, value); }
-  void boolean(const char* key, bool& value) override { put(key, value); }
-  void choice(const char* key, std::string& value, const ChoiceSet&) override { put(key, value); }
-  void text(const char* key, std::string& value, Text) override { put(key, value); }
+  void integer(const char* key, int& value, IntRange, const char*) override { put(key, value); }
+  void integer(const char* key, std::int64_t& value, IntRange, const char*) override { put(key, value); }
+  void integer(const char* key, std::uint64_t& value, IntRange, const char*) override { put(key, value); }
+  void boolean(const char* key, bool& value, const char*) override { put(key, value); }
+  void choice(const char* key, std::string& value, const ChoiceSet&, const char*) override {
+    put(key, value);
+  }
+  void text(const char* key, std::string& value, Text, const char*) override { put(key, value); }
 
  protected:
   virtual void put(const char* key, int value) = 0;
@@ -46,14 +48,19 @@ class YamlWriter final : public TreeWriter {
 
   YamlWriter() { stack_.push_back(root); }
 
-  void number(const char* key, double& value, Range) override {
+  void number(const char* key, double& value, Range, const char*) override {
     set(key, YAML::Node(detail::format_double(value)));
   }
-  void int_list(const char* key, std::vector<int>& values, std::int64_t, bool) override { list(key, values); }
-  void int_list(const char* key, std::vector<std::int64_t>& values, std::int64_t, bool) override {
+  void int_list(const char* key, std::vector<int>& values, std::int64_t, bool, const char*) override {
     list(key, values);
   }
-  void text_list(const char* key, std::vector<std::string>& values) override { list(key, values); }
+  void int_list(const char* key, std::vector<std::int64_t>& values, std::int64_t, bool,
+                const char*) override {
+    list(key, values);
+  }
+  void text_list(const char* key, std::vector<std::string>& values, const char*) override {
+    list(key, values);
+  }
   void section(const char* key, const std::function<void()>& body, const char* unused) override {
     if (unused) return;
     YAML::Node child(YAML::NodeType::Map);
@@ -86,14 +93,15 @@ class JsonWriter final : public TreeWriter {
 
   JsonWriter() { stack_.push_back(&root); }
 
-  void number(const char* key, double& value, Range) override { (*stack_.back())[key] = value; }
-  void int_list(const char* key, std::vector<int>& values, std::int64_t, bool) override {
+  void number(const char* key, double& value, Range, const char*) override { (*stack_.back())[key] = value; }
+  void int_list(const char* key, std::vector<int>& values, std::int64_t, bool, const char*) override {
     (*stack_.back())[key] = values;
   }
-  void int_list(const char* key, std::vector<std::int64_t>& values, std::int64_t, bool) override {
+  void int_list(const char* key, std::vector<std::int64_t>& values, std::int64_t, bool,
+                const char*) override {
     (*stack_.back())[key] = values;
   }
-  void text_list(const char* key, std::vector<std::string>& values) override {
+  void text_list(const char* key, std::vector<std::string>& values, const char*) override {
     (*stack_.back())[key] = values;
   }
   void section(const char* key, const std::function<void()>& body, const char* unused) override {
@@ -123,18 +131,22 @@ class FieldCollector final : public OptionVisitor {
   std::vector<FieldPtr> fields;
   std::vector<std::string> keys;
 
-  void integer(const char* key, int& value, IntRange) override { add(key, &value); }
-  void integer(const char* key, std::int64_t& value, IntRange) override { add(key, &value); }
-  void integer(const char* key, std::uint64_t& value, IntRange) override { add(key, &value); }
-  void number(const char* key, double& value, Range) override { add(key, &value); }
-  void boolean(const char* key, bool& value) override { add(key, &value); }
-  void choice(const char* key, std::string& value, const ChoiceSet&) override { add(key, &value); }
-  void text(const char* key, std::string& value, Text) override { add(key, &value); }
-  void int_list(const char* key, std::vector<int>& value, std::int64_t, bool) override { add(key, &value); }
-  void int_list(const char* key, std::vector<std::int64_t>& value, std::int64_t, bool) override {
+  void integer(const char* key, int& value, IntRange, const char*) override { add(key, &value); }
+  void integer(const char* key, std::int64_t& value, IntRange, const char*) override { add(key, &value); }
+  void integer(const char* key, std::uint64_t& value, IntRange, const char*) override { add(key, &value); }
+  void number(const char* key, double& value, Range, const char*) override { add(key, &value); }
+  void boolean(const char* key, bool& value, const char*) override { add(key, &value); }
+  void choice(const char* key, std::string& value, const ChoiceSet&, const char*) override {
     add(key, &value);
   }
-  void text_list(const char* key, std::vector<std::string>& value) override { add(key, &value); }
+  void text(const char* key, std::string& value, Text, const char*) override { add(key, &value); }
+  void int_list(const char* key, std::vector<int>& value, std::int64_t, bool, const char*) override {
+    add(key, &value);
+  }
+  void int_list(const char* key, std::vector<std::int64_t>& value, std::int64_t, bool, const char*) override {
+    add(key, &value);
+  }
+  void text_list(const char* key, std::vector<std::string>& value, const char*) override { add(key, &value); }
   void section(const char* key, const std::function<void()>& body, const char*) override {
     keys.push_back(prefix_ + key);
     const auto saved = prefix_;
@@ -148,6 +160,58 @@ class FieldCollector final : public OptionVisitor {
   void add(const char* key, const T* value) {
     keys.push_back(prefix_ + key);
     fields.emplace_back(value);
+  }
+  std::string prefix_;
+};
+
+// Every option's dotted key, default and help, in description order; every section counts, so a
+// strategy's options are listed whichever strategy is the default.
+class HelpCollector final : public OptionVisitor {
+ public:
+  std::vector<KeyHelp> keys;
+
+  void integer(const char* key, int& value, IntRange, const char* help) override { add(key, value, help); }
+  void integer(const char* key, std::int64_t& value, IntRange, const char* help) override {
+    add(key, value, help);
+  }
+  void integer(const char* key, std::uint64_t& value, IntRange, const char* help) override {
+    add(key, value, help);
+  }
+  void number(const char* key, double& value, Range, const char* help) override {
+    add(key, detail::format_double(value), help);
+  }
+  void boolean(const char* key, bool& value, const char* help) override { add(key, value, help); }
+  void choice(const char* key, std::string& value, const ChoiceSet& allowed, const char* help) override {
+    add(key, value, help);
+    keys.back().allowed = allowed.list();
+  }
+  void text(const char* key, std::string& value, Text, const char* help) override { add(key, value, help); }
+  void int_list(const char* key, std::vector<int>& value, std::int64_t, bool, const char* help) override {
+    add(key, value, help);
+  }
+  void int_list(const char* key, std::vector<std::int64_t>& value, std::int64_t, bool,
+                const char* help) override {
+    add(key, value, help);
+  }
+  void text_list(const char* key, std::vector<std::string>& value, const char* help) override {
+    add(key, value, help);
+  }
+  void section(const char* key, const std::function<void()>& body, const char*) override {
+    const auto saved = prefix_;
+    prefix_ += std::string(key) + ".";
+    body();
+    prefix_ = saved;
+  }
+
+ private:
+  // The default as config.yaml writes it: `""` for an empty string, `[1, 28, 28]` for a list.
+  template <class T>
+  void add(const char* key, const T& value, const char* help) {
+    YAML::Node node(value);
+    if (node.IsSequence()) node.SetStyle(YAML::EmitterStyle::Flow);
+    YAML::Emitter out;
+    out << node;
+    keys.push_back(KeyHelp{prefix_ + key, out.c_str(), help ? help : "", ""});
   }
   std::string prefix_;
 };
@@ -215,6 +279,13 @@ nlohmann::json to_json(const RunConfig& config) {
 
 std::vector<std::string> config_keys() {
   return all_keys();
+}
+
+std::vector<KeyHelp> config_key_help() {
+  HelpCollector collector;
+  RunConfig defaults;
+  describe_run(collector, defaults);
+  return collector.keys;
 }
 
 bool operator==(const RunConfig& a, const RunConfig& b) {

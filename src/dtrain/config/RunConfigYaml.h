@@ -43,6 +43,17 @@ nlohmann::json to_json(const RunConfig& config);
 // --help and for suggestions.
 std::vector<std::string> config_keys();
 
+// One option as `dtrain train --help` lists it.
+struct KeyHelp {
+  std::string key;           // "train.max_steps"
+  std::string default_text;  // the default as config.yaml writes it: 0, fp32, "", [1, 28, 28]
+  std::string help;          // one line; empty where the layer that registers the option gives none
+  std::string allowed;       // a choice's names, "pad, drop, join"; empty for other options
+};
+// Every option of the schema (the keys that hold a value, not the sections), with its default and
+// help, in the order of config_keys(): the same description the reader validates against.
+std::vector<KeyHelp> config_key_help();
+
 bool operator==(const RunConfig& a, const RunConfig& b);
 inline bool operator!=(const RunConfig& a, const RunConfig& b) {
   return !(a == b);

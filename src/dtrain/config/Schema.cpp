@@ -35,85 +35,102 @@ const ChoiceSet& registered(const char* key) {
 }
 
 void describe_data(OptionVisitor& v, DataConfig& d) {
-  v.choice("dataset", d.dataset, registered(kDatasetKey));
-  v.text("root", d.root, Text::Any);
-  v.choice("partition", d.partition, registered(kPartitionKey));
-  v.integer("classes_per_rank", d.classes_per_rank, at_least(0));
-  v.number("dirichlet_alpha", d.dirichlet_alpha, kPositive);
-  v.integer("num_folds", d.num_folds, at_least(2));
-  v.integer("fold", d.fold, IntRange{0, std::max<std::int64_t>(0, std::int64_t{d.num_folds} - 1)});
-  v.integer("subset_size", d.subset_size, at_least(0));
-  v.integer("test_subset_size", d.test_subset_size, at_least(0));
-  v.integer("batch_size", d.batch_size, at_least(1));
-  v.integer("eval_batch_size", d.eval_batch_size, at_least(1));
-  v.boolean("drop_last", d.drop_last);
-  v.choice("equalize", d.equalize, kEqualize);
-  v.boolean("normalize", d.normalize);
-  v.integer("random_crop_padding", d.random_crop_padding, at_least(0));
-  v.boolean("horizontal_flip", d.horizontal_flip);
-  v.integer("image_size", d.image_size, at_least(1));
-  v.int_list("synthetic_shape", d.synthetic_shape, 1, /*allow_empty=*/false);
-  v.integer("synthetic_classes", d.synthetic_classes, at_least(1));
-  v.integer("synthetic_size", d.synthetic_size, at_least(1));
-  v.text("text_path", d.text_path, Text::Any);
-  v.integer("seq_len", d.seq_len, at_least(1));
-  v.integer("loader_threads", d.loader_threads, at_least(0));
-  v.integer("prefetch", d.prefetch, at_least(0));
+  v.choice("dataset", d.dataset, registered(kDatasetKey), "The data set (Data sets below)");
+  v.text("root", d.root, Text::Any, "Where its files are; \"\" = the data set's default folder");
+  v.choice("partition", d.partition, registered(kPartitionKey),
+           "How the training set is split over workers (Partitions below)");
+  v.integer("classes_per_rank", d.classes_per_rank, at_least(0),
+            "hetero: classes each worker (graph node) holds; 0 = the classes split evenly");
+  v.number("dirichlet_alpha", d.dirichlet_alpha, kPositive,
+           "dirichlet: concentration; smaller = more skewed class mixes");
+  v.integer("num_folds", d.num_folds, at_least(2), "kfold: K, the number of folds");
+  v.integer("fold", d.fold, IntRange{0, std::max<std::int64_t>(0, std::int64_t{d.num_folds} - 1)},
+            "kfold: the held-out fold, in [0, num_folds)");
+  v.integer("subset_size", d.subset_size, at_least(0),
+            "Use the first N training samples, before partitioning (0 = all)");
+  v.integer("test_subset_size", d.test_subset_size, at_least(0),
+            "Evaluate on the first N test samples (0 = all)");
+  v.integer("batch_size", d.batch_size, at_least(1), "Training samples per batch, per worker");
+  v.integer("eval_batch_size", d.eval_batch_size, at_least(1), "Evaluation samples per batch, per worker");
+  v.boolean("drop_last", d.drop_last, "Drop each epoch's last, incomplete batch");
+  v.choice("equalize", d.equalize, kEqualize,
+           "Shares of unequal size: pad (repeat samples, as DistributedSampler), drop, or join");
+  v.boolean("normalize", d.normalize, "Normalise each channel by the data set's mean and std");
+  v.integer("random_crop_padding", d.random_crop_padding, at_least(0),
+            "Pad by this many pixels and crop randomly back (0 = no random crop)");
+  v.boolean("horizontal_flip", d.horizontal_flip, "Flip training images horizontally at random");
+  v.integer("image_size", d.image_size, at_least(1), "image-folder: images are resized to this square");
+  v.int_list("synthetic_shape", d.synthetic_shape, 1, /*allow_empty=*/false,
+             "synthetic: the shape of one sample, e.g. [3, 32, 32]");
+  v.integer("synthetic_classes", d.synthetic_classes, at_least(1), "synthetic: number of classes");
+  v.integer("synthetic_size", d.synthetic_size, at_least(1), "synthetic: number of training samples");
+  v.text("text_path", d.text_path, Text::Any, "text: the text file of the character-level language model");
+  v.integer("seq_len", d.seq_len, at_least(1), "text: characters per training sequence");
+  v.integer("loader_threads", d.loader_threads, at_least(0),
+            "Threads preparing batches per worker (0 = on the training thread)");
+  v.integer("prefetch", d.prefetch, at_least(0), "Batches prepared ahead per loader");
 }
 
 void describe_model(OptionVisitor& v, ModelConfig& m) {
-  v.choice("name", m.name, registered(kModelKey));
-  v.int_list("hidden", m.hidden, 1, /*allow_empty=*/true);
-  v.choice("activation", m.activation, kActivations);
-  v.choice("stem", m.stem, kStems);
-  v.integer("patch", m.patch, at_least(1));
-  v.integer("dim", m.dim, at_least(1));
-  v.integer("depth", m.depth, at_least(1));
-  v.integer("heads", m.heads, at_least(1));
-  v.number("mlp_ratio", m.mlp_ratio, kPositive);
-  v.number("dropout", m.dropout, kUnitOpen);
-  v.choice("task", m.task, kTasks);
-  v.integer("num_filters", m.num_filters, at_least(1));
-  v.integer("kernel_size", m.kernel_size, at_least(1));
-  v.integer("linear_width", m.linear_width, at_least(1));
-  v.text("init_from", m.init_from, Text::Any);
-  v.boolean("init_strict", m.init_strict);
-  v.text_list("freeze", m.freeze);
+  v.choice("name", m.name, registered(kModelKey), "The model (Models below)");
+  v.int_list("hidden", m.hidden, 1, /*allow_empty=*/true, "mlp: widths of the hidden layers");
+  v.choice("activation", m.activation, kActivations, "mlp: the activation between layers");
+  v.choice("stem", m.stem, kStems, "resnet: cifar (3x3 convolution) or imagenet (7x7 and max pool)");
+  v.integer("patch", m.patch, at_least(1), "vit: patch size in pixels");
+  v.integer("dim", m.dim, at_least(1), "vit, transformer: embedding width");
+  v.integer("depth", m.depth, at_least(1), "vit, transformer: number of blocks");
+  v.integer("heads", m.heads, at_least(1), "vit, transformer: attention heads");
+  v.number("mlp_ratio", m.mlp_ratio, kPositive, "vit, transformer: MLP width as a multiple of dim");
+  v.number("dropout", m.dropout, kUnitOpen, "Dropout probability");
+  v.choice("task", m.task, kTasks, "transformer: classifier, or lm (next-character prediction)");
+  v.integer("num_filters", m.num_filters, at_least(1), "dinnocnn: filters of its convolution");
+  v.integer("kernel_size", m.kernel_size, at_least(1), "dinnocnn: kernel size of its convolution");
+  v.integer("linear_width", m.linear_width, at_least(1), "dinnocnn: width of its hidden linear layer");
+  v.text("init_from", m.init_from, Text::Any,
+         "Start from the weights of this checkpoint, run folder or model.pt (\"\" = from train.seed)");
+  v.boolean("init_strict", m.init_strict,
+            "init_from: every parameter must be found with its shape (false: load what matches)");
+  v.text_list("freeze", m.freeze, "Glob patterns of parameter names not trained, e.g. [\"layers.0.*\"]");
 }
 
 void describe_scheduler(OptionVisitor& v, SchedulerConfig& s) {
-  v.choice("name", s.name, registered(kScheduleKey));
-  v.integer("step_size", s.step_size, at_least(1));
-  v.number("gamma", s.gamma, kPositive);
-  v.integer("warmup_steps", s.warmup_steps, at_least(0));
-  v.number("final_lr", s.final_lr, kNonNegative);
-  v.number("mu", s.mu, kNonNegative);
+  v.choice("name", s.name, registered(kScheduleKey), "The learning-rate schedule (Schedules below)");
+  v.integer("step_size", s.step_size, at_least(1), "step: epochs between decays");
+  v.number("gamma", s.gamma, kPositive, "step: the factor of each decay");
+  v.integer("warmup_steps", s.warmup_steps, at_least(0),
+            "Linear warm-up from 0 to optim.lr, before any schedule");
+  v.number("final_lr", s.final_lr, kNonNegative, "cosine, linear, log: the rate at the end of training");
+  v.number("mu", s.mu, kNonNegative, "inverse: lr_k = lr_{k-1} (1 - mu lr_{k-1}), DiNNO's DSGD decay");
 }
 
 void describe_optim(OptionVisitor& v, OptimConfig& o) {
-  v.choice("name", o.name, registered(kOptimizerKey));
-  v.number("lr", o.lr, kPositive);
-  v.number("momentum", o.momentum, kNonNegative);
-  v.boolean("nesterov", o.nesterov);
-  v.number("weight_decay", o.weight_decay, kNonNegative);
-  v.number("beta1", o.beta1, kUnitOpen);
-  v.number("beta2", o.beta2, kUnitOpen);
-  v.number("eps", o.eps, kPositive);
-  v.integer("lbfgs_history", o.lbfgs_history, at_least(1));
-  v.integer("lbfgs_max_iter", o.lbfgs_max_iter, at_least(1));
-  v.choice("lbfgs_line_search", o.lbfgs_line_search, kLineSearches);
-  v.choice("loss", o.loss, registered(kLossKey));
+  v.choice("name", o.name, registered(kOptimizerKey), "The optimizer (Optimizers below)");
+  v.number("lr", o.lr, kPositive, "Learning rate");
+  v.number("momentum", o.momentum, kNonNegative, "sgd: momentum");
+  v.boolean("nesterov", o.nesterov, "sgd: Nesterov momentum");
+  v.number("weight_decay", o.weight_decay, kNonNegative, "L2 penalty (adamw: decoupled weight decay)");
+  v.number("beta1", o.beta1, kUnitOpen, "adam, adamw: decay of the first moment");
+  v.number("beta2", o.beta2, kUnitOpen, "adam, adamw: decay of the second moment");
+  v.number("eps", o.eps, kPositive, "adam, adamw: added to the denominator");
+  v.integer("lbfgs_history", o.lbfgs_history, at_least(1), "lbfgs: update pairs kept");
+  v.integer("lbfgs_max_iter", o.lbfgs_max_iter, at_least(1), "lbfgs: iterations per step");
+  v.choice("lbfgs_line_search", o.lbfgs_line_search, kLineSearches, "lbfgs: line search");
+  v.choice("loss", o.loss, registered(kLossKey), "The loss (Losses below)");
   v.section("scheduler", [&] { describe_scheduler(v, o.scheduler); });
 }
 
 void describe_parallel(OptionVisitor& v, ParallelConfig& p) {
-  v.choice("strategy", p.strategy, registered(kStrategyKey));
-  v.choice("backend", p.backend, kBackends);
-  v.integer("accumulation_steps", p.accumulation_steps, at_least(1));
-  v.number("timeout_s", p.timeout_s, kPositive);
-  v.integer("poll_wait_us", p.poll_wait_us, at_least(0));
-  v.integer("gloo_threads", p.gloo_threads, at_least(1));
-  v.choice("debug", p.debug, kDebugModes);
+  v.choice("strategy", p.strategy, registered(kStrategyKey),
+           "How workers share the training (Strategies below; each one's options are parallel.<strategy>.*)");
+  v.choice("backend", p.backend, kBackends, "Communication backend; auto picks from the job's layout");
+  v.integer("accumulation_steps", p.accumulation_steps, at_least(1),
+            "Micro-batches per optimizer step; communicate on the last only");
+  v.number("timeout_s", p.timeout_s, kPositive, "Seconds the rendezvous and every collective may take");
+  v.integer("poll_wait_us", p.poll_wait_us, at_least(0),
+            "Microseconds a collective is polled for before the wait blocks");
+  v.integer("gloo_threads", p.gloo_threads, at_least(1), "gloo: worker threads of the process group");
+  v.choice("debug", p.debug, kDebugModes,
+           "detail: compare every collective between ranks before it runs (TORCH_DISTRIBUTED_DEBUG=DETAIL)");
   // Each strategy's own section; only those the chosen strategy reads apply (read after `strategy`).
   const Choice* chosen = registered(kStrategyKey).find(p.strategy);
   for (const auto& name : p.options.names()) {
@@ -128,29 +145,38 @@ void describe_parallel(OptionVisitor& v, ParallelConfig& p) {
 }
 
 void describe_train(OptionVisitor& v, TrainConfig& t) {
-  v.integer("epochs", t.epochs, at_least(1));
-  v.integer("max_steps", t.max_steps, at_least(0));
-  v.integer("eval_every_steps", t.eval_every_steps, at_least(0));
-  v.integer("eval_every_epochs", t.eval_every_epochs, at_least(0));
-  v.boolean("eval_at_start", t.eval_at_start);
-  v.boolean("log_evals", t.log_evals);
-  v.integer("log_every_steps", t.log_every_steps, at_least(1));
-  v.number("target_accuracy", t.target_accuracy, kUnitClosed);
-  v.integer("checkpoint_every_steps", t.checkpoint_every_steps, at_least(0));
-  v.integer("checkpoint_every_epochs", t.checkpoint_every_epochs, at_least(0));
-  v.integer("seed", t.seed, IntRange{0, std::numeric_limits<std::int64_t>::max()});
-  v.integer("threads", t.threads, at_least(0));
-  v.choice("device", t.device, kDevices);
-  v.choice("precision", t.precision, kPrecisions);
+  v.integer("epochs", t.epochs, at_least(1), "Passes over the training set");
+  v.integer("max_steps", t.max_steps, at_least(0),
+            "Stop after this many optimizer steps (0 = run all epochs)");
+  v.integer("eval_every_steps", t.eval_every_steps, at_least(0),
+            "Evaluate every N steps (0 = at epoch ends only)");
+  v.integer("eval_every_epochs", t.eval_every_epochs, at_least(0),
+            "Evaluate every N epochs (0 = not at epoch ends)");
+  v.boolean("eval_at_start", t.eval_at_start, "Also evaluate before the first step");
+  v.boolean("log_evals", t.log_evals, "Print evaluation lines on the console (false: the run's log only)");
+  v.integer("log_every_steps", t.log_every_steps, at_least(1), "Log the training loss every N steps");
+  v.number("target_accuracy", t.target_accuracy, kUnitClosed,
+           "Stop when test top-1 accuracy reaches this (0 = never)");
+  v.integer("checkpoint_every_steps", t.checkpoint_every_steps, at_least(0),
+            "Checkpoint every N steps (0 = not by steps)");
+  v.integer("checkpoint_every_epochs", t.checkpoint_every_epochs, at_least(0),
+            "Checkpoint every N epochs (0 = only at the end)");
+  v.integer("seed", t.seed, IntRange{0, std::numeric_limits<std::int64_t>::max()},
+            "Random seed of weights, data order and augmentation");
+  v.integer("threads", t.threads, at_least(0), "Intra-op threads per worker (0 = cores / local workers)");
+  v.choice("device", t.device, kDevices, "cpu or cuda");
+  v.choice("precision", t.precision, kPrecisions,
+           "fp32, bf16 (autocast), or fp16 (dynamic loss scaling); master weights stay fp32");
 }
 
 }  // namespace
 
 void describe_run(OptionVisitor& v, RunConfig& c) {
-  v.text("name", c.name, Text::Name);
-  v.text("out_dir", c.out_dir, Text::NonEmpty);
-  v.choice("run_folder", c.run_folder, kRunFolders);
-  v.integer("nproc", c.nproc, at_least(1));
+  v.text("name", c.name, Text::Name, "The run's name, which its folder is named after");
+  v.text("out_dir", c.out_dir, Text::NonEmpty, "Where run folders are made");
+  v.choice("run_folder", c.run_folder, kRunFolders,
+           "dated: <out_dir>/<date-time>_<name>/, new every run; named: <out_dir>/<name>/, once");
+  v.integer("nproc", c.nproc, at_least(1), "Local workers dtrain train starts (--nproc overrides it)");
   v.section("data", [&] { describe_data(v, c.data); });
   v.section("model", [&] { describe_model(v, c.model); });
   v.section("optim", [&] { describe_optim(v, c.optim); });

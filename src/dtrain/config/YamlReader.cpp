@@ -68,7 +68,7 @@ void YamlReader::read_integer(const char* key, T& out, const IntRange& range) {
   out = static_cast<T>(v);
 }
 
-void YamlReader::number(const char* key, double& out, Range range) {
+void YamlReader::number(const char* key, double& out, Range range, const char*) {
   const auto node = value(key);
   if (!node) return;
   const auto scalar = plain_scalar(*node);
@@ -79,7 +79,7 @@ void YamlReader::number(const char* key, double& out, Range range) {
   out = *parsed;
 }
 
-void YamlReader::boolean(const char* key, bool& out) {
+void YamlReader::boolean(const char* key, bool& out, const char*) {
   const auto node = value(key);
   if (!node) return;
   const auto scalar = plain_scalar(*node);
@@ -88,7 +88,7 @@ void YamlReader::boolean(const char* key, bool& out) {
   out = *parsed;
 }
 
-void YamlReader::choice(const char* key, std::string& out, const ChoiceSet& allowed) {
+void YamlReader::choice(const char* key, std::string& out, const ChoiceSet& allowed, const char*) {
   const auto node = value(key);
   if (!node) return;
   const std::string text = node->IsScalar() ? node->Scalar() : "";
@@ -102,7 +102,7 @@ void YamlReader::choice(const char* key, std::string& out, const ChoiceSet& allo
   out = *canonical;
 }
 
-void YamlReader::text(const char* key, std::string& out, Text rule) {
+void YamlReader::text(const char* key, std::string& out, Text rule, const char*) {
   const auto node = value(key);
   if (!node) return;
   if (!node->IsScalar() && !node->IsNull()) fail(*node, key, "expected a string, found " + found(*node));
@@ -137,7 +137,7 @@ void YamlReader::read_int_list(const char* key, std::vector<T>& out, std::int64_
   out = std::move(values);
 }
 
-void YamlReader::text_list(const char* key, std::vector<std::string>& out) {
+void YamlReader::text_list(const char* key, std::vector<std::string>& out, const char*) {
   const auto node = value(key);
   if (!node) return;
   const std::string expected = "expected a sequence of non-empty strings, e.g. [\"layers.0.*\"]; found ";

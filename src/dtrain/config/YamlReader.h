@@ -21,25 +21,28 @@ class YamlReader final : public OptionVisitor {
   YamlReader(const YAML::Node& root, std::string source, const std::vector<Override>& overrides,
              std::vector<std::string> all_keys);
 
-  void integer(const char* key, int& value, IntRange range) override { read_integer(key, value, range); }
-  void integer(const char* key, std::int64_t& value, IntRange range) override {
+  void integer(const char* key, int& value, IntRange range, const char*) override {
     read_integer(key, value, range);
   }
-  void integer(const char* key, std::uint64_t& value, IntRange range) override {
+  void integer(const char* key, std::int64_t& value, IntRange range, const char*) override {
     read_integer(key, value, range);
   }
-  void number(const char* key, double& value, Range range) override;
-  void boolean(const char* key, bool& value) override;
-  void choice(const char* key, std::string& value, const ChoiceSet& allowed) override;
-  void text(const char* key, std::string& value, Text rule) override;
-  void int_list(const char* key, std::vector<int>& value, std::int64_t min, bool allow_empty) override {
+  void integer(const char* key, std::uint64_t& value, IntRange range, const char*) override {
+    read_integer(key, value, range);
+  }
+  void number(const char* key, double& value, Range range, const char*) override;
+  void boolean(const char* key, bool& value, const char*) override;
+  void choice(const char* key, std::string& value, const ChoiceSet& allowed, const char*) override;
+  void text(const char* key, std::string& value, Text rule, const char*) override;
+  void int_list(const char* key, std::vector<int>& value, std::int64_t min, bool allow_empty,
+                const char*) override {
     read_int_list(key, value, min, allow_empty);
   }
-  void int_list(const char* key, std::vector<std::int64_t>& value, std::int64_t min,
-                bool allow_empty) override {
+  void int_list(const char* key, std::vector<std::int64_t>& value, std::int64_t min, bool allow_empty,
+                const char*) override {
     read_int_list(key, value, min, allow_empty);
   }
-  void text_list(const char* key, std::vector<std::string>& value) override;
+  void text_list(const char* key, std::vector<std::string>& value, const char*) override;
   void section(const char* key, const std::function<void()>& body, const char* unused) override;
 
   // Checks the root's own keys; sections check theirs when they close. `top_keys` lists them for
