@@ -22,7 +22,6 @@
 #include "support/ThreadWorld.h"
 
 namespace dtrain::parallel::pipeline {
-namespace dtrain::parallel::pipeline {
 namespace {
 
 using Pass = PipelineAction::Pass;
