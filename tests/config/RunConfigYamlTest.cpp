@@ -318,9 +318,10 @@ TEST(RunConfigYaml, KeyHelpListsEveryOptionWithTheDefaultConfigYamlWrites) {
   EXPECT_EQ(listed, options);
   const YAML::Node written = to_yaml_node(RunConfig{});
   for (const auto& k : help) {
-    if (k.key.rfind("parallel.", 0) == 0 && std::count(k.key.begin(), k.key.end(), '.') > 1) continue;
     EXPECT_FALSE(k.help.empty()) << k.key << " has no help";
     EXPECT_EQ(k.help.find('\n'), std::string::npos) << k.key;
+    // config.yaml writes only the chosen strategy's section.
+    if (k.key.rfind("parallel.", 0) == 0 && std::count(k.key.begin(), k.key.end(), '.') > 1) continue;
     YAML::Emitter value;
     value << YAML::Flow << value_at(written, k.key);
     EXPECT_EQ(k.default_text, value.c_str()) << k.key;

@@ -47,7 +47,7 @@ std::vector<std::string> config_keys();
 struct KeyHelp {
   std::string key;           // "train.max_steps"
   std::string default_text;  // the default as config.yaml writes it: 0, fp32, "", [1, 28, 28]
-  std::string help;          // one line; empty where the layer that registers the option gives none
+  std::string help;          // one line
   std::string allowed;       // a choice's names, "pad, drop, join"; empty for other options
 };
 // Every option of the schema (the keys that hold a value, not the sections), with its default and

@@ -46,12 +46,17 @@ std::string describe_choice(LayerMethod chosen, const LayerShape& shape, int ran
 }  // namespace
 
 void describe_options(config::OptionVisitor& v, DadOptions& o) {
-  v.integer("rank", o.rank, config::at_least(1));
-  v.integer("power_iterations", o.power_iterations, config::at_least(1));
-  v.number("tolerance", o.tolerance, config::kNonNegative);
-  v.boolean("auto", o.automatic);
-  v.integer("auto_trial_steps", o.auto_trial_steps, config::at_least(0));
-  v.number("bucket_mb", o.bucket_mb, config::kPositive);
+  v.integer("rank", o.rank, config::at_least(1), "rankdad: components per Linear layer at most");
+  v.integer("power_iterations", o.power_iterations, config::at_least(1),
+            "rankdad: power iterations per component at most");
+  v.number("tolerance", o.tolerance, config::kNonNegative,
+           "rankdad: a component stops at this relative change");
+  v.boolean("auto", o.automatic,
+            "per layer the cheapest of the gradient all-reduce, dAD (and rank-dAD), timed in the first steps");
+  v.integer("auto_trial_steps", o.auto_trial_steps, config::at_least(0),
+            "auto: steps each candidate plan is timed, at most (0: choose by bytes alone)");
+  v.number("bucket_mb", o.bucket_mb, config::kPositive,
+           "bucket capacity in MB for every parameter outside the Linear layers");
 }
 
 DadStrategy::DadStrategy(StrategyContext context, Mode mode)

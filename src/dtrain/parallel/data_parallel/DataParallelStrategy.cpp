@@ -33,15 +33,21 @@ DataParallelOptions reducer_options(const DataParallelStrategyOptions& o, std::u
 }  // namespace
 
 void describe_options(config::OptionVisitor& v, DataParallelStrategyOptions& o) {
-  v.number("bucket_mb", o.bucket_mb, config::kPositive);
-  v.choice("compression", o.compression, kCompressions);
-  v.boolean("broadcast_buffers", o.broadcast_buffers);
-  v.integer("powersgd_rank", o.powersgd_rank, config::at_least(1));
-  v.integer("powersgd_start_step", o.powersgd_start_step, config::at_least(0));
-  v.number("powersgd_min_compression", o.powersgd_min_compression, config::kNonNegative);
-  v.boolean("powersgd_warm_start", o.powersgd_warm_start);
-  v.boolean("powersgd_error_feedback", o.powersgd_error_feedback);
-  v.choice("powersgd_wire", o.powersgd_wire, kPowerSgdWires);
+  v.number("bucket_mb", o.bucket_mb, config::kPositive, "gradient bucket capacity in MB (PyTorch DDP: 25)");
+  v.choice("compression", o.compression, kCompressions,
+           "gradients on the wire: none, fp16 or bf16 (half the bytes), powersgd (rank-r factors)");
+  v.boolean("broadcast_buffers", o.broadcast_buffers,
+            "broadcast rank 0's buffers (BatchNorm statistics) before every step, as DDP does");
+  v.integer("powersgd_rank", o.powersgd_rank, config::at_least(1), "powersgd: the rank r of each factorisation");
+  v.integer("powersgd_start_step", o.powersgd_start_step, config::at_least(0),
+            "powersgd: synchronised rounds all-reduced plainly before compression starts");
+  v.number("powersgd_min_compression", o.powersgd_min_compression, config::kNonNegative,
+           "powersgd: a matrix compressing less than this goes plainly");
+  v.boolean("powersgd_warm_start", o.powersgd_warm_start, "powersgd: start each round from the last Q");
+  v.boolean("powersgd_error_feedback", o.powersgd_error_feedback,
+            "powersgd: add what compression left out to the next round's gradient");
+  v.choice("powersgd_wire", o.powersgd_wire, kPowerSgdWires,
+           "powersgd: P, Q and the plain gradients on the wire as float32 (none), fp16 or bf16");
 }
 
 void check(const DataParallelStrategyOptions& o) {

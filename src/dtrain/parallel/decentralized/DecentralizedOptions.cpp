@@ -37,20 +37,25 @@ struct Owned {
 }  // namespace
 
 void describe_decentralized(config::OptionVisitor& v, DecentralizedOptions& o) {
-  v.choice("algorithm", o.algorithm, algorithms());
-  v.number("rho_init", o.rho_init, config::kPositive);
-  v.number("rho_scaling", o.rho_scaling, config::Range{1.0});
-  v.integer("primal_iterations", o.primal_iterations, config::at_least(1));
-  v.boolean("persistent_primal_optimizer", o.persistent_primal_optimizer);
-  v.boolean("init_grads", o.init_grads);
-  v.choice("compressor", o.compressor, kCompressors);
-  v.number("compression_ratio", o.compression_ratio, config::Range{0.0, 1.0, true, false});
-  v.integer("bits", o.bits, config::IntRange{1, 7});
-  v.number("consensus_step", o.consensus_step, config::Range{0.0, 1.0, true, false});
-  v.integer("local_steps", o.local_steps, config::at_least(1));
-  v.choice("outer_optimizer", o.outer_optimizer, kOuter);
-  v.number("outer_lr", o.outer_lr, config::kPositive);
-  v.number("outer_momentum", o.outer_momentum, config::kUnitOpen);
+  v.choice("algorithm", o.algorithm, algorithms(), "what the graph nodes run");
+  v.number("rho_init", o.rho_init, config::kPositive, "cadmm: the initial penalty rho");
+  v.number("rho_scaling", o.rho_scaling, config::Range{1.0}, "cadmm: rho's factor every round");
+  v.integer("primal_iterations", o.primal_iterations, config::at_least(1),
+            "cadmm: primal optimizer steps per round, each on a fresh batch");
+  v.boolean("persistent_primal_optimizer", o.persistent_primal_optimizer,
+            "cadmm: keep the primal optimizer across rounds (else rebuilt)");
+  v.boolean("init_grads", o.init_grads, "dsgt: start the trackers from a gradient at the initial weights");
+  v.choice("compressor", o.compressor, kCompressors, "choco: the compressor of x - x_hat");
+  v.number("compression_ratio", o.compression_ratio, config::Range{0.0, 1.0, true, false},
+           "choco: the fraction of coordinates topk and randomk keep");
+  v.integer("bits", o.bits, config::IntRange{1, 7}, "choco: qbit's bits per coordinate");
+  v.number("consensus_step", o.consensus_step, config::Range{0.0, 1.0, true, false},
+           "choco: the consensus step gamma");
+  v.integer("local_steps", o.local_steps, config::at_least(1), "local_sgd: local steps between averages");
+  v.choice("outer_optimizer", o.outer_optimizer, kOuter,
+           "local_sgd: DiLoCo's outer step on the average's change (none or nesterov)");
+  v.number("outer_lr", o.outer_lr, config::kPositive, "local_sgd: the outer step's learning rate");
+  v.number("outer_momentum", o.outer_momentum, config::kUnitOpen, "local_sgd: the outer step's momentum");
 }
 
 void DecentralizedOptions::check() const {

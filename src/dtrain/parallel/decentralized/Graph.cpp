@@ -142,13 +142,15 @@ Graph random_graph(const GraphOptions& o, int n, std::uint64_t seed, std::int64_
 }  // namespace
 
 void describe_graph(config::OptionVisitor& v, GraphOptions& o) {
-  v.choice("type", o.type, graph_types());
-  v.integer("nodes", o.nodes, config::at_least(0));
-  v.number("p", o.p, config::Range{0.0, 1.0, true, false});
-  v.integer("gen_attempts", o.gen_attempts, config::at_least(1));
-  v.integer("torus_rows", o.torus_rows, config::at_least(0));
-  v.text("edges", o.edges, config::Text::Any);
-  v.integer("redraw_every", o.redraw_every, config::at_least(0));
+  v.choice("type", o.type, graph_types(), "the communication graph");
+  v.integer("nodes", o.nodes, config::at_least(0), "graph nodes, spread over the ranks (0: one per rank)");
+  v.number("p", o.p, config::Range{0.0, 1.0, true, false}, "random: the probability of each edge");
+  v.integer("gen_attempts", o.gen_attempts, config::at_least(1),
+            "random: draws until a connected graph, else an error");
+  v.integer("torus_rows", o.torus_rows, config::at_least(0), "torus: rows of the grid (0: the most square)");
+  v.text("edges", o.edges, config::Text::Any, "type edges: pairs a-b, e.g. \"0-1 1-2 2-0\"");
+  v.integer("redraw_every", o.redraw_every, config::at_least(0),
+            "0: one graph for the run; k: a new draw every k rounds");
 }
 
 Graph::Graph(int nodes, const std::vector<std::pair<int, int>>& edges) {

@@ -31,11 +31,15 @@ const config::ChoiceSet kBalances{"parameters", "time", "cut_points"};
 }  // namespace
 
 void describe_options(config::OptionVisitor& v, PipelineOptions& o) {
-  v.choice("schedule", o.schedule, kSchedules);
-  v.integer("stages", o.stages, config::IntRange{0, 1 << 16});
-  v.integer("micro_batches", o.micro_batches, config::IntRange{1, wire::kMaxMicroBatches});
-  v.choice("balance", o.balance, kBalances);
-  v.int_list("cut_points", o.cut_points, 1, /*allow_empty=*/true);
+  v.choice("schedule", o.schedule, kSchedules, "micro-batch schedule: gpipe or 1f1b");
+  v.integer("stages", o.stages, config::IntRange{0, 1 << 16},
+            "stages per pipeline, dividing the world (0: one pipeline over every rank)");
+  v.integer("micro_batches", o.micro_batches, config::IntRange{1, wire::kMaxMicroBatches},
+            "micro-batches per step");
+  v.choice("balance", o.balance, kBalances,
+           "where the cuts go: parameters (equal counts), time (measured), cut_points (given)");
+  v.int_list("cut_points", o.cut_points, 1, /*allow_empty=*/true,
+             "balance cut_points: the first layer of stages 1..S-1, e.g. [3, 7]");
 }
 
 int check_options(const PipelineOptions& o, int world) {
