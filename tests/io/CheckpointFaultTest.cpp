@@ -25,7 +25,7 @@
 
 #include "dtrain/io/AtomicFile.h"
 #include "dtrain/io/Checkpoint.h"
-#include "io/TestDir.h"
+#include "support/ScratchDir.h"
 
 namespace dtrain::io {
 namespace {
@@ -80,7 +80,7 @@ class FileSizeLimit {
 };
 
 TEST(CheckpointFaults, FullDiskNamesTheFileAndKeepsThePreviousCheckpoint) {
-  testing::TestDir dir;
+  dtrain::testing::ScratchDir dir;
   CheckpointStore store(dir.path());
   store.save(filled_checkpoint(1, 100), 1);
   std::string message;
@@ -106,7 +106,7 @@ TEST(CheckpointFaults, FullDiskNamesTheFileAndKeepsThePreviousCheckpoint) {
 }
 
 TEST(CheckpointFaults, DiskFullFromTheFirstByteKeepsTheMarker) {
-  testing::TestDir dir;
+  dtrain::testing::ScratchDir dir;
   CheckpointStore store(dir.path());
   store.save(filled_checkpoint(1, 100), 1);
   // Not one byte fits: the checkpoint fails before the marker is touched, which still names step 1.
@@ -120,7 +120,7 @@ TEST(CheckpointFaults, DiskFullFromTheFirstByteKeepsTheMarker) {
 }
 
 TEST(CheckpointFaults, StaleTemporariesOfExitedWritersAreRemovedOthersKept) {
-  testing::TestDir dir;
+  dtrain::testing::ScratchDir dir;
   const pid_t child = ::fork();
   if (child == 0) ::_exit(0);
   ASSERT_GT(child, 0);
@@ -169,7 +169,7 @@ TEST(CheckpointFaults, StaleTemporariesOfExitedWritersAreRemovedOthersKept) {
 }
 
 TEST(CheckpointKills, FiftyKillsMidWriteAlwaysLeaveALoadableCheckpointAndNoStaleTemporaries) {
-  testing::TestDir dir;
+  dtrain::testing::ScratchDir dir;
   // Built before any fork: the writers only serialize, and a forked child had better not start
   // torch's thread pools.
   Checkpoint payload;

@@ -13,7 +13,7 @@
 #include <fstream>
 
 #include "dtrain/io/AtomicFile.h"
-#include "io/TestDir.h"
+#include "support/ScratchDir.h"
 
 namespace dtrain::io {
 namespace {
@@ -41,7 +41,7 @@ void expect_identical(const Checkpoint& a, const Checkpoint& b) {
 }
 
 TEST(Checkpoint, SaveLoadGivesIdenticalTensorsAndMetadata) {
-  testing::TestDir dir;
+  dtrain::testing::ScratchDir dir;
   const auto original = make_checkpoint(7);
   EXPECT_EQ(original.tensor("rng.cpu").dtype(), torch::kUInt8);
   original.save(dir.path() / "c.ckpt");
@@ -87,7 +87,7 @@ TEST(Checkpoint, ModuleStateRoundTrip) {
 // the process through nlohmann's exception), or a header tensor that is not flat bytes, is refused
 // as corrupt naming the file.
 TEST(Checkpoint, MalformedHeadersAreRefusedNamingTheFile) {
-  testing::TestDir dir;
+  dtrain::testing::ScratchDir dir;
   const auto write = [&](const std::string& name, const at::Tensor& header) {
     torch::serialize::OutputArchive archive;
     archive.write("t0", torch::ones({2}));
@@ -125,7 +125,7 @@ TEST(Checkpoint, MalformedHeadersAreRefusedNamingTheFile) {
 }
 
 TEST(CheckpointStore, LatestMarkerNamesTheNewest) {
-  testing::TestDir dir;
+  dtrain::testing::ScratchDir dir;
   CheckpointStore store(dir.path());
   EXPECT_FALSE(store.latest_path().has_value());
   EXPECT_FALSE(store.load_latest().has_value());
@@ -145,7 +145,7 @@ TEST(CheckpointStore, LatestMarkerNamesTheNewest) {
 }
 
 TEST(CheckpointStore, StaleTemporaryFileIsIgnored) {
-  testing::TestDir dir;
+  dtrain::testing::ScratchDir dir;
   CheckpointStore store(dir.path());
   store.save(make_checkpoint(1), 1);
   // A crash mid-write leaves a partial temporary file, newer than the marker's checkpoint.
@@ -168,7 +168,7 @@ TEST(CheckpointStore, StaleTemporaryFileIsIgnored) {
 }
 
 TEST(CheckpointStore, BrokenMarkerTargetsAreClearErrors) {
-  testing::TestDir dir;
+  dtrain::testing::ScratchDir dir;
   CheckpointStore store(dir.path());
   const auto path = store.save(make_checkpoint(5), 5);
   // Corrupt: same size, one byte flipped.
@@ -200,7 +200,7 @@ TEST(CheckpointStore, BrokenMarkerTargetsAreClearErrors) {
 }
 
 TEST(CheckpointStore, KeepLastRemovesOlderCheckpoints) {
-  testing::TestDir dir;
+  dtrain::testing::ScratchDir dir;
   CheckpointStore store(dir.path(), CheckpointStoreOptions{2});
   for (std::int64_t step : {10, 20, 30}) store.save(make_checkpoint(step), step);
   EXPECT_FALSE(std::filesystem::exists(dir.path() / CheckpointStore::file_name(10)));
@@ -216,7 +216,7 @@ std::map<std::string, at::Tensor> sample_state_dict() {
 }
 
 TEST(StateDictExport, RoundTripInCpp) {
-  testing::TestDir dir;
+  dtrain::testing::ScratchDir dir;
   const auto tensors = sample_state_dict();
   export_state_dict(dir.path() / "w.pt", tensors);
   const auto back = import_state_dict(dir.path() / "w.pt");
@@ -237,7 +237,7 @@ std::string python_with_torch() {
 TEST(StateDictExport, PythonTorchLoadReadsADict) {
   const std::string python = python_with_torch();
   if (python.empty()) GTEST_SKIP() << "no python3 with torch (Debian python3-torch) is installed";
-  testing::TestDir dir;
+  dtrain::testing::ScratchDir dir;
   const auto path = dir.path() / "w.pt";
   export_state_dict(path, sample_state_dict());
   const auto out = dir.path() / "out.txt";

@@ -12,7 +12,7 @@
 #include <string>
 
 #include "dtrain/io/Checkpoint.h"
-#include "io/TestDir.h"
+#include "support/ScratchDir.h"
 
 namespace dtrain::io {
 namespace {
@@ -35,7 +35,7 @@ def __setstate__(self, state: int) -> None:
 }
 
 TEST(LoadRunsNoCode, CheckpointWithTorchScriptCodeIsRefusedNamingTheFile) {
-  testing::TestDir dir;
+  dtrain::testing::ScratchDir dir;
   const auto path = dir.path() / "crafted.ckpt";
   write_archive_with_code(path);
   // The reference: LibTorch's own loader runs the file's __setstate__.
@@ -58,7 +58,7 @@ TEST(LoadRunsNoCode, CheckpointWithTorchScriptCodeIsRefusedNamingTheFile) {
 }
 
 TEST(LoadRunsNoCode, CheckpointsDtrainWritesStillLoad) {
-  testing::TestDir dir;
+  dtrain::testing::ScratchDir dir;
   Checkpoint checkpoint;
   checkpoint.set_tensor("model.w", torch::arange(6).reshape({2, 3}).to(torch::kFloat));
   checkpoint.save(dir.path() / "good.ckpt");
@@ -72,7 +72,7 @@ std::string system_pickle(const std::filesystem::path& marker) {
 }
 
 TEST(LoadRunsNoCode, PickleCallingOsSystemIsRefused) {
-  testing::TestDir dir;
+  dtrain::testing::ScratchDir dir;
   const auto marker = dir.path() / "ran";
   // As a bare pickle and inside torch.save's zip layout (archive/data.pkl).
   const auto bare = dir.path() / "bare.pt";

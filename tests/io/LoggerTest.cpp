@@ -8,10 +8,13 @@
 #include <sstream>
 
 #include "dtrain/io/ProgressBar.h"
-#include "io/TestDir.h"
+#include "support/Files.h"
+#include "support/ScratchDir.h"
 
 namespace dtrain::io {
 namespace {
+
+using dtrain::testing::read_file;
 
 std::vector<std::string> lines_of(const std::string& text) {
   std::istringstream in(text);
@@ -20,15 +23,8 @@ std::vector<std::string> lines_of(const std::string& text) {
   return lines;
 }
 
-std::string read(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 TEST(Logger, EveryLineStartsWithTheRank) {
-  testing::TestDir dir;
+  dtrain::testing::ScratchDir dir;
   std::ostringstream screen;
   LoggerOptions options;
   options.rank = 2;
@@ -43,13 +39,13 @@ TEST(Logger, EveryLineStartsWithTheRank) {
   }
   const std::vector<std::string> expected{"[rank 2/4] epoch 1 done", "[rank 2/4] warning: two",
                                           "[rank 2/4] warning: lines"};
-  EXPECT_EQ(lines_of(read(dir.path() / "log.txt")), expected);
+  EXPECT_EQ(lines_of(read_file(dir.path() / "log.txt")), expected);
   EXPECT_EQ(lines_of(screen.str()), expected);
 }
 
 // train.log_evals: false keeps evaluation lines in the run's log but off the console.
 TEST(Logger, FileOnlyLinesStayOffTheConsole) {
-  testing::TestDir dir;
+  dtrain::testing::ScratchDir dir;
   std::ostringstream screen;
   LoggerOptions options;
   options.file = dir.path() / "log.txt";
@@ -60,17 +56,17 @@ TEST(Logger, FileOnlyLinesStayOffTheConsole) {
     logger.info_file_only("eval at step 20: loss 0.5");
     logger.info("done");
   }
-  EXPECT_EQ(lines_of(read(dir.path() / "log.txt")),
+  EXPECT_EQ(lines_of(read_file(dir.path() / "log.txt")),
             (std::vector<std::string>{"[rank 0/1] eval at step 20: loss 0.5", "[rank 0/1] done"}));
   EXPECT_EQ(lines_of(screen.str()), (std::vector<std::string>{"[rank 0/1] done"}));
 }
 
 TEST(Logger, TimestampsAndNoConsoleForOtherRanks) {
-  testing::TestDir dir;
+  dtrain::testing::ScratchDir dir;
   const auto logger = Logger::for_rank(dir.path() / "log.txt", 1, 2, /*relay_status=*/false);
   EXPECT_EQ(logger->console(), nullptr);
   logger->error("boom");
-  const auto lines = lines_of(read(dir.path() / "log.txt"));
+  const auto lines = lines_of(read_file(dir.path() / "log.txt"));
   ASSERT_EQ(lines.size(), 1u);
   // "[rank 1/2] HH:MM:SS error: boom"
   EXPECT_EQ(lines[0].rfind("[rank 1/2] ", 0), 0u);

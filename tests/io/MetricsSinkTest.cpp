@@ -10,7 +10,7 @@
 #include <limits>
 
 #include "dtrain/io/JsonFile.h"
-#include "io/TestDir.h"
+#include "support/ScratchDir.h"
 
 namespace dtrain::io {
 namespace {
@@ -23,7 +23,7 @@ std::vector<std::string> lines_of(const std::filesystem::path& path) {
 }
 
 TEST(JsonlMetricsSink, OneObjectPerLine) {
-  testing::TestDir dir;
+  dtrain::testing::ScratchDir dir;
   const auto path = dir.path() / "metrics.jsonl";
   {
     JsonlMetricsSink sink(path);
@@ -53,7 +53,7 @@ TEST(JsonlMetricsSink, OneObjectPerLine) {
 }
 
 TEST(CsvMetricsSink, LongFormRows) {
-  testing::TestDir dir;
+  dtrain::testing::ScratchDir dir;
   const auto path = dir.path() / "metrics.csv";
   {
     CsvMetricsSink sink(path);
@@ -73,7 +73,7 @@ TEST(CsvMetricsSink, LongFormRows) {
 }
 
 TEST(MultiMetricsSink, WritesToEverySink) {
-  testing::TestDir dir;
+  dtrain::testing::ScratchDir dir;
   auto jsonl = std::make_shared<JsonlMetricsSink>(dir.path() / "m.jsonl");
   auto csv = std::make_shared<CsvMetricsSink>(dir.path() / "m.csv");
   MultiMetricsSink both({jsonl, csv});
@@ -84,7 +84,7 @@ TEST(MultiMetricsSink, WritesToEverySink) {
 }
 
 TEST(JsonFile, ResultsRoundTrip) {
-  testing::TestDir dir;
+  dtrain::testing::ScratchDir dir;
   const nlohmann::json results = {{"top1", 0.91}, {"throughput", {{"samples_per_s", 1234.5}}}, {"ranks", 4}};
   write_json_file(dir.path() / "results.json", results);
   EXPECT_EQ(read_json_file(dir.path() / "results.json"), results);

@@ -9,7 +9,7 @@
 #include <regex>
 
 #include "dtrain/config/RunConfigYaml.h"
-#include "io/TestDir.h"
+#include "support/ScratchDir.h"
 #include "support/ThreadWorld.h"
 
 namespace dtrain::io {
@@ -28,7 +28,7 @@ std::chrono::system_clock::time_point local_time(int year, int month, int day, i
 }
 
 TEST(RunDir, FolderNameAndLayout) {
-  testing::TestDir dir;
+  dtrain::testing::ScratchDir dir;
   const auto start = local_time(2024, 3, 5, 7, 8, 9);
   EXPECT_EQ(run_folder_name(start, "lenet"), "20240305-070809_lenet");
   const auto run = RunDir::create(dir.path() / "runs", "lenet", 2, start);
@@ -45,7 +45,7 @@ TEST(RunDir, FolderNameAndLayout) {
 }
 
 TEST(RunDir, SameSecondSameNameGetsASuffix) {
-  testing::TestDir dir;
+  dtrain::testing::ScratchDir dir;
   const auto start = local_time(2024, 1, 2, 3, 4, 5);
   const auto a = RunDir::create(dir.path(), "x", 1, start);
   const auto b = RunDir::create(dir.path(), "x", 1, start);
@@ -54,7 +54,7 @@ TEST(RunDir, SameSecondSameNameGetsASuffix) {
 }
 
 TEST(RunDir, ConfigYamlLoadsBackIdentical) {
-  testing::TestDir dir;
+  dtrain::testing::ScratchDir dir;
   const auto run = RunDir::create(dir.path(), "cfg");
   config::RunConfig c;
   c.name = "cfg";
@@ -65,7 +65,7 @@ TEST(RunDir, ConfigYamlLoadsBackIdentical) {
 }
 
 TEST(RunDir, CreateSharedAgreesAcrossRanks) {
-  testing::TestDir dir;
+  dtrain::testing::ScratchDir dir;
   std::vector<std::filesystem::path> roots(2);
   dtrain::testing::run_world(2, [&](comm::CommunicatorPtr communicator) {
     roots[communicator->rank()] = RunDir::create_shared(*communicator, dir.path(), "shared").root();
@@ -79,7 +79,7 @@ TEST(RunDir, CreateSharedAgreesAcrossRanks) {
 }
 
 TEST(RunDir, NamedFolderIsOutDirSlashNameAndRefusesAnEarlierRunUnlessContinuing) {
-  testing::TestDir dir;
+  dtrain::testing::ScratchDir dir;
   const auto run = RunDir::create_named(dir.path() / "logs", "rankdad_mnist", 2, /*continuing=*/false);
   EXPECT_EQ(run.root(), dir.path() / "logs" / "rankdad_mnist");
   EXPECT_TRUE(std::filesystem::is_directory(run.root() / "site_0"));
@@ -109,7 +109,7 @@ TEST(RunDir, NamedFolderIsOutDirSlashNameAndRefusesAnEarlierRunUnlessContinuing)
 }
 
 TEST(RunDir, CreateNamedSharedAgreesAcrossRanksAndRefusesTogether) {
-  testing::TestDir dir;
+  dtrain::testing::ScratchDir dir;
   std::vector<std::filesystem::path> roots(2);
   dtrain::testing::run_world(2, [&](comm::CommunicatorPtr communicator) {
     roots[communicator->rank()] =

@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "dtrain/io/TensorBoardWriter.h"
-#include "io/TestDir.h"
+#include "support/ScratchDir.h"
 
 namespace dtrain::io {
 namespace {
@@ -23,7 +23,7 @@ std::string error_of(std::string_view bytes) {
 }
 
 TEST(TensorBoardReader, ReadsWhatTheWriterWrote) {
-  testing::TestDir dir;
+  dtrain::testing::ScratchDir dir;
   std::filesystem::path path;
   {
     TensorBoardWriter writer(dir.path());

@@ -10,7 +10,8 @@
 #include <regex>
 
 #include "dtrain/io/Crc32c.h"
-#include "io/TestDir.h"
+#include "support/Files.h"
+#include "support/ScratchDir.h"
 
 namespace dtrain::io {
 namespace {
@@ -113,8 +114,7 @@ DecodedEvent decode_event(const std::string& data) {
 }
 
 std::vector<DecodedEvent> decode_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string bytes = dtrain::testing::read_file(path);
   std::vector<DecodedEvent> events;
   std::size_t pos = 0;
   while (pos < bytes.size()) {
@@ -135,7 +135,7 @@ std::vector<DecodedEvent> decode_file(const std::filesystem::path& path) {
 }
 
 TEST(TensorBoardWriter, DecodesBackToTheScalarsWritten) {
-  testing::TestDir dir;
+  dtrain::testing::ScratchDir dir;
   std::filesystem::path path;
   {
     TensorBoardWriter writer(dir.path());
@@ -166,7 +166,7 @@ TEST(TensorBoardWriter, DecodesBackToTheScalarsWritten) {
 }
 
 TEST(TensorBoardWriter, TwoWritersInOneFolderUseTwoFiles) {
-  testing::TestDir dir;
+  dtrain::testing::ScratchDir dir;
   TensorBoardWriter a(dir.path());
   TensorBoardWriter b(dir.path());
   EXPECT_NE(a.path(), b.path());

@@ -15,26 +15,21 @@
 #include <string>
 
 #include "dtrain/io/Checkpoint.h"
-#include "io/TestDir.h"
+#include "support/Files.h"
+#include "support/ScratchDir.h"
 
 namespace dtrain::util {
 namespace {
 
-std::string read_bytes(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-void write_bytes(const std::filesystem::path& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
-}
+using dtrain::testing::read_file;
+using dtrain::testing::write_file;
 
 // A checkpoint as dtrain writes it: t0 is six floats (24 bytes in record data/0).
 std::string checkpoint_bytes(const std::filesystem::path& dir) {
   io::Checkpoint checkpoint;
   checkpoint.set_tensor("model.w", torch::arange(6).reshape({2, 3}).to(torch::kFloat));
   checkpoint.save(dir / "good.ckpt");
-  return read_bytes(dir / "good.ckpt");
+  return read_file(dir / "good.ckpt");
 }
 
 // Replaces the one occurrence of `from` in `bytes` by `to` (same length).
@@ -84,7 +79,7 @@ std::string pickle_refusal(const std::string& pickle, const std::map<std::string
 }
 
 TEST(ArchiveCheck, CheckpointsAndStateDictsDtrainWritesPass) {
-  io::testing::TestDir dir;
+  dtrain::testing::ScratchDir dir;
   const std::string bytes = checkpoint_bytes(dir.path());
   std::istringstream in(bytes);
   const auto records = zip_records(in);
@@ -94,18 +89,18 @@ TEST(ArchiveCheck, CheckpointsAndStateDictsDtrainWritesPass) {
   EXPECT_EQ(records.at("data/0").method, 0);
   EXPECT_EQ(refusal(bytes), "");
   io::export_state_dict(dir.path() / "state.pt", {{"w", torch::ones({3, 5})}, {"b", torch::zeros({0})}});
-  EXPECT_EQ(refusal(read_bytes(dir.path() / "state.pt")), "");
+  EXPECT_EQ(refusal(read_file(dir.path() / "state.pt")), "");
   EXPECT_TRUE(torch::equal(io::import_state_dict(dir.path() / "state.pt").at("w"), torch::ones({3, 5})));
 }
 
 // The fuzzer's finding: a string's 4-byte length of 2^31 + 3 made LibTorch allocate 2 GB first.
 TEST(ArchiveCheck, APickleLengthBeyondTheRecordIsRefusedBeforeLibTorchReadsIt) {
-  io::testing::TestDir dir;
+  dtrain::testing::ScratchDir dir;
   const std::string bytes = patched(checkpoint_bytes(dir.path()), std::string("X\x02\x00\x00\x00t0", 7),
                                     std::string("X\x03\x00\x00\x80t0", 7));
   EXPECT_NE(refusal(bytes).find("data.pkl: opcode 0x58 at byte "), std::string::npos) << refusal(bytes);
   EXPECT_NE(refusal(bytes).find(" claims 2147483651 bytes; "), std::string::npos) << refusal(bytes);
-  write_bytes(dir.path() / "bad.ckpt", bytes);
+  write_file(dir.path() / "bad.ckpt", bytes);
   try {
     io::Checkpoint::load(dir.path() / "bad.ckpt");
     ADD_FAILURE() << "a checkpoint whose pickle claims 2 GB was loaded";
@@ -120,7 +115,7 @@ TEST(ArchiveCheck, APickleLengthBeyondTheRecordIsRefusedBeforeLibTorchReadsIt) {
 // A storage claiming 60 floats over a 24-byte record: LibTorch makes the 240-byte storage over
 // the 24 bytes (the reference below loads it), so reading the tensor would run past the buffer.
 TEST(ArchiveCheck, AStorageLargerThanItsRecordIsRefused) {
-  io::testing::TestDir dir;
+  dtrain::testing::ScratchDir dir;
   const std::string bytes = patched(checkpoint_bytes(dir.path()), std::string("cpuq\x06K\x06t", 8),
                                     std::string("cpuq\x06K\x3ct", 8));
   {
@@ -134,7 +129,7 @@ TEST(ArchiveCheck, AStorageLargerThanItsRecordIsRefused) {
 }
 
 TEST(ArchiveCheck, ZipRecordsThatClaimMoreThanTheFileAreRefused) {
-  io::testing::TestDir dir;
+  dtrain::testing::ScratchDir dir;
   const std::string good = checkpoint_bytes(dir.path());
   const auto entry = directory_entry(good, "data/0");
   {  // deflated, claiming 2 GB from 24 bytes
@@ -211,9 +206,9 @@ TEST(ArchiveCheck, PickleWalkerKnowsEveryOpcodesArgument) {
 // compiler crashed (SEGV) on a checkpoint whose `__buffers__` the fuzzer mutated into a class
 // constant (tests/fuzz/corpus/checkpoint/class-constant-segv); only OutputArchive's declarations pass.
 TEST(ArchiveCode, CodeBeyondOutputArchivesDeclarationsIsRefusedBeforeLibTorchCompilesIt) {
-  io::testing::TestDir dir;
+  dtrain::testing::ScratchDir dir;
   const std::string bytes = patched(checkpoint_bytes(dir.path()), "  __buffers__ = [", "  __bufgers__ = [");
-  write_bytes(dir.path() / "constant.ckpt", bytes);
+  write_file(dir.path() / "constant.ckpt", bytes);
   try {
     io::Checkpoint::load(dir.path() / "constant.ckpt");
     ADD_FAILURE() << "a checkpoint whose code declares a class constant was loaded";
