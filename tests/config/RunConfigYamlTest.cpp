@@ -18,6 +18,7 @@
 #include "dtrain/config/Schema.h"
 #include "dtrain/config/YamlFile.h"
 #include "dtrain/parallel/data_parallel/DataParallelStrategy.h"
+#include "support/ScratchDir.h"
 
 namespace dtrain::config {
 namespace {
@@ -376,7 +377,8 @@ TEST(RunConfigErrors, BadOverrideIsNamed) {
 }
 
 TEST(RunConfigErrors, FileLineFromARealFile) {
-  const std::string path = ::testing::TempDir() + "dtrain_config_bad.yaml";
+  const dtrain::testing::ScratchDir dir;
+  const std::string path = (dir / "dtrain_config_bad.yaml").string();
   {
     std::ofstream out(path);
     out << "# comment\nname: r\n\ntrain:\n  epochs: 2\n  device: tpu\n";
@@ -384,7 +386,6 @@ TEST(RunConfigErrors, FileLineFromARealFile) {
   const auto e = error_of([&] { load_run_config(path); });
   EXPECT_EQ(e.where(), path + ":6");
   EXPECT_EQ(e.key(), "train.device");
-  std::remove(path.c_str());
 }
 
 }  // namespace

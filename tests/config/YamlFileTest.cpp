@@ -3,7 +3,6 @@
 #include "dtrain/config/YamlFile.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -11,20 +10,13 @@
 
 #include "dtrain/config/ConfigError.h"
 #include "dtrain/config/RunConfigYaml.h"
+#include "support/ScratchDir.h"
 
 namespace dtrain::config {
 namespace {
 
-namespace fs = std::filesystem;
-
 class YamlFile : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("dtrain_yamlfile_" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   std::string write(const std::string& name, const std::string& text) {
     const auto path = (dir_ / name).string();
     std::ofstream(path, std::ios::binary) << text;
@@ -41,7 +33,7 @@ class YamlFile : public ::testing::Test {
     return "";
   }
 
-  fs::path dir_;
+  dtrain::testing::ScratchDir dir_;
 };
 
 TEST_F(YamlFile, InvalidUtf8IsRefusedAtItsLine) {

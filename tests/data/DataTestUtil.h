@@ -15,26 +15,19 @@
 #include <vector>
 
 #include "dtrain/data/ImageFolder.h"
+#include "support/ScratchDir.h"
 
 namespace dtrain::data::testing {
 
+// A ScratchDir that hands out its paths as strings, the form the data layer's readers and these
+// writers take.
 class TempDir {
  public:
-  TempDir() {
-    std::random_device rd;
-    path_ = std::filesystem::temp_directory_path() /
-            ("dtrain-data-" + std::to_string(rd()) + std::to_string(rd()));
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  std::string str() const { return path_.string(); }
-  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
+  std::string str() const { return dir_.string(); }
+  std::string operator/(const std::string& name) const { return (dir_ / name).string(); }
 
  private:
-  std::filesystem::path path_;
+  dtrain::testing::ScratchDir dir_;
 };
 
 inline void write_bytes(const std::string& path, const std::vector<std::uint8_t>& bytes, bool gzip) {

@@ -5,6 +5,8 @@
 
 #include <chrono>
 
+#include "support/Files.h"
+
 using namespace dtrain::data;
 using namespace dtrain::data::testing;
 using ::testing::HasSubstr;
@@ -75,8 +77,7 @@ TEST(Idx, TruncatedGzipStream) {
   std::vector<std::uint8_t> data(5000);
   for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<std::uint8_t>(i * 7919 % 251);
   write_bytes(full, idx_bytes({5000}, data), true);
-  std::ifstream in(full, std::ios::binary);
-  std::vector<char> z((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string z = dtrain::testing::read_file(full);
   std::ofstream(cut, std::ios::binary).write(z.data(), static_cast<std::streamsize>(z.size() / 2));
   auto msg = error_of([&] { read_idx(cut, 1); });
   EXPECT_THAT(msg, HasSubstr(cut));

@@ -7,6 +7,8 @@
 #include <fstream>
 #include <iterator>
 
+#include "support/Files.h"
+
 using namespace dtrain::data;
 using namespace dtrain::data::testing;
 using ::testing::HasSubstr;
@@ -52,10 +54,9 @@ TEST(ImageFolder, HugeHeadersAreRefusedBeforeAllocating) {
   const auto img = gradient_image(8, 8, 10);
   const auto patched = [&](const std::string& name, auto patch) {
     const std::string path = dir / name;
-    std::ifstream in(path, std::ios::binary);
-    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::string bytes = dtrain::testing::read_file(path);
     patch(bytes);
-    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+    dtrain::testing::write_file(path, bytes);
     return path;
   };
   const auto be32 = [](std::string& b, std::size_t at, std::uint32_t v) {
