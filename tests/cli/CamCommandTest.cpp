@@ -3,7 +3,6 @@
 // a model without global average pooling, a missing run folder and a run without weights.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -11,6 +10,7 @@
 
 #include "cli/CliTestUtil.h"
 #include "dtrain/data/ImageFolder.h"
+#include "support/ScratchDir.h"
 
 namespace {
 
@@ -21,14 +21,6 @@ using dtrain::testing::run;
 
 class CamCommand : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("dtrain-cam-e2e-" + std::to_string(::getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   std::string config(const std::string& model) const {
     return "name: cam\n"
            "out_dir: " +
@@ -46,12 +38,12 @@ class CamCommand : public ::testing::Test {
            "train: {epochs: 1, max_steps: 2, log_every_steps: 100, seed: 1}\n";
   }
 
-  fs::path dir_;
+  dtrain::testing::ScratchDir dir_;
 };
 
 TEST_F(CamCommand, MapsOfATinyResNetRunAreWrittenAsPngs) {
   std::ofstream(dir_ / "resnet.yaml") << config("resnet18");
-  const auto trained = run("train " + (dir_ / "resnet.yaml").string(), dir_);
+  const auto trained = run("train " + (dir_ / "resnet.yaml").string(), dir_.path());
   ASSERT_EQ(trained.exit_code, 0) << trained.err;
   const fs::path run_dir = last_json_line(trained.out)["run_dir"].get<std::string>();
 
@@ -60,7 +52,7 @@ TEST_F(CamCommand, MapsOfATinyResNetRunAreWrittenAsPngs) {
                             torch::randint(0, 256, {3, 40, 24}, torch::kLong).to(torch::kUInt8));
   const auto cam = run("cam " + run_dir.string() + " --test-index 0,3 --images " +
                            (dir_ / "picture.png").string() + " --classes top2",
-                       dir_);
+                       dir_.path());
   ASSERT_EQ(cam.exit_code, 0) << cam.err;
   const auto summary = last_json_line(cam.out);
   EXPECT_EQ(summary["weights"], (run_dir / "model.pt").string());
@@ -83,7 +75,7 @@ TEST_F(CamCommand, MapsOfATinyResNetRunAreWrittenAsPngs) {
   EXPECT_EQ(grid.sizes(), (std::vector<std::int64_t>{3, 3 * 128 + 2 * 4, 3 * 128 + 2 * 4}));
   EXPECT_TRUE(fs::exists(run_dir / "cam" / "cam.json"));
 
-  const auto bad_class = run("cam " + run_dir.string() + " --test-index 0 --classes 9", dir_);
+  const auto bad_class = run("cam " + run_dir.string() + " --test-index 0 --classes 9", dir_.path());
   EXPECT_NE(bad_class.exit_code, 0);
   EXPECT_NE(bad_class.err.find("--classes: '9' is not a class of this run (0 to 3)"), std::string::npos)
       << bad_class.err;
@@ -92,14 +84,14 @@ TEST_F(CamCommand, MapsOfATinyResNetRunAreWrittenAsPngs) {
 TEST_F(CamCommand, RefusesModelsWithoutGlobalAveragePoolingAndMissingRuns) {
   fs::create_directories(dir_ / "lenet");
   std::ofstream(dir_ / "lenet" / "config.yaml") << config("lenet5");
-  const auto lenet = run("cam " + (dir_ / "lenet").string() + " --test-index 0", dir_);
+  const auto lenet = run("cam " + (dir_ / "lenet").string() + " --test-index 0", dir_.path());
   EXPECT_EQ(lenet.exit_code, 2);
   EXPECT_EQ(
       lenet.err,
       "dtrain: error: model.name: lenet5 has no global average pooling before its classifier; CAM needs "
       "resnet18 or resnet50\n");
 
-  const auto missing = run("cam " + (dir_ / "nothing").string() + " --test-index 0", dir_);
+  const auto missing = run("cam " + (dir_ / "nothing").string() + " --test-index 0", dir_.path());
   EXPECT_NE(missing.exit_code, 0);
   EXPECT_NE(missing.err.find("RUN_DIR: " + (dir_ / "nothing").string() + ": no such folder"),
             std::string::npos)
@@ -107,7 +99,7 @@ TEST_F(CamCommand, RefusesModelsWithoutGlobalAveragePoolingAndMissingRuns) {
 
   fs::create_directories(dir_ / "untrained");
   std::ofstream(dir_ / "untrained" / "config.yaml") << config("resnet18");
-  const auto untrained = run("cam " + (dir_ / "untrained").string() + " --test-index 0", dir_);
+  const auto untrained = run("cam " + (dir_ / "untrained").string() + " --test-index 0", dir_.path());
   EXPECT_NE(untrained.exit_code, 0);
   EXPECT_NE(untrained.err.find("holds no model.pt and no checkpoint"), std::string::npos) << untrained.err;
 }

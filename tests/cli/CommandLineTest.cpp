@@ -3,7 +3,6 @@
 // configuration and makes nothing, a misspelt flag of any command gets "did you mean", and the
 // exit statuses follow Note [Exit codes].
 #include <gtest/gtest.h>
-#include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -17,6 +16,7 @@
 #include "dtrain/config/Registry.h"
 #include "dtrain/config/RunConfigYaml.h"
 #include "dtrain/config/Schema.h"
+#include "support/ScratchDir.h"
 
 namespace {
 
@@ -26,14 +26,6 @@ using dtrain::testing::run;
 
 class CommandLine : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("dtrain-command-line-test-" + std::to_string(::getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   // A small valid configuration whose run folders would go under dir_/runs.
   fs::path write_config() const {
     const auto path = dir_ / "tiny.yaml";
@@ -43,7 +35,7 @@ class CommandLine : public ::testing::Test {
     return path;
   }
 
-  fs::path dir_;
+  dtrain::testing::ScratchDir dir_;
 };
 
 // Every value of `node` by dotted key, as YAML writes it (flow style for sequences).
@@ -89,7 +81,7 @@ std::vector<std::string> option_keys() {
 }
 
 TEST_F(CommandLine, TrainHelpListsEveryKeyTheReaderAcceptsWithItsDefault) {
-  const auto help = run("train --help", dir_);
+  const auto help = run("train --help", dir_.path());
   ASSERT_EQ(help.exit_code, 0) << help.err;
   const auto defaults = written_defaults();
   const auto keys = option_keys();
@@ -114,8 +106,8 @@ TEST_F(CommandLine, TrainHelpListsEveryKeyTheReaderAcceptsWithItsDefault) {
 
 TEST_F(CommandLine, PrintConfigPrintsTheEffectiveConfigurationAndMakesNothing) {
   const auto config = write_config();
-  const auto out =
-      run("train " + config.string() + " optim.lr=0.5 train.max_steps=3 --epochs 2 --print-config", dir_);
+  const auto out = run(
+      "train " + config.string() + " optim.lr=0.5 train.max_steps=3 --epochs 2 --print-config", dir_.path());
   ASSERT_EQ(out.exit_code, 0) << out.err;
   EXPECT_EQ(out.err, "");
   const auto expected = dtrain::config::load_run_config(
@@ -128,7 +120,7 @@ TEST_F(CommandLine, PrintConfigPrintsTheEffectiveConfigurationAndMakesNothing) {
   EXPECT_EQ(printed.train.epochs, 2);
   EXPECT_FALSE(fs::exists(dir_ / "runs")) << "--print-config made a run folder";
   // A bad override is refused as when training.
-  const auto bad = run("train " + config.string() + " optim.lr=fast --print-config", dir_);
+  const auto bad = run("train " + config.string() + " optim.lr=fast --print-config", dir_.path());
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_EQ(bad.out, "");
 }
@@ -162,25 +154,28 @@ TEST_F(CommandLine, AMisspeltFlagOfEveryCommandGetsDidYouMean) {
   };
   for (const auto& [args, expected] : cases) {
     SCOPED_TRACE("dtrain " + args);
-    expect_usage_error(run(args, dir_), expected);
+    expect_usage_error(run(args, dir_.path()), expected);
   }
-  EXPECT_NE(run("trian", dir_).err.find("did you mean train?"), std::string::npos);
+  EXPECT_NE(run("trian", dir_.path()).err.find("did you mean train?"), std::string::npos);
   EXPECT_FALSE(fs::exists(dir_ / "runs"));
 }
 
 TEST_F(CommandLine, UsageErrorsExitTwoAndHelpZero) {
   const auto config = write_config().string();
-  expect_usage_error(run("train " + config + " --nproc 0", dir_), "--nproc: must be at least 1, found 0");
-  expect_usage_error(run("train " + config + " --nproc two", dir_), "--nproc: expected a whole number");
-  expect_usage_error(run("train " + config + " train.max_step=1", dir_),
+  expect_usage_error(run("train " + config + " --nproc 0", dir_.path()),
+                     "--nproc: must be at least 1, found 0");
+  expect_usage_error(run("train " + config + " --nproc two", dir_.path()),
+                     "--nproc: expected a whole number");
+  expect_usage_error(run("train " + config + " train.max_step=1", dir_.path()),
                      "unknown key train.max_step; did you mean train.max_steps?");
-  expect_usage_error(run("train " + config + " optim.lr=-1", dir_), "optim.lr: expected a positive number");
-  expect_usage_error(run("train " + (dir_ / "missing.yaml").string(), dir_), "missing.yaml");
-  expect_usage_error(run("bench", dir_), "");
-  expect_usage_error(run("", dir_), "");
+  expect_usage_error(run("train " + config + " optim.lr=-1", dir_.path()),
+                     "optim.lr: expected a positive number");
+  expect_usage_error(run("train " + (dir_ / "missing.yaml").string(), dir_.path()), "missing.yaml");
+  expect_usage_error(run("bench", dir_.path()), "");
+  expect_usage_error(run("", dir_.path()), "");
   for (const auto* command :
        {"--help", "train --help", "launch --help", "bench comm --help", "info --help"}) {
-    EXPECT_EQ(run(command, dir_).exit_code, 0) << command;
+    EXPECT_EQ(run(command, dir_.path()).exit_code, 0) << command;
   }
   EXPECT_FALSE(fs::exists(dir_ / "runs"));
 }

@@ -2,7 +2,6 @@
 // their own data on one worker or spread over two give the same numbers, a run saved by two
 // workers continues on one, and metrics.jsonl carries every node and the consensus error.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -10,6 +9,7 @@
 #include <string>
 
 #include "cli/CliTestUtil.h"
+#include "support/ScratchDir.h"
 
 namespace {
 
@@ -20,10 +20,6 @@ using dtrain::testing::run;
 class DecentralizedCommand : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("dtrain-decentralized-test-" + std::to_string(::getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
     std::ofstream(dir_ / "cadmm.yaml")
         << "name: nodes\nout_dir: " << (dir_ / "runs").string() << "\n"
         << "data: {dataset: synthetic, synthetic_shape: [1, 8, 8], synthetic_classes: 4, synthetic_size: "
@@ -41,15 +37,14 @@ class DecentralizedCommand : public ::testing::Test {
            "true,\n"
            "        checkpoint_every_steps: 6, log_every_steps: 6, seed: 5}\n";
   }
-  void TearDown() override { fs::remove_all(dir_); }
 
   nlohmann::json train(const std::string& args) {
-    const auto out = run("train " + (dir_ / "cadmm.yaml").string() + " " + args, dir_);
+    const auto out = run("train " + (dir_ / "cadmm.yaml").string() + " " + args, dir_.path());
     EXPECT_EQ(out.exit_code, 0) << out.err;
     return last_json_line(out.out);
   }
 
-  fs::path dir_;
+  dtrain::testing::ScratchDir dir_;
 };
 
 TEST_F(DecentralizedCommand, NodesOnOneOrTwoWorkersGiveTheSameNumbersAndMetricsCarryEveryNode) {
@@ -98,13 +93,13 @@ TEST_F(DecentralizedCommand, ARunSavedByTwoWorkersContinuesOnOne) {
 }
 
 TEST_F(DecentralizedCommand, NodesThatDoNotSplitOverTheWorkersAreRefusedBeforeAnyStarts) {
-  const auto out = run("train " + (dir_ / "cadmm.yaml").string() + " --nproc 3", dir_);
+  const auto out = run("train " + (dir_ / "cadmm.yaml").string() + " --nproc 3", dir_.path());
   EXPECT_NE(out.exit_code, 0);
   EXPECT_NE(out.err.find("parallel.graph.nodes: 4 nodes do not split evenly over 3 ranks"), std::string::npos)
       << out.err;
   EXPECT_FALSE(fs::exists(dir_ / "runs")) << "no run folder for a run that never starts";
   const auto other =
-      run("train " + (dir_ / "cadmm.yaml").string() + " parallel.decentralized.local_steps=4", dir_);
+      run("train " + (dir_ / "cadmm.yaml").string() + " parallel.decentralized.local_steps=4", dir_.path());
   EXPECT_NE(other.exit_code, 0);
   EXPECT_NE(other.err.find("parallel.decentralized.local_steps: a setting of algorithm local_sgd"),
             std::string::npos)
@@ -131,8 +126,9 @@ TEST_F(DecentralizedCommand, SeedTemplateRunsAsWrittenOnFiveWorkers) {
   fs::copy_file(kSeedTemplate, dir_ / "experiments" / "template.yaml");
   const auto cwd = fs::current_path();
   fs::current_path(dir_ / "experiments");  // the authors run it from experiments/
-  const auto out = run(
-      "experiment template.yaml --nproc 5 --set data.subset_size=6000 --set data.test_subset_size=500", dir_);
+  const auto out =
+      run("experiment template.yaml --nproc 5 --set data.subset_size=6000 --set data.test_subset_size=500",
+          dir_.path());
   fs::current_path(cwd);
   ASSERT_EQ(out.exit_code, 0) << out.err;
   std::vector<fs::path> made;

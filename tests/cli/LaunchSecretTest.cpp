@@ -4,13 +4,13 @@
 // anything starts. The secret itself shows in no output.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <string>
 
 #include "cli/CliTestUtil.h"
+#include "support/ScratchDir.h"
 
 namespace {
 
@@ -24,10 +24,6 @@ constexpr const char* kSecret = "9f2c7e41d0b85a63";
 class LaunchSecret : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("dtrain-launch-secret-" + std::to_string(::getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
     config_ = dir_ / "e2e.yaml";
     std::ofstream(config_)
         << "name: secret\nout_dir: " << (dir_ / "runs").string()
@@ -38,7 +34,6 @@ class LaunchSecret : public ::testing::Test {
            "parallel: {strategy: data_parallel, backend: gloo, timeout_s: 30}\n"
            "train: {epochs: 1, checkpoint_every_epochs: 0, seed: 3}\n";
   }
-  void TearDown() override { fs::remove_all(dir_); }
 
   fs::path secret_file(const std::string& name, const std::string& secret, unsigned mode = 0600) {
     const auto path = dir_ / name;
@@ -49,7 +44,7 @@ class LaunchSecret : public ::testing::Test {
 
   std::string worker() const { return std::string(DTRAIN_BINARY) + " train " + config_.string(); }
 
-  fs::path dir_;
+  dtrain::testing::ScratchDir dir_;
   fs::path config_;
 };
 
@@ -57,7 +52,7 @@ TEST_F(LaunchSecret, TwoRanksWithTheSecretTrain) {
   const auto secret = secret_file("job.secret", kSecret);
   const auto out = run("launch --secret-file " + secret.string() + " --nproc-per-node 2 --log-dir " +
                            (dir_ / "logs").string() + " -- " + worker(),
-                       dir_);
+                       dir_.path());
   ASSERT_EQ(out.exit_code, 0) << out.err;
   const auto results = last_json_line(out.out);
   EXPECT_EQ(results["world_size"], 2);
@@ -73,7 +68,7 @@ TEST_F(LaunchSecret, WorkersWithAnotherSecretAreRefused) {
   const auto out =
       run("launch --secret-file " + secret.string() + " --nproc-per-node 2 --timeout 20 -- env " +
               "DTRAIN_SECRET_FILE=" + other.string() + " " + worker(),
-          dir_);
+          dir_.path());
   EXPECT_NE(out.exit_code, 0);
   // The store's side names the worker's address, the worker's side the store's.
   EXPECT_NE(out.err.find("refused the connection from 127.0.0.1:"), std::string::npos) << out.err;
@@ -86,7 +81,7 @@ TEST_F(LaunchSecret, WorkersWithAnotherSecretAreRefused) {
 TEST_F(LaunchSecret, SecretFileOthersCanReadStopsTheLaunch) {
   const auto secret = secret_file("job.secret", kSecret, 0644);
   const auto out =
-      run("launch --secret-file " + secret.string() + " --nproc-per-node 2 -- " + worker(), dir_);
+      run("launch --secret-file " + secret.string() + " --nproc-per-node 2 -- " + worker(), dir_.path());
   EXPECT_NE(out.exit_code, 0) << out.err;
   EXPECT_EQ(out.err.find("rendezvous store at"), std::string::npos) << "the launch went on: " << out.err;
   EXPECT_NE(out.err.find("--secret-file"), std::string::npos) << out.err;

@@ -2,7 +2,6 @@
 // as one 2-stage pipeline on a small synthetic set train, evaluate through the pipeline, checkpoint,
 // and resume, as a pipeline and as data_parallel.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -10,6 +9,7 @@
 #include <string>
 
 #include "cli/CliTestUtil.h"
+#include "support/ScratchDir.h"
 
 namespace {
 
@@ -20,14 +20,6 @@ using dtrain::testing::run;
 
 class PipelineCommand : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("dtrain-pipeline-test-" + std::to_string(::getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   // `parallel` is the configuration's parallel section (only the chosen strategy's options may
   // appear in it).
   fs::path write_config(const std::string& parallel =
@@ -52,12 +44,12 @@ class PipelineCommand : public ::testing::Test {
     return path;
   }
 
-  fs::path dir_;
+  dtrain::testing::ScratchDir dir_;
 };
 
 TEST_F(PipelineCommand, TwoStagesTrainEvaluateCheckpointAndResume) {
   const auto cfg = write_config();
-  const auto first = run("train " + cfg.string(), dir_);
+  const auto first = run("train " + cfg.string(), dir_.path());
   ASSERT_EQ(first.exit_code, 0) << first.err;
   const auto results = last_json_line(first.out);
   EXPECT_EQ(results["strategy"], "pipeline");
@@ -68,7 +60,7 @@ TEST_F(PipelineCommand, TwoStagesTrainEvaluateCheckpointAndResume) {
   // The same mathematics as data_parallel on the same two ranks' batches (a pipeline's batch is
   // its ranks' batches together): the same final loss, up to float32 rounding.
   const auto dp_cfg = write_config("{strategy: data_parallel, backend: gloo, timeout_s: 60}", "dp.yaml");
-  const auto dp = run("train " + dp_cfg.string() + " name=dp", dir_);
+  const auto dp = run("train " + dp_cfg.string() + " name=dp", dir_.path());
   ASSERT_EQ(dp.exit_code, 0) << dp.err;
   const auto dp_results = last_json_line(dp.out);
   EXPECT_NEAR(results["final"]["loss"].get<double>(), dp_results["final"]["loss"].get<double>(), 1e-4)
@@ -85,18 +77,19 @@ TEST_F(PipelineCommand, TwoStagesTrainEvaluateCheckpointAndResume) {
   // One more epoch from the checkpoint, as a pipeline with the other schedule ...
   const auto second = run("train " + cfg.string() +
                               " train.epochs=2 parallel.pipeline.schedule=gpipe --resume " + run_dir.string(),
-                          dir_);
+                          dir_.path());
   ASSERT_EQ(second.exit_code, 0) << second.err;
   EXPECT_EQ(last_json_line(second.out)["steps"], 2 * 512 / (16 * 2));
 
   // ... and as data_parallel, which reads the same names.
-  const auto third = run("train " + dp_cfg.string() + " train.epochs=3 --resume " + run_dir.string(), dir_);
+  const auto third =
+      run("train " + dp_cfg.string() + " train.epochs=3 --resume " + run_dir.string(), dir_.path());
   ASSERT_EQ(third.exit_code, 0) << third.err;
   EXPECT_EQ(last_json_line(third.out)["steps"], 3 * 512 / (16 * 2));
 }
 
 TEST_F(PipelineCommand, StagesThatDoNotDivideTheWorkersAreOneLineBeforeAnyWorkerStarts) {
-  const auto out = run("train " + write_config().string() + " parallel.pipeline.stages=3", dir_);
+  const auto out = run("train " + write_config().string() + " parallel.pipeline.stages=3", dir_.path());
   EXPECT_NE(out.exit_code, 0);
   EXPECT_NE(out.err.find("parallel.pipeline.stages: 3 stages do not divide the world size 2"),
             std::string::npos)

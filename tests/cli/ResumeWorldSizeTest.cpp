@@ -1,13 +1,13 @@
 // Resuming a run on another number of workers (Note [Resuming on another number of workers]):
 // it continues, and rank 0 says once that the data partition changed, naming both world sizes.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <string>
 
 #include "cli/CliTestUtil.h"
+#include "support/ScratchDir.h"
 
 namespace {
 
@@ -19,10 +19,6 @@ using dtrain::testing::run;
 class ResumeWorldSize : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("dtrain-resume-world-" + std::to_string(::getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
     cfg_ = dir_ / "run.yaml";
     std::ofstream(cfg_) << "name: resume\nout_dir: " << (dir_ / "runs").string()
                         << "\nnproc: 2\n"
@@ -32,20 +28,20 @@ class ResumeWorldSize : public ::testing::Test {
                            "parallel: {strategy: data_parallel, backend: gloo, timeout_s: 60}\n"
                            "train: {epochs: 1, max_steps: 2, checkpoint_every_steps: 2, seed: 1}\n";
   }
-  void TearDown() override { fs::remove_all(dir_); }
 
-  fs::path dir_;
+  dtrain::testing::ScratchDir dir_;
   fs::path cfg_;
 };
 
 TEST_F(ResumeWorldSize, TwoWorkersOnOneContinuesAndSaysThePartitionChanged) {
-  const auto first = run("train " + cfg_.string(), dir_);
+  const auto first = run("train " + cfg_.string(), dir_.path());
   ASSERT_EQ(first.exit_code, 0) << first.err;
   const auto before = last_json_line(first.out);
   ASSERT_EQ(before["world_size"], 2);
   const std::string run_dir = before["run_dir"];
 
-  const auto second = run("train " + cfg_.string() + " nproc=1 train.max_steps=4 --resume " + run_dir, dir_);
+  const auto second =
+      run("train " + cfg_.string() + " nproc=1 train.max_steps=4 --resume " + run_dir, dir_.path());
   ASSERT_EQ(second.exit_code, 0) << second.err;
   const auto after = last_json_line(second.out);
   EXPECT_EQ(after["world_size"], 1);
@@ -56,7 +52,7 @@ TEST_F(ResumeWorldSize, TwoWorkersOnOneContinuesAndSaysThePartitionChanged) {
   EXPECT_NE(second.err.find("resume with --nproc 2"), std::string::npos) << second.err;
 
   // The same number of workers continues exactly and says nothing of it.
-  const auto third = run("train " + cfg_.string() + " train.max_steps=6 --resume " + run_dir, dir_);
+  const auto third = run("train " + cfg_.string() + " train.max_steps=6 --resume " + run_dir, dir_.path());
   ASSERT_EQ(third.exit_code, 0) << third.err;
   EXPECT_EQ(third.err.find("worker(s), this run has"), std::string::npos) << third.err;
 }

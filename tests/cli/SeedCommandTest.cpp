@@ -22,6 +22,7 @@
 #include "dtrain/config/Registry.h"
 #include "dtrain/config/RunConfigYaml.h"
 #include "dtrain/config/Schema.h"
+#include "support/ScratchDir.h"
 
 namespace {
 
@@ -92,14 +93,6 @@ struct Finished {
 
 class SeedCommand : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("dtrain-seed-test-" + std::to_string(::getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   // Seed 000's two-site command, both sites on this host: `extra` after the seed's own flags.
   std::vector<Finished> two_sites(const std::vector<std::string>& extra) {
     const std::string port = std::to_string(free_port());
@@ -168,7 +161,7 @@ class SeedCommand : public ::testing::Test {
     return root;
   }
 
-  fs::path dir_;
+  dtrain::testing::ScratchDir dir_;
 };
 
 // "dtrain: error: <one line>\n", with no C++ stack trace.

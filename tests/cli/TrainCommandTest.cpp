@@ -24,6 +24,7 @@
 #include "cli/CliTestUtil.h"
 #include "dtrain/config/Environment.h"
 #include "dtrain/launch/Launcher.h"
+#include "support/ScratchDir.h"
 
 namespace {
 
@@ -35,14 +36,6 @@ using dtrain::testing::run;
 
 class TrainCommand : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("dtrain-train-test-" + std::to_string(::getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   fs::path write_config(const std::string& name, const std::string& text) {
     const auto path = dir_ / name;
     std::ofstream(path) << text;
@@ -64,12 +57,12 @@ class TrainCommand : public ::testing::Test {
            "train: {epochs: 2, log_every_steps: 4, checkpoint_every_epochs: 1, seed: 3}\n";
   }
 
-  fs::path dir_;
+  dtrain::testing::ScratchDir dir_;
 };
 
 TEST_F(TrainCommand, TwoWorkersLeaveACompleteRunFolderAndResumeContinues) {
   const auto cfg = write_config("e2e.yaml", synthetic_config());
-  const auto first = run("train " + cfg.string(), dir_);
+  const auto first = run("train " + cfg.string(), dir_.path());
   ASSERT_EQ(first.exit_code, 0) << first.err;
   const auto results = last_json_line(first.out);
   EXPECT_EQ(results["world_size"], 2);
@@ -95,7 +88,8 @@ TEST_F(TrainCommand, TwoWorkersLeaveACompleteRunFolderAndResumeContinues) {
   EXPECT_EQ(line.rfind("[rank 1/2]", 0), 0u) << line;
 
   // One more epoch from the checkpoint: the step count continues, it does not restart.
-  const auto second = run("train " + cfg.string() + " train.epochs=3 --resume " + run_dir.string(), dir_);
+  const auto second =
+      run("train " + cfg.string() + " train.epochs=3 --resume " + run_dir.string(), dir_.path());
   ASSERT_EQ(second.exit_code, 0) << second.err;
   EXPECT_EQ(last_json_line(second.out)["steps"], 3 * 512 / (16 * 2));
 
@@ -104,7 +98,7 @@ TEST_F(TrainCommand, TwoWorkersLeaveACompleteRunFolderAndResumeContinues) {
   for (const auto& e : fs::directory_iterator(run_dir / "checkpoints")) {
     if (e.path().extension() == ".ckpt") file = std::max(file, e.path().string());
   }
-  const auto third = run("train " + cfg.string() + " train.epochs=4 --resume " + file, dir_);
+  const auto third = run("train " + cfg.string() + " train.epochs=4 --resume " + file, dir_.path());
   ASSERT_EQ(third.exit_code, 0) << third.err;
   const auto resumed = last_json_line(third.out);
   EXPECT_EQ(resumed["steps"], 4 * 512 / (16 * 2));
@@ -118,7 +112,8 @@ TEST_F(TrainCommand, TwoWorkersWithoutABackendLogTheChoiceAndTrain) {
   std::string text = synthetic_config();
   text.replace(text.find("backend: gloo, "), 15, "");
   const auto cfg = write_config("auto.yaml", text + "");
-  const auto result = run("train " + cfg.string() + " train.epochs=1 train.checkpoint_every_epochs=0", dir_);
+  const auto result =
+      run("train " + cfg.string() + " train.epochs=1 train.checkpoint_every_epochs=0", dir_.path());
   ASSERT_EQ(result.exit_code, 0) << result.err;
   const auto results = last_json_line(result.out);
   EXPECT_EQ(results["world_size"], 2);
@@ -138,8 +133,10 @@ TEST_F(TrainCommand, TwoWorkersWithoutABackendLogTheChoiceAndTrain) {
 
 TEST_F(TrainCommand, TwoRunsOnTwoWorkersGiveIdenticalNumbers) {
   const auto cfg = write_config("e2e.yaml", synthetic_config());
-  const auto a = run("train " + cfg.string() + " train.epochs=1 train.checkpoint_every_epochs=0", dir_);
-  const auto b = run("train " + cfg.string() + " train.epochs=1 train.checkpoint_every_epochs=0", dir_);
+  const auto a =
+      run("train " + cfg.string() + " train.epochs=1 train.checkpoint_every_epochs=0", dir_.path());
+  const auto b =
+      run("train " + cfg.string() + " train.epochs=1 train.checkpoint_every_epochs=0", dir_.path());
   ASSERT_EQ(a.exit_code, 0) << a.err;
   ASSERT_EQ(b.exit_code, 0) << b.err;
   const auto ra = last_json_line(a.out);
@@ -167,14 +164,14 @@ std::vector<nlohmann::json> step_records(const fs::path& run_dir) {
 // log; fp16's loss scale is a step metric and in results.json, and a resume carries on from it.
 TEST_F(TrainCommand, MixedPrecisionRunsOnTwoWorkersAndFp16Resumes) {
   const auto cfg = write_config("e2e.yaml", synthetic_config());
-  const auto bf16 = run("train " + cfg.string() + " train.epochs=1 train.precision=bf16", dir_);
+  const auto bf16 = run("train " + cfg.string() + " train.epochs=1 train.precision=bf16", dir_.path());
   ASSERT_EQ(bf16.exit_code, 0) << bf16.err;
   const auto rb = last_json_line(bf16.out);
   EXPECT_EQ(rb["precision"], "bf16");
   EXPECT_EQ(rb["config"]["train"]["precision"], "bf16");
   EXPECT_FALSE(rb.contains("loss_scale"));
 
-  const auto fp16 = run("train " + cfg.string() + " train.epochs=1 train.precision=fp16", dir_);
+  const auto fp16 = run("train " + cfg.string() + " train.epochs=1 train.precision=fp16", dir_.path());
   ASSERT_EQ(fp16.exit_code, 0) << fp16.err;
   const auto rf = last_json_line(fp16.out);
   EXPECT_EQ(rf["precision"], "fp16");
@@ -188,8 +185,9 @@ TEST_F(TrainCommand, MixedPrecisionRunsOnTwoWorkersAndFp16Resumes) {
   const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
   EXPECT_NE(text.find("precision fp16"), std::string::npos);
 
-  const auto resumed = run(
-      "train " + cfg.string() + " train.epochs=2 train.precision=fp16 --resume " + run_dir.string(), dir_);
+  const auto resumed =
+      run("train " + cfg.string() + " train.epochs=2 train.precision=fp16 --resume " + run_dir.string(),
+          dir_.path());
   ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
   const auto rr = last_json_line(resumed.out);
   EXPECT_EQ(rr["steps"], 2 * 512 / (16 * 2));
@@ -229,7 +227,8 @@ double expect_step_time_and_bytes(const nlohmann::json& results) {
 // reports no last epoch.
 TEST_F(TrainCommand, MetricsAndResultsCarryTheStepTimeSplitAndBytesSent) {
   const auto cfg = write_config("e2e.yaml", synthetic_config());
-  const auto dp = run("train " + cfg.string() + " train.max_steps=8 train.checkpoint_every_epochs=0", dir_);
+  const auto dp =
+      run("train " + cfg.string() + " train.max_steps=8 train.checkpoint_every_epochs=0", dir_.path());
   ASSERT_EQ(dp.exit_code, 0) << dp.err;
   const auto dp_results = last_json_line(dp.out);
   EXPECT_EQ(expect_step_time_and_bytes(dp_results), 4464.0);
@@ -242,7 +241,7 @@ TEST_F(TrainCommand, MetricsAndResultsCarryTheStepTimeSplitAndBytesSent) {
   text.replace(text.find("data_parallel"), 13, "local");
   const auto local_cfg = write_config("local.yaml", text);
   const auto local =
-      run("train " + local_cfg.string() + " train.max_steps=8 train.checkpoint_every_epochs=0", dir_);
+      run("train " + local_cfg.string() + " train.max_steps=8 train.checkpoint_every_epochs=0", dir_.path());
   ASSERT_EQ(local.exit_code, 0) << local.err;
   const auto local_results = last_json_line(local.out);
   EXPECT_EQ(expect_step_time_and_bytes(local_results), 0.0);
@@ -271,7 +270,7 @@ TEST_F(TrainCommand, DataErrorIsOneMessageNamingTheFileOnStderrAndInTheRankLogs)
   const auto cfg = write_config("e2e.yaml", synthetic_config());
   const auto out = run("train " + cfg.string() + " data.dataset=mnist data.root=" + data.string() +
                            " data.batch_size=1 model.name=lenet5",
-                       dir_);
+                       dir_.path());
   EXPECT_EQ(out.exit_code, 2) << out.err;  // a bad data file: a usage error (Note [Exit codes])
   const auto label_file = (data / "train-labels-idx1-ubyte").string();
   const auto reason = label_file + ": label out of range: sample 2 has label 42, expected 0..9";
@@ -397,7 +396,7 @@ TEST_F(TrainCommand, WorkerKilledDuringTrainingStopsTheJobAndItsLastCheckpointRe
   const auto resumed =
       run("train " + cfg.string() + " train.epochs=100000 train.checkpoint_every_epochs=0 " +
               "train.max_steps=" + std::to_string(step + 20) + " --resume " + run_dir.string(),
-          dir_);
+          dir_.path());
   ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
   EXPECT_EQ(last_json_line(resumed.out)["steps"], step + 20);
   EXPECT_NE(resumed.err.find("at step " + std::to_string(step)), std::string::npos) << resumed.err;
@@ -414,7 +413,7 @@ TEST_F(TrainCommand, FashionMnistSubsetTrainsLeNet) {
                                                "optim: {name: sgd, lr: 0.05, momentum: 0.9}\n"
                                                "parallel: {strategy: local}\n"
                                                "train: {epochs: 1, log_every_steps: 10}\n");
-  const auto out = run("train " + cfg.string(), dir_);
+  const auto out = run("train " + cfg.string(), dir_.path());
   ASSERT_EQ(out.exit_code, 0) << out.err;
   const auto results = last_json_line(out.out);
   EXPECT_EQ(results["model"], "lenet5");
@@ -424,13 +423,13 @@ TEST_F(TrainCommand, FashionMnistSubsetTrainsLeNet) {
 
 TEST_F(TrainCommand, ConfigErrorsNameFileLineAndKey) {
   const auto cfg = write_config("bad.yaml", "name: bad\noptim:\n  lr: fast\n");
-  const auto out = run("train " + cfg.string(), dir_);
+  const auto out = run("train " + cfg.string(), dir_.path());
   EXPECT_NE(out.exit_code, 0);
   EXPECT_NE(out.err.find("bad.yaml:3"), std::string::npos) << out.err;
   EXPECT_NE(out.err.find("optim.lr"), std::string::npos) << out.err;
 
   const auto good = write_config("good.yaml", synthetic_config());
-  const auto override_error = run("train " + good.string() + " parallel.strategy=warp", dir_);
+  const auto override_error = run("train " + good.string() + " parallel.strategy=warp", dir_.path());
   EXPECT_NE(override_error.exit_code, 0);
   EXPECT_NE(override_error.err.find("parallel.strategy"), std::string::npos) << override_error.err;
 }

@@ -2,13 +2,13 @@
 // what it loaded and froze, and its resume continues from its own checkpoint without reading
 // model.init_from again (the source may be gone by then).
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <string>
 
 #include "cli/CliTestUtil.h"
+#include "support/ScratchDir.h"
 
 namespace {
 
@@ -19,14 +19,6 @@ using dtrain::testing::run;
 
 class TransferCommand : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("dtrain-transfer-e2e-" + std::to_string(::getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   fs::path write_config(const std::string& name, const std::string& extra) {
     const auto path = dir_ / name;
     std::ofstream(path) << "name: " << name.substr(0, name.find('.')) << "\n"
@@ -41,19 +33,19 @@ class TransferCommand : public ::testing::Test {
     return path;
   }
 
-  fs::path dir_;
+  dtrain::testing::ScratchDir dir_;
 };
 
 TEST_F(TransferCommand, FineTuneLogsTheTransferAndResumesWithoutTheSource) {
   const auto source_cfg = write_config("source.yaml", "");
-  const auto source = run("train " + source_cfg.string(), dir_);
+  const auto source = run("train " + source_cfg.string(), dir_.path());
   ASSERT_EQ(source.exit_code, 0) << source.err;
   const fs::path source_dir = last_json_line(source.out)["run_dir"].get<std::string>();
   ASSERT_TRUE(fs::exists(source_dir / "model.pt"));
 
   const auto tune_cfg =
       write_config("tune.yaml", ", init_from: " + source_dir.string() + ", freeze: [\"layers.1.*\"]");
-  const auto tune = run("train " + tune_cfg.string(), dir_);
+  const auto tune = run("train " + tune_cfg.string(), dir_.path());
   ASSERT_EQ(tune.exit_code, 0) << tune.err;
   const fs::path tune_dir = last_json_line(tune.out)["run_dir"].get<std::string>();
   std::ifstream log(tune_dir / "site_0" / "log.txt");
@@ -69,12 +61,12 @@ TEST_F(TransferCommand, FineTuneLogsTheTransferAndResumesWithoutTheSource) {
   // The source is gone: a resume must take the weights from its own checkpoint.
   fs::remove_all(source_dir);
   const auto resumed =
-      run("train " + tune_cfg.string() + " train.epochs=2 --resume " + tune_dir.string(), dir_);
+      run("train " + tune_cfg.string() + " train.epochs=2 --resume " + tune_dir.string(), dir_.path());
   ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
   EXPECT_EQ(last_json_line(resumed.out)["steps"], 2 * 128 / 16);
 
   // Without a resume the missing source is a one-line error naming the key.
-  const auto again = run("train " + tune_cfg.string(), dir_);
+  const auto again = run("train " + tune_cfg.string(), dir_.path());
   EXPECT_NE(again.exit_code, 0);
   EXPECT_NE(again.err.find("model.init_from: " + source_dir.string() + ": no such file or folder"),
             std::string::npos)

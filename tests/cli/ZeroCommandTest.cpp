@@ -3,13 +3,13 @@
 // and as data_parallel, continuing the step count; a zero option that does not apply is refused
 // in one line naming the key.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <string>
 
 #include "cli/CliTestUtil.h"
+#include "support/ScratchDir.h"
 
 namespace {
 
@@ -20,14 +20,6 @@ using dtrain::testing::run;
 
 class ZeroCommand : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("dtrain-zero-test-" + std::to_string(::getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   fs::path write_config() {
     const auto path = dir_ / "zero.yaml";
     std::ofstream(path) << "name: zero-e2e\n"
@@ -45,12 +37,12 @@ class ZeroCommand : public ::testing::Test {
     return path;
   }
 
-  fs::path dir_;
+  dtrain::testing::ScratchDir dir_;
 };
 
 TEST_F(ZeroCommand, TwoWorkersTrainCheckpointAndResumeAsZeroAndAsDataParallel) {
   const auto cfg = write_config();
-  const auto first = run("train " + cfg.string(), dir_);
+  const auto first = run("train " + cfg.string(), dir_.path());
   ASSERT_EQ(first.exit_code, 0) << first.err;
   const auto results = last_json_line(first.out);
   EXPECT_EQ(results["world_size"], 2);
@@ -63,7 +55,8 @@ TEST_F(ZeroCommand, TwoWorkersTrainCheckpointAndResumeAsZeroAndAsDataParallel) {
   for (const auto* f : {"model.pt", "checkpoints/latest"}) EXPECT_TRUE(fs::exists(run_dir / f)) << f;
 
   // The same run one epoch further, as zero stage 3 and as data_parallel: the step count goes on.
-  const auto zero = run("train " + cfg.string() + " train.epochs=2 --resume " + run_dir.string(), dir_);
+  const auto zero =
+      run("train " + cfg.string() + " train.epochs=2 --resume " + run_dir.string(), dir_.path());
   ASSERT_EQ(zero.exit_code, 0) << zero.err;
   EXPECT_EQ(last_json_line(zero.out)["steps"], 2 * 256 / (16 * 2));
   std::string file;
@@ -74,7 +67,7 @@ TEST_F(ZeroCommand, TwoWorkersTrainCheckpointAndResumeAsZeroAndAsDataParallel) {
   const auto dp =
       run("train " + cfg.string() +
               " train.epochs=2 parallel.strategy=data_parallel parallel.zero=null --resume " + file,
-          dir_);
+          dir_.path());
   ASSERT_EQ(dp.exit_code, 0) << dp.err;
   const auto dp_results = last_json_line(dp.out);
   EXPECT_EQ(dp_results["strategy"], "data_parallel");
@@ -83,7 +76,8 @@ TEST_F(ZeroCommand, TwoWorkersTrainCheckpointAndResumeAsZeroAndAsDataParallel) {
 
 TEST_F(ZeroCommand, PrefetchWithoutStage3IsRefusedNamingTheKey) {
   const auto cfg = write_config();
-  const auto r = run("train " + cfg.string() + " parallel.zero.stage=2 parallel.zero.prefetch=false", dir_);
+  const auto r =
+      run("train " + cfg.string() + " parallel.zero.stage=2 parallel.zero.prefetch=false", dir_.path());
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("parallel.zero.prefetch"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("terminate called"), std::string::npos) << r.err;
