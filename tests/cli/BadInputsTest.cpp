@@ -3,7 +3,6 @@
 // must end with its expected exit status and one error line naming what was wrong and where.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -17,6 +16,8 @@
 #include <torch/cuda.h>
 
 #include "cli/CliTestUtil.h"
+#include "support/Files.h"
+#include "support/ScratchDir.h"
 
 namespace {
 
@@ -31,12 +32,7 @@ struct Expectation {
   bool needs_no_gpu = false;           // the input is good where LibTorch sees a GPU
 };
 
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using dtrain::testing::read_file;
 
 std::string replace_all(std::string text, const std::string& from, const std::string& to) {
   for (auto at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size())) {
@@ -47,7 +43,7 @@ std::string replace_all(std::string text, const std::string& from, const std::st
 
 Expectation read_expectation(const fs::path& file) {
   Expectation e;
-  std::istringstream lines(read_text(file));
+  std::istringstream lines(read_file(file));
   std::string line;
   while (std::getline(lines, line)) {
     if (line.empty() || line.front() == '#') continue;
@@ -102,7 +98,7 @@ dtrain::testing::Output run_in(const fs::path& dir, const std::string& args, con
   while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) o.out.append(buffer, n);
   const int status = pclose(pipe);
   o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  o.err = read_text(err_file);
+  o.err = read_file(err_file);
   return o;
 }
 
@@ -110,14 +106,10 @@ class Corpus : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     // The command runs in parent_/work, so that a write outside its out_dir shows in parent_.
-    parent_ =
-        fs::temp_directory_path() / ("dtrain-bad-input-" + std::to_string(::getpid()) + "-" + GetParam());
-    fs::remove_all(parent_);
     fs::create_directories(parent_ / "work");
   }
-  void TearDown() override { fs::remove_all(parent_); }
 
-  fs::path parent_;
+  dtrain::testing::ScratchDir parent_;
 };
 
 TEST_P(Corpus, Refuses) {
@@ -130,7 +122,7 @@ TEST_P(Corpus, Refuses) {
                                          << " has no 'stderr TEXT' line";
   if (expect.needs_no_gpu && torch::cuda::is_available()) GTEST_SKIP() << "this LibTorch sees a GPU";
 
-  auto command = lines_of(read_text(folder / "command")).at(0);
+  auto command = lines_of(read_file(folder / "command")).at(0);
   command = replace_all(command, "{case}", folder.string());
   command = replace_all(command, "{corpus}", kCorpus.string());
   const fs::path work = parent_ / "work";
@@ -161,7 +153,7 @@ TEST_P(Corpus, Refuses) {
     EXPECT_FALSE(fs::exists(work / path)) << (work / path) << " was made";
   }
   // Nothing beside the working folder: nothing written outside it.
-  for (const auto& entry : fs::directory_iterator(parent_)) {
+  for (const auto& entry : fs::directory_iterator(parent_.path())) {
     const auto name = entry.path().filename().string();
     EXPECT_TRUE(name == "work" || name == "stderr.txt") << entry.path() << " was written outside the run";
   }

@@ -13,6 +13,8 @@
 #include <sstream>
 #include <string>
 
+#include "support/Files.h"
+
 namespace dtrain::testing {
 
 namespace fs = std::filesystem;
@@ -34,8 +36,7 @@ inline Output run(const std::string& args, const fs::path& dir) {
   while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) o.out.append(buf.data(), n);
   const int status = pclose(pipe);
   o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  std::ifstream err(err_path);
-  o.err.assign(std::istreambuf_iterator<char>(err), std::istreambuf_iterator<char>());
+  o.err = read_file(err_path);
   return o;
 }
 

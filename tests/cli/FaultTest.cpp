@@ -23,6 +23,8 @@
 
 #include "cli/CliTestUtil.h"
 #include "dtrain/comm/Backend.h"
+#include "support/Files.h"
+#include "support/ScratchDir.h"
 
 namespace {
 
@@ -32,10 +34,7 @@ using Clock = std::chrono::steady_clock;
 using dtrain::testing::last_json_line;
 using dtrain::testing::run;
 
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
+using dtrain::testing::read_file;
 
 // Starts args[0] with args, stdout to `out_path` and stderr to `err_path`; -1 if it cannot start.
 pid_t spawn(std::vector<std::string> args, const fs::path& out_path, const fs::path& err_path) {
@@ -110,11 +109,6 @@ class Faults : public ::testing::TestWithParam<std::string> {
       GTEST_SKIP() << "this build has no " << GetParam() << " backend";
     if (GetParam() == "mpi" && ::access("/usr/bin/mpirun", X_OK) != 0)
       GTEST_SKIP() << "openmpi-bin is not installed";
-    std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    std::replace(name.begin(), name.end(), '/', '-');
-    dir_ = fs::temp_directory_path() / ("dtrain-fault-test-" + std::to_string(::getpid()) + "-" + name);
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
     config_ = dir_ / "faults.yaml";
     // 16 steps an epoch; 20 epochs, 320 steps, leave time to kill a worker after a checkpoint.
     std::ofstream(config_) << "name: faults\n"
@@ -132,9 +126,6 @@ class Faults : public ::testing::TestWithParam<std::string> {
                               "train: {epochs: 20, log_every_steps: 8, checkpoint_every_steps: 8, "
                               "checkpoint_every_epochs: 0, seed: 5}\n";
   }
-  void TearDown() override {
-    if (!dir_.empty()) fs::remove_all(dir_);
-  }
 
   // Starts the job, waits until it reports a checkpoint at step `at_least` or later, and returns
   // the job's process and that checkpoint's path.
@@ -146,18 +137,18 @@ class Faults : public ::testing::TestWithParam<std::string> {
     const std::regex checkpoint_line("checkpoint (\\S+/checkpoint-(\\d+)\\.ckpt)");
     const auto deadline = Clock::now() + std::chrono::seconds(120);
     while (Clock::now() < deadline) {
-      const std::string err = read_text(dir_ / "job.err");
+      const std::string err = read_file(dir_ / "job.err");
       for (std::sregex_iterator it(err.begin(), err.end(), checkpoint_line), end; it != end; ++it) {
         if (std::stol((*it)[2].str()) >= at_least) return {job, fs::path((*it)[1].str())};
       }
       if (state_of(job).first == 'Z') break;  // ended before that checkpoint
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
-    ADD_FAILURE() << "no checkpoint at step " << at_least << " or later:\n" << read_text(dir_ / "job.err");
+    ADD_FAILURE() << "no checkpoint at step " << at_least << " or later:\n" << read_file(dir_ / "job.err");
     return {job, {}};
   }
 
-  fs::path dir_;
+  dtrain::testing::ScratchDir dir_;
   fs::path config_;
 };
 
@@ -184,12 +175,12 @@ TEST_P(Faults, KilledRankStopsEveryProcessWithinTenSecondsNamingIt) {
   EXPECT_LT(last_gone, 10.0);
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_NE(WEXITSTATUS(status), 0);
-  const auto err = read_text(dir_ / "job.err");
+  const auto err = read_file(dir_ / "job.err");
   EXPECT_NE(err.find("rank 1"), std::string::npos) << err;
 }
 
 TEST_P(Faults, RestartAfterAKillEndsWithTheWeightsOfAnUninterruptedRun) {
-  const auto uninterrupted = run("train " + config_.string(), dir_);
+  const auto uninterrupted = run("train " + config_.string(), dir_.path());
   ASSERT_EQ(uninterrupted.exit_code, 0) << uninterrupted.err;
   const fs::path reference = last_json_line(uninterrupted.out)["run_dir"].get<std::string>();
 
@@ -202,7 +193,7 @@ TEST_P(Faults, RestartAfterAKillEndsWithTheWeightsOfAnUninterruptedRun) {
   ASSERT_EQ(::kill(rank1, SIGKILL), 0) << "the job ended before the kill: make it longer";
   int status = 0;
   ASSERT_EQ(::waitpid(job, &status, 0), job);
-  const auto err = read_text(dir_ / "job.err");
+  const auto err = read_file(dir_ / "job.err");
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << err;
   EXPECT_NE(err.find("restarting all workers (restart 1 of 1)"), std::string::npos) << err;
   std::smatch resumed;
@@ -211,11 +202,11 @@ TEST_P(Faults, RestartAfterAKillEndsWithTheWeightsOfAnUninterruptedRun) {
   EXPECT_LT(std::stol(resumed[1].str()), 320) << "nothing was left to train after the restart";
 
   const fs::path restarted = checkpoint.parent_path().parent_path();
-  const auto results = last_json_line(read_text(dir_ / "job.out"));
+  const auto results = last_json_line(read_file(dir_ / "job.out"));
   EXPECT_EQ(results["steps"], 320);
   EXPECT_EQ(results["final"], last_json_line(uninterrupted.out)["final"]);
-  const auto a = read_text(reference / "model.pt");
-  const auto b = read_text(restarted / "model.pt");
+  const auto a = read_file(reference / "model.pt");
+  const auto b = read_file(restarted / "model.pt");
   ASSERT_FALSE(a.empty());
   EXPECT_TRUE(a == b) << "the restarted run's model.pt differs from the uninterrupted run's";
   std::printf(
@@ -226,14 +217,12 @@ TEST_P(Faults, RestartAfterAKillEndsWithTheWeightsOfAnUninterruptedRun) {
 
 // A worker under a launcher does not restart itself: the flag would be ignored, so it is refused.
 TEST(FaultFlags, MaxRestartsInAWorkerStartedByALauncherIsRefused) {
-  const auto dir = fs::temp_directory_path() / ("dtrain-fault-flags-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
+  const dtrain::testing::ScratchDir dir;
   ::setenv("RANK", "0", 1);
   ::setenv("WORLD_SIZE", "1", 1);
-  const auto out = run("train --max-restarts 1 train.max_steps=1", dir);
+  const auto out = run("train --max-restarts 1 train.max_steps=1", dir.path());
   ::unsetenv("RANK");
   ::unsetenv("WORLD_SIZE");
-  fs::remove_all(dir);
   EXPECT_NE(out.exit_code, 0);
   EXPECT_NE(out.err.find("--max-restarts 1: this process is a worker started by a launcher"),
             std::string::npos)
@@ -242,8 +231,7 @@ TEST(FaultFlags, MaxRestartsInAWorkerStartedByALauncherIsRefused) {
 
 // A run removes at its start what a writer killed mid-write left in its run folder.
 TEST(FaultFlags, StartRemovesStaleTemporariesOfItsRunFolder) {
-  const auto dir = fs::temp_directory_path() / ("dtrain-fault-stale-" + std::to_string(::getpid()));
-  fs::remove_all(dir);
+  const dtrain::testing::ScratchDir dir;
   fs::create_directories(dir / "run" / "checkpoints");
   const pid_t writer = ::fork();
   if (writer == 0) ::_exit(0);
@@ -258,14 +246,13 @@ TEST(FaultFlags, StartRemovesStaleTemporariesOfItsRunFolder) {
       run("train nproc=1 parallel.strategy=local data.dataset=synthetic data.synthetic_size=64 "
           "data.batch_size=16 model.name=mlp train.max_steps=2 --run-dir " +
               (dir / "run").string(),
-          dir);
+          dir.path());
   EXPECT_EQ(out.exit_code, 0) << out.err;
   EXPECT_FALSE(fs::exists(stale_checkpoint));
   EXPECT_FALSE(fs::exists(stale_results));
   EXPECT_NE(out.err.find("removed " + stale_checkpoint.string() + ", left by an interrupted write"),
             std::string::npos)
       << out.err;
-  fs::remove_all(dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, Faults, ::testing::Values("gloo", "mpi"),

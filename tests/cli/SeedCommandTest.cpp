@@ -22,16 +22,14 @@
 #include "dtrain/config/Registry.h"
 #include "dtrain/config/RunConfigYaml.h"
 #include "dtrain/config/Schema.h"
+#include "support/Files.h"
 #include "support/ScratchDir.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
+using dtrain::testing::read_file;
 
 // A port nobody listens on now: the kernel's pick for a socket bound to port 0.
 int free_port() {

@@ -3,7 +3,6 @@
 #include "dtrain/cli/SeedFlags.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -13,6 +12,7 @@
 #include "dtrain/config/Registry.h"
 #include "dtrain/config/RunConfigYaml.h"
 #include "dtrain/config/Schema.h"
+#include "support/ScratchDir.h"
 
 namespace dtrain::cli {
 namespace {
@@ -205,8 +205,8 @@ TEST(SeedFlags, AFlagAndAnOverrideOfTheSameKeyAreAnError) {
 }
 
 TEST(SeedFlags, WithAConfigFileFlagsOverrideIt) {
-  const auto path =
-      std::filesystem::temp_directory_path() / ("dtrain-seed-flags-" + std::to_string(::getpid()) + ".yaml");
+  const dtrain::testing::ScratchDir dir;
+  const auto path = dir / "seed-flags.yaml";
   std::ofstream(path) << "name: from_file\nout_dir: runs\noptim: {lr: 0.5}\nmodel: {name: lenet5}\n";
   const auto c = config_of({"--lr", "0.125", "--name", "from_flag"}, {}, path.string());
   EXPECT_DOUBLE_EQ(c.optim.lr, 0.125);
@@ -214,7 +214,6 @@ TEST(SeedFlags, WithAConfigFileFlagsOverrideIt) {
   EXPECT_EQ(c.model.name, "lenet5");
   EXPECT_EQ(c.run_folder, "dated");  // the file's layout, until --log-dir asks for the seed's
   EXPECT_EQ(config_of({"--log-dir", "l"}, {}, path.string()).run_folder, "named");
-  std::filesystem::remove(path);
 }
 
 }  // namespace

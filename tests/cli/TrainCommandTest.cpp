@@ -24,6 +24,7 @@
 #include "cli/CliTestUtil.h"
 #include "dtrain/config/Environment.h"
 #include "dtrain/launch/Launcher.h"
+#include "support/Files.h"
 #include "support/ScratchDir.h"
 
 namespace {
@@ -32,6 +33,7 @@ namespace fs = std::filesystem;
 
 using dtrain::testing::last_json_line;
 using dtrain::testing::Output;
+using dtrain::testing::read_file;
 using dtrain::testing::run;
 
 class TrainCommand : public ::testing::Test {
@@ -123,8 +125,7 @@ TEST_F(TrainCommand, TwoWorkersWithoutABackendLogTheChoiceAndTrain) {
   EXPECT_EQ(results["backend"], expected);
   const fs::path run_dir = results["run_dir"].get<std::string>();
   for (const auto* site : {"site_0", "site_1"}) {
-    std::ifstream log(run_dir / site / "log.txt");
-    const std::string all((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+    const std::string all = read_file(run_dir / site / "log.txt");
     const std::string line = "backend auto \u2192 " + expected + ": 2 ranks on one host";
     EXPECT_NE(all.find(line), std::string::npos) << site << ":\n" << all;
     if (expected == "mpi") EXPECT_NE(all.find("shared memory"), std::string::npos) << all;
@@ -181,8 +182,7 @@ TEST_F(TrainCommand, MixedPrecisionRunsOnTwoWorkersAndFp16Resumes) {
   const auto records = step_records(run_dir);
   ASSERT_FALSE(records.empty());
   EXPECT_EQ(records.back()["train/loss_scale"].get<double>(), scale);
-  std::ifstream log(run_dir / "site_0" / "log.txt");
-  const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  const std::string text = read_file(run_dir / "site_0" / "log.txt");
   EXPECT_NE(text.find("precision fp16"), std::string::npos);
 
   const auto resumed =
@@ -284,8 +284,7 @@ TEST_F(TrainCommand, DataErrorIsOneMessageNamingTheFileOnStderrAndInTheRankLogs)
   for (const auto& e : fs::recursive_directory_iterator(dir_ / "runs")) {
     if (e.path().filename() != "log.txt") continue;
     ++logs;
-    std::ifstream in(e.path());
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string text = read_file(e.path());
     if (text.find(reason) == std::string::npos) continue;
     ++reported;
     const int rank = e.path().parent_path().filename() == "site_0" ? 0 : 1;
@@ -359,10 +358,7 @@ TEST_F(TrainCommand, WorkerKilledDuringTrainingStopsTheJobAndItsLastCheckpointRe
   ASSERT_GT(launcher, 0);
 
   // Wait for the first checkpoint to be reported (bounded: the job itself runs much longer).
-  auto read_err = [&] {
-    std::ifstream in(err_path);
-    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  };
+  auto read_err = [&] { return read_file(err_path); };
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   std::smatch found;
   const std::regex checkpoint_line("checkpoint (\\S+/checkpoint-\\d+\\.ckpt)");

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "cli/CliTestUtil.h"
+#include "support/Files.h"
 #include "support/ScratchDir.h"
 
 namespace {
@@ -15,6 +16,7 @@ namespace {
 namespace fs = std::filesystem;
 
 using dtrain::testing::last_json_line;
+using dtrain::testing::read_file;
 using dtrain::testing::run;
 
 class TransferCommand : public ::testing::Test {
@@ -48,8 +50,7 @@ TEST_F(TransferCommand, FineTuneLogsTheTransferAndResumesWithoutTheSource) {
   const auto tune = run("train " + tune_cfg.string(), dir_.path());
   ASSERT_EQ(tune.exit_code, 0) << tune.err;
   const fs::path tune_dir = last_json_line(tune.out)["run_dir"].get<std::string>();
-  std::ifstream log(tune_dir / "site_0" / "log.txt");
-  const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  const std::string text = read_file(tune_dir / "site_0" / "log.txt");
   EXPECT_NE(text.find("model.init_from: 4 of the model's tensors loaded from " +
                       (source_dir / "model.pt").string()),
             std::string::npos)
