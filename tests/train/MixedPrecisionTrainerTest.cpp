@@ -3,7 +3,6 @@
 // reported as the run's precision.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -14,6 +13,7 @@
 #include "dtrain/io/Logger.h"
 #include "dtrain/train/RunCallbacks.h"
 #include "dtrain/train/Trainer.h"
+#include "support/ScratchDir.h"
 #include "train/TrainTestUtil.h"
 
 namespace dtrain::train {
@@ -65,9 +65,7 @@ std::vector<std::string> lines_with(const std::filesystem::path& file, const std
 }
 
 TEST(MixedPrecisionTrainer, Fp16OverflowIsSkippedLoggedAndCounted) {
-  const auto dir =
-      std::filesystem::temp_directory_path() / ("dtrain-precision-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
+  const dtrain::testing::ScratchDir dir;
   io::LoggerOptions options;
   options.file = dir / "log.txt";
   auto logger = std::make_shared<io::Logger>(options);
@@ -85,7 +83,6 @@ TEST(MixedPrecisionTrainer, Fp16OverflowIsSkippedLoggedAndCounted) {
   EXPECT_NE(logged.front().find("loss scale → 32768"), std::string::npos) << logged.front();
   EXPECT_EQ(trainer.model_facts().precision, "fp16");
   EXPECT_LT(result.final_eval.loss, std::log(4.0));  // it learned despite the skip
-  std::filesystem::remove_all(dir);
 }
 
 TEST(MixedPrecisionTrainer, ResumeContinuesWithTheSavedScale) {

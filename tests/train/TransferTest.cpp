@@ -4,7 +4,6 @@
 // training on one process and on two data-parallel and dAD ranks; decentralized training refuses.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -12,6 +11,7 @@
 #include "dtrain/io/Checkpoint.h"
 #include "dtrain/train/Trainer.h"
 #include "dtrain/train/Transfer.h"
+#include "support/ScratchDir.h"
 #include "support/ThreadWorld.h"
 
 namespace dtrain::train {
@@ -50,14 +50,6 @@ std::map<std::string, torch::Tensor> state_of(Trainer& t) {
 
 class Transfer : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("dtrain-transfer-test-" + std::to_string(::getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   // A source run trained for a few steps, its weights as a checkpoint and as model.pt.
   std::map<std::string, torch::Tensor> train_source(const config::RunConfig& config) {
     auto c = config;
@@ -72,7 +64,7 @@ class Transfer : public ::testing::Test {
     return state_of(source);
   }
 
-  fs::path dir_;
+  dtrain::testing::ScratchDir dir_;
 };
 
 TEST(TransferGlob, MatchesStarsAndQuestionMarks) {
