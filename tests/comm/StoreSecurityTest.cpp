@@ -24,6 +24,7 @@
 #include "dtrain/comm/StoreConnection.h"
 #include "dtrain/comm/StoreSecret.h"
 #include "dtrain/comm/StoreServer.h"
+#include "support/ScratchDir.h"
 #include "support/ThreadWorld.h"
 
 namespace dtrain::comm {
@@ -64,19 +65,14 @@ std::string non_loopback_address() {
 class SecretFile {
  public:
   explicit SecretFile(const std::string& secret, unsigned mode = 0600) {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("dtrain_secret_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++));
-    std::filesystem::create_directories(dir_);
     path_ = (dir_ / "secret").string();
     std::ofstream(path_) << secret << "\n";
     ::chmod(path_.c_str(), mode);
   }
-  ~SecretFile() { std::filesystem::remove_all(dir_); }
   const std::string& path() const { return path_; }
 
  private:
-  static inline int counter_ = 0;
-  std::filesystem::path dir_;
+  dtrain::testing::ScratchDir dir_;
   std::string path_;
 };
 

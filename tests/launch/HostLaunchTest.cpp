@@ -12,12 +12,13 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <thread>
 
 #include "dtrain/launch/HostLaunch.h"
 #include "dtrain/util/Clock.h"
+#include "support/Files.h"
+#include "support/ScratchDir.h"
 
 extern char** environ;
 
@@ -80,8 +81,6 @@ comm::Environment this_environment() {
 class HostLaunchTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("dtrain-hostlaunch-" + std::to_string(::getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::create_directories(dir_ / "home");
     write_script("ssh", kFakeSsh);
     write_script("dtrain", kFakeDtrain);
@@ -102,22 +101,17 @@ class HostLaunchTest : public ::testing::Test {
   void TearDown() override {
     ::close(options_.output_fd);
     ::close(options_.diagnostics_fd);
-    fs::remove_all(dir_);
   }
   void write_script(const std::string& name, const char* text) {
     std::ofstream(dir_ / name) << text;
     fs::permissions(dir_ / name, fs::perms::owner_all);
   }
-  std::string read(const std::string& name) const {
-    std::stringstream text;
-    text << std::ifstream(dir_ / name).rdbuf();
-    return text.str();
-  }
+  std::string read(const std::string& name) const { return dtrain::testing::read_file(dir_ / name); }
   fs::path pid_file(int node) const {
     return dir_ / "home/.dtrain/jobs/test-job" / ("node" + std::to_string(node) + ".pid");
   }
 
-  fs::path dir_;
+  dtrain::testing::ScratchDir dir_;
   HostLaunchOptions options_;
 };
 

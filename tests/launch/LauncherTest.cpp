@@ -28,6 +28,8 @@
 #include "dtrain/comm/Backend.h"
 #include "dtrain/launch/Launcher.h"
 #include "dtrain/util/Clock.h"
+#include "support/Files.h"
+#include "support/ScratchDir.h"
 
 extern char** environ;
 
@@ -40,12 +42,7 @@ namespace fs = std::filesystem;
 using util::Clock;
 using util::seconds_since;
 
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
+using dtrain::testing::read_file;
 
 Environment current_environment() {
   Environment env;
@@ -71,9 +68,6 @@ std::map<std::string, std::string> parse_env_dump(const std::string& text) {
 class LauncherTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string pattern = (fs::temp_directory_path() / "dtrain-launcher-test-XXXXXX").string();
-    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
     out_fd_ = ::open((dir_ / "stdout").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     err_fd_ = ::open((dir_ / "stderr").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     ASSERT_GE(out_fd_, 0);
@@ -82,8 +76,6 @@ class LauncherTest : public ::testing::Test {
   void TearDown() override {
     ::close(out_fd_);
     ::close(err_fd_);
-    std::error_code ignored;
-    fs::remove_all(dir_, ignored);
   }
 
   LaunchOptions options(int nproc, const std::string& script) const {
@@ -117,7 +109,7 @@ class LauncherTest : public ::testing::Test {
     });
   }
 
-  fs::path dir_;
+  dtrain::testing::ScratchDir dir_;
   int out_fd_ = -1;
   int err_fd_ = -1;
 };
@@ -475,8 +467,7 @@ TEST_F(LauncherTest, MpiBackendDelegatesToMpirun) {
 // mpi for ranks that mpirun starts (one host, MPI built, mpirun found in PATH), else gloo's way; a
 // named backend is taken as it is.
 TEST(StartMethod, AutoStartsMpirunOnlyWhereItIsFoundAndMpiIsBuilt) {
-  const fs::path dir = fs::temp_directory_path() / ("dtrain-start-method-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
+  const dtrain::testing::ScratchDir dir;
   const fs::path fake = dir / "mpirun";
   std::ofstream(fake) << "#!/bin/sh\n";
   fs::permissions(fake, fs::perms::owner_all);
@@ -489,7 +480,6 @@ TEST(StartMethod, AutoStartsMpirunOnlyWhereItIsFoundAndMpiIsBuilt) {
   EXPECT_EQ(start_method_for("gloo", 2, false, {{"PATH", dir.string()}}), "gloo");
   EXPECT_EQ(start_method_for("mpi", 2, false, {}), "mpi");
   EXPECT_EQ(start_method_for("nccl", 2, true, {}), "gloo");
-  fs::remove_all(dir);
 }
 
 TEST(StatusRelay, RequestedOnlyWhenTheVariableIsOne) {

@@ -3,13 +3,10 @@
 // report says when mpirun loses another node's daemon without naming a rank or a node (Open MPI
 // 4.1 sometimes prints only "ORTE was unable to reliably start one or more daemons" then).
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -18,23 +15,20 @@
 #include "dtrain/launch/MpiOutputDemux.h"
 #include "dtrain/launch/RankLog.h"
 #include "dtrain/launch/Spawn.h"
+#include "support/Files.h"
+#include "support/ScratchDir.h"
 
 namespace dtrain::launch {
 namespace {
 
-namespace fs = std::filesystem;
-
 // Four rank logs in a fresh folder and the launcher's stderr in a file of its own.
 struct Fixture {
-  fs::path dir;
+  dtrain::testing::ScratchDir dir;
   std::FILE* err = nullptr;
   std::unique_ptr<Diagnostics> diagnostics;
   std::vector<std::unique_ptr<RankLog>> logs;
 
   Fixture() {
-    dir = fs::temp_directory_path() / ("dtrain-demux-" + std::to_string(::getpid()));
-    fs::remove_all(dir);
-    fs::create_directories(dir);
     err = std::fopen((dir / "stderr").c_str(), "w+");
     diagnostics = std::make_unique<Diagnostics>(fileno(err), false);
     for (int r = 0; r < 4; ++r) {
@@ -45,14 +39,8 @@ struct Fixture {
   ~Fixture() {
     logs.clear();
     std::fclose(err);
-    fs::remove_all(dir);
   }
-  std::string launcher_stderr() const {
-    std::ifstream in(dir / "stderr");
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-  }
+  std::string launcher_stderr() const { return dtrain::testing::read_file(dir / "stderr"); }
 };
 
 const char* kMap =
