@@ -32,6 +32,7 @@
 #include "dtrain/config/Overrides.h"
 #include "dtrain/config/Registry.h"
 #include "dtrain/config/RunConfigYaml.h"
+#include "dtrain/experiment/WorkerLaunch.h"
 #include "dtrain/io/JsonFile.h"
 #include "dtrain/launch/Launcher.h"
 #include "dtrain/parallel/Registry.h"
@@ -513,16 +514,7 @@ std::vector<ThroughputResult> run_throughput_sweep(const BenchThroughputOptions&
       const auto log_path = dir / "launch.log";
       const int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
       if (fd < 0) throw std::runtime_error("bench throughput: cannot write " + log_path.string());
-      launch::LaunchOptions options;
-      options.nproc_per_node = p.workers;
-      options.environment = config::process_environment();
-      options.backend = launch::start_method_for(cfg.parallel.backend, p.workers,
-                                                 parallel::collectives_on_gpu(cfg.train.device, p.strategy),
-                                                 options.environment);
-      options.threads = cfg.train.threads;
-      options.log_dir = (dir / "launch").string();
-      options.rendezvous_timeout =
-          std::chrono::milliseconds(static_cast<std::int64_t>(cfg.parallel.timeout_s * 1000));
+      auto options = experiment::worker_launch(cfg, p.workers, dir, config::process_environment());
       options.command = worker_command(o, p, dir);
       options.output_fd = fd;
       options.diagnostics_fd = fd;
@@ -565,7 +557,7 @@ int run_throughput_worker(const BenchThroughputOptions& o) {
   const auto& p = points.front();
   const auto cfg = point_config(o, p);
   comm::RendezvousOptions rv;
-  rv.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(cfg.parallel.timeout_s * 1000));
+  rv.timeout = experiment::rendezvous_timeout(cfg);
   const auto rendezvous = comm::resolve_rendezvous(rv, config::process_environment());
   nlohmann::json report{{"rank", rendezvous.rank}};
   auto finish = [&](const std::string& status, const std::string& reason) {
@@ -581,16 +573,7 @@ int run_throughput_worker(const BenchThroughputOptions& o) {
 
   comm::CommunicatorPtr communicator;
   try {
-    if (rendezvous.world_size > 1 || parallel::find_strategy(p.strategy).needs_communicator) {
-      comm::BackendOptions backend;
-      backend.name = comm::resolve_backend(cfg.parallel.backend, rendezvous,
-                                           parallel::collectives_on_gpu(cfg.train.device, p.strategy));
-      backend.timeout = rv.timeout;
-      backend.poll_wait = std::chrono::microseconds(cfg.parallel.poll_wait_us);
-      backend.gloo_threads = cfg.parallel.gloo_threads;
-      backend.debug = cfg.parallel.debug == "detail" ? comm::DebugMode::Detail : comm::DebugMode::Off;
-      communicator = comm::connect(backend, rendezvous);
-    }
+    communicator = experiment::connect_worker(cfg, rendezvous);
   } catch (const std::exception& e) {
     return finish("failed", one_line(e.what()));
   }

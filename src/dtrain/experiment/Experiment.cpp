@@ -15,11 +15,11 @@
 #include "dtrain/config/RunConfigYaml.h"
 #include "dtrain/experiment/ExperimentChecks.h"
 #include "dtrain/experiment/SeedExperiment.h"
+#include "dtrain/experiment/WorkerLaunch.h"
 #include "dtrain/io/AtomicFile.h"
 #include "dtrain/io/JsonFile.h"
 #include "dtrain/io/RunDir.h"
 #include "dtrain/launch/Launcher.h"
-#include "dtrain/parallel/Registry.h"
 
 namespace dtrain::experiment {
 namespace {
@@ -81,23 +81,12 @@ fs::path experiment_folder(const ExperimentSpec& spec, const ExperimentOptions& 
 // continues from its last checkpoint. Throws naming the run when it fails.
 void train(const ExperimentSpec& spec, const ExperimentOptions& options, const RunSpec& run,
            const config::RunConfig& cfg, const fs::path& run_dir, const comm::Environment& environment) {
-  launch::LaunchOptions job;
-  job.nproc_per_node = cfg.nproc;
+  auto job = worker_launch(cfg, cfg.nproc, run_dir, environment);
   job.oversubscribe = options.oversubscribe;
-  job.backend = launch::start_method_for(
-      cfg.parallel.backend, cfg.nproc, parallel::collectives_on_gpu(cfg.train.device, cfg.parallel.strategy),
-      environment);
-  job.threads = cfg.train.threads;
-  job.log_dir = (run_dir / "launch").string();
-  job.environment = environment;
   job.output_fd = 2;  // the runs' result lines stay off the experiment's stdout
-  job.command = {options.dtrain_executable, "train"};
-  if (!spec.base.empty()) job.command.push_back(spec.base.string());
-  job.command.insert(job.command.end(), run.overrides.begin(), run.overrides.end());
-  job.command.insert(job.command.end(), {"--run-dir", run_dir.string()});
-  if (fs::exists(run_dir / "checkpoints" / "latest")) {
-    job.command.insert(job.command.end(), {"--resume", run_dir.string()});
-  }
+  const bool interrupted = fs::exists(run_dir / "checkpoints" / "latest");
+  job.command = train_command(options.dtrain_executable, spec.base.string(), run.overrides, run_dir,
+                              interrupted ? run_dir.string() : "");
   const auto result = launch::launch(job);
   if (result.exit_code != 0) {
     throw std::runtime_error(fmt::format("experiment run '{}' failed with exit code {}: {}", run.name,
