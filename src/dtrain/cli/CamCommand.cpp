@@ -194,10 +194,10 @@ std::vector<CamInput> cam_inputs(const CamArgs& a, const TrainedModel& m) {
 // to the size the images are shown at.
 struct CamMaps {
   models::CamForward forward;
-  torch::Tensor probabilities;                   // (N, classes)
+  torch::Tensor probabilities;                    // (N, classes)
   std::vector<std::vector<std::int64_t>> chosen;  // per image, the same count each
-  torch::Tensor maps;                            // (N, J, factor * H, factor * W)
-  std::int64_t factor = 1;                       // the inputs' enlargement
+  torch::Tensor maps;                             // (N, J, factor * H, factor * W)
+  std::int64_t factor = 1;                        // the inputs' enlargement
 };
 
 CamMaps cam_maps(const CamArgs& a, const config::RunConfig& cfg, const TrainedModel& m,
@@ -241,8 +241,7 @@ nlohmann::json write_cams(const CamArgs& a, const TrainedModel& m, const std::ve
   std::vector<torch::Tensor> grid_rows;
   constexpr std::int64_t kGap = 4;
   for (std::size_t i = 0; i < inputs.size(); ++i) {
-    const auto pixels =
-        inputs[i].pixels.repeat_interleave(cams.factor, 1).repeat_interleave(cams.factor, 2);
+    const auto pixels = inputs[i].pixels.repeat_interleave(cams.factor, 1).repeat_interleave(cams.factor, 2);
     nlohmann::json entry;
     entry["name"] = inputs[i].name;
     entry["predicted"] = forward.logits[i].argmax().item<std::int64_t>();
