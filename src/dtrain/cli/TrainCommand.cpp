@@ -16,7 +16,7 @@
 #include "dtrain/cli/Commands.h"
 #include "dtrain/cli/SeedFlags.h"
 #include "dtrain/cli/SelfExe.h"
-#include "dtrain/comm/Backend.h"
+#include "dtrain/comm/Rendezvous.h"
 #include "dtrain/config/Environment.h"
 #include "dtrain/config/RunConfigYaml.h"
 #include "dtrain/experiment/WorkerLaunch.h"
