@@ -28,6 +28,7 @@
 #include "dtrain/config/Overrides.h"
 #include "dtrain/config/Registry.h"
 #include "dtrain/config/RunConfigYaml.h"
+#include "dtrain/experiment/ScratchFolder.h"
 #include "dtrain/experiment/WorkerLaunch.h"
 #include "dtrain/io/JsonFile.h"
 #include "dtrain/launch/Launcher.h"
@@ -105,29 +106,6 @@ bool sets_key(const std::vector<std::string>& overrides, const std::string& key)
   }
   return false;
 }
-
-// A folder under $TMPDIR for one sweep's reports, removed with everything in it at the end.
-class SweepFolder {
- public:
-  SweepFolder() {
-    auto pattern = (fs::temp_directory_path() / "dtrain-bench-XXXXXX").string();
-    if (!mkdtemp(pattern.data())) {
-      throw std::runtime_error(
-          fmt::format("bench throughput: cannot make a folder under {}", fs::temp_directory_path().string()));
-    }
-    path_ = pattern;
-  }
-  ~SweepFolder() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  SweepFolder(const SweepFolder&) = delete;
-  SweepFolder& operator=(const SweepFolder&) = delete;
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
 
 // The worker's command line: this point alone, with the overrides that apply to its strategy.
 std::vector<std::string> worker_command(const BenchThroughputOptions& o, const ThroughputPoint& p,
@@ -331,7 +309,8 @@ config::RunConfig point_config(const BenchThroughputOptions& o, const Throughput
 std::vector<ThroughputResult> run_throughput_sweep(const BenchThroughputOptions& o, std::ostream& json_out,
                                                    std::ostream& log) {
   const auto points = expand_points(o);
-  SweepFolder folder;
+  // The ranks' reports, read once the point is done.
+  experiment::ScratchFolder folder("dtrain-bench-", "bench throughput");
   std::vector<ThroughputResult> results;
   for (std::size_t i = 0; i < points.size(); ++i) {
     const auto& p = points[i];

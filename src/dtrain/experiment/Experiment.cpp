@@ -5,8 +5,6 @@
 
 #include <fmt/format.h>
 
-#include <stdlib.h>
-
 #include <algorithm>
 #include <chrono>
 #include <stdexcept>
@@ -14,6 +12,7 @@
 #include "dtrain/config/Environment.h"
 #include "dtrain/config/RunConfigYaml.h"
 #include "dtrain/experiment/ExperimentChecks.h"
+#include "dtrain/experiment/ScratchFolder.h"
 #include "dtrain/experiment/SeedExperiment.h"
 #include "dtrain/experiment/WorkerLaunch.h"
 #include "dtrain/io/AtomicFile.h"
@@ -103,29 +102,6 @@ nlohmann::json run_entry(const RunSpec& run, bool skipped, const fs::path& run_d
   return entry;
 }
 
-// A temporary folder for an experiment that writes nothing (DiNNO's writeout: false), removed
-// when this goes out of scope, also when a run fails.
-class ScratchFolder {
- public:
-  ScratchFolder() {
-    std::string pattern = (fs::temp_directory_path() / "dtrain-experiment-XXXXXX").string();
-    if (!::mkdtemp(pattern.data()))
-      throw std::runtime_error("experiment: cannot make a temporary folder in " +
-                               fs::temp_directory_path().string());
-    path_ = pattern;
-  }
-  ~ScratchFolder() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  ScratchFolder(const ScratchFolder&) = delete;
-  ScratchFolder& operator=(const ScratchFolder&) = delete;
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
-
 // Every run (their configurations loaded already), then the checks; the experiment's results.json
 // in dir.
 nlohmann::json run_all(const ExperimentSpec& spec, const ExperimentOptions& options,
@@ -170,7 +146,7 @@ nlohmann::json run_experiment(const ExperimentSpec& spec, const ExperimentOption
   if (!spec.seed_form) return run_all(spec, options, runs, configs, experiment_folder(spec, options));
   const auto& form = *spec.seed_form;
   if (!form.writeout) {
-    ScratchFolder scratch;
+    ScratchFolder scratch("dtrain-experiment-", "experiment");
     auto all = run_all(spec, options, runs, configs, scratch.path());
     all["problem_results"] = write_seed_results(form, scratch.path());
     if (all["problem_results"].contains("solo")) all["solo_results"] = all["problem_results"]["solo"];
