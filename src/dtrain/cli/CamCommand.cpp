@@ -114,7 +114,8 @@ std::vector<std::int64_t> classes_for(const std::string& spec, const torch::Tens
   return out;
 }
 
-int run_cam(const CamArgs& a) {
+// RUN_DIR is a folder dtrain train wrote, and something is given to explain.
+void check_cam_args(const CamArgs& a) {
   const fs::path run_dir(a.run_dir);
   if (!fs::is_directory(run_dir)) {
     throw std::invalid_argument(
@@ -127,40 +128,53 @@ int run_cam(const CamArgs& a) {
   if (a.images.empty() && a.test_index.empty()) {
     throw std::invalid_argument("cam: nothing to explain; give --images FILE... or --test-index I,...");
   }
-  const auto cfg = config::load_run_config((run_dir / "config.yaml").string());
+}
 
-  // The model as the run built it, for the data's shape, then its trained weights.
-  // A data set or weights that cannot be read are inputs refused (Note [Exit codes]).
-  const auto datasets = checking_inputs([&] { return data::load_datasets(cfg.data); });
-  const auto shape = datasets.train->input_shape();
+// The run's model as the run built it, for its data's shape, with its trained weights.
+struct TrainedModel {
+  data::DataSets datasets;
+  std::vector<std::int64_t> shape;  // (C, H, W)
+  models::NetworkPtr network;
+  fs::path file;  // where the weights came from
+};
+
+// A data set or weights that cannot be read are inputs refused (Note [Exit codes]).
+TrainedModel load_trained_model(const CamArgs& a, const config::RunConfig& cfg) {
+  TrainedModel m;
+  m.datasets = checking_inputs([&] { return data::load_datasets(cfg.data); });
+  m.shape = m.datasets.train->input_shape();
+  const auto& shape = m.shape;
   if (shape.size() != 3) {
     throw std::invalid_argument(
         fmt::format("model.name: {} reads token sequences; CAM needs images", cfg.model.name));
   }
   torch::manual_seed(cfg.train.seed);
-  auto network = models::create_model(
-      cfg.model, models::InputSpec::image(shape[0], shape[1], shape[2], datasets.train->num_classes()));
-  models::find_gap_classifier(*network);  // refuses a model without global average pooling
+  m.network = models::create_model(
+      cfg.model, models::InputSpec::image(shape[0], shape[1], shape[2], m.datasets.train->num_classes()));
+  models::find_gap_classifier(*m.network);  // refuses a model without global average pooling
   const std::string what = a.weights.empty() ? "RUN_DIR" : "--weights";
-  const auto file = train::weights_file(a.weights.empty() ? a.run_dir : a.weights, what);
-  const auto weights = checking_inputs([&] { return train::read_model_weights(file, what); });
+  m.file = train::weights_file(a.weights.empty() ? a.run_dir : a.weights, what);
+  const auto weights = checking_inputs([&] { return train::read_model_weights(m.file, what); });
   try {
-    train::load_matching(*network, weights, /*strict=*/true, file.string());
+    train::load_matching(*m.network, weights, /*strict=*/true, m.file.string());
   } catch (const std::invalid_argument&) {
     throw std::invalid_argument(fmt::format(
         "{}: the weights in {} do not fit model {} as the run's config.yaml builds it; name the run's own "
         "folder or --weights of the same model",
-        what, file.string(), cfg.model.name));
+        what, m.file.string(), cfg.model.name));
   }
+  return m;
+}
 
-  // The images, prepared as the run's test set is (normalised with the training statistics).
+// The images, prepared as the run's test set is (normalised later with the training statistics).
+std::vector<CamInput> cam_inputs(const CamArgs& a, const TrainedModel& m) {
   std::vector<CamInput> inputs;
   for (const auto& path : a.images) {
-    const auto pixels = read_image_as(path, shape[0], shape[1], shape[2]);
+    const auto pixels = read_image_as(path, m.shape[0], m.shape[1], m.shape[2]);
     inputs.push_back({fs::path(path).stem().string(), pixels, pixels});
   }
   if (!a.test_index.empty()) {
-    const auto* test = dynamic_cast<const data::ImageDataset*>(datasets.test.get());
+    const auto* test = dynamic_cast<const data::ImageDataset*>(m.datasets.test.get());
     TORCH_INTERNAL_ASSERT(test, "an image data set's test split is an ImageDataset");
     for (const auto index : a.test_index) {
       if (index < 0 || index >= test->size()) {
@@ -173,55 +187,77 @@ int run_cam(const CamArgs& a) {
       inputs.push_back({fmt::format("test{}", index), bytes ? x : displayable(x), x});
     }
   }
+  return inputs;
+}
+
+// The forward pass over every input, the classes chosen for each image and their maps, upsampled
+// to the size the images are shown at.
+struct CamMaps {
+  models::CamForward forward;
+  torch::Tensor probabilities;                    // (N, classes)
+  std::vector<std::vector<std::int64_t>> chosen;  // per image, the same count each
+  torch::Tensor maps;                             // (N, J, factor * H, factor * W)
+  std::int64_t factor = 1;                        // the inputs' enlargement
+};
+
+CamMaps cam_maps(const CamArgs& a, const config::RunConfig& cfg, const TrainedModel& m,
+                 const std::vector<CamInput>& inputs) {
+  CamMaps out;
   std::vector<torch::Tensor> batch;
   for (const auto& in : inputs) batch.push_back(in.input);
   auto x = torch::stack(batch);
-  if (cfg.data.normalize) x = data::normalize(x, datasets.train->stats());
-  const auto forward = models::cam_forward(*network, x);
-  const auto probabilities = torch::softmax(forward.logits, 1);
-
-  std::vector<std::vector<std::int64_t>> chosen;
-  for (std::size_t i = 0; i < inputs.size(); ++i) chosen.push_back(classes_for(a.classes, forward.logits[i]));
-  const auto per_image = static_cast<std::int64_t>(chosen.front().size());
+  if (cfg.data.normalize) x = data::normalize(x, m.datasets.train->stats());
+  out.forward = models::cam_forward(*m.network, x);
+  out.probabilities = torch::softmax(out.forward.logits, 1);
+  for (std::size_t i = 0; i < inputs.size(); ++i)
+    out.chosen.push_back(classes_for(a.classes, out.forward.logits[i]));
+  const auto per_image = static_cast<std::int64_t>(out.chosen.front().size());
   auto classes = torch::empty({static_cast<std::int64_t>(inputs.size()), per_image}, torch::kLong);
   for (std::size_t i = 0; i < inputs.size(); ++i) {
-    for (std::int64_t j = 0; j < per_image; ++j) classes[i][j] = chosen[i][j];
+    for (std::int64_t j = 0; j < per_image; ++j) classes[i][j] = out.chosen[i][j];
   }
   // Shown at about --size pixels: maps upsampled smoothly to that size, the input enlarged.
-  const auto factor = std::max<std::int64_t>(
+  const auto& shape = m.shape;
+  out.factor = std::max<std::int64_t>(
       1, static_cast<std::int64_t>(std::ceil(static_cast<double>(a.size) / std::max(shape[1], shape[2]))));
-  const auto maps =
-      models::upsample_normalised(models::class_activation_maps(forward.features, forward.weight, classes),
-                                  factor * shape[1], factor * shape[2]);
+  out.maps = models::upsample_normalised(
+      models::class_activation_maps(out.forward.features, out.forward.weight, classes), out.factor * shape[1],
+      out.factor * shape[2]);
+  return out;
+}
 
-  const fs::path out = a.out.empty() ? run_dir / "cam" : fs::path(a.out);
+// Per image and class a PNG (input | heat map | blend), grid.png and cam.json in `out`; cam.json's
+// contents returned.
+nlohmann::json write_cams(const CamArgs& a, const TrainedModel& m, const std::vector<CamInput>& inputs,
+                          const CamMaps& cams, const fs::path& out) {
   fs::create_directories(out);
+  const auto& forward = cams.forward;
   nlohmann::json summary;
-  summary["run_dir"] = run_dir.string();
-  summary["weights"] = file.string();
-  summary["model"] = network->kind();
+  summary["run_dir"] = fs::path(a.run_dir).string();
+  summary["weights"] = m.file.string();
+  summary["model"] = m.network->kind();
   summary["feature_maps"] = forward.features.sizes().vec();
   summary["images"] = nlohmann::json::array();
   std::vector<torch::Tensor> grid_rows;
   constexpr std::int64_t kGap = 4;
   for (std::size_t i = 0; i < inputs.size(); ++i) {
-    const auto pixels = inputs[i].pixels.repeat_interleave(factor, 1).repeat_interleave(factor, 2);
+    const auto pixels = inputs[i].pixels.repeat_interleave(cams.factor, 1).repeat_interleave(cams.factor, 2);
     nlohmann::json entry;
     entry["name"] = inputs[i].name;
     entry["predicted"] = forward.logits[i].argmax().item<std::int64_t>();
-    entry["probability"] = probabilities[i].max().item<double>();
+    entry["probability"] = cams.probabilities[i].max().item<double>();
     entry["classes"] = nlohmann::json::array();
     std::vector<torch::Tensor> row;
-    for (std::int64_t j = 0; j < per_image; ++j) {
-      const auto c = chosen[i][j];
-      const auto panels = models::render_cam(pixels, maps[i][j], a.alpha);
+    for (std::size_t j = 0; j < cams.chosen[i].size(); ++j) {
+      const auto c = cams.chosen[i][j];
+      const auto panels = models::render_cam(pixels, cams.maps[i][static_cast<std::int64_t>(j)], a.alpha);
       if (j == 0) row.push_back(panels.input);
       row.push_back(panels.blend);
       const auto path = out / fmt::format("{}_class{}.png", inputs[i].name, c);
       data::write_image(path.string(), models::image_row({panels.input, panels.heat, panels.blend}, kGap));
       entry["classes"].push_back({{"class", c},
                                   {"logit", forward.logits[i][c].item<double>()},
-                                  {"probability", probabilities[i][c].item<double>()},
+                                  {"probability", cams.probabilities[i][c].item<double>()},
                                   {"file", path.string()}});
     }
     grid_rows.push_back(models::image_row(row, kGap));
@@ -231,8 +267,20 @@ int run_cam(const CamArgs& a) {
   data::write_image(grid.string(), models::image_column(grid_rows, kGap));
   summary["grid"] = grid.string();
   io::write_json_file(out / "cam.json", summary);
-  std::cerr << fmt::format("cam: {} image(s) x {} class(es) from {} -> {}\n", inputs.size(), per_image,
-                           file.string(), out.string());
+  return summary;
+}
+
+int run_cam(const CamArgs& a) {
+  check_cam_args(a);
+  const fs::path run_dir(a.run_dir);
+  const auto cfg = config::load_run_config((run_dir / "config.yaml").string());
+  const auto model = load_trained_model(a, cfg);
+  const auto inputs = cam_inputs(a, model);
+  const auto cams = cam_maps(a, cfg, model, inputs);
+  const fs::path out = a.out.empty() ? run_dir / "cam" : fs::path(a.out);
+  const auto summary = write_cams(a, model, inputs, cams, out);
+  std::cerr << fmt::format("cam: {} image(s) x {} class(es) from {} -> {}\n", inputs.size(),
+                           cams.chosen.front().size(), model.file.string(), out.string());
   std::cout << summary.dump() << std::endl;
   return kExitSuccess;
 }

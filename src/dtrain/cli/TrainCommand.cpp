@@ -16,9 +16,10 @@
 #include "dtrain/cli/Commands.h"
 #include "dtrain/cli/SeedFlags.h"
 #include "dtrain/cli/SelfExe.h"
-#include "dtrain/comm/Backend.h"
+#include "dtrain/comm/Rendezvous.h"
 #include "dtrain/config/Environment.h"
 #include "dtrain/config/RunConfigYaml.h"
+#include "dtrain/experiment/WorkerLaunch.h"
 #include "dtrain/io/AtomicFile.h"
 #include "dtrain/io/Checkpoint.h"
 #include "dtrain/io/JsonFile.h"
@@ -232,26 +233,15 @@ int launch_workers(const TrainArgs& a, const config::RunConfig& cfg, int nproc,
   } else {
     root = new_run_folder(a, cfg, nproc).root();
   }
-  launch::LaunchOptions options;
-  options.nproc_per_node = nproc;
+  auto options = experiment::worker_launch(cfg, nproc, root, env);
   options.max_restarts = a.max_restarts;
   options.oversubscribe = a.oversubscribe;
-  options.backend =
-      launch::start_method_for(cfg.parallel.backend, nproc,
-                               parallel::collectives_on_gpu(cfg.train.device, cfg.parallel.strategy), env);
-  options.threads = cfg.train.threads;
-  options.log_dir = (root / "launch").string();
-  options.rendezvous_timeout =
-      std::chrono::milliseconds(static_cast<std::int64_t>(cfg.parallel.timeout_s * 1000));
-  options.environment = env;
   // The workers read the configuration as this process did: the dAD paper's flags as the
   // overrides they stand for, validated here already.
-  options.command = {self_executable(), "train"};
-  if (!a.config.empty()) options.command.push_back(a.config);
-  for (const auto& o : a.seed.overrides()) options.command.push_back(o.key + "=" + o.value);
-  for (const auto& o : a.overrides) options.command.push_back(o);
-  options.command.insert(options.command.end(), {"--run-dir", root.string()});
-  if (!a.resume.empty()) options.command.insert(options.command.end(), {"--resume", a.resume});
+  std::vector<std::string> overrides;
+  for (const auto& o : a.seed.overrides()) overrides.push_back(o.key + "=" + o.value);
+  overrides.insert(overrides.end(), a.overrides.begin(), a.overrides.end());
+  options.command = experiment::train_command(self_executable(), a.config, overrides, root, a.resume);
   // The launcher has reported a failure itself.
   return launch::launch(options).exit_code;
 }
@@ -390,23 +380,11 @@ int run_worker(const TrainArgs& a, const config::RunConfig& cfg, const comm::Env
   if (!a.master_addr.empty()) rv.master_addr = a.master_addr;
   if (a.master_port >= 0) rv.master_port = a.master_port;
   rv.dist_url = a.dist_url;
-  rv.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(cfg.parallel.timeout_s * 1000));
+  rv.timeout = experiment::rendezvous_timeout(cfg);
   const auto rendezvous = comm::resolve_rendezvous(rv, env);
 
-  comm::CommunicatorPtr communicator;
   std::string backend_line;  // what parallel.backend: auto chose, and why
-  if (rendezvous.world_size > 1 || parallel::find_strategy(cfg.parallel.strategy).needs_communicator) {
-    comm::BackendOptions backend;
-    // See Note [Choosing a backend].
-    backend.name = comm::resolve_backend(
-        cfg.parallel.backend, rendezvous,
-        parallel::collectives_on_gpu(cfg.train.device, cfg.parallel.strategy), &backend_line);
-    backend.timeout = rv.timeout;
-    backend.poll_wait = std::chrono::microseconds(cfg.parallel.poll_wait_us);
-    backend.gloo_threads = cfg.parallel.gloo_threads;
-    backend.debug = cfg.parallel.debug == "detail" ? comm::DebugMode::Detail : comm::DebugMode::Off;
-    communicator = comm::connect(backend, rendezvous);
-  }
+  const auto communicator = experiment::connect_worker(cfg, rendezvous, &backend_line);
   const int rank = rendezvous.rank;
   const int world = rendezvous.world_size;
 

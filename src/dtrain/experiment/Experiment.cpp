@@ -5,8 +5,6 @@
 
 #include <fmt/format.h>
 
-#include <stdlib.h>
-
 #include <algorithm>
 #include <chrono>
 #include <stdexcept>
@@ -14,12 +12,13 @@
 #include "dtrain/config/Environment.h"
 #include "dtrain/config/RunConfigYaml.h"
 #include "dtrain/experiment/ExperimentChecks.h"
+#include "dtrain/experiment/ScratchFolder.h"
 #include "dtrain/experiment/SeedExperiment.h"
+#include "dtrain/experiment/WorkerLaunch.h"
 #include "dtrain/io/AtomicFile.h"
 #include "dtrain/io/JsonFile.h"
 #include "dtrain/io/RunDir.h"
 #include "dtrain/launch/Launcher.h"
-#include "dtrain/parallel/Registry.h"
 
 namespace dtrain::experiment {
 namespace {
@@ -81,23 +80,12 @@ fs::path experiment_folder(const ExperimentSpec& spec, const ExperimentOptions& 
 // continues from its last checkpoint. Throws naming the run when it fails.
 void train(const ExperimentSpec& spec, const ExperimentOptions& options, const RunSpec& run,
            const config::RunConfig& cfg, const fs::path& run_dir, const comm::Environment& environment) {
-  launch::LaunchOptions job;
-  job.nproc_per_node = cfg.nproc;
+  auto job = worker_launch(cfg, cfg.nproc, run_dir, environment);
   job.oversubscribe = options.oversubscribe;
-  job.backend = launch::start_method_for(
-      cfg.parallel.backend, cfg.nproc, parallel::collectives_on_gpu(cfg.train.device, cfg.parallel.strategy),
-      environment);
-  job.threads = cfg.train.threads;
-  job.log_dir = (run_dir / "launch").string();
-  job.environment = environment;
   job.output_fd = 2;  // the runs' result lines stay off the experiment's stdout
-  job.command = {options.dtrain_executable, "train"};
-  if (!spec.base.empty()) job.command.push_back(spec.base.string());
-  job.command.insert(job.command.end(), run.overrides.begin(), run.overrides.end());
-  job.command.insert(job.command.end(), {"--run-dir", run_dir.string()});
-  if (fs::exists(run_dir / "checkpoints" / "latest")) {
-    job.command.insert(job.command.end(), {"--resume", run_dir.string()});
-  }
+  const bool interrupted = fs::exists(run_dir / "checkpoints" / "latest");
+  job.command = train_command(options.dtrain_executable, spec.base.string(), run.overrides, run_dir,
+                              interrupted ? run_dir.string() : "");
   const auto result = launch::launch(job);
   if (result.exit_code != 0) {
     throw std::runtime_error(fmt::format("experiment run '{}' failed with exit code {}: {}", run.name,
@@ -113,29 +101,6 @@ nlohmann::json run_entry(const RunSpec& run, bool skipped, const fs::path& run_d
   entry["results"] = io::read_json_file(run_dir / "results.json");
   return entry;
 }
-
-// A temporary folder for an experiment that writes nothing (DiNNO's writeout: false), removed
-// when this goes out of scope, also when a run fails.
-class ScratchFolder {
- public:
-  ScratchFolder() {
-    std::string pattern = (fs::temp_directory_path() / "dtrain-experiment-XXXXXX").string();
-    if (!::mkdtemp(pattern.data()))
-      throw std::runtime_error("experiment: cannot make a temporary folder in " +
-                               fs::temp_directory_path().string());
-    path_ = pattern;
-  }
-  ~ScratchFolder() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  ScratchFolder(const ScratchFolder&) = delete;
-  ScratchFolder& operator=(const ScratchFolder&) = delete;
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
 
 // Every run (their configurations loaded already), then the checks; the experiment's results.json
 // in dir.
@@ -181,7 +146,7 @@ nlohmann::json run_experiment(const ExperimentSpec& spec, const ExperimentOption
   if (!spec.seed_form) return run_all(spec, options, runs, configs, experiment_folder(spec, options));
   const auto& form = *spec.seed_form;
   if (!form.writeout) {
-    ScratchFolder scratch;
+    ScratchFolder scratch("dtrain-experiment-", "experiment");
     auto all = run_all(spec, options, runs, configs, scratch.path());
     all["problem_results"] = write_seed_results(form, scratch.path());
     if (all["problem_results"].contains("solo")) all["solo_results"] = all["problem_results"]["solo"];
