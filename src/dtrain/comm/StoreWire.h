@@ -19,9 +19,9 @@ namespace dtrain::comm::wire {
 // so each side proves it knows the secret without sending it, and a replayed answer is worthless
 // against a fresh challenge. Only then does the server read requests: a client without the secret
 // (dtrain's or anything else that connects) is refused before it can read or write a key. The
-// secret authenticates who joins; it does not encrypt: keys and values travel in the clear (docs/faults-and-security.md,
-// "Who may join"). A client that has a secret refuses a server that asks for none, which could be
-// anyone listening on that port.
+// secret authenticates who joins; it does not encrypt: keys and values travel in the clear
+// (docs/faults-and-security.md, "Who may join"). A client that has a secret refuses a server that asks for
+// none, which could be anyone listening on that port.
 inline constexpr char kGreeting[8] = {'D', 'T', 'S', 'T', 'O', 'R', 'E', '1'};
 inline constexpr std::size_t kDigestBytes = 32;
 using Digest = std::array<std::uint8_t, kDigestBytes>;

@@ -115,8 +115,9 @@ DataSets load_text_set(const config::DataConfig& data, const std::string&) {
               "data.subset_size / data.test_subset_size: expected >= 0");
   std::shared_ptr<const Dataset> train = data.subset_size > 0 ? split.train->head(data.subset_size)
                                                               : std::shared_ptr<const Dataset>(split.train);
-  std::shared_ptr<const Dataset> test = data.test_subset_size > 0 ? split.test->head(data.test_subset_size)
-                                                                  : std::shared_ptr<const Dataset>(split.test);
+  std::shared_ptr<const Dataset> test = data.test_subset_size > 0
+                                            ? split.test->head(data.test_subset_size)
+                                            : std::shared_ptr<const Dataset>(split.test);
   return DataSets{train, train, test, {}};
 }
 
@@ -140,7 +141,9 @@ Names image_folder_names(const std::string& root) {
 // this list.
 const std::vector<DatasetEntry>& dataset_table() {
   static const std::vector<DatasetEntry> table{
-      {{"fashion-mnist", "Fashion-MNIST, IDX files (Debian's dataset-fashion-mnist by default)", {"FashionMNIST"}},
+      {{"fashion-mnist",
+        "Fashion-MNIST, IDX files (Debian's dataset-fashion-mnist by default)",
+        {"FashionMNIST"}},
        kFashionMnistRoot,
        [](const config::DataConfig& d, const std::string& r) { return load_idx(d, r, "fashion-mnist"); },
        [](const std::string&) {
@@ -155,14 +158,16 @@ const std::vector<DatasetEntry>& dataset_table() {
        "",
        [](const config::DataConfig& d, const std::string& r) { return load_cifar_set(d, r, 10); },
        [](const std::string&) {
-         return Names{"airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"};
+         return Names{"airplane", "automobile", "bird",  "cat",  "deer",
+                      "dog",      "frog",       "horse", "ship", "truck"};
        }},
       {{"cifar100", "CIFAR-100, the binary version (train.bin, test.bin)"},
        "",
        [](const config::DataConfig& d, const std::string& r) { return load_cifar_set(d, r, 100); },
        nullptr},
       {{"imagenet32",
-        "downsampled ImageNet 32x32 (Chrabaszcz et al. 2017): the pickled train_data_batch_1..10 and val_data "
+        "downsampled ImageNet 32x32 (Chrabaszcz et al. 2017): the pickled train_data_batch_1..10 and "
+        "val_data "
         "under data.root (default /usr/share/datasets/imagenet32)",
         {"Imagenet32"}},
        "/usr/share/datasets/imagenet32",
@@ -225,8 +230,8 @@ std::string default_root(const std::string& dataset) {
 
 DataSets load_datasets(const config::DataConfig& data) {
   const auto* entry = find_dataset(data.dataset);
-  TORCH_CHECK(entry, "data.dataset: unknown data set '", data.dataset, "'; expected one of: ",
-              config::registered_choices(config::kDatasetKey).list());
+  TORCH_CHECK(entry, "data.dataset: unknown data set '", data.dataset,
+              "'; expected one of: ", config::registered_choices(config::kDatasetKey).list());
   const auto root = root_of(data, *entry);
   auto sets = entry->load(data, root);
   if (sets.class_names.empty() && entry->class_names) sets.class_names = entry->class_names(root);

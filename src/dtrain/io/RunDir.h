@@ -1,7 +1,7 @@
 // The run folder: runs/<YYYYmmdd-HHMMSS>_<name>/ (or Catalyst dAD's logs/<name>/) with config.yaml,
 // results.json, metrics.jsonl, TensorBoard events, checkpoints/ and one site_<rank>/ per rank
-// (docs/ARCHITECTURE.md, "one checkpoint"). Rank 0 alone creates the folder; the other ranks learn its path from rank 0
-// (create_shared broadcasts it).
+// (docs/ARCHITECTURE.md, "one checkpoint"). Rank 0 alone creates the folder; the other ranks learn its path
+// from rank 0 (create_shared broadcasts it).
 #pragma once
 
 #include <chrono>

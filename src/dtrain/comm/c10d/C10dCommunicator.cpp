@@ -126,8 +126,8 @@ void reduce_rows(const at::Tensor& rows, const at::Tensor& out, ReduceOp op, int
 // in vain, and a thread per operation that waits for it costs a thread start per transfer. So
 // wait() waits for the transfer on the caller's thread, as c10d's own users do, and only
 // completed() called before wait() starts a thread that waits, so that it can answer without
-// blocking; the usual post, compute, wait pattern starts no thread. The thread is per operation, so that no transfer waits
-// behind another one that the peer has not yet matched.
+// blocking; the usual post, compute, wait pattern starts no thread. The thread is per operation, so that no
+// transfer waits behind another one that the peer has not yet matched.
 
 // Wraps a c10d Work: waits with the communicator's timeout and runs a completion step (the
 // division of an emulated Avg, the local reduction of an emulated reduce_scatter) exactly once.

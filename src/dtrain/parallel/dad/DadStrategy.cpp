@@ -51,8 +51,9 @@ void describe_options(config::OptionVisitor& v, DadOptions& o) {
             "rankdad: power iterations per component at most");
   v.number("tolerance", o.tolerance, config::kNonNegative,
            "rankdad: a component stops at this relative change");
-  v.boolean("auto", o.automatic,
-            "per layer the cheapest of the gradient all-reduce, dAD (and rank-dAD), timed in the first steps");
+  v.boolean(
+      "auto", o.automatic,
+      "per layer the cheapest of the gradient all-reduce, dAD (and rank-dAD), timed in the first steps");
   v.integer("auto_trial_steps", o.auto_trial_steps, config::at_least(0),
             "auto: steps each candidate plan is timed, at most (0: choose by bytes alone)");
   v.number("bucket_mb", o.bucket_mb, config::kPositive,

@@ -38,7 +38,8 @@ void describe_options(config::OptionVisitor& v, DataParallelStrategyOptions& o) 
            "gradients on the wire: none, fp16 or bf16 (half the bytes), powersgd (rank-r factors)");
   v.boolean("broadcast_buffers", o.broadcast_buffers,
             "broadcast rank 0's buffers (BatchNorm statistics) before every step, as DDP does");
-  v.integer("powersgd_rank", o.powersgd_rank, config::at_least(1), "powersgd: the rank r of each factorisation");
+  v.integer("powersgd_rank", o.powersgd_rank, config::at_least(1),
+            "powersgd: the rank r of each factorisation");
   v.integer("powersgd_start_step", o.powersgd_start_step, config::at_least(0),
             "powersgd: synchronised rounds all-reduced plainly before compression starts");
   v.number("powersgd_min_compression", o.powersgd_min_compression, config::kNonNegative,

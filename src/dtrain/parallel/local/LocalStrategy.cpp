@@ -33,7 +33,8 @@ StepResult LocalStrategy::train_step(const data::Batch& batch) {
   // No communication: bytes_sent stays 0, even with a communicator (each rank trains its own copy),
   // except for fp16's agreement on a skipped step, one flag per step.
   result.timing.set_update_to_rest(util::seconds_since(start));
-  if (communicator()) result.bytes_sent = count_own_communication(communicator(), traffic_before).total().wire_bytes;
+  if (communicator())
+    result.bytes_sent = count_own_communication(communicator(), traffic_before).total().wire_bytes;
   return result;
 }
 

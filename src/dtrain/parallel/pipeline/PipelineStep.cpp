@@ -190,7 +190,8 @@ void PipelineStrategy::post_ahead(ScheduleRun& run, const StepPlan& plan, std::s
           !torch::isFloatingType(it->second.output.scalar_type())) {
         continue;
       }
-      run.ahead.post(shape_of(it->second.output), it->second.output.scalar_type(), stage + 1, kTagGradient + n);
+      run.ahead.post(shape_of(it->second.output), it->second.output.scalar_type(), stage + 1,
+                     kTagGradient + n);
     }
   }
 }
@@ -243,10 +244,10 @@ void PipelineStrategy::forward_action(ScheduleRun& run, const StepPlan& plan, st
     run.passes[m] = util::seconds_since(t0);
   } else {
     if (y.dim() == 0 || y.size(0) != end - begin) {
-      throw std::invalid_argument(
-          fmt::format("pipeline: stage {}'s output has shape {}, not {} rows first; every layer must keep the "
-                      "batch as its first dimension",
-                      stage, c10::str(y.sizes()), end - begin));
+      throw std::invalid_argument(fmt::format(
+          "pipeline: stage {}'s output has shape {}, not {} rows first; every layer must keep the "
+          "batch as its first dimension",
+          stage, c10::str(y.sizes()), end - begin));
     }
     run.passes[m] = util::seconds_since(t0);
     if (!run.sent_header) {

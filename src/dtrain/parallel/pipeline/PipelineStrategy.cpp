@@ -122,11 +122,11 @@ void PipelineStrategy::check_model_and_world() const {
                     model.kind()));
   }
   if (context_.parallel.accumulation_steps != 1) {
-    throw std::invalid_argument(
-        fmt::format("parallel.accumulation_steps: pipeline splits each batch into "
-                    "parallel.pipeline.micro_batches itself; found accumulation_steps {}, set it to 1 and raise "
-                    "micro_batches instead",
-                    context_.parallel.accumulation_steps));
+    throw std::invalid_argument(fmt::format(
+        "parallel.accumulation_steps: pipeline splits each batch into "
+        "parallel.pipeline.micro_batches itself; found accumulation_steps {}, set it to 1 and raise "
+        "micro_batches instead",
+        context_.parallel.accumulation_steps));
   }
 }
 

@@ -105,7 +105,7 @@ class PipelineStrategy final : public Strategy {
   };
   // One micro-batch between its forward and its backward on this stage.
   struct InFlight {
-    torch::Tensor input;   // the received activation (a leaf that collects its gradient); undefined on stage 0
+    torch::Tensor input;  // the received activation (a leaf that collects its gradient); undefined on stage 0
     torch::Tensor output;  // the sent activation, or on the last stage the weighted, scaled loss
   };
   struct StepPlan;     // the rows of one step (PipelineStep.cpp)

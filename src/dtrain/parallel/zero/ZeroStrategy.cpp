@@ -84,7 +84,8 @@ namespace dtrain::parallel {
 void describe_options(config::OptionVisitor& v, ZeroOptions& o) {
   v.integer("stage", o.stage, config::IntRange{1, 3},
             "1: optimizer state sharded; 2: and gradients; 3: and parameters (FSDP)");
-  v.boolean("prefetch", o.prefetch, "stage 3: gather the next stage's parameters while the current one computes");
+  v.boolean("prefetch", o.prefetch,
+            "stage 3: gather the next stage's parameters while the current one computes");
 }
 
 void check(const ZeroOptions& o) {
