@@ -164,5 +164,26 @@ TEST(PickleDecoder, WalksAPickleOpcodeByOpcode) {
   EXPECT_EQ(decoder.position(), pickle.size());
 }
 
+// A value type as the decoder's callers write one: its nested values are its items.
+struct Nested {
+  std::vector<std::shared_ptr<const Nested>> items;
+  ~Nested() { release_items(items); }
+};
+
+TEST(PickleDecoder, ReleaseItemsFreesDeepNestingInALoop) {
+  auto root = std::make_shared<const Nested>();
+  std::weak_ptr<const Nested> shared_leaf;
+  for (int depth = 0; depth < 2000000; ++depth) {
+    auto parent = std::make_shared<Nested>();
+    parent->items.push_back(std::move(root));
+    root = std::move(parent);
+    if (depth == 10) shared_leaf = root;
+  }
+  auto kept = shared_leaf.lock();  // a value another owner shares stays alive with what it holds
+  root.reset();
+  ASSERT_TRUE(kept);
+  EXPECT_EQ(kept->items.size(), 1U);
+}
+
 }  // namespace
 }  // namespace dtrain::util

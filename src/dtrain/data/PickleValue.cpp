@@ -2,9 +2,15 @@
 // the names of value kinds for error messages.
 #include "dtrain/data/Pickle.h"
 
+#include "dtrain/util/PickleDecoder.h"
+
 namespace dtrain::data {
 
 using Kind = PickleValue::Kind;
+
+PickleValue::~PickleValue() {
+  util::release_items(items);
+}
 
 const PickleValue* PickleValue::find(const std::string& key) const {
   if (kind != Kind::dict) return nullptr;

@@ -82,6 +82,8 @@ struct Value {
   std::int64_t integer = 0;
   std::string text;                                 // kStr; kGlobal: "module name"
   std::vector<std::shared_ptr<const Value>> items;  // kTuple
+
+  ~Value() { release_items(items); }  // Note [One pickle decoder]: nested as deep as the pickle is long
 };
 using ValuePtr = std::shared_ptr<const Value>;
 
