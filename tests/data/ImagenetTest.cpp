@@ -447,6 +447,15 @@ TEST(Imagenet, NotAPickleOrNotABatchIsRefused) {
   EXPECT_THAT(malformed_error(extra), HasSubstr("1 bytes follow the pickle's STOP"));
 }
 
+// Note [One pickle decoder]: a 2 MB file of two million nested tuples is refused, not a crash
+// while its values are freed.
+TEST(Imagenet, ADeeplyNestedPickleIsRefused) {
+  std::vector<std::uint8_t> nested{0x80, 3, ')'};
+  nested.insert(nested.end(), 2000000, 0x85);
+  nested.push_back('.');
+  EXPECT_THAT(malformed_error(nested), HasSubstr("the pickle holds a tuple, expected a dict"));
+}
+
 namespace {
 // 1000 made-up WordNet ids whose devkit order (map_clsloc) is not their sorted order: class k
 // (1-based) of map_clsloc has id n<(k * 7919) % 1000, zero-padded>, so sorted order differs.

@@ -202,6 +202,14 @@ TEST(ArchiveCheck, PickleWalkerKnowsEveryOpcodesArgument) {
   EXPECT_NE(pickle_refusal(storage + "K\x01tQ.", {}).find("data/0, which is missing"), std::string::npos);
 }
 
+// Note [One pickle decoder]: two million nested tuples in a 2 MB pickle are walked and freed
+// without recursion.
+TEST(ArchiveCheck, ADeeplyNestedPickleIsWalked) {
+  EXPECT_EQ(pickle_refusal("\x80\x02)" + std::string(2000000, '\x85') + "."), "");
+  EXPECT_NE(pickle_refusal("\x80\x02)" + std::string(2000000, '\x85')).find("without STOP"),
+            std::string::npos);
+}
+
 // Note [Loading runs no code]: LibTorch compiles a checkpoint's code/ source while loading, and its
 // compiler crashed (SEGV) on a checkpoint whose `__buffers__` the fuzzer mutated into a class
 // constant (tests/fuzz/corpus/checkpoint/class-constant-segv); only OutputArchive's declarations pass.

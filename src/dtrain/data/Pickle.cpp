@@ -1,4 +1,5 @@
-// The strict pickle reader; see Pickle.h.
+// The strict pickle reader: a stack machine over util::PickleDecoder's opcodes that builds the
+// values of downsampled ImageNet's batch files; see Pickle.h.
 //
 // Note [Downsampled ImageNet pickles]
 // Chrabaszcz, Loshchilov and Hutter's Imagenet32/64 files (PatrykChrabaszcz/Imagenet32_Scripts,
@@ -14,11 +15,13 @@
 // numpy.core to numpy._core. This reader is a stack machine for exactly those opcodes and
 // globals, which is all such a file needs; unlike Python's unpickler it calls nothing, so a
 // hostile file can at worst be refused. Every length is checked against the bytes left in the
-// file before anything is allocated or skipped, and raw bytes are not read while parsing (see
-// PickleBytes): the caller copies an array's data straight into its tensor.
+// file before anything is allocated or skipped (Note [One pickle decoder]), and raw bytes are not
+// read while parsing (see PickleBytes): the caller copies an array's data straight into its tensor.
 #include "dtrain/data/Pickle.h"
 
 #include <c10/util/Exception.h>
+
+#include "dtrain/util/PickleDecoder.h"
 
 #include <cstring>
 #include <filesystem>
@@ -30,150 +33,6 @@ namespace dtrain::data {
 namespace {
 
 using Kind = PickleValue::Kind;
-
-std::string opcode_name(std::uint8_t op) {
-  switch (op) {
-    case 0x80:
-      return "PROTO";
-    case 0x95:
-      return "FRAME";
-    case '.':
-      return "STOP";
-    case '}':
-      return "EMPTY_DICT";
-    case ']':
-      return "EMPTY_LIST";
-    case ')':
-      return "EMPTY_TUPLE";
-    case '(':
-      return "MARK";
-    case 't':
-      return "TUPLE";
-    case 0x85:
-      return "TUPLE1";
-    case 0x86:
-      return "TUPLE2";
-    case 0x87:
-      return "TUPLE3";
-    case 's':
-      return "SETITEM";
-    case 'u':
-      return "SETITEMS";
-    case 'a':
-      return "APPEND";
-    case 'e':
-      return "APPENDS";
-    case 'N':
-      return "NONE";
-    case 0x88:
-      return "NEWTRUE";
-    case 0x89:
-      return "NEWFALSE";
-    case 'J':
-      return "BININT";
-    case 'K':
-      return "BININT1";
-    case 'M':
-      return "BININT2";
-    case 0x8a:
-      return "LONG1";
-    case 'X':
-      return "BINUNICODE";
-    case 0x8c:
-      return "SHORT_BINUNICODE";
-    case 0x8d:
-      return "BINUNICODE8";
-    case 'B':
-      return "BINBYTES";
-    case 'C':
-      return "SHORT_BINBYTES";
-    case 0x8e:
-      return "BINBYTES8";
-    case 0x96:
-      return "BYTEARRAY8";
-    case 'T':
-      return "BINSTRING";
-    case 'U':
-      return "SHORT_BINSTRING";
-    case 'c':
-      return "GLOBAL";
-    case 0x93:
-      return "STACK_GLOBAL";
-    case 'R':
-      return "REDUCE";
-    case 'b':
-      return "BUILD";
-    case 'q':
-      return "BINPUT";
-    case 'r':
-      return "LONG_BINPUT";
-    case 0x94:
-      return "MEMOIZE";
-    case 'h':
-      return "BINGET";
-    case 'j':
-      return "LONG_BINGET";
-    case '0':
-      return "POP";
-    case '1':
-      return "POP_MARK";
-    // Known to Python, refused here: what they build does not occur in these files.
-    case 'I':
-      return "INT";
-    case 'L':
-      return "LONG";
-    case 0x8b:
-      return "LONG4";
-    case 'F':
-      return "FLOAT";
-    case 'G':
-      return "BINFLOAT";
-    case 'S':
-      return "STRING";
-    case 'V':
-      return "UNICODE";
-    case 'd':
-      return "DICT";
-    case 'l':
-      return "LIST";
-    case 'p':
-      return "PUT";
-    case 'g':
-      return "GET";
-    case 'i':
-      return "INST";
-    case 'o':
-      return "OBJ";
-    case 0x81:
-      return "NEWOBJ";
-    case 0x92:
-      return "NEWOBJ_EX";
-    case 'P':
-      return "PERSID";
-    case 'Q':
-      return "BINPERSID";
-    case 0x82:
-      return "EXT1";
-    case 0x83:
-      return "EXT2";
-    case 0x84:
-      return "EXT4";
-    case 0x8f:
-      return "EMPTY_SET";
-    case 0x90:
-      return "ADDITEMS";
-    case 0x91:
-      return "FROZENSET";
-    case 0x97:
-      return "NEXT_BUFFER";
-    case 0x98:
-      return "READONLY_BUFFER";
-    case '2':
-      return "DUP";
-    default:
-      return "";
-  }
-}
 
 std::string hex_byte(std::uint8_t b) {
   const char* digits = "0123456789abcdef";
@@ -205,9 +64,11 @@ bool latin1_from_utf8(const std::string& utf8, std::string& out) {
   return true;
 }
 
-class Parser {
+// The batch file at `path`, given to util::PickleDecoder a byte at a time through a 1 MB buffer;
+// long runs of bytes are skipped with a seek (Note [One pickle decoder]).
+class FileInput final : public util::PickleInput {
  public:
-  explicit Parser(std::string path) : path_(std::move(path)) {
+  explicit FileInput(const std::string& path) : path_(path) {
     buffer_.resize(1 << 20);
     in_.rdbuf()->pubsetbuf(buffer_.data(), static_cast<std::streamsize>(buffer_.size()));
     in_.open(path_, std::ios::binary);
@@ -218,101 +79,134 @@ class Parser {
     TORCH_CHECK(size_ > 0, path_, ": empty: expected a pickled Python dictionary");
   }
 
+  std::int64_t size() const { return size_; }
+
+  std::uint8_t byte(std::uint64_t at) override {
+    const int c = in_.get();
+    TORCH_CHECK(c != EOF, path_, ": cannot read byte ", at);
+    return static_cast<std::uint8_t>(c);
+  }
+
+  void read(std::uint64_t at, char* out, std::uint64_t count) override {
+    const auto n = static_cast<std::streamsize>(count);
+    in_.read(out, n);
+    TORCH_CHECK(in_.gcount() == n, path_, ": cannot read bytes ", at, "..", at + count);
+  }
+
+  void skip(std::uint64_t at, std::uint64_t count) override {
+    in_.seekg(static_cast<std::streamoff>(count), std::ios::cur);
+    TORCH_CHECK(in_, path_, ": cannot seek past bytes ", at, "..", at + count);
+  }
+
+ private:
+  const std::string& path_;
+  std::vector<char> buffer_;
+  std::ifstream in_;
+  std::int64_t size_ = 0;
+};
+
+// What these files hold beyond the protocol: GLOBAL's lines are short, integers fit 64 bits.
+util::PickleLimits batch_file_limits() {
+  util::PickleLimits limits;
+  limits.line = 256;
+  limits.long1 = 8;
+  return limits;
+}
+
+class Parser {
+ public:
+  explicit Parser(std::string path)
+      : path_(std::move(path)),
+        input_(path_),
+        size_(input_.size()),
+        decoder_(input_, static_cast<std::uint64_t>(size_), batch_file_limits()) {}
+
   PickleRef run() {
     while (true) {
-      if (pos_ >= size_) {
+      if (decoder_.at_end()) {
         TORCH_CHECK(false, path_, ": truncated pickle: the file ends at byte ", size_,
                     " before the STOP opcode; the file is incomplete (download or unpack it again)");
       }
-      op_at_ = pos_;
-      const std::uint8_t op = u8();
+      const std::uint8_t op = decoder_.next().code;
       // Protocols 2 to 5 open with PROTO; older ones (text opcodes) are not what Python 3 writes.
-      if (op_at_ == 0 && op != 0x80) {
-        const std::string name = opcode_name(op);
+      if (op_at() == 0 && op != 0x80) {
+        const std::string name = util::pickle_opcode_name(op);
         fail("not a pickle of protocol 2 to 5 (it starts with byte " + hex_byte(op) +
              (name.empty() ? std::string() : " (" + name + ")") + ", not 0x80 PROTO)");
       }
       if (op == '.') break;
-      step(op);
+      if (!step_container(op) && !step_call(op) && !step_value(op)) refuse_opcode(op);
     }
     if (stack_.size() != 1 || !marks_.empty())
       fail("STOP leaves a malformed stack: not a pickle this reader reads");
-    TORCH_CHECK(pos_ == size_, path_, ": ", size_ - pos_, " bytes follow the pickle's STOP opcode at byte ",
-                op_at_, "; the file is not one pickle");
+    const auto end = static_cast<std::int64_t>(decoder_.position());
+    TORCH_CHECK(end == size_, path_, ": ", size_ - end, " bytes follow the pickle's STOP opcode at byte ",
+                op_at(), "; the file is not one pickle");
     return stack_.back();
   }
 
  private:
+  std::int64_t op_at() const { return static_cast<std::int64_t>(decoder_.op().at); }
+
   [[noreturn]] void fail(const std::string& what) const {
-    TORCH_CHECK(false, path_, ": at byte ", op_at_, ": ", what);
+    TORCH_CHECK(false, path_, ": at byte ", op_at(), ": ", what);
     TORCH_INTERNAL_ASSERT(false);
   }
 
-  void need(std::int64_t n, const char* what) {
-    if (n < 0 || n > size_ - pos_) {
-      TORCH_CHECK(false, path_, ": truncated pickle: at byte ", op_at_, " ", what, " of ", n,
-                  " bytes, but only ", size_ - pos_, " bytes are left in the file");
+  [[noreturn]] void refuse_opcode(std::uint8_t op) const {
+    const std::string name = util::pickle_opcode_name(op);
+    fail("opcode " + hex_byte(op) + (name.empty() ? " (not a pickle opcode)" : " (" + name + ")") +
+         " is not one this reader understands (it reads numpy arrays, lists, ints and strings only)");
+  }
+
+  // The message for what the decoder found (Note [One pickle decoder]).
+  [[noreturn]] void refuse(const util::PickleDecodeError& e) const {
+    using Error = util::PickleDecodeError;
+    const std::string name = util::pickle_opcode_name(decoder_.op().code);
+    if (e.kind == Error::negative_length) fail(name + " with a negative length");
+    if (e.kind == Error::long_too_wide)
+      fail(name + " of " + std::to_string(e.claimed) + " bytes: an integer beyond 64 bits");
+    if (e.kind == Error::line_too_long)
+      fail(name + ": a module or name line longer than " + std::to_string(e.claimed) + " bytes");
+    const char* what = e.part == util::PicklePart::length  ? "a length"
+                       : e.part == util::PicklePart::text  ? "a string"
+                       : e.part == util::PicklePart::bytes ? "bytes"
+                       : e.part == util::PicklePart::frame ? "a frame"
+                                                           : "an opcode argument";
+    TORCH_CHECK(false, path_, ": truncated pickle: at byte ", op_at(), " ", what, " of ", e.claimed,
+                " bytes, but only ", e.remaining, " bytes are left in the file");
+    TORCH_INTERNAL_ASSERT(false);
+  }
+
+  // The argument of the opcode being run.
+  util::PickleArg argument() {
+    try {
+      return decoder_.argument();
+    } catch (const util::PickleDecodeError& e) {
+      refuse(e);
     }
   }
 
-  std::uint8_t u8() {
-    need(1, "an opcode argument");
-    const int c = in_.get();
-    TORCH_CHECK(c != EOF, path_, ": cannot read byte ", pos_);
-    ++pos_;
-    return static_cast<std::uint8_t>(c);
-  }
-
-  std::uint64_t little_endian(int n) {
-    need(n, "an opcode argument");
-    std::uint64_t v = 0;
-    for (int i = 0; i < n; ++i) v |= std::uint64_t{u8()} << (8 * i);
-    return v;
-  }
-
-  std::int64_t length(int n) { return checked_length(little_endian(n)); }
-
-  std::int64_t checked_length(std::uint64_t v) {
-    if (v > static_cast<std::uint64_t>(size_)) {
-      TORCH_CHECK(false, path_, ": truncated pickle: at byte ", op_at_, " a length of ", v,
-                  " bytes, but only ", size_ - pos_, " bytes are left in the file");
+  // Checks that `count` bytes claimed by the opcode being run lie within the file.
+  void claim(std::uint64_t count, util::PicklePart part) const {
+    try {
+      decoder_.claim(count, part);
+    } catch (const util::PickleDecodeError& e) {
+      refuse(e);
     }
-    return static_cast<std::int64_t>(v);
   }
 
-  std::string read_text(std::int64_t n) {
-    need(n, "a string");
-    std::string s(static_cast<std::size_t>(n), '\0');
-    in_.read(s.data(), n);
-    TORCH_CHECK(in_.gcount() == n, path_, ": cannot read bytes ", pos_, "..", pos_ + n);
-    pos_ += n;
-    return s;
-  }
-
-  // Short runs (dict keys of Python 2 pickles, numpy's b'b') are read; long ones only skipped.
-  PickleBytes skip_bytes(std::int64_t n) {
-    need(n, "bytes");
+  // Runs of bytes up to PickleLimits::read_bytes are read (dict keys of Python 2 pickles, numpy's
+  // b'b'); longer ones are left in the file, for read_pickle_bytes.
+  static PickleBytes bytes_of(util::PickleArg&& arg) {
     PickleBytes b;
-    b.size = n;
-    if (n <= 256) {
-      b.decoded = read_text(n);
-      return b;
+    b.size = static_cast<std::int64_t>(arg.size);
+    if (arg.skipped) {
+      b.offset = static_cast<std::int64_t>(arg.offset);
+    } else {
+      b.decoded = std::move(arg.text);
     }
-    b.offset = pos_;
-    in_.seekg(n, std::ios::cur);
-    TORCH_CHECK(in_, path_, ": cannot seek past bytes ", pos_, "..", pos_ + n);
-    pos_ += n;
     return b;
-  }
-
-  std::string line() {
-    std::string s;
-    while (true) {
-      const std::uint8_t c = u8();
-      if (c == '\n') return s;
-      if (s.size() >= 256) fail("GLOBAL: a module or name line longer than 256 bytes");
-      s.push_back(static_cast<char>(c));
-    }
   }
 
   void push(PickleRef v) { stack_.push_back(std::move(v)); }
@@ -497,86 +391,138 @@ class Parser {
     fail("BUILD on a " + kind_name(obj) + "; only numpy arrays and dtypes are built");
   }
 
-  void step(std::uint8_t op) {
+  // Marks, tuples, dicts and lists (opcodes without an argument). False for other opcodes.
+  bool step_container(std::uint8_t op) {
     switch (op) {
-      case 0x80: {
-        const int protocol = u8();
-        if (protocol < 2 || protocol > 5)
-          fail("pickle protocol " + std::to_string(protocol) + "; this reader reads protocols 2 to 5");
-        return;
-      }
-      case 0x95: {
-        const auto n = length(8);
-        need(n, "a frame");
-        return;
-      }
       case '}':
-        return push(make(Kind::dict));
+        push(make(Kind::dict));
+        break;
       case ']':
-        return push(make(Kind::list));
+        push(make(Kind::list));
+        break;
       case ')':
-        return push(make(Kind::tuple));
+        push(make(Kind::tuple));
+        break;
       case '(':
         marks_.push_back(stack_.size());
-        return;
+        break;
       case 't':
-        return push(tuple(pop_mark()));
+        push(tuple(pop_mark()));
+        break;
       case 0x85:
       case 0x86:
       case 0x87: {
         std::vector<PickleRef> items(op - 0x84);
         for (auto it = items.rbegin(); it != items.rend(); ++it) *it = pop();
-        return push(tuple(std::move(items)));
+        push(tuple(std::move(items)));
+        break;
       }
       case 's': {
         auto value = pop();
         auto key = pop();
-        return add_to_dict(*top(), {std::move(key), std::move(value)});
+        add_to_dict(*top(), {std::move(key), std::move(value)});
+        break;
       }
       case 'u': {
         auto items = pop_mark();
-        return add_to_dict(*top(), std::move(items));
+        add_to_dict(*top(), std::move(items));
+        break;
       }
       case 'a': {
         auto value = pop();
-        return add_to_list(*top(), {std::move(value)});
+        add_to_list(*top(), {std::move(value)});
+        break;
       }
       case 'e': {
         auto items = pop_mark();
-        return add_to_list(*top(), std::move(items));
+        add_to_list(*top(), std::move(items));
+        break;
       }
+      case '0':
+        (void)pop();
+        break;
+      case '1':
+        (void)pop_mark();
+        break;
+      default:
+        return false;
+    }
+    return true;
+  }
+
+  // Globals and what is called or built with them. False for other opcodes.
+  bool step_call(std::uint8_t op) {
+    switch (op) {
+      case 'c': {
+        const auto arg = argument();
+        push(global(arg.text, arg.name));
+        break;
+      }
+      case 0x93: {
+        auto name = pop();
+        auto module = pop();
+        if (!is(module, Kind::text) || !is(name, Kind::text))
+          fail("STACK_GLOBAL without a module and a name");
+        push(global(module->text, name->text));
+        break;
+      }
+      case 'R': {
+        auto args = pop();
+        auto callable = pop();
+        push(reduce(callable, args));
+        break;
+      }
+      case 'b': {
+        auto state = pop();
+        build(*top(), state);
+        break;
+      }
+      default:
+        return false;
+    }
+    return true;
+  }
+
+  // The protocol, frames, constants, ints, strings, bytes and the memo. False for other opcodes.
+  bool step_value(std::uint8_t op) {
+    switch (op) {
+      case 0x80: {
+        const auto protocol = argument().number;
+        if (protocol < 2 || protocol > 5)
+          fail("pickle protocol " + std::to_string(protocol) + "; this reader reads protocols 2 to 5");
+        break;
+      }
+      case 0x95:  // FRAME: its length must fit the file; its bytes are the opcodes that follow
+        claim(argument().number, util::PicklePart::frame);
+        break;
       case 'N':
-        return push(make(Kind::none));
+        push(make(Kind::none));
+        break;
       case 0x88:
       case 0x89: {
         auto b = make(Kind::boolean);
         b->integer = op == 0x88 ? 1 : 0;
-        return push(std::move(b));
+        push(std::move(b));
+        break;
       }
       case 'J':
       case 'K':
       case 'M':
-      case 0x8a: {
+      case 0x8a: {  // BININT is signed; LONG1's value comes sign-extended
+        const auto number = argument().number;
         auto v = make(Kind::integer);
-        if (op == 'J') v->integer = static_cast<std::int32_t>(little_endian(4));
-        if (op == 'K') v->integer = static_cast<std::int64_t>(little_endian(1));
-        if (op == 'M') v->integer = static_cast<std::int64_t>(little_endian(2));
-        if (op == 0x8a) {
-          const int n = u8();
-          if (n > 8) fail("LONG1 of " + std::to_string(n) + " bytes: an integer beyond 64 bits");
-          const std::uint64_t raw = n == 0 ? 0 : little_endian(n);
-          // Two's complement of n bytes, sign-extended.
-          const bool negative = n > 0 && n < 8 && (raw >> (8 * n - 1)) & 1;
-          v->integer = static_cast<std::int64_t>(negative ? raw | (~std::uint64_t{0} << (8 * n)) : raw);
-        }
-        return push(std::move(v));
+        v->integer =
+            op == 'J' ? std::int64_t{static_cast<std::int32_t>(number)} : static_cast<std::int64_t>(number);
+        push(std::move(v));
+        break;
       }
       case 'X':
       case 0x8c:
       case 0x8d: {
         auto t = make(Kind::text);
-        t->text = read_text(length(op == 'X' ? 4 : op == 0x8c ? 1 : 8));
-        return push(std::move(t));
+        t->text = argument().text;
+        push(std::move(t));
+        break;
       }
       case 'B':
       case 'C':
@@ -584,122 +530,38 @@ class Parser {
       case 0x96:
       case 'T':
       case 'U': {
-        const int width = (op == 'B' || op == 'T') ? 4 : (op == 'C' || op == 'U') ? 1 : 8;
-        const std::uint64_t n = little_endian(width);
-        if (op == 'T' && (n >> 31) != 0) fail("BINSTRING with a negative length");
         auto b = make(Kind::bytes);
-        b->bytes = skip_bytes(checked_length(n));
-        return push(std::move(b));
-      }
-      case 'c': {
-        const std::string module = line();
-        const std::string name = line();
-        return push(global(module, name));
-      }
-      case 0x93: {
-        auto name = pop();
-        auto module = pop();
-        if (!is(module, Kind::text) || !is(name, Kind::text))
-          fail("STACK_GLOBAL without a module and a name");
-        return push(global(module->text, name->text));
-      }
-      case 'R': {
-        auto args = pop();
-        auto callable = pop();
-        return push(reduce(callable, args));
-      }
-      case 'b': {
-        auto state = pop();
-        return build(*top(), state);
+        b->bytes = bytes_of(argument());
+        push(std::move(b));
+        break;
       }
       case 'q':
-        return memo_put(little_endian(1));
       case 'r':
-        return memo_put(little_endian(4));
-      case 0x94:
-        return memo_put(memo_.size());
-      case 'h':
-        return memo_get(little_endian(1));
-      case 'j':
-        return memo_get(little_endian(4));
-      case '0':
-        (void)pop();
-        return;
-      case '1':
-        (void)pop_mark();
-        return;
-      default:
+      case 0x94: {
+        const auto index = op == 0x94 ? memo_.size() : argument().number;
+        memo_put(index);
         break;
+      }
+      case 'h':
+      case 'j':
+        memo_get(argument().number);
+        break;
+      default:
+        return false;
     }
-    const std::string name = opcode_name(op);
-    fail("opcode " + hex_byte(op) + (name.empty() ? " (not a pickle opcode)" : " (" + name + ")") +
-         " is not one this reader understands (it reads numpy arrays, lists, ints and strings only)");
+    return true;
   }
 
   std::string path_;
-  std::vector<char> buffer_;
-  std::ifstream in_;
+  FileInput input_;
   std::int64_t size_ = 0;
-  std::int64_t pos_ = 0;
-  std::int64_t op_at_ = 0;  // where the opcode being run starts, for error messages
+  util::PickleDecoder decoder_;
   std::vector<PickleRef> stack_;
   std::vector<std::size_t> marks_;
   std::unordered_map<std::uint64_t, PickleRef> memo_;
 };
 
 }  // namespace
-
-const PickleValue* PickleValue::find(const std::string& key) const {
-  if (kind != Kind::dict) return nullptr;
-  for (std::size_t i = 0; i + 1 < items.size(); i += 2) {
-    const auto& k = items[i];
-    // Python 2 pickles carry keys as str, read here as (short, so decoded) bytes.
-    const bool bytes_key = k->kind == Kind::bytes && k->bytes.offset < 0 && k->bytes.decoded == key;
-    if ((k->kind == Kind::text && k->text == key) || bytes_key) return items[i + 1].get();
-  }
-  return nullptr;
-}
-
-std::int64_t PickleValue::item_size() const {
-  if (!dtype || dtype->text.size() < 2) return 0;
-  const char type = dtype->text[0];
-  if (type != 'u' && type != 'i' && type != 'f' && type != 'b') return 0;
-  std::int64_t size = 0;
-  for (std::size_t i = 1; i < dtype->text.size(); ++i) {
-    const char c = dtype->text[i];
-    if (c < '0' || c > '9' || size > 64) return 0;
-    size = size * 10 + (c - '0');
-  }
-  return size;
-}
-
-std::string kind_name(const PickleValue& value) {
-  switch (value.kind) {
-    case Kind::none:
-      return "None";
-    case Kind::boolean:
-      return "bool";
-    case Kind::integer:
-      return "int";
-    case Kind::text:
-      return "str";
-    case Kind::bytes:
-      return "bytes";
-    case Kind::tuple:
-      return "tuple";
-    case Kind::list:
-      return "list";
-    case Kind::dict:
-      return "dict";
-    case Kind::global:
-      return "global " + value.text;
-    case Kind::dtype:
-      return "numpy dtype";
-    case Kind::array:
-      return "numpy array";
-  }
-  return "value";
-}
 
 PickleRef read_pickle(const std::string& path) {
   return Parser(path).run();

@@ -38,6 +38,9 @@ struct PickleValue {
   bool fortran_order = false;       // array
   bool built = false;               // array or dtype: its state has been set (BUILD)
 
+  // Frees `items` in a loop: a pickle nests values as deep as it is long (Note [One pickle decoder]).
+  ~PickleValue();
+
   // The value of dict key `key` (a text key), or null.
   const PickleValue* find(const std::string& key) const;
   // Bytes per element of an array, from its dtype ("f8" -> 8).

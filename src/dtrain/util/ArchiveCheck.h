@@ -19,10 +19,10 @@
 // So before LibTorch sees the stream, check_archive() reads the zip's central directory itself
 // (records stored, as torch.save and torch::jit::save write them, or deflated within deflate's
 // largest ratio, 1032:1; every record inside the file), then walks every pickle opcode by opcode
-// (the opcode table of CPython's Lib/pickletools.py, protocols 0 to 5): every length within the
+// with util::PickleDecoder (Note [One pickle decoder]; protocols 0 to 5): every length within the
 // bytes that remain, the pickle ending at STOP, and with a small model of the stack (ints,
 // strings, globals, tuples, the memo) every persistent id's numel * itemsize within its record.
-// A file that fails is refused with what and where ("data.pkl: BINUNICODE at byte 26 claims
+// A file that fails is refused with what and where ("data.pkl: opcode 0x58 at byte 26 claims
 // 2147483651 bytes; 280 remain"). What LibTorch checks itself (an unknown global, a tensor's sizes
 // against its storage, the protocol) is left to it.
 #pragma once
@@ -32,7 +32,7 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
+#include <cstdlib>
 #include <istream>
 #include <map>
 #include <memory>
@@ -41,6 +41,8 @@
 #include <unordered_map>
 #include <utility>
 #include <vector>
+
+#include "dtrain/util/PickleDecoder.h"
 
 namespace dtrain::util {
 
@@ -80,6 +82,8 @@ struct Value {
   std::int64_t integer = 0;
   std::string text;                                 // kStr; kGlobal: "module name"
   std::vector<std::shared_ptr<const Value>> items;  // kTuple
+
+  ~Value() { release_items(items); }  // Note [One pickle decoder]: nested as deep as the pickle is long
 };
 using ValuePtr = std::shared_ptr<const Value>;
 
@@ -115,77 +119,84 @@ inline std::uint64_t storage_item_size(const Value& type) {
   return 0;
 }
 
-// Walks one pickle (see the Note). `records` maps a record's name (without the archive's
-// top folder) to its size; `tensor_dir` is where this pickle's storages live ("data/").
-inline void check_pickle(const std::string& name, const std::string& pickle, const std::string& tensor_dir,
-                         const std::map<std::string, ZipRecord>& records) {
-  const auto* bytes = reinterpret_cast<const unsigned char*>(pickle.data());
-  const std::uint64_t size = pickle.size();
-  std::uint64_t pos = 0;
-  std::vector<ValuePtr> stack;
-  std::vector<std::size_t> marks;
-  std::unordered_map<std::uint64_t, ValuePtr> memo;
-  std::uint64_t at = 0;  // the current opcode's offset
-  char op = 0;
-  const auto fail = [&](const std::string& what) {
-    refuse(name + ": opcode 0x" + "0123456789abcdef"[(static_cast<unsigned char>(op) >> 4) & 15] +
-           "0123456789abcdef"[static_cast<unsigned char>(op) & 15] + " at byte " + std::to_string(at) + " " +
-           what);
-  };
-  const auto take = [&](std::uint64_t count) -> const unsigned char* {
-    if (count > size - pos) {
-      fail("claims " + std::to_string(count) + " bytes; " + std::to_string(size - pos) + " remain");
+// Walks one pickle (see the Note) with util::PickleDecoder, keeping the small model of its stack the
+// checks need. `records` maps a record's name (without the archive's top folder) to its size;
+// `tensor_dir` is where this pickle's storages live ("data/").
+class PickleCheck {
+ public:
+  PickleCheck(const std::string& name, const std::string& pickle, const std::string& tensor_dir,
+              const std::map<std::string, ZipRecord>& records)
+      : name_(name),
+        tensor_dir_(tensor_dir),
+        records_(records),
+        input_(pickle),
+        decoder_(input_, pickle.size()) {}
+
+  void run() {
+    while (true) {
+      if (decoder_.at_end())
+        refuse(name_ + ": ends at byte " + std::to_string(decoder_.size()) + " without STOP");
+      const PickleOp& op = decoder_.next();
+      if (op.opcode == nullptr) fail("is not a pickle opcode");
+      if (op.code == '.') return;  // STOP
+      PickleArg arg;
+      try {
+        arg = decoder_.argument();
+      } catch (const PickleDecodeError& e) {
+        fail(what_failed(e));
+      }
+      if (!step_stack(static_cast<char>(op.code))) step_value(static_cast<char>(op.code), arg);
     }
-    const auto* start = bytes + pos;
-    pos += count;
-    return start;
-  };
-  const auto take_len = [&](int width) -> std::uint64_t {
-    const std::uint64_t length = le(take(width), width);
-    if (width == 4 && (op == 'T' || op == '\x8b') && (length & 0x80000000U)) fail("has a negative length");
-    take(length);
-    return length;
-  };
-  const auto line = [&]() -> std::string {
-    const void* end = std::memchr(bytes + pos, '\n', size - pos);
-    if (end == nullptr) fail("has no end of line");
-    const auto length = static_cast<const unsigned char*>(end) - (bytes + pos);
-    std::string text(reinterpret_cast<const char*>(bytes + pos), length);
-    pos += length + 1;
-    return text;
-  };
-  const auto pop = [&]() -> ValuePtr {
-    if (stack.empty() || (!marks.empty() && stack.size() <= marks.back())) fail("pops an empty stack");
-    auto value = stack.back();
-    stack.pop_back();
+  }
+
+ private:
+  // What the decoder found, as this check words it (no limits are set beyond the protocol's).
+  static std::string what_failed(const PickleDecodeError& e) {
+    if (e.kind == PickleDecodeError::negative_length) return "has a negative length";
+    if (e.part == PicklePart::line) return "has no end of line";
+    return "claims " + std::to_string(e.claimed) + " bytes; " + std::to_string(e.remaining) + " remain";
+  }
+
+  [[noreturn]] void fail(const std::string& what) const {
+    const auto op = decoder_.op().code;
+    refuse(name_ + ": opcode 0x" + "0123456789abcdef"[(op >> 4) & 15] + "0123456789abcdef"[op & 15] +
+           " at byte " + std::to_string(decoder_.op().at) + " " + what);
+  }
+
+  ValuePtr pop() {
+    if (stack_.empty() || (!marks_.empty() && stack_.size() <= marks_.back())) fail("pops an empty stack");
+    auto value = stack_.back();
+    stack_.pop_back();
     return value;
-  };
-  const auto pop_mark = [&]() -> std::vector<ValuePtr> {
-    if (marks.empty()) fail("needs a MARK that is not there");
-    std::vector<ValuePtr> items(stack.begin() + static_cast<std::ptrdiff_t>(marks.back()), stack.end());
-    stack.resize(marks.back());
-    marks.pop_back();
+  }
+
+  std::vector<ValuePtr> pop_mark() {
+    if (marks_.empty()) fail("needs a MARK that is not there");
+    std::vector<ValuePtr> items(stack_.begin() + static_cast<std::ptrdiff_t>(marks_.back()), stack_.end());
+    stack_.resize(marks_.back());
+    marks_.pop_back();
     return items;
-  };
-  const auto tuple = [&](std::vector<ValuePtr> items) {
+  }
+
+  void push_tuple(std::vector<ValuePtr> items) {
     auto value = std::make_shared<Value>();
     value->kind = Value::kTuple;
     value->items = std::move(items);
-    stack.push_back(std::move(value));
-  };
-  const auto get = [&](std::uint64_t id) {
-    const auto found = memo.find(id);
-    if (found == memo.end()) fail("reads memo " + std::to_string(id) + " before it is set");
-    stack.push_back(found->second);
-  };
-  const auto put = [&](std::uint64_t id) {
-    if (stack.empty()) fail("memoizes an empty stack");
-    memo[id] = stack.back();
-  };
-  const auto text_of = [&](const unsigned char* start, std::uint64_t length) {
-    return std::string(reinterpret_cast<const char*>(start), length);
-  };
-  const auto persistent_id = [&](const ValuePtr& id) {
+    stack_.push_back(std::move(value));
+  }
+
+  void get(std::uint64_t id) {
+    const auto found = memo_.find(id);
+    if (found == memo_.end()) fail("reads memo " + std::to_string(id) + " before it is set");
+    stack_.push_back(found->second);
+  }
+
+  void put(std::uint64_t id) {
+    if (stack_.empty()) fail("memoizes an empty stack");
+    memo_[id] = stack_.back();
+  }
+
+  void persistent_id(const ValuePtr& id) {
     if (id->kind != Value::kTuple || id->items.size() < 5 || id->items[0]->kind != Value::kStr ||
         id->items[0]->text != "storage") {
       return;  // not a storage: LibTorch refuses it by itself
@@ -196,253 +207,171 @@ inline void check_pickle(const std::string& name, const std::string& pickle, con
       fail("names a storage without a key or an element count");
     }
     const std::int64_t numel = id->items[4]->integer;
+    const std::string key = tensor_dir_ + id->items[2]->text;
     if (numel < 0) fail("gives storage " + id->items[2]->text + " a negative element count");
     if (numel == 0) return;  // LibTorch reads no record for it
-    const auto record = records.find(tensor_dir + id->items[2]->text);
-    if (record == records.end())
-      fail("names storage record " + tensor_dir + id->items[2]->text + ", which is missing");
+    const auto record = records_.find(key);
+    if (record == records_.end()) fail("names storage record " + key + ", which is missing");
     if (static_cast<std::uint64_t>(numel) > record->second.size / item_size) {
-      fail("gives storage " + tensor_dir + id->items[2]->text + " " + std::to_string(numel) +
-           " elements of " + std::to_string(item_size) + " bytes; its record holds " +
-           std::to_string(record->second.size) + " bytes");
+      fail("gives storage " + key + " " + std::to_string(numel) + " elements of " +
+           std::to_string(item_size) + " bytes; its record holds " + std::to_string(record->second.size) +
+           " bytes");
     }
-  };
-  while (true) {
-    if (pos >= size) refuse(name + ": ends at byte " + std::to_string(size) + " without STOP");
-    at = pos;
-    op = static_cast<char>(bytes[pos++]);
+  }
+
+  // Marks, tuples, containers and calls: what only moves values on the stack. False for others.
+  bool step_stack(char op) {
     switch (op) {
-      case '\x80':  // PROTO
-        take(1);
-        break;
-      case '\x95':  // FRAME
-        take(8);
-        break;
-      case '.':  // STOP
-        return;
       case '(':  // MARK
-        marks.push_back(stack.size());
-        break;
+        marks_.push_back(stack_.size());
+        return true;
       case '0':  // POP: pops the mark itself when nothing is above it, as CPython does
-        if (!marks.empty() && stack.size() == marks.back()) {
-          marks.pop_back();
+        if (!marks_.empty() && stack_.size() == marks_.back()) {
+          marks_.pop_back();
         } else {
           pop();
         }
-        break;
+        return true;
       case '1':  // POP_MARK
         pop_mark();
-        break;
+        return true;
       case '2': {  // DUP
         auto top = pop();
-        stack.push_back(top);
-        stack.push_back(top);
-        break;
+        stack_.push_back(top);
+        stack_.push_back(top);
+        return true;
       }
-      case 'I': {  // INT (text; "00"/"01" are booleans)
-        const std::string text = line();
-        char* end = nullptr;
-        const long long integer = std::strtoll(text.c_str(), &end, 10);
-        stack.push_back(end != text.c_str() && *end == '\0' ? make_int(integer) : other());
-        break;
-      }
-      case 'J':  // BININT
-        stack.push_back(make_int(static_cast<std::int32_t>(le(take(4), 4))));
-        break;
-      case 'K':  // BININT1
-        stack.push_back(make_int(static_cast<std::int64_t>(le(take(1), 1))));
-        break;
-      case 'M':  // BININT2
-        stack.push_back(make_int(static_cast<std::int64_t>(le(take(2), 2))));
-        break;
-      case '\x8a': {  // LONG1: little-endian two's complement
-        const std::uint64_t length = le(take(1), 1);
-        const auto* start = take(length);
-        if (length == 0 || length > 8) {
-          stack.push_back(length == 0 ? make_int(0) : other());
-          break;
-        }
-        std::uint64_t raw = le(start, static_cast<int>(length));
-        if (length < 8 && (start[length - 1] & 0x80)) raw |= ~std::uint64_t{0} << (8 * length);
-        stack.push_back(make_int(static_cast<std::int64_t>(raw)));
-        break;
-      }
-      case '\x8b':  // LONG4
-        take_len(4);
-        stack.push_back(other());
-        break;
-      case 'L':  // LONG, FLOAT, STRING
-      case 'F':
-      case 'S':
-        line();
-        stack.push_back(other());
-        break;
-      case 'V':  // UNICODE
-        stack.push_back(make_text(Value::kStr, line()));
-        break;
-      case 'T':  // BINSTRING, BINBYTES
-      case 'B':
-        take_len(4);
-        stack.push_back(other());
-        break;
-      case 'U':  // SHORT_BINSTRING, SHORT_BINBYTES
-      case 'C':
-        take_len(1);
-        stack.push_back(other());
-        break;
-      case '\x8e':  // BINBYTES8, BYTEARRAY8
-      case '\x96':
-        take_len(8);
-        stack.push_back(other());
-        break;
-      case 'X':
-      case '\x8c':
-      case '\x8d': {  // BINUNICODE, SHORT_BINUNICODE, BINUNICODE8
-        const int width = op == 'X' ? 4 : op == '\x8c' ? 1 : 8;
-        const std::uint64_t length = take_len(width);
-        stack.push_back(make_text(Value::kStr, text_of(bytes + pos - length, length)));
-        break;
-      }
-      case 'G':  // BINFLOAT
-        take(8);
-        stack.push_back(other());
-        break;
-      case 'N':
-      case '\x88':
-      case '\x89':  // NONE, NEWTRUE, NEWFALSE
-      case ']':
-      case '}':
-      case '\x8f':  // EMPTY_LIST, EMPTY_DICT, EMPTY_SET
-      case '\x97':  // NEXT_BUFFER
-        stack.push_back(other());
-        break;
-      case '\x82':  // EXT1
-        take(1);
-        stack.push_back(other());
-        break;
-      case '\x83':  // EXT2
-        take(2);
-        stack.push_back(other());
-        break;
-      case '\x84':  // EXT4
-        take(4);
-        stack.push_back(other());
-        break;
       case ')':  // EMPTY_TUPLE
-        tuple({});
-        break;
+        push_tuple({});
+        return true;
       case 't':  // TUPLE
-        tuple(pop_mark());
-        break;
+        push_tuple(pop_mark());
+        return true;
       case '\x85':
       case '\x86':
       case '\x87': {  // TUPLE1, TUPLE2, TUPLE3
         std::vector<ValuePtr> items(static_cast<std::size_t>(op - '\x84'));
         for (auto it = items.rbegin(); it != items.rend(); ++it) *it = pop();
-        tuple(std::move(items));
-        break;
+        push_tuple(std::move(items));
+        return true;
       }
-      case 'a':  // APPEND
+      case 'a':  // APPEND, BUILD
+      case 'b':
         pop();
-        break;
+        return true;
       case 's':  // SETITEM
         pop();
         pop();
-        break;
+        return true;
       case 'e':  // APPENDS, SETITEMS, ADDITEMS
       case 'u':
       case '\x90':
         pop_mark();
-        break;
-      case 'l':  // LIST, DICT, FROZENSET
+        return true;
+      case 'l':  // LIST, DICT, FROZENSET, INST, OBJ
       case 'd':
       case '\x91':
+      case 'i':
+      case 'o':
         pop_mark();
-        stack.push_back(other());
-        break;
-      case 'g':  // GET
-        get(std::strtoull(line().c_str(), nullptr, 10));
-        break;
-      case 'h':  // BINGET
-        get(le(take(1), 1));
-        break;
-      case 'j':  // LONG_BINGET
-        get(le(take(4), 4));
-        break;
-      case 'p':  // PUT
-        put(std::strtoull(line().c_str(), nullptr, 10));
-        break;
-      case 'q':  // BINPUT
-        put(le(take(1), 1));
-        break;
-      case 'r':  // LONG_BINPUT
-        put(le(take(4), 4));
-        break;
-      case '\x94':  // MEMOIZE
-        put(memo.size());
-        break;
-      case 'c': {  // GLOBAL
-        std::string module = line();
-        stack.push_back(make_text(Value::kGlobal, module + " " + line()));
-        break;
-      }
-      case '\x93': {  // STACK_GLOBAL
-        const auto global_name = pop();
-        const auto module = pop();
-        stack.push_back(make_text(Value::kGlobal, module->text + " " + global_name->text));
-        break;
-      }
+        stack_.push_back(other());
+        return true;
       case 'R':  // REDUCE, NEWOBJ
       case '\x81':
         pop();
         pop();
-        stack.push_back(other());
-        break;
+        stack_.push_back(other());
+        return true;
       case '\x92':  // NEWOBJ_EX
         pop();
         pop();
         pop();
-        stack.push_back(other());
-        break;
-      case 'b':  // BUILD
-        pop();
-        break;
-      case 'i':  // INST
-        line();
-        line();
-        pop_mark();
-        stack.push_back(other());
-        break;
-      case 'o':  // OBJ
-        pop_mark();
-        stack.push_back(other());
-        break;
-      case 'P':  // PERSID
-        line();
-        stack.push_back(other());
-        break;
-      case 'Q':  // BINPERSID
-        persistent_id(pop());
-        stack.push_back(other());
-        break;
-      case '\x98':  // READONLY_BUFFER
-        break;
+        stack_.push_back(other());
+        return true;
       default:
-        fail("is not a pickle opcode");
+        return false;
     }
   }
+
+  // Opcodes that push a value (or set the protocol, a frame, the memo), their argument read.
+  void step_value(char op, const PickleArg& arg) {
+    switch (op) {
+      case '\x80':  // PROTO, FRAME, READONLY_BUFFER
+      case '\x95':
+      case '\x98':
+        return;
+      case 'I': {  // INT (text; "00"/"01" are booleans)
+        char* end = nullptr;
+        const long long integer = std::strtoll(arg.text.c_str(), &end, 10);
+        stack_.push_back(end != arg.text.c_str() && *end == '\0' ? make_int(integer) : other());
+        return;
+      }
+      case 'J':  // BININT
+        return stack_.push_back(make_int(static_cast<std::int32_t>(arg.number)));
+      case 'K':  // BININT1, BININT2
+      case 'M':
+        return stack_.push_back(make_int(static_cast<std::int64_t>(arg.number)));
+      case '\x8a':  // LONG1: beyond 64 bits, no count the checks need
+        return stack_.push_back(arg.fits ? make_int(static_cast<std::int64_t>(arg.number)) : other());
+      case 'V':  // UNICODE, BINUNICODE, SHORT_BINUNICODE, BINUNICODE8
+      case 'X':
+      case '\x8c':
+      case '\x8d':
+        return stack_.push_back(make_text(Value::kStr, arg.text));
+      case 'g':  // GET, BINGET, LONG_BINGET
+        return get(std::strtoull(arg.text.c_str(), nullptr, 10));
+      case 'h':
+      case 'j':
+        return get(arg.number);
+      case 'p':  // PUT, BINPUT, LONG_BINPUT, MEMOIZE
+        return put(std::strtoull(arg.text.c_str(), nullptr, 10));
+      case 'q':
+      case 'r':
+        return put(arg.number);
+      case '\x94':
+        return put(memo_.size());
+      case 'c':  // GLOBAL
+        return stack_.push_back(make_text(Value::kGlobal, arg.text + " " + arg.name));
+      case '\x93': {  // STACK_GLOBAL
+        const auto global_name = pop();
+        const auto module = pop();
+        return stack_.push_back(make_text(Value::kGlobal, module->text + " " + global_name->text));
+      }
+      case 'Q':  // BINPERSID
+        persistent_id(pop());
+        return stack_.push_back(other());
+      default:  // every other opcode pushes a value the checks need not know
+        return stack_.push_back(other());
+    }
+  }
+
+  const std::string& name_;
+  const std::string& tensor_dir_;
+  const std::map<std::string, ZipRecord>& records_;
+  PickleMemoryInput input_;
+  PickleDecoder decoder_;
+  std::vector<ValuePtr> stack_;
+  std::vector<std::size_t> marks_;
+  std::unordered_map<std::uint64_t, ValuePtr> memo_;
+};
+
+inline void check_pickle(const std::string& name, const std::string& pickle, const std::string& tensor_dir,
+                         const std::map<std::string, ZipRecord>& records) {
+  PickleCheck(name, pickle, tensor_dir, records).run();
 }
 
 }  // namespace archive_detail
 
-// The central directory of the zip in `in` (positions from the stream's start), every record
-// checked against the file's size (see the Note). Keys drop the archive's top folder, as
-// PyTorchStreamReader's names do ("archive/data.pkl" -> "data.pkl"). Throws std::runtime_error
-// saying what is wrong.
-inline std::map<std::string, ZipRecord> zip_records(std::istream& in) {
-  using archive_detail::le;
-  using archive_detail::read_at;
-  using archive_detail::refuse;
+namespace archive_detail {
+
+// Where the central directory is, from the end-of-central-directory record (and zip64's).
+struct ZipDirectory {
+  std::uint64_t entries = 0;
+  std::uint64_t size = 0;
+  std::uint64_t offset = 0;
+};
+
+inline ZipDirectory zip_directory(std::istream& in) {
   in.clear();
   in.seekg(0, std::ios::end);
   const auto end = in.tellg();
@@ -462,11 +391,9 @@ inline std::map<std::string, ZipRecord> zip_records(std::istream& in) {
     }
   }
   if (eocd < 0) refuse("it is not a zip archive (no end of central directory)");
-  std::uint64_t entries = le(t + eocd + 10, 2);
-  std::uint64_t directory_size = le(t + eocd + 12, 4);
-  std::uint64_t directory_offset = le(t + eocd + 16, 4);
+  ZipDirectory directory{le(t + eocd + 10, 2), le(t + eocd + 12, 4), le(t + eocd + 16, 4)};
   const std::uint64_t eocd_at = file_size - tail_size + static_cast<std::uint64_t>(eocd);
-  if (entries == 0xFFFF || directory_size == 0xFFFFFFFF || directory_offset == 0xFFFFFFFF) {
+  if (directory.entries == 0xFFFF || directory.size == 0xFFFFFFFF || directory.offset == 0xFFFFFFFF) {
     // Zip64: a 20-byte locator before the record points at the 56-byte zip64 record.
     if (eocd_at < 20) refuse("its zip64 locator is missing");
     const std::string locator = read_at(in, eocd_at - 20, 20);
@@ -478,68 +405,89 @@ inline std::map<std::string, ZipRecord> zip_records(std::istream& in) {
     const std::string record = read_at(in, record_at, 56);
     const auto* r = reinterpret_cast<const unsigned char*>(record.data());
     if (le(r, 4) != 0x06064b50) refuse("its zip64 directory record is corrupt");
-    entries = le(r + 32, 8);
-    directory_size = le(r + 40, 8);
-    directory_offset = le(r + 48, 8);
+    directory = {le(r + 32, 8), le(r + 40, 8), le(r + 48, 8)};
   }
-  if (directory_offset > eocd_at || directory_size > eocd_at - directory_offset) {
+  if (directory.offset > eocd_at || directory.size > eocd_at - directory.offset) {
     refuse("its central directory lies outside the file");
   }
+  return directory;
+}
+
+// The record of central-directory entry `entry` named `name` (its extra field `extra_length` bytes
+// long), checked against the file: every record lies before the directory at `directory_offset`.
+inline ZipRecord zip_record(const unsigned char* entry, const std::string& name, std::uint64_t extra_length,
+                            std::uint64_t directory_offset) {
   constexpr std::uint64_t kEntry = 46;
-  if (entries > directory_size / kEntry) refuse("its central directory claims more records than it holds");
-  const std::string directory = read_at(in, directory_offset, directory_size);
+  ZipRecord record;
+  record.method = static_cast<std::uint16_t>(le(entry + 10, 2));
+  record.compressed = le(entry + 20, 4);
+  record.size = le(entry + 24, 4);
+  record.offset = le(entry + 42, 4);
+  // Zip64 sizes: the extra field 0x0001 holds, in this order, those given as 0xFFFFFFFF.
+  const auto* extra = entry + kEntry + name.size();
+  for (std::uint64_t e = 0; e + 4 <= extra_length;) {
+    const std::uint64_t id = le(extra + e, 2);
+    const std::uint64_t length = le(extra + e + 2, 2);
+    if (e + 4 + length > extra_length) refuse("record " + name + " has a corrupt extra field");
+    if (id == 0x0001) {
+      std::uint64_t field = e + 4;
+      for (auto* value : {&record.size, &record.compressed, &record.offset}) {
+        if (*value != 0xFFFFFFFF) continue;
+        if (field + 8 > e + 4 + length) refuse("record " + name + " has a corrupt zip64 field");
+        *value = le(extra + field, 8);
+        field += 8;
+      }
+    }
+    e += 4 + length;
+  }
+  if (record.method != 0 && record.method != 8) {
+    refuse("record " + name + " uses compression method " + std::to_string(record.method) +
+           " (LibTorch archives store records, or deflate them)");
+  }
+  constexpr std::uint64_t kLocalHeader = 30;
+  if (record.offset > directory_offset || record.compressed > directory_offset - record.offset ||
+      directory_offset - record.offset - record.compressed < kLocalHeader) {
+    refuse("record " + name + " lies outside the file");
+  }
+  // Deflate's largest ratio is 1032:1 (a 258-byte match in 2 bits, zlib's technical details).
+  if (record.method == 0 ? record.size != record.compressed : record.size > record.compressed * 1032 + 1024) {
+    refuse("record " + name + " claims " + std::to_string(record.size) + " bytes from " +
+           std::to_string(record.compressed) + " stored");
+  }
+  return record;
+}
+
+}  // namespace archive_detail
+
+// The central directory of the zip in `in` (positions from the stream's start), every record
+// checked against the file's size (see the Note). Keys drop the archive's top folder, as
+// PyTorchStreamReader's names do ("archive/data.pkl" -> "data.pkl"). Throws std::runtime_error
+// saying what is wrong.
+inline std::map<std::string, ZipRecord> zip_records(std::istream& in) {
+  using archive_detail::le;
+  using archive_detail::refuse;
+  const auto directory_at = archive_detail::zip_directory(in);
+  constexpr std::uint64_t kEntry = 46;
+  if (directory_at.entries > directory_at.size / kEntry) {
+    refuse("its central directory claims more records than it holds");
+  }
+  const std::string directory = archive_detail::read_at(in, directory_at.offset, directory_at.size);
   const auto* d = reinterpret_cast<const unsigned char*>(directory.data());
   std::map<std::string, ZipRecord> records;
   std::uint64_t pos = 0;
-  for (std::uint64_t i = 0; i < entries; ++i) {
-    if (directory_size - pos < kEntry || le(d + pos, 4) != 0x02014b50)
+  for (std::uint64_t i = 0; i < directory_at.entries; ++i) {
+    if (directory_at.size - pos < kEntry || le(d + pos, 4) != 0x02014b50)
       refuse("its central directory is corrupt");
     const std::uint64_t name_length = le(d + pos + 28, 2);
     const std::uint64_t extra_length = le(d + pos + 30, 2);
     const std::uint64_t comment_length = le(d + pos + 32, 2);
-    if (directory_size - pos - kEntry < name_length + extra_length + comment_length) {
+    if (directory_at.size - pos - kEntry < name_length + extra_length + comment_length) {
       refuse("its central directory is corrupt");
     }
-    std::string name(reinterpret_cast<const char*>(d + pos + kEntry), name_length);
-    ZipRecord record;
-    record.method = static_cast<std::uint16_t>(le(d + pos + 10, 2));
-    record.compressed = le(d + pos + 20, 4);
-    record.size = le(d + pos + 24, 4);
-    record.offset = le(d + pos + 42, 4);
-    // Zip64 sizes: the extra field 0x0001 holds, in this order, those given as 0xFFFFFFFF.
-    const auto* extra = d + pos + kEntry + name_length;
-    for (std::uint64_t e = 0; e + 4 <= extra_length;) {
-      const std::uint64_t id = le(extra + e, 2);
-      const std::uint64_t length = le(extra + e + 2, 2);
-      if (e + 4 + length > extra_length) refuse("record " + name + " has a corrupt extra field");
-      if (id == 0x0001) {
-        std::uint64_t field = e + 4;
-        for (auto* value : {&record.size, &record.compressed, &record.offset}) {
-          if (*value != 0xFFFFFFFF) continue;
-          if (field + 8 > e + 4 + length) refuse("record " + name + " has a corrupt zip64 field");
-          *value = le(extra + field, 8);
-          field += 8;
-        }
-      }
-      e += 4 + length;
-    }
-    if (record.method != 0 && record.method != 8) {
-      refuse("record " + name + " uses compression method " + std::to_string(record.method) +
-             " (LibTorch archives store records, or deflate them)");
-    }
-    constexpr std::uint64_t kLocalHeader = 30;
-    if (record.offset > directory_offset || record.compressed > directory_offset - record.offset ||
-        directory_offset - record.offset - record.compressed < kLocalHeader) {
-      refuse("record " + name + " lies outside the file");
-    }
-    // Deflate's largest ratio is 1032:1 (a 258-byte match in 2 bits, zlib's technical details).
-    if (record.method == 0 ? record.size != record.compressed
-                           : record.size > record.compressed * 1032 + 1024) {
-      refuse("record " + name + " claims " + std::to_string(record.size) + " bytes from " +
-             std::to_string(record.compressed) + " stored");
-    }
+    const std::string name(reinterpret_cast<const char*>(d + pos + kEntry), name_length);
     const auto slash = name.find('/');
-    records[slash == std::string::npos ? name : name.substr(slash + 1)] = record;
+    records[slash == std::string::npos ? name : name.substr(slash + 1)] =
+        archive_detail::zip_record(d + pos, name, extra_length, directory_at.offset);
     pos += kEntry + name_length + extra_length + comment_length;
   }
   return records;
