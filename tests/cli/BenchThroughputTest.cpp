@@ -102,7 +102,7 @@ TEST(BenchThroughput, SweepOrderAndEachPointsConfiguration) {
   o.batches = "8,16";
   o.precisions = "fp32,bf16";
   o.workers = "1,2";
-  o.strategies = "local,dsgd";  // dsgd: seed 000's name for data_parallel
+  o.strategies = "local,dsgd";  // dsgd: the dAD paper's name for data_parallel
   o.steps = 3;
   o.warmup = 2;
   o.set = {"optim.name=adam", "parallel.data_parallel.bucket_mb=1"};

@@ -1,4 +1,4 @@
-// Seed 000's command line end to end, through the real binary: the two-site command as two
+// The dAD paper's command line end to end, through the real binary: the two-site command as two
 // processes on 127.0.0.1 (a tiny MNIST written here, since dtrain downloads nothing), the run
 // folder <log-dir>/<name>/ with site_0 and site_1, a rerun refused and a --resume continuing, the
 // same without CONFIG on workers started by --nproc, and the one-line errors for names dtrain does
@@ -91,7 +91,7 @@ struct Finished {
 
 class SeedCommand : public ::testing::Test {
  protected:
-  // Seed 000's two-site command, both sites on this host: `extra` after the seed's own flags.
+  // The dAD paper's two-site command, both sites on this host: `extra` after the seed's own flags.
   std::vector<Finished> two_sites(const std::vector<std::string>& extra) {
     const std::string port = std::to_string(free_port());
     std::vector<std::unique_ptr<Process>> sites;

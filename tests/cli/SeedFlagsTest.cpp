@@ -1,4 +1,4 @@
-// Seed 000's flags on `dtrain train`, parsed as the command parses them: each reaches its key through
+// The dAD paper's flags on `dtrain train`, parsed as the command parses them: each reaches its key through
 // the override path, names match without regard to case, and errors name the flag.
 #include "dtrain/cli/SeedFlags.h"
 
