@@ -110,7 +110,7 @@ TEST_F(DecentralizedCommand, NodesThatDoNotSplitOverTheWorkersAreRefusedBeforeAn
 
 namespace {
 
-// Seed 001's README template, as written there (tests/experiment/data/seed001_template.yaml); its
+// DiNNO's README template, as written there (tests/experiment/data/seed001_template.yaml); its
 // data_dir "../data/" is given MNIST's file names over Debian's Fashion-MNIST, the same IDX format:
 // dtrain downloads nothing.
 const fs::path kSeedTemplate = fs::path(DTRAIN_EXPERIMENT_TEST_DATA) / "seed001_template.yaml";
