@@ -1,6 +1,8 @@
 // `dtrain bench throughput`: option checks (each error names its flag), the sweep's order and
-// configurations, combining the ranks' reports (the slowest rank per step), the JSON line and the
-// tables; and a tiny real sweep through the binary whose memory figures are ZeRO's accounting.
+// configurations (also as the runs of the experiment that carries it out), combining the ranks'
+// reports (the slowest rank per step), the JSON line and the tables; and a tiny real sweep through
+// the binary whose memory figures are ZeRO's accounting.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -12,6 +14,7 @@
 #include "cli/CliTestUtil.h"
 #include "data/DataTestUtil.h"
 #include "dtrain/cli/BenchThroughput.h"
+#include "dtrain/config/RunConfigYaml.h"
 #include "dtrain/parallel/Registry.h"
 #include "dtrain/parallel/data_parallel/DataParallel.h"
 
@@ -134,6 +137,36 @@ TEST(BenchThroughput, SweepOrderAndEachPointsConfiguration) {
   EXPECT_EQ(local.parallel.strategy, "local");
   EXPECT_EQ(local.optim.name, "sgd");
   EXPECT_EQ(local.optim.momentum, 0.9);
+}
+
+// The sweep runs as an experiment whose runs are the points: each run's overrides make, with no
+// base file (as experiment::run_experiment reads them), exactly the point's configuration.
+TEST(BenchThroughput, SweepIsAnExperimentOfItsPoints) {
+  BenchThroughputOptions o;
+  o.models = "mlp";
+  o.workers = "1,2";
+  o.strategies = "local,decentralized";
+  o.steps = 3;
+  o.warmup = 1;
+  o.set = {"parallel.graph.nodes=3"};
+  const auto points = expand_points(o);
+  const auto runs = experiment::expand_runs(sweep_experiment(o, points));
+  ASSERT_EQ(runs.size(), points.size());
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    SCOPED_TRACE(runs[i].name);
+    EXPECT_EQ(runs[i].name, fmt::format("point{:03d}", i));
+    EXPECT_EQ(runs[i].overrides, point_overrides(o, points[i]));
+    EXPECT_EQ(config::to_json(config::parse_run_config("{}", "(no base file)", runs[i].overrides)),
+              config::to_json(point_config(o, points[i])));
+  }
+  EXPECT_EQ(point_config(o, points[1]).data.synthetic_size, 32 * 3 * 5);  // 3 graph nodes, 5 batches each
+}
+
+TEST(BenchThroughput, MoreWorkersThanTheHostRunsAreRefusedBeforeAnyPoint) {
+  auto o = tiny();
+  o.workers = "1,100000";
+  const auto message = refusal(o);
+  EXPECT_EQ(message.rfind("--workers: 100000 local workers are more than this host runs", 0), 0u) << message;
 }
 
 // Rank 1 is the slower one at the first timed step, rank 0 at the second: each step counts its

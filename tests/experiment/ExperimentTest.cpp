@@ -1,6 +1,7 @@
-// Experiments: sweep expansion, file errors, the checks that runs are comparable, and tiny
-// experiments through the real binary: identical initial weights across runs, a rerun that skips
-// finished runs, and a report whose numbers are the runs' own.
+// Experiments: sweep expansion, file errors, the checks that runs are comparable, a caller's own
+// workers that the runner keeps going past when they refuse or fail, and tiny experiments through
+// the real binary: identical initial weights across runs, a rerun that skips finished runs, and a
+// report whose numbers are the runs' own.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -198,6 +199,61 @@ TEST_F(ExperimentTest, BadOverrideFailsBeforeAnyRunStarts) {
     EXPECT_NE(std::string(e.what()).find("run 'bad'"), std::string::npos) << e.what();
   }
   EXPECT_FALSE(fs::exists(dir_ / "out"));
+}
+
+// A caller's own workers (shell commands here): with keep_going, a run whose graph nodes cannot be
+// spread over its workers is refused before any worker starts, one whose worker exits 3 is recorded
+// as failed with the launcher's account, and the runs after them still run; each run is announced
+// before it starts and reported after it ends, in run order.
+TEST_F(ExperimentTest, KeepGoingRecordsRefusedAndFailedRunsAndGoesOn) {
+  const auto spec = load_experiment(write(
+      "e.yaml",
+      "name: own\nbase: base.yaml\noverrides: [parallel.backend=gloo]\nruns:\n  - {name: a}\n"
+      "  - {name: nodes, overrides: [nproc=2, parallel.strategy=decentralized, parallel.graph.nodes=3]}\n"
+      "  - {name: exits}\n  - {name: d}\n"));
+  ExperimentOptions options;
+  options.directory = dir_ / "out";
+  options.keep_going = true;
+  options.workers_output_to_file = true;
+  options.worker_command = [](std::size_t index, const RunSpec& run, const fs::path& run_dir) {
+    const std::string script =
+        index == 2 ? "echo dying >&2; exit 3"
+                   : "echo '{\"run\": \"" + run.name + "\"}' > " + (run_dir / "results.json").string();
+    return std::vector<std::string>{"/bin/sh", "-c", script};
+  };
+  std::vector<std::string> calls;
+  options.before_run = [&](std::size_t index, const RunSpec& run) {
+    calls.push_back(fmt::format("before {} {}", index, run.name));
+  };
+  options.after_run = [&](std::size_t index, const RunSpec&, const RunOutcome& outcome) {
+    calls.push_back(fmt::format("after {} {}", index, outcome.status));
+  };
+  const auto all = run_experiment(spec, options);
+  EXPECT_EQ(calls,
+            (std::vector<std::string>{"before 0 a", "after 0 ok", "before 1 nodes", "after 1 refused",
+                                      "before 2 exits", "after 2 failed", "before 3 d", "after 3 ok"}));
+  ASSERT_EQ(all["runs"].size(), 4u);
+  EXPECT_EQ(all["runs"][0]["status"], "ok");
+  EXPECT_FALSE(all["runs"][0].contains("reason"));
+  EXPECT_EQ(all["runs"][0]["results"]["run"], "a");
+  EXPECT_EQ(all["runs"][1]["status"], "refused");
+  const auto refusal = all["runs"][1]["reason"].get<std::string>();
+  EXPECT_NE(refusal.find('3'), std::string::npos) << refusal;
+  EXPECT_FALSE(fs::exists(dir_ / "out" / "nodes" / "launch.log"));  // no worker started
+  EXPECT_EQ(all["runs"][2]["status"], "failed");
+  const auto failure = all["runs"][2]["reason"].get<std::string>();
+  EXPECT_NE(failure.find("failed with exit code 3"), std::string::npos) << failure;
+  EXPECT_EQ(failure.find('\n'), std::string::npos) << failure;
+  EXPECT_NE(read(dir_ / "out" / "exits" / "launch.log").find("dying"), std::string::npos);
+  EXPECT_EQ(all["runs"][3]["results"]["run"], "d");
+  EXPECT_TRUE(all["complete"].get<bool>());
+  EXPECT_EQ(io::read_json_file(dir_ / "out" / "results.json"), all);
+
+  // Without keep_going the failing run ends the experiment, naming it.
+  options.keep_going = false;
+  options.directory = dir_ / "out2";
+  const auto error = error_of<std::runtime_error>([&] { run_experiment(spec, options); });
+  EXPECT_NE(error.find("experiment run 'exits' failed with exit code"), std::string::npos) << error;
 }
 
 // Every figure report.md links is a PNG in plots/, embedded byte for byte in report.html, which

@@ -1,14 +1,13 @@
-// `dtrain bench throughput`: expands the sweep, starts each point's workers through the launcher
-// (re-running this binary with one item per list and --worker-out), and turns the ranks' reports
-// into the distributed-training study's tables. A worker is a short `dtrain train`: the Trainer over the
-// registered strategy, on synthetic data of the model's input shape.
+// `dtrain bench throughput`: expands the sweep into an experiment whose runs are its points, runs it
+// through experiment::run_experiment (each point's workers re-run this binary with one item per list
+// and --worker-out), and turns the ranks' reports into the distributed-training study's tables. A
+// worker is a short `dtrain train`: the Trainer over the registered strategy, on synthetic data of
+// the model's input shape.
 #include "dtrain/cli/BenchThroughput.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <sys/resource.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -18,6 +17,7 @@
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 
@@ -28,6 +28,7 @@
 #include "dtrain/config/Overrides.h"
 #include "dtrain/config/Registry.h"
 #include "dtrain/config/RunConfigYaml.h"
+#include "dtrain/experiment/Experiment.h"
 #include "dtrain/experiment/ScratchFolder.h"
 #include "dtrain/experiment/WorkerLaunch.h"
 #include "dtrain/io/JsonFile.h"
@@ -140,6 +141,24 @@ std::string read_text(const fs::path& path) {
   return text.str();
 }
 
+// How point `p`'s workers ended, from their rank<r>.json in `dir`; a failure that left no report
+// takes the launcher's account of the failing rank as its reason.
+ThroughputResult read_point(const BenchThroughputOptions& o, const ThroughputPoint& p, const fs::path& dir,
+                            const launch::LaunchResult& launched) {
+  if (launched.signal) {
+    throw std::runtime_error(fmt::format("bench throughput: stopped by signal {}", *launched.signal));
+  }
+  std::vector<std::string> reports;
+  for (int rank = 0; rank < p.workers; ++rank) {
+    reports.push_back(read_text(dir / fmt::format("rank{}.json", rank)));
+  }
+  auto result = combine_reports(p, o.steps, o.warmup, reports);
+  if (result.status == "failed" && result.reason.rfind("rank ", 0) == 0 && !launched.failure.empty()) {
+    result.reason = one_line(launched.failure);
+  }
+  return result;
+}
+
 // Records each timed step's wall time on this rank and the samples of the whole job in it.
 class StepTimes : public train::Callback {
  public:
@@ -214,6 +233,13 @@ std::vector<ThroughputPoint> expand_points(const BenchThroughputOptions& o) {
   }
   const auto batches = parse_count_list("--batches", o.batches);
   const auto workers = parse_count_list("--workers", o.workers);
+  for (const int w : workers) {
+    try {
+      launch::check_local_workers(w, /*oversubscribe=*/false);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(fmt::format("--workers: {}", e.what()));
+    }
+  }
   std::vector<std::string> precisions;
   for (const auto& name : parse_name_list("--precisions", o.precisions)) {
     try {
@@ -267,7 +293,7 @@ std::vector<ThroughputPoint> expand_points(const BenchThroughputOptions& o) {
   return points;
 }
 
-config::RunConfig point_config(const BenchThroughputOptions& o, const ThroughputPoint& p) {
+std::vector<std::string> point_overrides(const BenchThroughputOptions& o, const ThroughputPoint& p) {
   const auto user = overrides_for(o, p.strategy);
   std::vector<std::string> overrides{
       "name=bench_throughput",
@@ -291,7 +317,7 @@ config::RunConfig point_config(const BenchThroughputOptions& o, const Throughput
   if (!sets_key(user, "optim.name"))
     overrides.insert(overrides.end(), {"optim.name=sgd", "optim.momentum=0.9"});
   overrides.insert(overrides.end(), user.begin(), user.end());
-  auto cfg = config::parse_run_config("", kSource, overrides);
+  const auto cfg = config::parse_run_config("", kSource, overrides);
   if (cfg.data.dataset == "synthetic" && !sets_key(user, "data.synthetic_size")) {
     // One epoch holds every step on each data holder (ranks, or graph nodes), so no epoch end
     // falls between timed steps; at least 5 batches, since the test set is a fifth of it.
@@ -299,11 +325,26 @@ config::RunConfig point_config(const BenchThroughputOptions& o, const Throughput
     try {
       holders = parallel::data_holders(cfg.parallel, p.workers);
     } catch (const std::invalid_argument&) {
-      // The sweep reports this point as refused (run_throughput_sweep).
+      // The experiment refuses this point before its workers start (ExperimentOptions::keep_going).
     }
-    cfg.data.synthetic_size = static_cast<std::int64_t>(p.batch) * holders * std::max(5, o.warmup + o.steps);
+    overrides.push_back(fmt::format("data.synthetic_size={}", static_cast<std::int64_t>(p.batch) * holders *
+                                                                  std::max(5, o.warmup + o.steps)));
   }
-  return cfg;
+  return overrides;
+}
+
+config::RunConfig point_config(const BenchThroughputOptions& o, const ThroughputPoint& p) {
+  return config::parse_run_config("", kSource, point_overrides(o, p));
+}
+
+experiment::ExperimentSpec sweep_experiment(const BenchThroughputOptions& o,
+                                            const std::vector<ThroughputPoint>& points) {
+  experiment::ExperimentSpec spec;
+  spec.name = "bench_throughput";
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    spec.runs.push_back({fmt::format("point{:03d}", i), point_overrides(o, points[i])});
+  }
+  return spec;
 }
 
 std::vector<ThroughputResult> run_throughput_sweep(const BenchThroughputOptions& o, std::ostream& json_out,
@@ -311,63 +352,47 @@ std::vector<ThroughputResult> run_throughput_sweep(const BenchThroughputOptions&
   const auto points = expand_points(o);
   // The ranks' reports, read once the point is done.
   experiment::ScratchFolder folder("dtrain-bench-", "bench throughput");
-  std::vector<ThroughputResult> results;
-  for (std::size_t i = 0; i < points.size(); ++i) {
+  experiment::ExperimentOptions options;
+  options.directory = folder.path();
+  options.keep_going = true;  // a refused or failed point is a cell of the table
+  // The workers' output and the launcher's reports go to a file: the reason of a refusal is in
+  // the ranks' reports, and the bench's own output stays the table.
+  options.workers_output_to_file = true;
+  options.worker_command = [&](std::size_t i, const experiment::RunSpec&, const fs::path& dir) {
+    return worker_command(o, points[i], dir);
+  };
+  // The point's result as its ranks reported it; none when the experiment refused the point
+  // before its workers started.
+  std::optional<ThroughputResult> measured;
+  options.read_outcome = [&](std::size_t i, const fs::path& dir, const launch::LaunchResult& launched) {
+    measured = read_point(o, points[i], dir, launched);
+    return experiment::RunOutcome{measured->status, measured->reason,
+                                  nlohmann::json::parse(to_json_line(*measured))};
+  };
+  options.before_run = [&](std::size_t i, const experiment::RunSpec&) {
     const auto& p = points[i];
     log << fmt::format("[{}/{}] {} batch {} {} workers {} {}\n", i + 1, points.size(), p.model, p.batch,
                        p.precision, p.workers, p.strategy)
         << std::flush;
-    const auto cfg = point_config(o, p);
+  };
+  std::vector<ThroughputResult> results;
+  options.after_run = [&](std::size_t i, const experiment::RunSpec&, const experiment::RunOutcome& outcome) {
     ThroughputResult result;
-    std::string holders_refusal;
-    try {
-      parallel::data_holders(cfg.parallel, p.workers);
-    } catch (const std::invalid_argument& e) {
-      holders_refusal = one_line(e.what());
-    }
-    if (!holders_refusal.empty()) {
-      result.point = p;
+    if (measured) {
+      result = std::move(*measured);
+      measured.reset();
+    } else {
+      result.point = points[i];
       result.steps = o.steps;
       result.warmup = o.warmup;
-      result.status = "refused";
-      result.reason = holders_refusal;
-    } else {
-      const auto dir = folder.path() / fmt::format("point{:03d}", i);
-      fs::create_directories(dir);
-      // The workers' output and the launcher's reports go to a file: the reason of a refusal is
-      // in the ranks' reports, and the bench's own output stays the table.
-      const auto log_path = dir / "launch.log";
-      const int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-      if (fd < 0) throw std::runtime_error("bench throughput: cannot write " + log_path.string());
-      auto options = experiment::worker_launch(cfg, p.workers, dir, config::process_environment());
-      options.command = worker_command(o, p, dir);
-      options.output_fd = fd;
-      options.diagnostics_fd = fd;
-      options.status_line = false;
-      launch::LaunchResult launched;
-      try {
-        launched = launch::launch(options);
-      } catch (...) {
-        ::close(fd);
-        throw;
-      }
-      ::close(fd);
-      if (launched.signal) {
-        throw std::runtime_error(fmt::format("bench throughput: stopped by signal {}", *launched.signal));
-      }
-      std::vector<std::string> reports;
-      for (int rank = 0; rank < p.workers; ++rank) {
-        reports.push_back(read_text(dir / fmt::format("rank{}.json", rank)));
-      }
-      result = combine_reports(p, o.steps, o.warmup, reports);
-      if (result.status == "failed" && result.reason.rfind("rank ", 0) == 0 && !launched.failure.empty()) {
-        result.reason = one_line(launched.failure);
-      }
+      result.status = outcome.status;
+      result.reason = outcome.reason;
     }
     if (result.status != "ok") log << fmt::format("  {}: {}\n", result.status, result.reason) << std::flush;
     json_out << to_json_line(result) << std::endl;
     results.push_back(std::move(result));
-  }
+  };
+  experiment::run_experiment(sweep_experiment(o, points), options);
   return results;
 }
 

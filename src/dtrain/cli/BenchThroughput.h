@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "dtrain/config/RunConfig.h"
+#include "dtrain/experiment/Experiment.h"
 
 namespace CLI {
 class App;
@@ -70,15 +71,23 @@ std::vector<int> parse_count_list(const std::string& flag, const std::string& li
 
 // Checks every option and expands the sweep in the order model, batch, precision, workers,
 // strategy (the last varying fastest). Throws std::invalid_argument saying what to change: unknown
-// models and strategies list the registered names, an override of a key the sweep sets names the
+// models and strategies list the registered names, more workers than this host runs
+// (launch::check_local_workers) are refused, an override of a key the sweep sets names the
 // flag to use, an override of a strategy section no swept strategy reads is refused.
 std::vector<ThroughputPoint> expand_points(const BenchThroughputOptions& options);
 
 // The run configuration of one point: synthetic data in the model's input shape (3x32x32 for
 // resnet, vit and transformer, 1x28x28 otherwise), enough of it for warm-up and timed steps in one
 // epoch, SGD with momentum 0.9, no evaluation or checkpoints between steps, then --set on top.
-// Throws ConfigError naming the override where one is not valid.
+// point_overrides are its dotted overrides (no base file), point_config the configuration they
+// make. Throws ConfigError naming the override where one is not valid.
+std::vector<std::string> point_overrides(const BenchThroughputOptions& options, const ThroughputPoint& point);
 config::RunConfig point_config(const BenchThroughputOptions& options, const ThroughputPoint& point);
+
+// The sweep as an experiment: no base file, one run per point in sweep order, named point000,
+// point001, ..., its overrides point_overrides.
+experiment::ExperimentSpec sweep_experiment(const BenchThroughputOptions& options,
+                                            const std::vector<ThroughputPoint>& points);
 
 // Combines the ranks' reports (rank<r>.json in a worker's folder, parsed): samples/s from each
 // timed step's slowest rank; refused or failed when any rank says so (the lowest such rank's reason).
@@ -95,8 +104,10 @@ std::string to_json_line(const ThroughputResult& result);
 // and workers), then one row per point with the memory of each rank.
 void write_markdown(std::ostream& out, const std::vector<ThroughputResult>& results);
 
-// The whole sweep: each point's workers started through launch::launch, one JSON line per point
-// into `json_out` as it completes, progress on `log`. Returns the results in sweep order.
+// The whole sweep: sweep_experiment run by experiment::run_experiment in a scratch folder, each
+// point's workers being this binary's (run_throughput_worker), a refused or failed point recorded
+// and the next one started; one JSON line per point into `json_out` as it completes, progress on
+// `log`. Returns the results in sweep order.
 std::vector<ThroughputResult> run_throughput_sweep(const BenchThroughputOptions& options,
                                                    std::ostream& json_out, std::ostream& log);
 

@@ -1,9 +1,11 @@
 // run_experiment: every run checked before the first starts, run one after another through
-// `dtrain train` (each in its own folder, continued from its checkpoint when interrupted), then
-// checked to be comparable and summarised in the experiment's results.json.
+// `dtrain train` or the caller's own workers (each in its own folder, continued from its checkpoint
+// when interrupted), then checked to be comparable and summarised in the experiment's results.json.
 #include "dtrain/experiment/Experiment.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -19,6 +21,7 @@
 #include "dtrain/io/JsonFile.h"
 #include "dtrain/io/RunDir.h"
 #include "dtrain/launch/Launcher.h"
+#include "dtrain/parallel/Registry.h"
 
 namespace dtrain::experiment {
 namespace {
@@ -76,34 +79,115 @@ fs::path experiment_folder(const ExperimentSpec& spec, const ExperimentOptions& 
   return dir;
 }
 
-// `dtrain train <base> <overrides> --run-dir <run_dir>` on cfg.nproc workers; an interrupted run
-// continues from its last checkpoint. Throws naming the run when it fails.
-void train(const ExperimentSpec& spec, const ExperimentOptions& options, const RunSpec& run,
-           const config::RunConfig& cfg, const fs::path& run_dir, const comm::Environment& environment) {
+// The first line of a message, for a run's reason: LibTorch's errors and the launcher's account of
+// a failing rank carry a stack trace or the tail of its log after it.
+std::string one_line(const std::string& text) {
+  return text.substr(0, text.find('\n'));
+}
+
+// A file descriptor, closed when the launch that writes into it returns or throws.
+class OwnedFd {
+ public:
+  explicit OwnedFd(int fd) : fd_(fd) {}
+  ~OwnedFd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  OwnedFd(const OwnedFd&) = delete;
+  OwnedFd& operator=(const OwnedFd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+// Run `index`'s workers on cfg.nproc local processes: options.worker_command's, or `dtrain train
+// <base> <overrides> --run-dir <run_dir>`, which continues from its last checkpoint when interrupted.
+launch::LaunchResult launch_run(const ExperimentSpec& spec, const ExperimentOptions& options,
+                                std::size_t index, const RunSpec& run, const config::RunConfig& cfg,
+                                const fs::path& run_dir, const comm::Environment& environment) {
   auto job = worker_launch(cfg, cfg.nproc, run_dir, environment);
   job.oversubscribe = options.oversubscribe;
   job.output_fd = 2;  // the runs' result lines stay off the experiment's stdout
-  const bool interrupted = fs::exists(run_dir / "checkpoints" / "latest");
-  job.command = train_command(options.dtrain_executable, spec.base.string(), run.overrides, run_dir,
-                              interrupted ? run_dir.string() : "");
-  const auto result = launch::launch(job);
-  if (result.exit_code != 0) {
-    throw std::runtime_error(fmt::format("experiment run '{}' failed with exit code {}: {}", run.name,
-                                         result.exit_code, result.failure));
+  if (options.worker_command) {
+    job.command = options.worker_command(index, run, run_dir);
+  } else {
+    const bool interrupted = fs::exists(run_dir / "checkpoints" / "latest");
+    job.command = train_command(options.dtrain_executable, spec.base.string(), run.overrides, run_dir,
+                                interrupted ? run_dir.string() : "");
   }
+  if (!options.workers_output_to_file) return launch::launch(job);
+  fs::create_directories(run_dir);
+  const auto log_path = run_dir / "launch.log";
+  const OwnedFd log(::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (log.get() < 0) {
+    throw std::runtime_error(
+        fmt::format("experiment run '{}': cannot write {}", run.name, log_path.string()));
+  }
+  job.output_fd = log.get();
+  job.diagnostics_fd = log.get();
+  job.status_line = false;
+  return launch::launch(job);
 }
 
-nlohmann::json run_entry(const RunSpec& run, bool skipped, const fs::path& run_dir) {
+// How a launched run ended: options.read_outcome's account, or its results.json. Without
+// keep_going a run that is not ok throws, naming it.
+RunOutcome outcome_of(const ExperimentOptions& options, std::size_t index, const RunSpec& run,
+                      const fs::path& run_dir, const launch::LaunchResult& launched) {
+  RunOutcome outcome;
+  if (options.read_outcome) {
+    outcome = options.read_outcome(index, run_dir, launched);
+  } else if (launched.exit_code == 0) {
+    outcome.results = io::read_json_file(run_dir / "results.json");
+  } else if (!options.keep_going) {
+    throw std::runtime_error(fmt::format("experiment run '{}' failed with exit code {}: {}", run.name,
+                                         launched.exit_code, launched.failure));
+  } else {
+    outcome.status = "failed";
+    outcome.reason = one_line(launched.failure);
+  }
+  if (outcome.status != "ok" && !options.keep_going) {
+    throw std::runtime_error(
+        fmt::format("experiment run '{}' {}: {}", run.name, outcome.status, outcome.reason));
+  }
+  return outcome;
+}
+
+// One run not finished yet. Under keep_going a run whose data holders cannot be spread over its
+// workers is refused here: its workers would all refuse alike, and starting them costs seconds.
+RunOutcome run_one(const ExperimentSpec& spec, const ExperimentOptions& options, std::size_t index,
+                   const RunSpec& run, const config::RunConfig& cfg, const fs::path& run_dir,
+                   const comm::Environment& environment) {
+  if (options.keep_going) {
+    try {
+      parallel::data_holders(cfg.parallel, cfg.nproc);
+    } catch (const std::invalid_argument& e) {
+      RunOutcome refused;
+      refused.status = "refused";
+      refused.reason = one_line(e.what());
+      return refused;
+    }
+  }
+  return outcome_of(options, index, run, run_dir,
+                    launch_run(spec, options, index, run, cfg, run_dir, environment));
+}
+
+// A run's entry in the experiment's results.json; status and reason only where runs may end
+// otherwise than ok (keep_going).
+nlohmann::json run_entry(const RunSpec& run, bool skipped, const RunOutcome& outcome, bool keep_going) {
   nlohmann::json entry;
   entry["name"] = run.name;
   entry["overrides"] = run.overrides;
   entry["skipped"] = skipped;
-  entry["results"] = io::read_json_file(run_dir / "results.json");
+  if (keep_going) {
+    entry["status"] = outcome.status;
+    if (outcome.status != "ok") entry["reason"] = outcome.reason;
+  }
+  entry["results"] = outcome.results;
   return entry;
 }
 
-// Every run (their configurations loaded already), then the checks; the experiment's results.json
-// in dir.
+// Every run (their configurations loaded already), then the checks over the runs that ended ok;
+// the experiment's results.json in dir.
 nlohmann::json run_all(const ExperimentSpec& spec, const ExperimentOptions& options,
                        const std::vector<RunSpec>& runs, const std::vector<config::RunConfig>& configs,
                        const fs::path& dir) {
@@ -117,9 +201,16 @@ nlohmann::json run_all(const ExperimentSpec& spec, const ExperimentOptions& opti
   for (std::size_t i = 0; i < runs.size(); ++i) {
     const fs::path run_dir = dir / runs[i].name;
     const bool skipped = finished(run_dir);
-    if (!skipped) train(spec, options, runs[i], configs[i], run_dir, environment);
-    all["runs"].push_back(run_entry(runs[i], skipped, run_dir));
-    finished_runs.push_back({runs[i].name, configs[i], all["runs"].back()["results"]});
+    if (options.before_run) options.before_run(i, runs[i]);
+    RunOutcome outcome;
+    if (skipped) {
+      outcome.results = io::read_json_file(run_dir / "results.json");
+    } else {
+      outcome = run_one(spec, options, i, runs[i], configs[i], run_dir, environment);
+    }
+    all["runs"].push_back(run_entry(runs[i], skipped, outcome, options.keep_going));
+    if (outcome.status == "ok") finished_runs.push_back({runs[i].name, configs[i], outcome.results});
+    if (options.after_run) options.after_run(i, runs[i], outcome);
   }
   check_initial_weights(finished_runs);
   check_data_partitions(finished_runs);

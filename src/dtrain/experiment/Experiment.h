@@ -4,12 +4,16 @@
 // and the same data partition; the initial-parameter hash each run records is checked to agree.
 #pragma once
 
+#include <cstddef>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "dtrain/launch/Launcher.h"
 
 namespace dtrain::experiment {
 
@@ -65,19 +69,53 @@ bool is_folder_name(const std::string& name);
 // are "<run>" or "<run>/<key>=<value>,..." made filesystem-safe.
 std::vector<RunSpec> expand_runs(const ExperimentSpec& spec);
 
+// How one run ended.
+struct RunOutcome {
+  std::string status = "ok";  // ok | refused (its configuration or strategy said no) | failed
+  std::string reason;         // one line, when not ok
+  nlohmann::json results;     // what the run reported: its results.json for `dtrain train`
+};
+
+// Everything past the first four fields is for a caller that runs its own workers, as
+// `dtrain bench throughput` does; left at their defaults, every run is a `dtrain train` and the
+// first one that fails ends the experiment.
 struct ExperimentOptions {
   std::string dtrain_executable;    // the binary that runs `dtrain train`
   std::filesystem::path directory;  // "" = a new dated folder, or the newest unfinished one
   bool fresh = false;               // never continue an unfinished folder
   bool oversubscribe = false;       // launch::LaunchOptions::oversubscribe for every run
+
+  // The workers' command line for run `index` (its folder: run_dir). Unset: `dtrain train` with
+  // the run's overrides (train_command), continued from its checkpoint when interrupted.
+  std::function<std::vector<std::string>(std::size_t index, const RunSpec& run,
+                                         const std::filesystem::path& run_dir)>
+      worker_command;
+  // How run `index` ended, read once its workers have exited (`launched`: how they exited). Unset:
+  // ok with the run's results.json when every worker exited 0, else failed with the launcher's
+  // first line about the failing rank.
+  std::function<RunOutcome(std::size_t index, const std::filesystem::path& run_dir,
+                           const launch::LaunchResult& launched)>
+      read_outcome;
+  // false: a run that is not ok ends the experiment with an error naming it. true: its status and
+  // reason go into its entry of results.json and the next run starts; the checks that runs started
+  // alike leave it out. A run whose data holders (graph nodes) its strategy cannot spread over
+  // its workers is then refused before any worker starts (parallel::data_holders says why).
+  bool keep_going = false;
+  // The workers' output and the launcher's reports into <run_dir>/launch.log instead of stderr,
+  // with no status line: for a caller whose own stderr is a table.
+  bool workers_output_to_file = false;
+  // Called before run `index` starts and after it ended (a run finished earlier included), in
+  // run order: progress lines, and a caller's results printed as each run completes.
+  std::function<void(std::size_t index, const RunSpec& run)> before_run;
+  std::function<void(std::size_t index, const RunSpec& run, const RunOutcome& outcome)> after_run;
 };
 
 // Runs every run not finished yet (a run is finished when its results.json exists), one after
 // another, then writes results.json for all runs (and, for DiNNO's form, the per-problem
 // results; with writeout: false everything happens in a temporary folder, removed at the end, and
 // the returned document holds the problems' results under "problem_results"; the solo run's are
-// under "solo_results" either way). Throws when a run fails (naming it and its exit
-// code) or when runs that share a model started from different weights.
+// under "solo_results" either way). Throws when a run fails (naming it and its exit code), unless
+// options.keep_going, or when runs that share a model started from different weights.
 nlohmann::json run_experiment(const ExperimentSpec& spec, const ExperimentOptions& options);
 
 }  // namespace dtrain::experiment

@@ -27,7 +27,7 @@ std::optional<std::pair<std::size_t, std::size_t>> first_disagreement(
 
 std::vector<std::string> hashes(const std::vector<FinishedRun>& runs, const char* field) {
   std::vector<std::string> out;
-  for (const auto& run : runs) out.push_back(run.results.value(field, ""));
+  for (const auto& run : runs) out.push_back(run.results.is_object() ? run.results.value(field, "") : "");
   return out;
 }
 
@@ -39,7 +39,7 @@ std::string partition_key(const FinishedRun& run) {
     data.erase(key);
   }
   return data.dump() + "/" + std::to_string(run.config.train.seed) + "/" +
-         std::to_string(run.results.value("world_size", 1));
+         std::to_string(run.results.is_object() ? run.results.value("world_size", 1) : 1);
 }
 
 }  // namespace
