@@ -18,6 +18,7 @@
 #include "dtrain/experiment/SeedExperiment.h"
 #include "dtrain/experiment/WorkerLaunch.h"
 #include "dtrain/io/AtomicFile.h"
+#include "dtrain/io/FileDescriptor.h"
 #include "dtrain/io/JsonFile.h"
 #include "dtrain/io/RunDir.h"
 #include "dtrain/launch/Launcher.h"
@@ -85,21 +86,6 @@ std::string one_line(const std::string& text) {
   return text.substr(0, text.find('\n'));
 }
 
-// A file descriptor, closed when the launch that writes into it returns or throws.
-class OwnedFd {
- public:
-  explicit OwnedFd(int fd) : fd_(fd) {}
-  ~OwnedFd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  OwnedFd(const OwnedFd&) = delete;
-  OwnedFd& operator=(const OwnedFd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
 // Run `index`'s workers on cfg.nproc local processes: options.worker_command's, or `dtrain train
 // <base> <overrides> --run-dir <run_dir>`, which continues from its last checkpoint when interrupted.
 launch::LaunchResult launch_run(const ExperimentSpec& spec, const ExperimentOptions& options,
@@ -118,7 +104,8 @@ launch::LaunchResult launch_run(const ExperimentSpec& spec, const ExperimentOpti
   if (!options.workers_output_to_file) return launch::launch(job);
   fs::create_directories(run_dir);
   const auto log_path = run_dir / "launch.log";
-  const OwnedFd log(::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  // Closed when the launch that writes into it returns or throws.
+  const io::FileDescriptor log(::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (log.get() < 0) {
     throw std::runtime_error(
         fmt::format("experiment run '{}': cannot write {}", run.name, log_path.string()));

@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "dtrain/io/Crc32c.h"
+#include "dtrain/io/FileDescriptor.h"
 
 namespace dtrain::io {
 namespace {
@@ -19,26 +20,6 @@ namespace {
   throw std::runtime_error(what + " " + path.string() + ": " + std::strerror(error) +
                            "; check that the folder exists, is writable and the disk is not full");
 }
-
-// Closes the descriptor on every path out.
-class FileDescriptor {
- public:
-  explicit FileDescriptor(int fd) : fd_(fd) {}
-  ~FileDescriptor() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  FileDescriptor(const FileDescriptor&) = delete;
-  FileDescriptor& operator=(const FileDescriptor&) = delete;
-  int get() const { return fd_; }
-  int release() {
-    const int fd = fd_;
-    fd_ = -1;
-    return fd;
-  }
-
- private:
-  int fd_;
-};
 
 std::filesystem::path directory_of(const std::filesystem::path& target) {
   const auto parent = target.parent_path();
