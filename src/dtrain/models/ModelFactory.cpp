@@ -14,17 +14,15 @@ namespace dtrain::models {
 
 namespace {
 
-using Builder = std::function<NetworkPtr(const config::ModelConfig&, const InputSpec&)>;
-
 struct ModelEntry {
   config::Choice choice;
-  Builder build;
+  ModelBuilder build;
 };
 
 // Every model, written once: its name (matched without regard to case), its help line, and its
 // builder. config/ validates model.name against this list.
-const std::vector<ModelEntry>& model_table() {
-  static const std::vector<ModelEntry> table{
+std::vector<ModelEntry> builtin_models() {
+  return {
       {{"mlp", "multi-layer perceptron: model.hidden layers with model.activation"}, detail::build_mlp},
       {{"mnistnet", "Catalyst dAD's MNIST network: two convolutions, dropout, two linear layers"},
        detail::build_mnistnet},
@@ -43,15 +41,31 @@ const std::vector<ModelEntry>& model_table() {
       {{"transformer", "transformer encoder on token sequences; model.task classifier or lm"},
        detail::build_transformer},
   };
+}
+
+// The built-in models, registered on first use, and then the program's own (register_model): a
+// program's static registration may run before this file's, in whichever order the linker chose.
+std::vector<ModelEntry>& model_table() {
+  static std::vector<ModelEntry> table = [] {
+    auto models = builtin_models();
+    for (const auto& entry : models) config::register_choice(config::kModelKey, entry.choice);
+    return models;
+  }();
   return table;
 }
 
-[[maybe_unused]] const bool kModelsRegistered = [] {
-  for (const auto& entry : model_table()) config::register_choice(config::kModelKey, entry.choice);
-  return true;
-}();
+[[maybe_unused]] const bool kModelsRegistered = !model_table().empty();
 
 }  // namespace
+
+bool register_model(config::Choice choice, ModelBuilder build) {
+  if (!build) throw std::logic_error("register_model(" + choice.name + "): the builder is empty");
+  // The table first: the built-in names are registered before this one is checked against them.
+  auto& table = model_table();
+  config::register_choice(config::kModelKey, choice);
+  table.push_back({std::move(choice), std::move(build)});
+  return true;
+}
 
 NetworkPtr create_model(const config::ModelConfig& config, const InputSpec& input) {
   const auto name = config::registered_choices(config::kModelKey).resolve(config.name);

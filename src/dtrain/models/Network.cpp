@@ -42,6 +42,10 @@ torch::Tensor Network::forward(torch::Tensor input) {
   return layers_->forward(std::move(input));
 }
 
+NetworkPtr network(std::string kind, torch::nn::Sequential layers) {
+  return std::make_shared<Network>(std::move(kind), std::move(layers));
+}
+
 std::vector<torch::nn::AnyModule> Network::stages() const {
   // AnyModule copies share the wrapped module, so the stages train this network's parameters.
   return std::vector<torch::nn::AnyModule>(layers_->begin(), layers_->end());

@@ -54,13 +54,40 @@ class Network : public torch::nn::Module {
   // The stages in forward order, each callable as stage.forward(tensor); they share this
   // network's parameters.
   std::vector<torch::nn::AnyModule> stages() const;
+  // Whether the network is one module of a user's own, not a sequence of stages (network() over a
+  // module that is not a torch::nn::Sequential): what a pipeline cannot cut.
+  bool single_module() const { return single_module_; }
+  void set_single_module(bool single) { single_module_ = single; }
 
  private:
   std::string kind_;
   torch::nn::Sequential layers_;
   bool channels_last_on_cpu_ = false;
+  bool single_module_ = false;
 };
 
 using NetworkPtr = std::shared_ptr<Network>;
+
+// A model of one's own as the Network the trainer and every strategy take. A torch::nn::Sequential's
+// modules are the stages, in order (what pipeline cuts); the Network shares them, so training it
+// trains `layers`. Parameter names gain the prefix "layers." ("layers.0.weight"), as the built-in
+// models' have.
+NetworkPtr network(std::string kind, torch::nn::Sequential layers);
+
+// Any other module whose forward takes and returns one tensor (a torch::nn::ModuleHolder such as
+// torch::nn::Linear or one's own TORCH_MODULE, or a std::shared_ptr to the module): one stage, so
+// every strategy but pipeline takes it. Parameter names gain the prefix "layers.0.".
+template <class ModuleType>
+NetworkPtr network(std::string kind, std::shared_ptr<ModuleType> module) {
+  torch::nn::Sequential layers;
+  layers->push_back(std::move(module));
+  auto out = std::make_shared<Network>(std::move(kind), std::move(layers));
+  out->set_single_module(true);
+  return out;
+}
+template <class ModuleType>
+NetworkPtr network(std::string kind, torch::nn::ModuleHolder<ModuleType> module) {
+  return network(std::move(kind), module.ptr());
+}
 
 }  // namespace dtrain::models

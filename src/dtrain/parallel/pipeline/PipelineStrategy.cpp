@@ -121,6 +121,13 @@ void PipelineStrategy::check_model_and_world() const {
                     "or strategy",
                     model.kind()));
   }
+  if (model.single_module()) {
+    throw std::invalid_argument(fmt::format(
+        "parallel.strategy: pipeline cuts a torch::nn::Sequential into stages, but model {} is one module "
+        "that is not a Sequential; build it as one (dtrain::models::network(name, "
+        "torch::nn::Sequential(...)))",
+        model.kind()));
+  }
   if (context_.parallel.accumulation_steps != 1) {
     throw std::invalid_argument(fmt::format(
         "parallel.accumulation_steps: pipeline splits each batch into "
