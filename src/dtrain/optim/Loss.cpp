@@ -71,23 +71,38 @@ struct LossEntry {
 };
 
 // Every loss, written once; config/ validates optim.loss against this list.
-const std::vector<LossEntry>& loss_table() {
-  static const std::vector<LossEntry> table{
+std::vector<LossEntry> builtin_losses() {
+  return {
       {{"cross_entropy", "softmax cross-entropy on logits", {"crossentropy", "CrossEntropyLoss", "ce"}},
        cross_entropy},
       {{"nll", "negative log-likelihood of the model's distribution (log_softmax applied)", {"NLLLoss"}},
        nll},
       {{"mse", "mean squared error; integer class targets are one-hot encoded", {"MSELoss"}}, mse},
   };
+}
+
+// The built-in losses, registered on first use, then a program's own (register_loss), which may
+// register at static initialisation before this file does.
+std::vector<LossEntry>& loss_table() {
+  static std::vector<LossEntry> table = [] {
+    auto losses = builtin_losses();
+    for (const auto& entry : losses) config::register_choice(config::kLossKey, entry.choice);
+    return losses;
+  }();
   return table;
 }
 
-[[maybe_unused]] const bool kLossesRegistered = [] {
-  for (const auto& entry : loss_table()) config::register_choice(config::kLossKey, entry.choice);
-  return true;
-}();
+[[maybe_unused]] const bool kLossesRegistered = !loss_table().empty();
 
 }  // namespace
+
+bool register_loss(config::Choice choice, LossFn loss) {
+  if (!loss) throw std::logic_error("register_loss(" + choice.name + "): the loss function is empty");
+  auto& table = loss_table();
+  config::register_choice(config::kLossKey, choice);
+  table.push_back({std::move(choice), std::move(loss)});
+  return true;
+}
 
 LossFn create_loss(const std::string& name) {
   const auto& names = config::registered_choices(config::kLossKey);

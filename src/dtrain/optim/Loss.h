@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "dtrain/config/Options.h"
+
 namespace dtrain::optim {
 
 using LossFn = std::function<at::Tensor(const at::Tensor& outputs, const at::Tensor& targets)>;
@@ -25,5 +27,11 @@ using LossFn = std::function<at::Tensor(const at::Tensor& outputs, const at::Ten
 // Names are case-insensitive; PyTorch's class names (CrossEntropyLoss, NLLLoss, MSELoss) are
 // accepted too. Throws std::invalid_argument for an unknown name.
 LossFn create_loss(const std::string& name);
+
+// Registers a loss of one's own under choice.name for optim.loss (listed in `--help` with
+// choice.help), before any configuration is parsed. `loss` returns the mean over the batch's
+// samples, as the strategies that split a batch expect (they weight each part's loss by its share
+// of the samples). Returns true; throws std::logic_error when the name or an alias is taken.
+bool register_loss(config::Choice choice, LossFn loss);
 
 }  // namespace dtrain::optim
