@@ -45,8 +45,10 @@ void require_samples(const Dataset& set, const char* split, const config::DataCo
               data.dataset, ", from ", root.empty() ? "\"\"" : root, "); check the files there");
 }
 
-DataSets finish_images(ImageDataset train, ImageDataset test, const config::DataConfig& data,
-                       const std::string& root) {
+}  // namespace
+
+DataSets detail::finish_images(ImageDataset train, ImageDataset test, const config::DataConfig& data,
+                               const std::string& root) {
   require_samples(train, "training", data, root);
   require_samples(test, "test", data, root);
   TORCH_CHECK(data.subset_size >= 0, "data.subset_size: expected >= 0, found ", data.subset_size);
@@ -70,6 +72,10 @@ DataSets finish_images(ImageDataset train, ImageDataset test, const config::Data
   out.test = std::make_shared<ImageDataset>(std::move(test));
   return out;
 }
+
+namespace {
+
+using detail::finish_images;
 
 DataSets load_idx(const config::DataConfig& data, const std::string& root, const std::string& name) {
   // Train before test (argument order is unspecified), so a missing root names the train file.
@@ -127,7 +133,7 @@ struct DatasetEntry {
   config::Choice choice;
   std::string default_root;  // where it is looked for when data.root is empty; "" for none
   // Its train and test sets from `root` (with their class names where it reads them anyway).
-  std::function<DataSets(const config::DataConfig&, const std::string& root)> load;
+  detail::DatasetLoad load;
   // Its class names by label, from `root` where they are files; null when it names none.
   std::function<Names(const std::string& root)> class_names;
 };
@@ -139,8 +145,8 @@ Names image_folder_names(const std::string& root) {
 // Every data set, written once: its name (matched without regard to case), its help line, where it
 // is by default, how it loads and how its classes are named. config/ validates data.dataset against
 // this list.
-const std::vector<DatasetEntry>& dataset_table() {
-  static const std::vector<DatasetEntry> table{
+std::vector<DatasetEntry> builtin_datasets() {
+  return {
       {{"fashion-mnist",
         "Fashion-MNIST, IDX files (Debian's dataset-fashion-mnist by default)",
         {"FashionMNIST"}},
@@ -200,13 +206,20 @@ const std::vector<DatasetEntry>& dataset_table() {
        nullptr},
       {{"text", "a character-level language-model corpus (data.text_path)"}, "", load_text_set, nullptr},
   };
+}
+
+// The built-in data sets, registered on first use, then a program's own (register_dataset), which
+// may register at static initialisation before this file does.
+std::vector<DatasetEntry>& dataset_table() {
+  static std::vector<DatasetEntry> table = [] {
+    auto sets = builtin_datasets();
+    for (const auto& entry : sets) config::register_choice(config::kDatasetKey, entry.choice);
+    return sets;
+  }();
   return table;
 }
 
-[[maybe_unused]] const bool kDatasetsRegistered = [] {
-  for (const auto& entry : dataset_table()) config::register_choice(config::kDatasetKey, entry.choice);
-  return true;
-}();
+[[maybe_unused]] const bool kDatasetsRegistered = !dataset_table().empty();
 
 // The table's entry for data.dataset (any registered spelling), or null.
 const DatasetEntry* find_dataset(const std::string& dataset) {
@@ -222,6 +235,13 @@ std::string root_of(const config::DataConfig& data, const DatasetEntry& entry) {
 }
 
 }  // namespace
+
+bool detail::add_dataset(config::Choice choice, DatasetLoad load) {
+  auto& table = dataset_table();
+  config::register_choice(config::kDatasetKey, choice);
+  table.push_back({std::move(choice), "", std::move(load), nullptr});
+  return true;
+}
 
 std::string default_root(const std::string& dataset) {
   const auto* entry = find_dataset(dataset);

@@ -7,6 +7,7 @@
 #include "dtrain/data/Loader.h"
 #include "dtrain/data/Partition.h"
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,5 +43,18 @@ std::unique_ptr<Loader> make_train_loader(std::shared_ptr<const Dataset> train, 
 std::unique_ptr<Loader> make_eval_loader(std::shared_ptr<const Dataset> dataset,
                                          const config::DataConfig& data, int rank, int world,
                                          const torch::Tensor& indices = {});
+
+namespace detail {
+
+// How a data set's train and test sets are read from the run's data.* options and its root.
+using DatasetLoad = std::function<DataSets(const config::DataConfig& data, const std::string& root)>;
+// Adds a data set to those data.dataset names (register_dataset's way in; UserDataset.h).
+bool add_dataset(config::Choice choice, DatasetLoad load);
+// The subsets, the test set's normalisation by the training set's statistics and the transforms of
+// data.*, applied to an image data set's two splits; refuses an empty split naming `root`.
+DataSets finish_images(ImageDataset train, ImageDataset test, const config::DataConfig& data,
+                       const std::string& root);
+
+}  // namespace detail
 
 }  // namespace dtrain::data
