@@ -14,6 +14,7 @@
 #include <optional>
 
 #include "dtrain/cli/Commands.h"
+#include "dtrain/cli/Main.h"
 #include "dtrain/cli/SeedFlags.h"
 #include "dtrain/cli/SelfExe.h"
 #include "dtrain/comm/Rendezvous.h"
@@ -463,6 +464,31 @@ Run add_train_command(CLI::App& app) {
       return launch_workers(*a, cfg, nproc, env);
     return run_worker(*a, cfg, env);
   };
+}
+
+int train(const config::RunConfig& config, const TrainOptions& options) {
+  try {
+    TrainArgs a;
+    a.resume = options.resume;
+    a.run_dir = options.run_dir;
+    // A configuration made in code passes the checks a YAML file's does: through the same reader.
+    const auto cfg = checking_inputs(
+        [&] { return config::parse_run_config(config::to_yaml(config), "the program's configuration"); });
+    const auto env = config::process_environment();
+    checking_inputs([&] {
+      if (!started_by_a_launcher(env, a) && cfg.nproc > 1) {
+        throw std::invalid_argument(fmt::format(
+            "nproc {}: a program calling dtrain::cli::train is one worker; start {} of it with dtrain launch "
+            "--nproc-per-node {} (or torchrun, mpirun, srun)",
+            cfg.nproc, cfg.nproc, cfg.nproc));
+      }
+      check_before_start(a, cfg, 1, env);
+    });
+    return run_worker(a, cfg, env);
+  } catch (const std::exception& e) {
+    std::cerr << "dtrain: error: " + error_message(e) + "\n";
+    return exit_code_for(e);
+  }
 }
 
 }  // namespace dtrain::cli
