@@ -18,8 +18,10 @@ class Dataset {
 
   virtual const std::string& name() const = 0;
   virtual std::int64_t size() const = 0;
-  // (C, H, W) for images, (T) for token sequences.
+  // (C, H, W) for images, (T) for token sequences, any shape for a program's own data set.
   virtual std::vector<std::int64_t> input_shape() const = 0;
+  // Whether the inputs are token ids (T) of a vocabulary of num_classes() (a language model's).
+  virtual bool tokens() const { return false; }
   // Classes for a classifier, vocabulary size for a language model.
   virtual std::int64_t num_classes() const = 0;
   // (N) int64 class of every sample; what hetero and dirichlet partitions split by.

@@ -17,6 +17,7 @@ class TextDataset : public Dataset {
   const std::string& name() const override { return name_; }
   std::int64_t size() const override { return size_; }
   std::vector<std::int64_t> input_shape() const override { return {seq_len_}; }
+  bool tokens() const override { return true; }
   std::int64_t num_classes() const override { return static_cast<std::int64_t>(vocab_.size()); }
   // Token windows have no class: every sample is class 0, so hetero/dirichlet see one class.
   const torch::Tensor& labels() const override { return labels_; }

@@ -29,10 +29,11 @@ std::mutex& process_generator_mutex() {
 
 models::InputSpec input_spec(const data::Dataset& train) {
   const auto shape = train.input_shape();
-  if (shape.size() == 1) return models::InputSpec::tokens(train.num_classes(), shape[0]);
-  TORCH_CHECK(shape.size() == 3, "data set '", train.name(), "' has input shape of rank ", shape.size(),
-              "; expected (C, H, W) images or (T) token sequences");
-  return models::InputSpec::image(shape[0], shape[1], shape[2], train.num_classes());
+  if (train.tokens()) return models::InputSpec::tokens(train.num_classes(), shape.at(0));
+  models::InputSpec spec;
+  spec.sample_shape = shape;
+  spec.num_classes = train.num_classes();
+  return spec;
 }
 
 std::string precision_of(const torch::nn::Module& module) {
