@@ -4,7 +4,8 @@
 // cast (ToCopyBackward0), into the product's second operand: AddmmBackward0 (2-D input with a bias,
 // and 3-D contiguous input flattened to 2-D; X is mat1) or MmBackward0 (no bias, or an input that
 // matmul folds to 2-D, a 1-D one included; X is self). The bias reaches the same addmm as its first
-// operand, or an AddBackward0 after the mm.
+// operand, or an AddBackward0 after the mm. A LibTorch that built a Linear layer's product from other
+// nodes (a batched bmm, say) would make attach() refuse the layer by name, never tap it wrongly.
 #pragma once
 
 #include <torch/csrc/autograd/function.h>
