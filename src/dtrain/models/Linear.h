@@ -2,6 +2,8 @@
 // Every Linear layer of dtrain's models is one, so a strategy can see each layer's input and, by a
 // hook on the output, the gradient that flows back into it: what dAD and rank-dAD share instead
 // of the weight gradient (the dAD paper). Its parameters and their names are those of torch::nn::Linear.
+// A user's plain torch::nn::Linear is tapped too, through the autograd graph (parallel/dad/LinearTaps.h);
+// the tap here is the cheaper route, with no graph to walk each step.
 #pragma once
 
 #include <torch/nn/modules/linear.h>

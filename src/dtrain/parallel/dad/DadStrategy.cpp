@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "dtrain/parallel/MicroBatches.h"
 #include "dtrain/parallel/ModuleSync.h"
@@ -66,6 +67,13 @@ DadStrategy::DadStrategy(StrategyContext context, Mode mode)
       options_(parallel_config().options.get<DadOptions>("dad")),
       taps_(model()),
       generator_(at::make_generator<at::CPUGeneratorImpl>(0x5eedULL + communicator()->rank())) {
+  if (taps_.layers().empty()) {
+    throw std::invalid_argument(fmt::format(
+        "parallel.strategy {}: the model has no torch::nn::Linear layer with a trained weight to tap ({} "
+        "shares Linear layers' inputs and output gradients instead of their weight gradients, and "
+        "would run as data_parallel does); use data_parallel",
+        name(), name()));
+  }
   const auto before = communicator()->stats();
   verify_same_module(*communicator(), model());
   broadcast_coalesced(*communicator(), module_state(model()), /*root=*/0, bucket_bytes(options_.bucket_mb));
@@ -184,6 +192,12 @@ StepResult DadStrategy::train_step(const data::Batch& batch) {
     result.timing.communication += util::seconds_since(t0);
   }
   const ForwardFn forward = forward_fn();
+  // Each micro-batch's loss is where the taps find the plain torch::nn::Linear layers' calls.
+  const LossFn tapped_loss = [&](const torch::Tensor& outputs, const torch::Tensor& targets) {
+    auto l = loss()(outputs, targets);
+    taps_.attach(l);
+    return l;
+  };
   // An optimizer that evaluates the closure several times (L-BFGS) adds up each evaluation's phases.
   // In fp16 the rebuilt gradients are checked, agreed and unscaled after the exchange (step_with).
   step_with(
@@ -191,7 +205,7 @@ StepResult DadStrategy::train_step(const data::Batch& batch) {
         optimizer().zero_grad();
         taps_.clear();
         auto step = forward_backward(
-            forward, loss(), batch.inputs, batch.targets, accumulation,
+            forward, tapped_loss, batch.inputs, batch.targets, accumulation,
             [&](int, bool last, const torch::Tensor& loss_so_far) {
               if (!dp_) {
                 plan(accumulation);
