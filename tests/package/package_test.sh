@@ -3,7 +3,9 @@
 # includes only installed headers, examples/consumer/ configures (find_package(dtrain)) and builds
 # against the prefix alone, and the installed `dtrain launch` runs it on two ranks: each rank's
 # weights after 3 data-parallel steps must equal those of one process stepping with the mean of
-# both ranks' gradients (the consumer checks, to 1e-6), and be the same on both ranks.
+# both ranks' gradients (the consumer checks, to 1e-6), and be the same on both ranks; and its
+# strategies program trains its own modules with every exact strategy (data_parallel, zero 1-3,
+# pipeline gpipe and 1f1b, dad) to one process's weights on the union batch (it checks, to 1e-5).
 #   tests/package/package_test.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 BUILD=$(readlink -f "${1:?the build directory}")
@@ -62,4 +64,14 @@ done
 w0=$(sed -n 's/^consumer: rank 0 of 2, 3 steps, weights \(.*\), max .*/\1/p' "$work/logs/rank_0.log")
 w1=$(sed -n 's/^consumer: rank 1 of 2, 3 steps, weights \(.*\), max .*/\1/p' "$work/logs/rank_1.log")
 if [ -z "$w0" ] || [ "$w0" != "$w1" ]; then fail "the ranks ended with different weights: '$w0' and '$w1'"; fi
-echo "PASS: the installed package builds examples/consumer, which trains on two ranks like one process"
+# Every exact strategy over the consumer's own modules, against one process on the union batch.
+"$prefix/bin/dtrain" launch --nproc-per-node 2 --threads 1 --log-dir "$work/strategy-logs" -- "$work/build/strategies" \
+  >"$work/out" 2>"$work/err" || {
+  cat "$work/out" "$work/err" "$work"/strategy-logs/rank_*.log
+  fail "the consumer's strategies did not match one process on two ranks"
+}
+for r in 0 1; do
+  n=$(grep -c "^strategies: rank $r of 2, .*: max difference from one process" "$work/strategy-logs/rank_$r.log" || true)
+  [ "$n" = 7 ] || fail "rank $r reported $n of the 7 strategies"
+done
+echo "PASS: the installed package builds examples/consumer, whose programs train on two ranks like one process"
