@@ -1,9 +1,11 @@
 // The strategies as objects over a model of one's own; see Strategies.h.
 #include "dtrain/parallel/Strategies.h"
 
+#include <stdexcept>
 #include <string>
 #include <utility>
 
+#include "dtrain/config/ConfigError.h"
 #include "dtrain/config/RunConfigYaml.h"
 #include "dtrain/parallel/Registry.h"
 
@@ -32,8 +34,12 @@ StrategyContext checked(StrategyContext context) {
   config::RunConfig run;
   run.parallel = context.parallel;
   run.train.precision = optim::to_string(context.precision);
-  const auto read = config::parse_run_config(config::to_yaml(run), "the strategy's options");
-  context.parallel = read.parallel;
+  try {
+    context.parallel = config::parse_run_config(config::to_yaml(run), "the strategy's options").parallel;
+  } catch (const config::ConfigError& e) {
+    // The reader's position is in text made here; the key and the message are what the caller set.
+    throw std::invalid_argument(e.message());
+  }
   return context;
 }
 
