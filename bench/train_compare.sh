@@ -12,7 +12,8 @@ BUILD=${1:-build}
 ROUNDS=${2:-2}
 EPOCHS=${3:-1}
 MODELS=${4:-"mlp lenet5"}
-DTRAIN=$BUILD/bin/dtrain
+# DTRAIN: another program running dtrain's command line (a program of one's own: examples/own_cli.cpp).
+DTRAIN=${DTRAIN:-$BUILD/bin/dtrain}
 PY=/usr/bin/python3  # Debian's, which has torch
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 work=$(mktemp -d)
