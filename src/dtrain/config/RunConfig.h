@@ -101,7 +101,10 @@ struct OptimConfig {
   int lbfgs_history = 10;
   int lbfgs_max_iter = 20;
   std::string lbfgs_line_search = "none";  // none | strong_wolfe
-  std::string loss = "cross_entropy";      // registered by optim/: cross_entropy, nll, mse
+  // sgd, adam, adamw: one multi-tensor update per operation (true) or one per tensor (false);
+  // auto: true for parameters on a GPU (optim/ForeachOptimizers.h)
+  std::string foreach = "auto";
+  std::string loss = "cross_entropy";  // registered by optim/: cross_entropy, nll, mse
   SchedulerConfig scheduler;
 };
 

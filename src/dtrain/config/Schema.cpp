@@ -20,6 +20,7 @@ const ChoiceSet kEqualize{"pad", "drop", "join"};
 const ChoiceSet kDevices{"cpu", "cuda"};
 const ChoiceSet kPrecisions{"fp32", "bf16", "fp16"};
 const ChoiceSet kLineSearches{"none", "strong_wolfe"};
+const ChoiceSet kAutoBool{"auto", "true", "false"};
 const ChoiceSet kRunFolders{"dated", "named"};
 
 // A registered set; an empty one means the layer that owns it is not linked into this program.
@@ -115,6 +116,8 @@ void describe_optim(OptionVisitor& v, OptimConfig& o) {
   v.integer("lbfgs_history", o.lbfgs_history, at_least(1), "lbfgs: update pairs kept");
   v.integer("lbfgs_max_iter", o.lbfgs_max_iter, at_least(1), "lbfgs: iterations per step");
   v.choice("lbfgs_line_search", o.lbfgs_line_search, kLineSearches, "lbfgs: line search");
+  v.choice("foreach", o.foreach, kAutoBool,
+           "sgd, adam, adamw: multi-tensor updates (auto: on for parameters on a GPU, as PyTorch's foreach)");
   v.choice("loss", o.loss, registered(kLossKey), "The loss (Losses below)");
   v.section("scheduler", [&] { describe_scheduler(v, o.scheduler); });
 }

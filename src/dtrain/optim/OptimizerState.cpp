@@ -11,9 +11,9 @@
 #include <set>
 #include <sstream>
 #include <stdexcept>
-#include <type_traits>
 
 #include "dtrain/optim/Optimizers.h"
+#include "dtrain/optim/StateKey.h"
 #include "dtrain/util/ArchiveCode.h"
 
 namespace dtrain::optim {
@@ -21,20 +21,6 @@ namespace {
 
 constexpr const char* kPrefix = "optimizer/";
 constexpr const char* kLbfgs = "optimizer/lbfgs";
-
-// The key of a parameter's entry in Optimizer::state(): LibTorch 1.13 keys by the TensorImpl
-// address as text, 2.x by the address itself.
-template <class StateMap>
-typename StateMap::key_type state_key(const StateMap&, const torch::Tensor& parameter) {
-  using Key = typename StateMap::key_type;
-  if constexpr (std::is_same_v<Key, std::string>) {
-    std::ostringstream text;
-    text << parameter.unsafeGetTensorImpl();
-    return text.str();
-  } else {
-    return reinterpret_cast<Key>(parameter.unsafeGetTensorImpl());
-  }
-}
 
 template <class ParamState>
 const ParamState* find_state(const torch::optim::Optimizer& optimizer, const torch::Tensor& parameter) {

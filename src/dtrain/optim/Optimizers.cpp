@@ -11,6 +11,7 @@
 
 #include "dtrain/config/Registry.h"
 #include "dtrain/config/Schema.h"
+#include "dtrain/optim/ForeachOptimizers.h"
 
 namespace dtrain::optim {
 
@@ -32,6 +33,10 @@ void validate_common(const config::OptimConfig& config, const std::string& name)
                         "with {}; remove them or set optim.name: sgd (adam's momentum is optim.beta1)",
                         config.momentum, config.nesterov, name));
   }
+  require(
+      name != "lbfgs" || config.foreach != "true",
+      "optim.foreach: true applies to sgd, adam and adamw; lbfgs updates one tensor at a time; remove it or "
+      "set optim.foreach: auto");
   if (name != "lbfgs") {
     require(config.lbfgs_line_search == "none",
             fmt::format("optim.lbfgs_line_search: applies to lbfgs only, found {} with {}; remove it or set "
@@ -47,6 +52,14 @@ void validate_common(const config::OptimConfig& config, const std::string& name)
 }
 
 using Parameters = std::vector<torch::Tensor>;
+
+// optim.foreach: auto chooses the multi-tensor update where it pays, for parameters on a GPU (one
+// kernel launch per operation instead of one per tensor); on the CPU the per-tensor update is what
+// the foreach ops run anyway.
+bool use_foreach(const Parameters& parameters, const config::OptimConfig& config) {
+  if (config.foreach != "auto") return config.foreach == "true";
+  return !parameters.empty() && parameters.front().is_cuda();
+}
 using Builder = std::unique_ptr<torch::optim::Optimizer> (*)(Parameters, const config::OptimConfig&);
 
 std::unique_ptr<torch::optim::Optimizer> build_sgd(Parameters parameters, const config::OptimConfig& config) {
@@ -58,6 +71,7 @@ std::unique_ptr<torch::optim::Optimizer> build_sgd(Parameters parameters, const 
                      .momentum(config.momentum)
                      .nesterov(config.nesterov)
                      .weight_decay(config.weight_decay);
+  if (use_foreach(parameters, config)) return std::make_unique<ForeachSGD>(std::move(parameters), options);
   return std::make_unique<torch::optim::SGD>(std::move(parameters), options);
 }
 
@@ -67,6 +81,7 @@ std::unique_ptr<torch::optim::Optimizer> build_adam(Parameters parameters,
                      .betas({config.beta1, config.beta2})
                      .eps(config.eps)
                      .weight_decay(config.weight_decay);
+  if (use_foreach(parameters, config)) return std::make_unique<ForeachAdam>(std::move(parameters), options);
   return std::make_unique<torch::optim::Adam>(std::move(parameters), options);
 }
 
@@ -76,6 +91,7 @@ std::unique_ptr<torch::optim::Optimizer> build_adamw(Parameters parameters,
                      .betas({config.beta1, config.beta2})
                      .eps(config.eps)
                      .weight_decay(config.weight_decay);
+  if (use_foreach(parameters, config)) return std::make_unique<ForeachAdamW>(std::move(parameters), options);
   return std::make_unique<torch::optim::AdamW>(std::move(parameters), options);
 }
 
