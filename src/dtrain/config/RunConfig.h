@@ -144,6 +144,10 @@ struct TrainConfig {
   // fp32 | bf16 (CPU autocast) | fp16 (fp16 numerics with dynamic loss scaling; README "Mixed
   // precision"). Master weights and optimizer state stay float32.
   std::string precision = "fp32";
+  // Read each step's loss on the host at the step's end (per-step times are then the device's, as
+  // with CUDA_LAUNCH_BLOCKING); false: only where something is logged, evaluated or checkpointed
+  // (util/DeviceScalar.h, Note [Reading a step's figures]). The figures are the same either way.
+  bool sync_every_step = false;
 };
 
 struct RunConfig {

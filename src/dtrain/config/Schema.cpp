@@ -170,6 +170,9 @@ void describe_train(OptionVisitor& v, TrainConfig& t) {
   v.choice("device", t.device, kDevices, "cpu or cuda");
   v.choice("precision", t.precision, kPrecisions,
            "fp32, bf16 (autocast), or fp16 (dynamic loss scaling); master weights stay fp32");
+  v.boolean(
+      "sync_every_step", t.sync_every_step,
+      "Wait for the device at every step's end (per-step times; slower on a GPU); false: at log points");
 }
 
 }  // namespace

@@ -51,24 +51,30 @@ std::string ProgressBar::render() const {
 }
 
 void ProgressBar::update(std::int64_t step, double loss) {
+  update(step, [loss] { return loss; });
+}
+
+void ProgressBar::update(std::int64_t step, std::function<double()> loss) {
   if (!console_ || finished_) return;
   step_ = step;
-  loss_ = loss;
+  loss_source_ = std::move(loss);
   const auto now = options_.now();
   const double since = std::chrono::duration<double>(now - last_shown_).count();
-  if (console_->is_terminal()) {
-    if (since < options_.redraw_interval_s && step != options_.total_steps) return;
-    console_->set_status(render());
-  } else {
-    if (since < options_.plain_interval_s) return;
-    console_->write_line(render());
+  const bool terminal = console_->is_terminal();
+  if (terminal ? since < options_.redraw_interval_s && step != options_.total_steps
+               : since < options_.plain_interval_s) {
+    return;
   }
+  loss_ = loss_source_();
+  loss_source_ = nullptr;
+  terminal ? console_->set_status(render()) : console_->write_line(render());
   last_shown_ = now;
 }
 
 void ProgressBar::finish() {
   if (!console_ || finished_) return;
   finished_ = true;
+  if (loss_source_) loss_ = loss_source_();
   console_->clear_status();
   console_->write_line(render());
 }

@@ -33,6 +33,9 @@ class ProgressBar {
 
   // `step` steps are done (counted from 0 at construction); `loss` is the latest training loss.
   void update(std::int64_t step, double loss);
+  // The same, with the loss read (`loss()` called) only when the bar is drawn: a step's loss on a
+  // GPU is read on the host only every redraw, not every step.
+  void update(std::int64_t step, std::function<double()> loss);
   // Prints the final state as a normal line and releases the status line.
   void finish();
 
@@ -47,6 +50,7 @@ class ProgressBar {
   std::chrono::steady_clock::time_point last_shown_;
   std::int64_t step_ = 0;
   double loss_ = 0.0;
+  std::function<double()> loss_source_;  // the latest step's loss, not yet read
   bool finished_ = false;
 };
 

@@ -24,6 +24,7 @@
 #include "dtrain/optim/Loss.h"
 #include "dtrain/optim/LossScaler.h"
 #include "dtrain/optim/Optimizers.h"
+#include "dtrain/util/DeviceScalar.h"
 
 namespace dtrain::parallel {
 
@@ -80,8 +81,9 @@ struct StepTiming {
 struct StepResult {
   // Mean loss over the whole step's batch: this rank's batch for `local`, the global batch (mean
   // over ranks) for strategies that synchronise. From the last closure evaluation when the
-  // optimizer (L-BFGS) evaluates several times.
-  double loss = 0.0;
+  // optimizer (L-BFGS) evaluates several times. A strategy leaves it on the device it computed it
+  // on (util::DeviceScalar::of), for the trainer to read when it logs (Note [Reading a step's figures]).
+  util::DeviceScalar loss;
   // Detached outputs for this rank's batch, for training metrics; undefined on ranks that compute
   // none (a pipeline's earlier stages).
   torch::Tensor outputs;

@@ -10,6 +10,7 @@
 #include "dtrain/comm/CommStats.h"
 #include "dtrain/parallel/Strategy.h"
 #include "dtrain/train/Metrics.h"
+#include "dtrain/util/DeviceScalar.h"
 
 namespace dtrain::train {
 
@@ -19,7 +20,9 @@ struct StepEvent {
   std::int64_t step = 0;   // optimizer steps done, counting this one
   std::int64_t epoch = 0;  // the epoch this step belongs to, from 0
   std::int64_t batch = 0;  // the batch's index in its epoch
-  double loss = 0.0;       // the step's loss as the strategy reports it (data_parallel: mean over ranks)
+  // The step's loss as the strategy reports it (data_parallel: mean over ranks). Reading it (it
+  // converts to double) waits for the device (Note [Reading a step's figures] in util/DeviceScalar.h).
+  util::DeviceScalar loss;
   double lr = 0.0;
   std::int64_t samples = 0;   // this step's samples over all ranks
   double step_seconds = 0.0;  // wall time of the step, data loading included

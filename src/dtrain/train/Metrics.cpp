@@ -16,16 +16,24 @@ std::map<std::string, double> EvalMetrics::named(const std::string& prefix) cons
 
 MetricsAccumulator::MetricsAccumulator(std::int64_t num_classes)
     : num_classes_(num_classes),
+      loss_sum_(torch::zeros({1}, torch::kDouble)),
       within_top_(torch::zeros({5}, torch::kLong)),
       confusion_(torch::zeros({num_classes, num_classes}, torch::kLong)) {
   TORCH_CHECK(num_classes > 0, "metrics need at least one class, got ", num_classes);
 }
 
-void MetricsAccumulator::add(const at::Tensor& outputs, const at::Tensor& targets, double loss_sum) {
+void MetricsAccumulator::follow(const c10::Device& device) {
+  if (loss_sum_.device() == device) return;
+  loss_sum_ = loss_sum_.to(device);
+  within_top_ = within_top_.to(device);
+  confusion_ = confusion_.to(device);
+}
+
+void MetricsAccumulator::count(const at::Tensor& outputs, const at::Tensor& targets) {
   torch::NoGradGuard no_grad;
-  // Counted on the CPU, wherever the model ran: one copy of the logits per batch.
-  const auto logits = outputs.detach().to(torch::kCPU).reshape({-1, outputs.size(-1)});
-  const auto labels = targets.reshape({-1}).to(torch::kCPU).to(torch::kLong);
+  follow(outputs.device());
+  const auto logits = outputs.detach().reshape({-1, outputs.size(-1)});
+  const auto labels = targets.reshape({-1}).to(outputs.device()).to(torch::kLong);
   TORCH_CHECK(logits.size(0) == labels.size(0), "metrics: ", logits.size(0), " predictions for ",
               labels.size(0), " targets");
   const auto n = labels.size(0);
@@ -35,17 +43,33 @@ void MetricsAccumulator::add(const at::Tensor& outputs, const at::Tensor& target
   // A label occurs at most once in a row of top: the running sum along k is 1 from its position on.
   within_top_.narrow(0, 0, kmax).add_(top.eq(labels.unsqueeze(1)).cumsum(1, torch::kLong).sum(0));
   if (kmax < 5) within_top_.narrow(0, kmax, 5 - kmax).add_(n);
-  const auto cells = num_classes_ * num_classes_;
-  confusion_.view({-1}).add_(torch::bincount(labels * num_classes_ + top.select(1, 0), {}, cells));
-  loss_sum_ += loss_sum;
+  // index_add_ rather than bincount: a GPU's bincount reads the largest index on the host first.
+  const auto cells = labels * num_classes_ + top.select(1, 0);
+  confusion_.view({-1}).index_add_(0, cells, torch::ones_like(cells));
   samples_ += n;
+}
+
+void MetricsAccumulator::add(const at::Tensor& outputs, const at::Tensor& targets, double loss_sum) {
+  count(outputs, targets);
+  loss_sum_.add_(loss_sum);
+}
+
+void MetricsAccumulator::add_mean(const at::Tensor& outputs, const at::Tensor& targets,
+                                  const util::DeviceScalar& mean_loss) {
+  count(outputs, targets);
+  const auto n = static_cast<double>(targets.numel());
+  if (mean_loss.pending()) {
+    loss_sum_.add_(mean_loss.as_tensor().to(loss_sum_.device()) * n);
+  } else {
+    loss_sum_.add_(mean_loss.value() * n);
+  }
 }
 
 at::Tensor MetricsAccumulator::packed() const {
   // The counts stay exact in float64 below 2^53.
-  return torch::cat({confusion_.view({-1}).to(torch::kDouble),
-                     torch::tensor({loss_sum_, static_cast<double>(samples_)}, torch::kDouble),
-                     within_top_.to(torch::kDouble)});
+  const auto samples = torch::full({1}, static_cast<double>(samples_), loss_sum_.options());
+  return torch::cat(
+      {confusion_.view({-1}).to(torch::kDouble), loss_sum_, samples, within_top_.to(torch::kDouble)});
 }
 
 void MetricsAccumulator::load(const at::Tensor& packed) {
@@ -54,9 +78,8 @@ void MetricsAccumulator::load(const at::Tensor& packed) {
               " values does not fit ", num_classes_, " classes (", cells + 7, " values)");
   const auto values = packed.to(torch::kDouble);
   confusion_ = values.narrow(0, 0, cells).round().to(torch::kLong).view({num_classes_, num_classes_});
-  const auto tail = values.narrow(0, cells, 2);
-  loss_sum_ = tail[0].item<double>();
-  samples_ = static_cast<std::int64_t>(tail[1].item<double>());
+  loss_sum_ = values.narrow(0, cells, 1).clone();
+  samples_ = static_cast<std::int64_t>(values[cells + 1].item<double>());
   within_top_ = values.narrow(0, cells + 2, 5).round().to(torch::kLong);
 }
 
@@ -66,20 +89,18 @@ void MetricsAccumulator::all_reduce(comm::Communicator& comm) {
   load(sums);
 }
 
-std::int64_t MetricsAccumulator::correct(int k) const {
-  return within_top_[k - 1].item<std::int64_t>();
-}
-
 EvalMetrics MetricsAccumulator::result() const {
   EvalMetrics m;
   m.samples = samples_;
   if (samples_ == 0) return m;
   const double n = static_cast<double>(samples_);
-  m.loss = loss_sum_ / n;
-  m.top1 = static_cast<double>(correct(1)) / n;
-  m.top3 = static_cast<double>(correct(3)) / n;
-  m.top5 = static_cast<double>(correct(5)) / n;
-  const auto confusion = confusion_.to(torch::kDouble);
+  m.loss = loss_sum_.item<double>() / n;
+  const auto hits = within_top_.to(torch::kCPU);
+  const auto correct = [&](int k) { return static_cast<double>(hits[k - 1].item<std::int64_t>()); };
+  m.top1 = correct(1) / n;
+  m.top3 = correct(3) / n;
+  m.top5 = correct(5) / n;
+  const auto confusion = confusion_.to(torch::kCPU).to(torch::kDouble);
   const auto true_positive = confusion.diagonal();
   const auto predicted = confusion.sum(0);  // per class: how often it was predicted
   const auto actual = confusion.sum(1);     // per class: how often it was the target

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "dtrain/util/DeviceScalar.h"
+
 namespace dtrain::comm {
 class Communicator;
 }
@@ -42,6 +44,10 @@ class MetricsAccumulator {
   // outputs (N, C) logits or (N, T, C) for sequences; targets (N) or (N, T); loss_sum is the summed
   // (not mean) loss of these predictions.
   void add(const at::Tensor& outputs, const at::Tensor& targets, double loss_sum);
+  // The same with the batch's mean loss as a step reports it: the counts, the loss and the sums
+  // stay on the outputs' device, so a step on a GPU adds its batch without waiting for it (Note
+  // [Reading a step's figures]); packed() and result() read them.
+  void add_mean(const at::Tensor& outputs, const at::Tensor& targets, const util::DeviceScalar& mean_loss);
 
   // Sums every rank's counts (one all-reduce); afterwards result() is the global figure on all ranks.
   void all_reduce(comm::Communicator& comm);
@@ -55,13 +61,17 @@ class MetricsAccumulator {
 
  private:
   std::int64_t num_classes_;
-  double loss_sum_ = 0.0;
   std::int64_t samples_ = 0;
-  // Hits within the top k for k = 1..5 (int64, 5), kept as a tensor so that adding a batch costs
-  // no synchronisation; k beyond the number of classes counts as every class.
+  // The summed loss (float64, 1), hits within the top k for k = 1..5 (int64, 5; k beyond the number
+  // of classes counts as every class) and the confusion matrix ((C, C) int64: [target][prediction]),
+  // as tensors on the device of the outputs added (the CPU until then), so that adding a batch
+  // costs no synchronisation.
+  at::Tensor loss_sum_;
   at::Tensor within_top_;
-  at::Tensor confusion_;  // (C, C) int64: [target][prediction]
-  std::int64_t correct(int k) const;
+  at::Tensor confusion_;
+  // The counts from outputs on `device`: until a batch is added, the sums move there.
+  void count(const at::Tensor& outputs, const at::Tensor& targets);
+  void follow(const c10::Device& device);
 };
 
 }  // namespace dtrain::train

@@ -92,7 +92,13 @@ void MetricsLog::on_step_end(Trainer& trainer, const StepEvent& e) {
   if (e.skipped && logger_ && trainer.rank() == 0) {
     logger_->info(fmt::format("gradient overflow: skipping step, loss scale → {}", e.loss_scale));
   }
-  loss_sum_ += e.loss;
+  // Once a sum on the device has begun, read losses join it too, so the additions keep their order.
+  if (e.loss.pending() || device_loss_sum_.defined()) {
+    device_loss_sum_ =
+        device_loss_sum_.defined() ? device_loss_sum_ + e.loss.as_tensor() : e.loss.as_tensor();
+  } else {
+    loss_sum_ += e.loss;
+  }
   seconds_ += e.step_seconds;
   timing_ += e.timing;
   bytes_ += e.bytes_sent;
@@ -100,6 +106,8 @@ void MetricsLog::on_step_end(Trainer& trainer, const StepEvent& e) {
   steps_ += 1;
   if (every_ <= 0 || e.step % every_ != 0) return;
   const double n = static_cast<double>(steps_);
+  if (device_loss_sum_.defined()) loss_sum_ += device_loss_sum_.item<double>();
+  device_loss_sum_ = torch::Tensor();
   std::map<std::string, double> scalars{
       {"train/loss", loss_sum_ / n},
       {"train/lr", e.lr},
@@ -187,7 +195,7 @@ void Progress::on_train_begin(Trainer& trainer) {
 }
 
 void Progress::on_step_end(Trainer&, const StepEvent& e) {
-  if (bar_) bar_->update(e.step - first_step_, e.loss);
+  if (bar_) bar_->update(e.step - first_step_, [loss = e.loss] { return loss.value(); });
 }
 
 void Progress::on_train_end(Trainer&, const TrainResult&) {

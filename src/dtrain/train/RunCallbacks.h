@@ -42,6 +42,9 @@ class MetricsLog final : public Callback {
   bool log_evals_;
   // The interval since the last logged step.
   double loss_sum_ = 0, seconds_ = 0;
+  // Losses still on their device, summed there until a log line reads them (Note [Reading a
+  // step's figures]); a float64 tensor, undefined when every loss so far was on the host.
+  torch::Tensor device_loss_sum_;
   parallel::StepTiming timing_;
   std::uint64_t bytes_ = 0;
   std::int64_t samples_ = 0, steps_ = 0;

@@ -202,8 +202,8 @@ MetricsAccumulator Trainer::evaluate_model(std::size_t index, const parallel::Ev
       const auto outputs = strategy_->eval_forward(index, batch->inputs.to(device_));
       if (!outputs.defined()) continue;
       torch::NoGradGuard no_grad;
-      const auto loss = loss_(outputs, batch->targets.to(outputs.device())).item<double>();
-      metrics.add(outputs, batch->targets, loss * static_cast<double>(batch->targets.numel()));
+      const auto loss = util::DeviceScalar::of(loss_(outputs, batch->targets.to(outputs.device())));
+      metrics.add_mean(outputs, batch->targets, loss);
     }
   }
   return metrics;
@@ -265,6 +265,9 @@ bool Trainer::train_epoch(TrainResult& result, std::int64_t warmup) {
     const auto r = join_
                        ? joinable_->join_step(batch ? &*batch : nullptr, join_->weight(rank(), epoch_batch_))
                        : strategy_->train_step(*batch);
+    // Where this step's figures will be read, wait for the device here, so that the wait counts
+    // as training time (Note [Reading a step's figures]).
+    if (r.loss.pending() && read_point(step_ + 1, epoch_batch_ + 1 >= per_epoch)) r.loss.value();
     const auto t_now = Clock::now();
     event.samples = join_ ? join_->samples(epoch_batch_) : r.samples * world_size();
     event.step = ++step_;
@@ -276,7 +279,7 @@ bool Trainer::train_epoch(TrainResult& result, std::int64_t warmup) {
     event.skipped = r.skipped;
     event.loss_scale = r.loss_scale;
     if (batch && r.outputs.defined()) {
-      train_metrics_->add(r.outputs, batch->targets, r.loss * static_cast<double>(batch->targets.numel()));
+      train_metrics_->add_mean(r.outputs, batch->targets, r.loss);
     }
     epoch_seconds += event.step_seconds;
     result.train_seconds += event.step_seconds;
@@ -300,6 +303,13 @@ bool Trainer::train_epoch(TrainResult& result, std::int64_t warmup) {
   }
   end_epoch(result, epoch_seconds);
   return true;
+}
+
+bool Trainer::read_point(std::int64_t step, bool epoch_end) const {
+  const auto& t = config_.train;
+  const auto every = [step](std::int64_t n) { return n > 0 && step % n == 0; };
+  return t.sync_every_step || epoch_end || step >= total_steps_ || stop_requested_ ||
+         every(t.log_every_steps) || every(t.eval_every_steps) || every(t.checkpoint_every_steps);
 }
 
 void Trainer::end_epoch(TrainResult& result, double epoch_seconds) {

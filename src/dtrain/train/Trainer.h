@@ -89,6 +89,9 @@ class Trainer {
   };
   Evaluation evaluate_all();
   // This rank's part of one model's evaluation, not yet reduced over ranks.
+  // Whether step `step` (counted from 1) is one whose figures something reads: logged,
+  // evaluated, checkpointed, the epoch's or the run's last, or every step with train.sync_every_step.
+  bool read_point(std::int64_t step, bool epoch_end) const;
   MetricsAccumulator evaluate_model(std::size_t index, const parallel::EvalModel& model);
   void run_evaluation();
   // Trains the rest of epoch_; false when the run stopped before the epoch's end.

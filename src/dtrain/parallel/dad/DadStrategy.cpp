@@ -224,7 +224,7 @@ StepResult DadStrategy::train_step(const data::Batch& batch) {
             dp_->last_sync_timing().finish_wait_seconds + last_exchange_.communication;
         auto global_loss = dp_->carried_values().reshape({});
         result.outputs = step.outputs;
-        result.loss = global_loss.item<double>();
+        result.loss = util::DeviceScalar::of(global_loss);
         return global_loss;
       },
       result);

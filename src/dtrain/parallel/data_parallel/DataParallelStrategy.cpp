@@ -157,7 +157,7 @@ StepResult DataParallelStrategy::step(const data::Batch* batch) {
         dp_->finish();
         result.timing.communication += dp_->last_sync_timing().finish_wait_seconds;
         auto global_loss = dp_->carried_values().reshape({});
-        result.loss = global_loss.item<double>();
+        result.loss = util::DeviceScalar::of(global_loss);
         return global_loss;
       },
       result);

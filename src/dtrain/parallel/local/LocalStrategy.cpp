@@ -26,7 +26,7 @@ StepResult LocalStrategy::train_step(const data::Batch& batch) {
         result.timing.forward += step.forward_seconds;
         result.timing.backward += step.backward_seconds;
         result.outputs = step.outputs;
-        result.loss = step.loss.item<double>();
+        result.loss = util::DeviceScalar::of(step.loss);
         return step.loss;
       },
       result);

@@ -243,7 +243,7 @@ StepResult ZeroStrategy::train_step(const data::Batch& batch) {
     const auto t0 = util::Clock::now();
     auto loss = step.loss.detach().to(torch::kDouble).reshape({1}) / world_;
     comm.allreduce(loss);
-    result.loss = loss.item<double>();
+    result.loss = util::DeviceScalar::of(loss);
     result.timing.communication += util::seconds_since(t0);
   }
   std::vector<torch::Tensor> shards;
