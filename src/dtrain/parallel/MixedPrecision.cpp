@@ -47,6 +47,15 @@ torch::Tensor MixedPrecision::forward(models::Network& network, const torch::Ten
       return torch::isFloatingType(outputs.scalar_type()) ? outputs.to(torch::kFloat) : outputs;
     }
     case optim::Precision::Fp16: {
+      if (inputs.is_cuda()) {
+        // A GPU computes in float16: autocast as torch.amp does it (Note [fp16 numerics] is the CPU's).
+        torch::Tensor outputs;
+        {
+          optim::AutocastGuard autocast(true, torch::kHalf, at::kCUDA);
+          outputs = network.forward(inputs);
+        }
+        return torch::isFloatingType(outputs.scalar_type()) ? outputs.to(torch::kFloat) : outputs;
+      }
       // Network::forward's own steps, one stage at a time. See Note [fp16 numerics].
       auto x = inputs;
       if (network.channels_last_on_cpu() && x.dim() == 4 && x.device().is_cpu()) {
@@ -76,12 +85,31 @@ MixedPrecision::HalfWeights::~HalfWeights() {
 
 std::unique_ptr<MixedPrecision::HalfWeights> MixedPrecision::half_weights(
     const std::vector<torch::Tensor>& parameters) const {
-  return std::make_unique<HalfWeights>(parameters, precision_ == optim::Precision::Fp16);
+  // Only the CPU's emulation rounds the weights; autocast on a GPU casts them as each op runs.
+  return std::make_unique<HalfWeights>(parameters,
+                                       precision_ == optim::Precision::Fp16 && !on_gpu(parameters));
+}
+
+bool MixedPrecision::on_gpu(const std::vector<torch::Tensor>& parameters) {
+  return !parameters.empty() && parameters.front().is_cuda();
 }
 
 bool MixedPrecision::check_gradients(const std::vector<torch::Tensor>& parameters) const {
   if (!scaler_) return false;
   torch::NoGradGuard no_grad;
+  if (on_gpu(parameters)) {
+    // One multi-tensor check on the GPU and one read of its flag, as GradScaler's unscale_ and
+    // step do (gradients are float32 there: autocast's backward casts them to the master weights).
+    std::vector<torch::Tensor> grads;
+    for (const auto& p : parameters) {
+      if (p.grad().defined()) grads.push_back(p.grad());
+    }
+    if (grads.empty()) return false;
+    auto found = torch::zeros({1}, grads.front().options());
+    const auto unit = torch::ones({1}, grads.front().options());
+    at::_amp_foreach_non_finite_check_and_unscale_(grads, found, unit);
+    return found.item<float>() > 0.0F;
+  }
   for (const auto& p : parameters) {
     if (p.grad().defined()) p.grad().copy_(round_through_half(p.grad()));
   }
@@ -103,6 +131,14 @@ bool MixedPrecision::agree(bool local_overflow, double* communication_seconds) {
 
 void MixedPrecision::unscale(const std::vector<torch::Tensor>& parameters, double scale) const {
   torch::NoGradGuard no_grad;
+  if (on_gpu(parameters)) {
+    std::vector<torch::Tensor> grads;
+    for (const auto& p : parameters) {
+      if (p.grad().defined()) grads.push_back(p.grad());
+    }
+    at::_foreach_div_(grads, scale);
+    return;
+  }
   for (const auto& p : parameters) {
     if (p.grad().defined()) p.grad().div_(scale);
   }

@@ -39,7 +39,9 @@ namespace dtrain::parallel {
 // GPU. What differs: the products and sums inside one kernel accumulate in float32 (fp16 tensor
 // cores accumulate in float32 too), values inside one stage (a ResNet block) are not rounded
 // between its ops, and nothing is faster or smaller: this mode is for studying fp16's numerics
-// and the loss scaler, not for speed. bf16 is real CPU autocast (optim/Autocast.h).
+// and the loss scaler, not for speed. bf16 is real CPU autocast (optim/Autocast.h). On a GPU, fp16
+// is real: autocast to float16 (torch.amp's, Apex O1/O2's arithmetic), float32 master weights and
+// gradients, the overflow check one multi-tensor kernel; none of the rounding above is done there.
 
 class MixedPrecision {
  public:
@@ -92,6 +94,10 @@ class MixedPrecision {
   const optim::LossScaler* scaler() const { return scaler_ ? &*scaler_ : nullptr; }
 
  private:
+  // Whether the parameters live on a GPU, where fp16 is real (autocast to float16) rather than the
+  // CPU's emulation.
+  static bool on_gpu(const std::vector<torch::Tensor>& parameters);
+
   optim::Precision precision_;
   comm::CommunicatorPtr comm_;
   std::optional<optim::LossScaler> scaler_;

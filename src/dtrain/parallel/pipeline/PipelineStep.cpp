@@ -95,6 +95,17 @@ torch::Tensor PipelineStrategy::run_stage(const torch::Tensor& inputs) {
       return last && torch::isFloatingType(x.scalar_type()) ? x.to(torch::kFloat) : x;
     }
     case optim::Precision::Fp16:
+      if (x.is_cuda()) {
+        // A GPU computes in float16 (autocast); the rounding below is the CPU's emulation.
+        {
+          optim::AutocastGuard autocast(true, torch::kHalf, at::kCUDA);
+          for (auto& layer : layers_) {
+            x = layer.forward(x);
+            layer_done(x);
+          }
+        }
+        return last && torch::isFloatingType(x.scalar_type()) ? x.to(torch::kFloat) : x;
+      }
       for (auto& layer : layers_) {
         x = layer.forward(round_through_half(x));
         layer_done(x);

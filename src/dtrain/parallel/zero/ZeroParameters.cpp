@@ -47,7 +47,7 @@ void ZeroStrategy::wait_gather(std::size_t u, double* communication_seconds) {
   if (communication_seconds) *communication_seconds += util::seconds_since(start);
   // fp16 trains with the weights rounded to 16 bits; the shard stays the float32 master, and
   // evaluation and checkpoints see the master values.
-  if (precision_.scaling() && in_step_) {
+  if (precision_.scaling() && in_step_ && !unit.full.is_cuda()) {
     torch::NoGradGuard no_grad;
     unit.full.copy_(round_through_half(unit.full));
   }
@@ -75,7 +75,9 @@ void ZeroStrategy::release_all() {
 
 torch::Tensor ZeroStrategy::forward_sharded(const torch::Tensor& inputs) {
   auto& model = *context_.model;
-  const bool fp16 = precision_.scaling();
+  // The CPU's fp16 emulation rounds between stages; a GPU autocasts to float16 instead.
+  const bool gpu = inputs.is_cuda();
+  const bool fp16 = precision_.scaling() && !gpu;
   const bool training = torch::GradMode::is_enabled();
   auto run = [&]() -> torch::Tensor {
     auto x = inputs;
@@ -101,10 +103,13 @@ torch::Tensor ZeroStrategy::forward_sharded(const torch::Tensor& inputs) {
     }
     return fp16 ? round_through_half(x) : x;
   };
-  if (precision_.precision() != optim::Precision::Bf16) return run();
+  const auto precision = precision_.precision();
+  const bool autocast_fp16 = precision == optim::Precision::Fp16 && gpu;
+  if (precision != optim::Precision::Bf16 && !autocast_fp16) return run();
   torch::Tensor outputs;
   {
-    optim::AutocastGuard autocast(true, torch::kBFloat16, inputs.device().type());
+    optim::AutocastGuard autocast(true, autocast_fp16 ? torch::kHalf : torch::kBFloat16,
+                                  inputs.device().type());
     outputs = run();
   }
   return torch::isFloatingType(outputs.scalar_type()) ? outputs.to(torch::kFloat) : outputs;
