@@ -65,6 +65,28 @@ TEST(Device, CudaWithoutAGpuIsRefusedBeforeAnythingIsBuilt) {
   }
 }
 
+// cuDNN's autotuner and TF32 are a GPU's settings: asked for on the CPU they are refused by name
+// (they would change nothing there); their defaults pass and leave nothing to state.
+TEST(Device, GpuSettingsOnTheCpuAreRefusedByName) {
+  config::TrainConfig train;
+  EXPECT_NO_THROW(check_device_settings(train));
+  EXPECT_TRUE(apply_device_settings(train, torch::Device(torch::kCPU)).empty());
+  train.cudnn_benchmark = "false";
+  EXPECT_NO_THROW(check_device_settings(train));
+  const std::vector<std::pair<std::string, std::string>> refused{{"cudnn_benchmark", "true"},
+                                                                 {"float32_matmul_precision", "high"}};
+  for (const auto& [key, value] : refused) {
+    try {
+      Trainer trainer(device_config("cpu", {"parallel.strategy=local", "train." + key + "=" + value}),
+                      nullptr);
+      FAIL() << key << "=" << value << " was accepted on the CPU";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("train." + key), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("train.device: cuda"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(Device, RanksTakeTheGpuOfTheirLocalRankModuloTheGpus) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no GPU";
   const auto gpus = static_cast<int>(torch::cuda::device_count());

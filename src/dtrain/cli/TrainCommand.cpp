@@ -179,6 +179,14 @@ nlohmann::json results_json(const config::RunConfig& cfg, const train::Trainer& 
   j["initial_parameter_hash"] = trainer.model_facts().initial_hash;
   j["data_partition_hash"] = trainer.data_partition_hash();
   j["precision"] = trainer.model_facts().precision;
+  j["device"] = trainer.device().str();
+  for (const auto& [key, value] : trainer.model_facts().device_settings) {
+    if (value == "true" || value == "false") {
+      j["cuda"][key] = value == "true";
+    } else {
+      j["cuda"][key] = value;
+    }
+  }
   if (r.loss_scale > 0.0) {
     j["loss_scale"] = r.loss_scale;
     j["skipped_steps"] = r.skipped_steps;
@@ -359,7 +367,7 @@ int train_in(const TrainArgs& given, const config::RunConfig& cfg, const comm::C
 // this host starts and how the data is held for them (graph nodes over ranks), and --resume.
 void check_before_start(const TrainArgs& a, const config::RunConfig& cfg, int nproc,
                         const comm::Environment& env) {
-  train::check_device(cfg.train.device);
+  train::check_device_settings(cfg.train);
   const bool worker = started_by_a_launcher(env, a);
   if (!worker) {
     launch::check_local_workers(nproc, a.oversubscribe);

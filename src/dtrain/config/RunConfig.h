@@ -48,8 +48,11 @@ struct DataConfig {
   std::string text_path;
   int seq_len = 64;
   // loader
-  int loader_threads = 0;  // 0 = batches made on the training thread
-  int prefetch = 2;        // batches prepared ahead per loader
+  // Threads making batches per worker; 0 = on the training thread; -1 = auto: 2 for a worker that
+  // trains on a GPU (its batches are made and pinned while the GPU computes), 0 on the CPU (where
+  // they would take cores from the computation). data::loader_threads() resolves it.
+  int loader_threads = -1;
+  int prefetch = 2;  // batches prepared ahead per loader
 };
 
 struct ModelConfig {
@@ -148,6 +151,11 @@ struct TrainConfig {
   // with CUDA_LAUNCH_BLOCKING); false: only where something is logged, evaluated or checkpointed
   // (util/DeviceScalar.h, Note [Reading a step's figures]). The figures are the same either way.
   bool sync_every_step = false;
+  // train.device cuda: cuDNN's autotuner (auto: on, torch.backends.cudnn.benchmark) and the
+  // precision of float32 matrix products (highest: no TF32, PyTorch's default; high, medium: TF32).
+  // cuDNN's convolutions use TF32 as PyTorch's default has it.
+  std::string cudnn_benchmark = "auto";  // auto | true | false
+  std::string float32_matmul_precision = "highest";
 };
 
 struct RunConfig {

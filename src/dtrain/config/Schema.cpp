@@ -21,6 +21,7 @@ const ChoiceSet kDevices{"cpu", "cuda"};
 const ChoiceSet kPrecisions{"fp32", "bf16", "fp16"};
 const ChoiceSet kLineSearches{"none", "strong_wolfe"};
 const ChoiceSet kAutoBool{"auto", "true", "false"};
+const ChoiceSet kMatmulPrecisions{"highest", "high", "medium"};
 const ChoiceSet kRunFolders{"dated", "named"};
 
 // A registered set; an empty one means the layer that owns it is not linked into this program.
@@ -67,8 +68,9 @@ void describe_data(OptionVisitor& v, DataConfig& d) {
   v.integer("synthetic_size", d.synthetic_size, at_least(1), "synthetic: number of training samples");
   v.text("text_path", d.text_path, Text::Any, "text: the text file of the character-level language model");
   v.integer("seq_len", d.seq_len, at_least(1), "text: characters per training sequence");
-  v.integer("loader_threads", d.loader_threads, at_least(0),
-            "Threads preparing batches per worker (0 = on the training thread)");
+  v.integer("loader_threads", d.loader_threads, at_least(-1),
+            "Threads preparing batches per worker (0 = on the training thread; -1 = auto: 2 on a GPU, 0 on "
+            "the CPU)");
   v.integer("prefetch", d.prefetch, at_least(0), "Batches prepared ahead per loader");
 }
 
@@ -173,6 +175,10 @@ void describe_train(OptionVisitor& v, TrainConfig& t) {
   v.boolean(
       "sync_every_step", t.sync_every_step,
       "Wait for the device at every step's end (per-step times; slower on a GPU); false: at log points");
+  v.choice("cudnn_benchmark", t.cudnn_benchmark, kAutoBool,
+           "cuda: cuDNN's autotuner picks each convolution's fastest algorithm (auto: on)");
+  v.choice("float32_matmul_precision", t.float32_matmul_precision, kMatmulPrecisions,
+           "cuda: highest (no TF32, PyTorch's default), high or medium (TF32 matrix products)");
 }
 
 }  // namespace

@@ -264,8 +264,13 @@ std::vector<std::string> class_names(const config::DataConfig& data) {
   return entry->class_names(root_of(data, *entry));
 }
 
+int loader_threads(const config::DataConfig& data, bool for_gpu) {
+  if (data.loader_threads >= 0) return data.loader_threads;
+  return for_gpu ? 2 : 0;
+}
+
 std::unique_ptr<Loader> make_train_loader(std::shared_ptr<const Dataset> train, const Shard& shard,
-                                          const config::DataConfig& data, std::uint64_t seed) {
+                                          const config::DataConfig& data, std::uint64_t seed, bool for_gpu) {
   SamplerOptions o;
   o.batch_size = data.batch_size;
   o.shuffle = true;
@@ -275,12 +280,12 @@ std::unique_ptr<Loader> make_train_loader(std::shared_ptr<const Dataset> train, 
                : data.equalize == "drop" ? Equalize::drop
                                          : Equalize::pad;
   return std::make_unique<Loader>(std::move(train), DistributedSampler(shard, o, seed),
-                                  LoaderOptions{data.loader_threads, data.prefetch});
+                                  LoaderOptions{loader_threads(data, for_gpu), data.prefetch, for_gpu});
 }
 
 std::unique_ptr<Loader> make_eval_loader(std::shared_ptr<const Dataset> dataset,
                                          const config::DataConfig& data, int rank, int world,
-                                         const torch::Tensor& indices) {
+                                         const torch::Tensor& indices, bool for_gpu) {
   TORCH_CHECK(world >= 1 && rank >= 0 && rank < world, "make_eval_loader: rank ", rank, " outside 0..",
               world - 1);
   auto all = indices.defined() && indices.numel() > 0 ? indices.to(torch::kLong)
@@ -297,7 +302,7 @@ std::unique_ptr<Loader> make_eval_loader(std::shared_ptr<const Dataset> dataset,
   o.drop_last = false;
   o.equalize = Equalize::none;
   return std::make_unique<Loader>(std::move(dataset), DistributedSampler(std::move(shard), o, 0),
-                                  LoaderOptions{data.loader_threads, data.prefetch});
+                                  LoaderOptions{loader_threads(data, for_gpu), data.prefetch, for_gpu});
 }
 
 }  // namespace dtrain::data

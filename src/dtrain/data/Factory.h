@@ -33,16 +33,21 @@ DataSets load_datasets(const config::DataConfig& data);
 // Empty when the data set has none. Reads no images.
 std::vector<std::string> class_names(const config::DataConfig& data);
 
+// data.loader_threads for a worker that trains on a GPU (`for_gpu`) or the CPU: -1 (auto) is 2 on
+// a GPU and 0 on the CPU; any other value is itself.
+int loader_threads(const config::DataConfig& data, bool for_gpu);
+
 // This rank's training batches: its shard, reshuffled every epoch from `seed`, the same number of
-// batches on every rank.
+// batches on every rank. `for_gpu`: made in pinned memory, for a worker that trains on a GPU.
 std::unique_ptr<Loader> make_train_loader(std::shared_ptr<const Dataset> train, const Shard& shard,
-                                          const config::DataConfig& data, std::uint64_t seed);
+                                          const config::DataConfig& data, std::uint64_t seed,
+                                          bool for_gpu = false);
 
 // Evaluation batches of `indices` (empty = the whole set) in order, every world-th sample from
 // `rank`, so the ranks' parts are disjoint and together cover `indices`.
 std::unique_ptr<Loader> make_eval_loader(std::shared_ptr<const Dataset> dataset,
                                          const config::DataConfig& data, int rank, int world,
-                                         const torch::Tensor& indices = {});
+                                         const torch::Tensor& indices = {}, bool for_gpu = false);
 
 namespace detail {
 

@@ -15,7 +15,12 @@ Loader::~Loader() {
 }
 
 Batch Loader::make_batch(std::int64_t batch) const {
-  return dataset_->get_batch(sampler_.batch_indices(order_, batch), sampler_.batch_seed(epoch_, batch));
+  auto made = dataset_->get_batch(sampler_.batch_indices(order_, batch), sampler_.batch_seed(epoch_, batch));
+  if (options_.pin_memory) {
+    made.inputs = made.inputs.pin_memory();
+    made.targets = made.targets.pin_memory();
+  }
+  return made;
 }
 
 void Loader::start_epoch(std::int64_t epoch, std::int64_t first_batch) {

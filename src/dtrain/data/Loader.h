@@ -20,6 +20,9 @@ namespace dtrain::data {
 struct LoaderOptions {
   int threads = 0;   // 0 = batches made on the caller's thread
   int prefetch = 2;  // batches prepared ahead, beyond one per thread
+  // Batches in page-locked host memory (made so by the thread that makes them), which a GPU copies
+  // from asynchronously; needs a LibTorch with CUDA.
+  bool pin_memory = false;
 };
 
 class Loader {

@@ -10,10 +10,11 @@
 namespace dtrain::train {
 
 StepFeed::StepFeed(std::shared_ptr<const data::Dataset> train, const std::vector<data::Shard>& shards,
-                   const config::DataConfig& data, std::uint64_t seed, int batches_per_step)
+                   const config::DataConfig& data, std::uint64_t seed, int batches_per_step, bool for_gpu)
     : batches_per_step_(batches_per_step) {
   TORCH_INTERNAL_ASSERT(!shards.empty() && batches_per_step >= 1);
-  for (const auto& shard : shards) loaders_.push_back(data::make_train_loader(train, shard, data, seed));
+  for (const auto& shard : shards)
+    loaders_.push_back(data::make_train_loader(train, shard, data, seed, for_gpu));
 }
 
 std::int64_t StepFeed::steps_per_epoch() const {

@@ -21,8 +21,9 @@ class StepFeed {
  public:
   // One loader per shard (the data holders this rank hosts), each drawing batches_per_step batches
   // a step. Every shard's sampler pads to the largest holder's share, so all draw alike.
+  // `for_gpu`: batches made in pinned memory, data.loader_threads' auto for a GPU (data::loader_threads).
   StepFeed(std::shared_ptr<const data::Dataset> train, const std::vector<data::Shard>& shards,
-           const config::DataConfig& data, std::uint64_t seed, int batches_per_step);
+           const config::DataConfig& data, std::uint64_t seed, int batches_per_step, bool for_gpu = false);
 
   // Whole steps in an epoch: the batches of an epoch / batches_per_step (a remainder is dropped).
   std::int64_t steps_per_epoch() const;

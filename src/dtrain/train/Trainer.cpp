@@ -83,6 +83,33 @@ void check_device(const std::string& device) {
   }
 }
 
+void check_device_settings(const config::TrainConfig& train) {
+  check_device(train.device);
+  if (train.device == "cuda") return;
+  if (train.cudnn_benchmark == "true") {
+    throw std::invalid_argument(
+        "train.cudnn_benchmark: true applies to train.device: cuda (cuDNN's autotuner); remove it or set "
+        "train.device: cuda");
+  }
+  if (train.float32_matmul_precision != "highest") {
+    throw std::invalid_argument("train.float32_matmul_precision: " + train.float32_matmul_precision +
+                                " (TF32) applies to train.device: cuda; remove it or set train.device: cuda");
+  }
+}
+
+std::map<std::string, std::string> apply_device_settings(const config::TrainConfig& train,
+                                                         const torch::Device& device) {
+  if (!device.is_cuda()) return {};
+  auto& context = at::globalContext();
+  const bool benchmark = train.cudnn_benchmark != "false";
+  context.setBenchmarkCuDNN(benchmark);
+  context.setAllowTF32CuDNN(true);
+  context.setFloat32MatmulPrecision(train.float32_matmul_precision);
+  return {{"cudnn_benchmark", benchmark ? "true" : "false"},
+          {"cudnn_allow_tf32", "true"},
+          {"float32_matmul_precision", train.float32_matmul_precision}};
+}
+
 torch::Device resolve_device(const std::string& device, int local_rank) {
   check_device(device);
   if (device == "cpu") return torch::Device(torch::kCPU);
@@ -92,7 +119,9 @@ torch::Device resolve_device(const std::string& device, int local_rank) {
 
 Trainer::Trainer(config::RunConfig config, comm::CommunicatorPtr comm, int local_rank)
     : config_(std::move(config)), comm_(std::move(comm)) {
+  check_device_settings(config_.train);
   device_ = resolve_device(config_.train.device, local_rank);
+  facts_.device_settings = apply_device_settings(config_.train, device_);
   if (config_.train.threads > 0) torch::set_num_threads(config_.train.threads);
   const int rank = comm_ ? comm_->rank() : 0;
   const int world = comm_ ? comm_->size() : 1;
@@ -137,7 +166,10 @@ Trainer::Trainer(config::RunConfig config, comm::CommunicatorPtr comm, int local
   context.precision = optim::parse_precision(config_.train.precision);
   context.input = input_spec(*data_.train);
   strategy_ = parallel::create_strategy(std::move(context));
-  feed_ = std::make_unique<StepFeed>(data_.train, local, config_.data, seed, strategy_->batches_per_step());
+  feed_ = std::make_unique<DeviceFeed>(
+      std::make_unique<StepFeed>(data_.train, local, config_.data, seed, strategy_->batches_per_step(),
+                                 device_.is_cuda()),
+      device_);
   if (config_.data.equalize == "join" && world > 1) {
     // See Note [Join] in parallel/Strategy.h.
     joinable_ = dynamic_cast<parallel::Joinable*>(strategy_.get());
@@ -196,10 +228,10 @@ MetricsAccumulator Trainer::evaluate_model(std::size_t index, const parallel::Ev
   const bool shared = model.owner < 0;
   if (shared || model.owner == rank()) {
     auto loader = data::make_eval_loader(dataset, config_.data, shared ? rank() : 0,
-                                         shared ? world_size() : 1, indices);
+                                         shared ? world_size() : 1, indices, device_.is_cuda());
     loader->start_epoch(0);
     while (auto batch = loader->next()) {
-      const auto outputs = strategy_->eval_forward(index, batch->inputs.to(device_));
+      const auto outputs = strategy_->eval_forward(index, batch->inputs.to(device_, /*non_blocking=*/true));
       if (!outputs.defined()) continue;
       torch::NoGradGuard no_grad;
       const auto loss = util::DeviceScalar::of(loss_(outputs, batch->targets.to(outputs.device())));
@@ -253,10 +285,6 @@ bool Trainer::train_epoch(TrainResult& result, std::int64_t warmup) {
     // Under join a rank that has run out keeps stepping (a shadow step) until the epoch's last.
     auto batch = feed_->next();
     if (join_ ? epoch_batch_ >= per_epoch : !batch) break;
-    if (batch && !device_.is_cpu()) {
-      batch->inputs = batch->inputs.to(device_);
-      batch->targets = batch->targets.to(device_);
-    }
     StepEvent event;
     event.epoch = epoch_;
     event.batch = epoch_batch_;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -21,6 +22,7 @@
 #include "dtrain/optim/Scheduler.h"
 #include "dtrain/parallel/Strategy.h"
 #include "dtrain/train/Callback.h"
+#include "dtrain/train/DeviceFeed.h"
 #include "dtrain/train/JoinSchedule.h"
 #include "dtrain/train/Metrics.h"
 #include "dtrain/train/StepFeed.h"
@@ -36,6 +38,8 @@ struct ModelFacts {
   std::string initial_hash;     // of the parameters and buffers as built; equal for equal seeds
   // What model.init_from loaded and model.freeze froze, one line each for the log (Transfer.h).
   std::vector<std::string> transfer;
+  // On a GPU: cuDNN's autotuner and TF32 as set for the run (apply_device_settings); empty on the CPU.
+  std::map<std::string, std::string> device_settings;
 };
 
 class Trainer {
@@ -104,7 +108,7 @@ class Trainer {
   data::DataSets data_;
   int holders_ = 1;    // data holders: ranks, or graph nodes (parallel::data_holders)
   data::Shard shard_;  // this rank's (first) holder's share
-  std::unique_ptr<StepFeed> feed_;
+  std::unique_ptr<DeviceFeed> feed_;
   // data.equalize: join (parallel: Note [Join]): the schedule, and the strategy's shadow steps.
   std::optional<JoinSchedule> join_;
   parallel::Joinable* joinable_ = nullptr;
@@ -136,6 +140,13 @@ class Trainer {
 // Throws std::invalid_argument unless `device` (train.device) is one this process can train on:
 // cpu, or cuda where this LibTorch sees a CUDA device.
 void check_device(const std::string& device);
+// check_device(train.device), and the settings that apply to a GPU only (train.cudnn_benchmark: true,
+// train.float32_matmul_precision other than highest) refused by name on the CPU.
+void check_device_settings(const config::TrainConfig& train);
+// What a run on a GPU sets for cuDNN and TF32 (train.cudnn_benchmark, float32_matmul_precision),
+// by name, as results.json states it; empty on the CPU. Applies them to this process.
+std::map<std::string, std::string> apply_device_settings(const config::TrainConfig& train,
+                                                         const torch::Device& device);
 // The device a rank trains on: the CPU, or for cuda the GPU local_rank modulo the GPUs this process
 // sees (torchrun's one GPU per local rank; more ranks than GPUs share them, as gloo and mpi allow).
 torch::Device resolve_device(const std::string& device, int local_rank);
