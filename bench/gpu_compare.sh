@@ -11,7 +11,7 @@
 #   MODES ["local data_parallel"]  DEVICE [cuda]: cpu is a dry run at tiny sizes (gloo, not nccl)
 #   CUDA_GRAPH=1: also dtrain with train.cuda_graph=true (a row "refused" where the binary refuses the key)
 #   BUDGET_S [0: none]: no run starts after this many seconds; the table is printed from what ran
-#   RUN_TIMEOUT_S [120]  PY [python3]: a Python with PyTorch 2.x  JSONL: also write every run's row there
+#   RUN_TIMEOUT_S [120]  PY [python3]: a Python with PyTorch 2.x  JSONL: write every run's row to this file
 # A run that fails prints its last lines on stderr and its cell says why; the script goes on.
 # Rounds are the outer loop and bf16 comes first, so a run cut short by BUDGET_S still has A B for
 # every workload in the precision a GPU trains in.
@@ -33,8 +33,8 @@ BACKEND=nccl
 [ -x "$DTRAIN" ] || { echo "no $DTRAIN; build dtrain first (bench/device/gpu-compare.sh does on a GPU machine)" >&2; exit 2; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-rows=$work/rows.jsonl
-touch "$rows"
+rows=${JSONL:-$work/rows.jsonl}  # row by row, so a run stopped from outside keeps what it measured
+: >"$rows"
 T0=$(date +%s)
 
 # The workload's model, data and batch. The data: `samples` random samples of `shape` held in host
@@ -151,7 +151,6 @@ for round in $(seq "$ROUNDS"); do
     done
   done
 done
-if [ -n "${JSONL:-}" ]; then cp "$rows" "$JSONL"; fi
 
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1 || true)
 "$PY" - "$rows" "$DEVICE" "$BACKEND" "$STEPS" "$ROUNDS" "${gpu:-no GPU}" "$WORKLOADS" "$PRECISIONS" "$MODES" <<'PYEOF'
