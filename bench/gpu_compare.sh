@@ -159,7 +159,7 @@ path, device, backend, steps, rounds, gpu, workloads, precisions, modes = sys.ar
 rows = [json.loads(l) for l in open(path)]
 torch = sorted({r["torch"] for r in rows if r.get("torch")})
 print(f"dtrain against PyTorch {', '.join(torch) or '?'} on {device} ({gpu}): {steps} steps a run, "
-      f"medians of {rounds} rounds, A B A B")
+      f"{rounds} round{'s' if rounds != '1' else ''} of dtrain then PyTorch, medians")
 mode_names = {"local": "local vs eager", "data_parallel": f"data_parallel vs DDP, {backend}, 1 rank"}
 print("| workload | precision | mode | dtrain samples/s | PyTorch samples/s | dtrain / PyTorch "
       "| dtrain peak GPU MiB | PyTorch peak GPU MiB | runs dtrain, PyTorch |")

@@ -216,12 +216,13 @@ def init_ddp(device):
 def require_autocast(device, dtype):
     """Refuses a precision this PyTorch cannot autocast to on the device, where it would only warn
     and train in float32 (PyTorch 1.x autocasts the CPU to bfloat16 alone)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        try:
-            torch.autocast(device.type, dtype=dtype)
-        except UserWarning as e:
-            raise SystemExit(f"--precision: PyTorch {torch.__version__} does not autocast {device.type} to {dtype}: {e}")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.autocast(device.type, dtype=dtype)
+    refusals = [str(w.message) for w in caught if "autocast" in str(w.message).lower()]
+    if refusals:
+        raise SystemExit(f"--precision: PyTorch {torch.__version__} does not autocast {device.type} to {dtype}: "
+                         + " ".join(refusals))
 
 
 def main():
