@@ -45,8 +45,8 @@ set_workload() {
     resnet18-b256) model=resnet18 shape=3,32,32 batch=256 samples=8192 ;;
     resnet18-b32) model=resnet18 shape=3,32,32 batch=32 samples=8192 ;;
     resnet50-b128) model=resnet50 stem=imagenet shape=3,224,224 batch=128 samples=1024 ;;
-    # Wide enough that its matrix products fill an H100 (8,192 tokens of width 1,024 a step) and its
-    # step stays near 60 ms in fp32.
+    # Wide enough that its matrix products fill an H100 (8,192 tokens of width 1,024 a step), small
+    # enough for a short run: by count 2.6 TFLOP a step, some 50 ms at an H100's fp32 (not TF32) rate.
     transformer-b32) model=transformer shape=1,256,256 batch=32 samples=2048 dim=1024 depth=4 heads=16 ratio=4 ;;
     *)
       echo "WORKLOADS: unknown workload '$1'; expected resnet18-b256, resnet18-b32, resnet50-b128 or transformer-b32" >&2
