@@ -241,7 +241,7 @@ def main():
         require_autocast(device, dtype)
     shape = [int(s) for s in args.shape.split(",")]
     resnet_model = args.model.startswith("resnet")
-    channels_last = args.channels_last == "on" or (args.channels_last == "auto" and resnet_model and dtype)
+    channels_last = args.channels_last == "on" or (args.channels_last == "auto" and resnet_model and dtype is not None)
     memory_format = torch.channels_last if channels_last else torch.contiguous_format
 
     model = make_model(args, shape).to(device, memory_format=memory_format)
@@ -270,6 +270,7 @@ def main():
     def step(i):
         b = i % batches
         x = images[b * args.batch:(b + 1) * args.batch].to(device, non_blocking=True)
+        x = x.contiguous(memory_format=memory_format)  # already so: the pinned copy keeps the strides
         y = labels[b * args.batch:(b + 1) * args.batch].to(device, non_blocking=True)
         with torch.autocast(device.type, dtype=dtype) if dtype else contextlib.nullcontext():
             loss = F.cross_entropy(model(x), y)
