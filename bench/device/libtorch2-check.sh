@@ -22,15 +22,11 @@ import torch
 print("torch", torch.__version__, "cuda", torch.version.cuda, "gpu", torch.cuda.is_available(), torch.cuda.device_count(),
       "nccl", torch.cuda.nccl.version() if torch.cuda.is_available() else None)
 P
-TORCH_DIR=$(python3 -c 'import torch,os;print(os.path.dirname(torch.__file__))')
-TORCH_CMAKE=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')
-NCCL_ROOT=$(python3 -c 'import nvidia.nccl as m;print(list(m.__path__)[0])' 2>/dev/null)
-echo "TORCH_DIR=$TORCH_DIR NCCL_ROOT=$NCCL_ROOT"
+source bench/device/setup-deps.sh
+find_torch
 ls "$TORCH_DIR/include" | tr '\n' ' '; echo
 ls "$NCCL_ROOT/include" "$NCCL_ROOT/lib" 2>&1 | tr '\n' ' '; echo
 grep -n "202002L" "$TORCH_DIR/include/ATen/ATen.h"
-GLOO_EXPORTED=$(nm -D --defined-only "$TORCH_DIR/lib/libtorch_cpu.so" 2>/dev/null | grep -c ' _ZN4gloo')
-echo "gloo symbols exported by libtorch_cpu: $GLOO_EXPORTED"
 nm -D --defined-only "$TORCH_DIR/lib/libtorch_cpu.so" | grep -E ' _ZN4gloo(9allgather|7Context18createUnboundBuffer|9transport13UnboundBuffer)' | head -5
 ldconfig -p | grep -E 'libcrypto.so.3|libz.so.1 |libpng16|libjpeg' | head
 
@@ -41,37 +37,11 @@ if [ "${FS_PROBE:-1}" = 1 ]; then  # FS_PROBE=0 skips this first probe (about 17
 fi
 
 step deps
-D=/opt/dtdeps; mkdir -p $D
-for f in .devdeps/*.deb; do case "$f" in *dataset-fashion*) dpkg -x "$f" / ;; *) dpkg -x "$f" $D ;; esac; done
-L=$D/usr/lib/x86_64-linux-gnu
-rm -f $L/libgloo.so*
-# Runtime libraries the system has: use its copies (one libcrypto and one libz in every process).
-for so in libcrypto.so.3:libcrypto.so libssl.so.3:libssl.so libz.so.1:libz.so; do
-  real=${so%%:*}; dev=${so##*:}
-  sys=$(ldconfig -p | awk -v n="$real" '$1==n && /x86-64/ {print $NF; exit}')
-  if [ -n "$sys" ]; then rm -f $L/$real*; ln -sf "$sys" $L/$dev; fi
-done
-# libjpeg: where the machine has its own with headers (Ubuntu's libjpeg-turbo8, JPEG_LIB_VERSION 80),
-# dtrain compiles against those headers, so it must link that library too, not bookworm's libjpeg62
-# ("Wrong JPEG library version: library is 62, caller expects 80", 2026-11-27).
-if [ -f /usr/include/jpeglib.h ] && ldconfig -p | grep -q 'libjpeg.so.8 '; then
-  rm -f $L/libjpeg.so* $D/usr/include/jpeglib.h $D/usr/include/jerror.h $D/usr/include/jmorecfg.h $D/usr/include/jpegint.h \
-    $D/usr/include/x86_64-linux-gnu/jconfig.h
-fi
-ls -la $L | head -40
-GLOO_ARGS=(-DDTRAIN_GLOO_INCLUDE_DIR=$D/usr/include)
-[ -d "$TORCH_DIR/include/gloo" ] && GLOO_ARGS=(-DDTRAIN_GLOO_INCLUDE_DIR=$TORCH_DIR/include)
-if [ "$GLOO_EXPORTED" = 0 ]; then
-  echo "libtorch_cpu.so exports no Gloo symbols: give DTRAIN_GLOO_LIBRARY a Gloo of LibTorch's date"; exit 1
-fi
-export LD_LIBRARY_PATH=$L${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export NCCL_INCLUDE_DIR=$NCCL_ROOT/include NCCL_LIB_DIR=$NCCL_ROOT/lib
+unpack_devdeps || exit 1
 
 step configure
 OPT="-O1 -DNDEBUG"; [ "${BUBBLE:-0}" = 1 ] && OPT="-O2 -DNDEBUG"  # -O1: the tests build sooner
-cmake -S . -B build-dev -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="$OPT" \
-  -DCMAKE_PREFIX_PATH="$TORCH_CMAKE;$D/usr" -DOPENSSL_ROOT_DIR=$D/usr -DDTRAIN_WITH_MPI=OFF \
-  -DDTRAIN_BUILD_BENCH=OFF -DTORCH_CUDA_ARCH_LIST=9.0 "${GLOO_ARGS[@]}" 2>&1 | grep -v "^-- \(Looking\|Performing\|Check\)" | tail -40
+configure_dtrain build-dev "$OPT"
 cp build-dev/CMakeCache.txt "$OUT/" 2>/dev/null
 
 BUILD_END=${BUILD_END:-400}   # seconds after the start by which the build stops
