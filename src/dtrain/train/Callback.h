@@ -78,6 +78,9 @@ struct TrainResult {
   std::map<std::string, std::string> strategy_notes;     // Strategy::notes(): how it set itself up
   bool stopped_early = false;
   std::string stop_reason;
+  // On a GPU: the most bytes of tensors this rank held at once during fit() (the model's included),
+  // torch.cuda.max_memory_allocated's figure; 0 on the CPU.
+  std::int64_t gpu_memory_peak_bytes = 0;
 };
 
 class Callback {

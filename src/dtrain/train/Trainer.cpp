@@ -13,6 +13,7 @@
 #include "dtrain/models/ModelFactory.h"
 #include "dtrain/optim/Optimizers.h"
 #include "dtrain/parallel/Registry.h"
+#include "dtrain/train/DeviceMemory.h"
 #include "dtrain/train/Transfer.h"
 #include "dtrain/util/Clock.h"
 
@@ -363,6 +364,7 @@ TrainResult Trainer::fit() {
   const std::int64_t warmup = std::min<std::int64_t>(10, std::max<std::int64_t>(1, total_steps_ / 10));
   timed_samples_ = 0;
   timed_seconds_ = 0.0;
+  reset_device_memory_peak(device_);
   for (auto& c : callbacks_) c->on_train_begin(*this);
   if (config_.train.eval_at_start && step_ == 0 && !has_eval_) run_evaluation();
   while (step_ < total_steps_ && !stop_requested_) {
@@ -379,6 +381,7 @@ TrainResult Trainer::fit() {
   result.strategy_notes = strategy_->notes();
   result.stopped_early = stop_requested_;
   result.stop_reason = stop_reason_;
+  result.gpu_memory_peak_bytes = device_memory_peak(device_).value_or(0);
   for (auto& c : callbacks_) c->on_train_end(*this, result);
   return result;
 }
