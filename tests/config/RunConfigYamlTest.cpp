@@ -117,6 +117,32 @@ TEST(RunConfigYaml, OverridesApplyAndValidate) {
   EXPECT_EQ(d.train.epochs, 5);
 }
 
+// key=null (or ~, Null) and ~key take a key out of the document, so its default applies again;
+// a key the schema does not have is refused rather than silently "removed".
+TEST(RunConfigYaml, NullOrTildeOverridesRemoveAKey) {
+  const std::string yaml = "optim: {name: sgd, momentum: 0.9, nesterov: true}\nparallel: {strategy: local}\n";
+  EXPECT_EQ(parse_run_config(yaml, "x.yaml").optim.momentum, 0.9);
+  for (const auto& removal :
+       {std::vector<std::string>{"optim.name=adam", "optim.momentum=null", "optim.nesterov=~"},
+        std::vector<std::string>{"optim.name=adam", "~optim.momentum", "~ optim.nesterov"}}) {
+    const auto config = parse_run_config(yaml, "x.yaml", removal);
+    EXPECT_EQ(config.optim.name, "adam");
+    EXPECT_EQ(config.optim.momentum, 0.0);
+    EXPECT_FALSE(config.optim.nesterov);
+  }
+  // A whole section, and a key below a section the file does not have (nothing to remove).
+  EXPECT_EQ(parse_run_config(yaml, "x.yaml", {"optim=null"}).optim.momentum, 0.0);
+  EXPECT_EQ(parse_run_config(yaml, "x.yaml", {"~parallel.zero.stage"}).parallel.strategy, "local");
+  const auto unknown = error_of_text(yaml, {"optim.momentun=null"});
+  EXPECT_EQ(
+      std::string(unknown.what()),
+      "override \"optim.momentun=null\": optim.momentun: no such key to remove; `dtrain train --help` lists "
+      "the keys");
+  // An empty value is not a removal: the reader says what it expected.
+  EXPECT_NE(std::string(error_of_text(yaml, {"optim.momentum="}).what()).find("optim.momentum: expected"),
+            std::string::npos);
+}
+
 TEST(RunConfigYaml, ApplyOverridesOnANode) {
   YAML::Node root = YAML::Load("optim:\n  lr: 0.1\n");
   apply_overrides(root, parse_overrides({"optim.scheduler.gamma=0.5", "data.dataset=mnist"}));

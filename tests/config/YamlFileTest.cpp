@@ -3,6 +3,7 @@
 #include "dtrain/config/YamlFile.h"
 
 #include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
 
 #include <filesystem>
 #include <fstream>
@@ -83,6 +84,48 @@ TEST_F(YamlFile, AFileOverTheSizeLimitIsRefusedBeforeItIsParsed) {
   const auto path = write("big.yaml", "name: x\n# " + std::string(kMaxConfigBytes, 'a') + "\n");
   EXPECT_NE(error_of(path).find("a configuration file is at most 1048576"), std::string::npos)
       << error_of(path);
+}
+
+// Note [YAML bombs]: ten levels of ten aliases are refused at the line where the expansion passes
+// the budget, before anything walks the document; aliases within it are fine.
+TEST_F(YamlFile, AliasesThatExpandBeyondTheBudgetAreRefusedAtTheirLine) {
+  std::string bomb = "name: bomb\nl0: &l0 [a, a, a, a, a, a, a, a, a, a]\n";
+  for (int i = 1; i < 10; ++i) {
+    bomb += "l" + std::to_string(i) + ": &l" + std::to_string(i) + " [";
+    for (int k = 0; k < 10; ++k) bomb += (k ? ", *l" : "*l") + std::to_string(i - 1);
+    bomb += "]\n";
+  }
+  const auto path = write("bomb.yaml", bomb);
+  // l0 holds 11 values, l1 111, ... l4 111,111: the fifth level's line (line 6) passes 100,000.
+  EXPECT_EQ(error_of(path),
+            path +
+                ":6: YAML aliases here expand the document beyond 100000 values (aliases of "
+                "aliases multiply); a configuration needs far fewer: write the values out or use "
+                "fewer levels of aliases");
+  EXPECT_EQ(error_of(write("alias.yaml", "name: a\nshape: &s [1, 8, 8]\nother: *s\n")), "");
+}
+
+TEST_F(YamlFile, NestingDeeperThanTheLimitIsRefusedAsSuch) {
+  const auto deep =
+      write("deep.yaml", "name: deep\ndata: " + std::string(3000, '[') + std::string(3000, ']') + "\n");
+  EXPECT_EQ(
+      error_of(deep),
+      deep +
+          ":2: nested more than 64 levels deep; a configuration nests a few levels (is it the right file?)");
+  EXPECT_EQ(
+      error_of(write("fine.yaml", "name: a\ndata: " + std::string(60, '[') + std::string(60, ']') + "\n")),
+      "");
+}
+
+TEST_F(YamlFile, AKeyThatIsNotANameIsRefusedWithItsLine) {
+  const auto root = parse_yaml("runs:\n  - [name]: a\n", "e.yaml");
+  const auto entry = root["runs"][0];
+  try {
+    for (const auto& field : entry) key_text("e.yaml", field.first, "runs");
+    FAIL() << "a list was taken as a key";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()), "e.yaml:2: runs: a key that is a list; keys are names, e.g. lr: 0.1");
+  }
 }
 
 TEST_F(YamlFile, RunNamesHoldNoControlCharacters) {

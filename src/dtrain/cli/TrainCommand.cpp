@@ -64,9 +64,11 @@ config::RunConfig load_config(const TrainArgs& a) {
   return config::run_config_from_file(a.config, overrides);
 }
 
-// CLI11 gives the first positional to CONFIG; without a file, a key=value there is an override.
+// CLI11 gives the first positional to CONFIG; without a file, a key=value (or a removal, ~key) there is
+// an override.
 void take_positionals(TrainArgs& a) {
-  if (a.config.find('=') == std::string::npos || fs::exists(a.config)) return;
+  const bool override_like = a.config.find('=') != std::string::npos || a.config.rfind('~', 0) == 0;
+  if (!override_like || fs::exists(a.config)) return;
   a.overrides.insert(a.overrides.begin(), a.config);
   a.config.clear();
 }
@@ -437,7 +439,9 @@ Run add_train_command(CLI::App& app) {
   cmd->add_option("config", a->config,
                   "YAML configuration file; without it, the defaults below with the run folder "
                   "logs/<name>/ (the dAD paper's)");
-  cmd->add_option("overrides", a->overrides, "Overrides such as optim.lr=0.01 parallel.strategy=local");
+  cmd->add_option(
+      "overrides", a->overrides,
+      "Overrides such as optim.lr=0.01 parallel.strategy=local; key=null (or ~key) removes a key");
   cmd->add_option("--nproc", a->nproc, "Start this many local workers (default: the config's nproc)")
       ->check(at_least(1));
   cmd->add_flag("--oversubscribe", a->oversubscribe,

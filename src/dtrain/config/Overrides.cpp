@@ -6,6 +6,7 @@
 #include <cctype>
 
 #include "dtrain/config/ConfigError.h"
+#include "dtrain/config/YamlFile.h"
 
 namespace dtrain::config {
 namespace {
@@ -60,11 +61,30 @@ std::string origin_of(const Override& override_) {
 
 Override parse_override(const std::string& text) {
   const auto eq = text.find('=');
+  const auto trimmed = trim(text);
+  if (eq == std::string::npos && !trimmed.empty() && trimmed.front() == '~') {
+    Override removal{trim(trimmed.substr(1)), "null", text};
+    removal.remove = true;
+    for (const auto& segment : split_key(removal.key)) {
+      if (!valid_segment(segment)) {
+        throw ConfigError(
+            where_of(text), removal.key,
+            "expected ~ and a dotted key of letters, digits, '_' and '-', e.g. ~optim.momentum; "
+            "found \"" +
+                removal.key + "\"");
+      }
+    }
+    return removal;
+  }
   if (eq == std::string::npos) {
     throw ConfigError(where_of(text), "",
-                      "expected key=value with a dotted key, e.g. optim.lr=0.01; found no '='");
+                      "expected key=value with a dotted key, e.g. optim.lr=0.01 (key=null or ~key removes a "
+                      "key); found no '='");
   }
   Override result{trim(text.substr(0, eq)), trim(text.substr(eq + 1)), text};
+  // YAML's spellings of null; an empty value stays an error of the reader ("found nothing").
+  result.remove =
+      result.value == "null" || result.value == "Null" || result.value == "NULL" || result.value == "~";
   for (const auto& segment : split_key(result.key)) {
     if (!valid_segment(segment)) {
       throw ConfigError(where_of(text), result.key,
@@ -88,12 +108,13 @@ void apply_overrides(YAML::Node& root, const std::vector<Override>& overrides) {
   for (const auto& override_ : overrides) {
     YAML::Node value;
     try {
-      value = YAML::Load(override_.value);
-    } catch (const YAML::Exception& e) {
+      value = parse_yaml(override_.value, origin_of(override_));
+    } catch (const ConfigError& e) {
       throw ConfigError(origin_of(override_), override_.key,
-                        override_.key + ": the value is not valid YAML (" + e.msg +
+                        override_.key + ": the value is not valid YAML (" + e.message() +
                             "); quote strings and write sequences as [a, b]");
     }
+    const bool remove = override_.remove;
     if (!root.IsMap()) {
       throw ConfigError(origin_of(override_), override_.key,
                         "the document is not a mapping of keys, so no key can be overridden");
@@ -103,8 +124,13 @@ void apply_overrides(YAML::Node& root, const std::vector<Override>& overrides) {
     YAML::Node cursor;
     cursor.reset(root);
     std::string prefix;
+    bool found = true;
     for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
       prefix += (i ? "." : "") + parts[i];
+      if (remove && !(cursor.IsMap() && cursor[parts[i]].IsMap())) {
+        found = false;  // nothing to take out below a section the document does not have
+        break;
+      }
       YAML::Node child = cursor[parts[i]];
       if (!child.IsDefined() || child.IsNull()) {
         cursor[parts[i]] = YAML::Node(YAML::NodeType::Map);
@@ -116,7 +142,11 @@ void apply_overrides(YAML::Node& root, const std::vector<Override>& overrides) {
       }
       cursor.reset(child);
     }
-    cursor[parts.back()] = value;
+    if (remove) {
+      if (found) cursor.remove(parts.back());
+    } else {
+      cursor[parts.back()] = value;
+    }
   }
 }
 

@@ -7,8 +7,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <variant>
 
+#include "dtrain/config/ConfigError.h"
 #include "dtrain/config/Schema.h"
 #include "dtrain/config/ValueText.h"
 #include "dtrain/config/YamlFile.h"
@@ -230,6 +232,17 @@ const std::vector<std::string>& all_keys() {
 
 RunConfig run_config_from_yaml(const YAML::Node& root, const std::string& source,
                                const std::vector<Override>& applied_overrides) {
+  for (const auto& removal : applied_overrides) {
+    if (!removal.remove) continue;
+    const auto& keys = all_keys();
+    const bool known = std::any_of(keys.begin(), keys.end(), [&](const std::string& key) {
+      return key == removal.key || key.rfind(removal.key + ".", 0) == 0;
+    });
+    if (!known) {
+      throw ConfigError(origin_of(removal), removal.key,
+                        removal.key + ": no such key to remove; `dtrain train --help` lists the keys");
+    }
+  }
   RunConfig config;
   YamlReader reader(root, source, applied_overrides, all_keys());
   describe_run(reader, config);

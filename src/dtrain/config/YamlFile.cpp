@@ -7,10 +7,12 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <system_error>
 #include <vector>
@@ -101,34 +103,87 @@ void check_quotes(const YAML::Node& node, const std::string& text, const std::st
 }
 
 // Where each document of a stream starts (its first node), for at most as many documents as the
-// parser is asked for. See Note [Counting documents without LoadAll].
+// parser is asked for (see Note [Counting documents without LoadAll]), and the two sizes Note [YAML
+// bombs] bounds: how deep the document nests and how many nodes it holds once every alias is
+// expanded. The parser reports an alias as one event, without expanding it.
 class DocumentStarts : public YAML::EventHandler {
  public:
+  explicit DocumentStarts(std::string source) : source_(std::move(source)) {}
   std::vector<YAML::Mark> marks;
-  void OnDocumentStart(const YAML::Mark&) override { first_node_ = true; }
+  void OnDocumentStart(const YAML::Mark&) override {
+    first_node_ = true;
+    open_.clear();
+    expanded_ = 0;
+  }
   void OnDocumentEnd() override {}
-  void OnNull(const YAML::Mark& mark, YAML::anchor_t) override { node(mark); }
-  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override { node(mark); }
-  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t, const std::string&) override {
-    node(mark);
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t anchor) override { leaf(mark, anchor, 1); }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t anchor) override {
+    const auto it = sizes_.find(anchor);
+    leaf(mark, 0, it == sizes_.end() ? 1 : it->second);
   }
-  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
+                const std::string&) override {
+    leaf(mark, anchor, 1);
+  }
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
                        YAML::EmitterStyle::value) override {
-    node(mark);
+    open(mark, anchor);
   }
-  void OnSequenceEnd() override {}
-  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+  void OnSequenceEnd() override { close(); }
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
                   YAML::EmitterStyle::value) override {
-    node(mark);
+    open(mark, anchor);
   }
-  void OnMapEnd() override {}
+  void OnMapEnd() override { close(); }
 
  private:
+  struct Open {
+    YAML::anchor_t anchor;
+    std::uint64_t nodes;  // itself and what it holds so far, aliases expanded
+  };
+
   void node(const YAML::Mark& mark) {
     if (first_node_) marks.push_back(mark);
     first_node_ = false;
   }
+  void add(const YAML::Mark& mark, std::uint64_t nodes) {
+    expanded_ += nodes;
+    if (!open_.empty()) open_.back().nodes += nodes;
+    if (expanded_ > kMaxExpandedNodes) {
+      throw ConfigError(
+          source_ + ":" + std::to_string(mark.line + 1), "",
+          "YAML aliases here expand the document beyond " + std::to_string(kMaxExpandedNodes) +
+              " values (aliases of aliases multiply); a configuration needs far fewer: write the "
+              "values out or use fewer levels of aliases");
+    }
+  }
+  void leaf(const YAML::Mark& mark, YAML::anchor_t anchor, std::uint64_t nodes) {
+    node(mark);
+    if (anchor != YAML::NullAnchor) sizes_[anchor] = nodes;
+    add(mark, nodes);
+  }
+  void open(const YAML::Mark& mark, YAML::anchor_t anchor) {
+    node(mark);
+    if (open_.size() >= kMaxYamlDepth) {
+      throw ConfigError(source_ + ":" + std::to_string(mark.line + 1), "",
+                        "nested more than " + std::to_string(kMaxYamlDepth) +
+                            " levels deep; a configuration nests a few levels (is it the right file?)");
+    }
+    open_.push_back({anchor, 0});
+    add(mark, 1);
+  }
+  void close() {
+    const auto done = open_.back();
+    open_.pop_back();
+    if (done.anchor != YAML::NullAnchor) sizes_[done.anchor] = done.nodes + 1;
+    // The container itself was counted once by open(); what it holds was added as it came.
+  }
+
+  std::string source_;
   bool first_node_ = false;
+  std::vector<Open> open_;
+  std::map<YAML::anchor_t, std::uint64_t> sizes_;
+  std::uint64_t expanded_ = 0;
 };
 
 // Note [Counting documents without LoadAll]
@@ -146,7 +201,7 @@ YAML::Node parse_yaml(const std::string& text, const std::string& source) {
     throw ConfigError(at_line(source, text, bad), "",
                       std::string("not valid UTF-8 (byte ") + hex + "); save the file as UTF-8");
   }
-  DocumentStarts starts;
+  DocumentStarts starts(source);
   YAML::Node document;
   try {
     std::istringstream stream(text);
@@ -190,6 +245,14 @@ YAML::Node load_yaml_file(const std::string& path) {
                       "file out to use the defaults");
   }
   return root;
+}
+
+std::string key_text(const std::string& source, const YAML::Node& key, const std::string& within) {
+  if (key.IsScalar()) return key.Scalar();
+  const std::string what = key.IsSequence() ? "a list" : key.IsMap() ? "a mapping" : "an empty key";
+  throw ConfigError(yaml_location(source, key), within,
+                    (within.empty() ? std::string() : within + ": ") + "a key that is " + what +
+                        "; keys are names, e.g. lr: 0.1");
 }
 
 std::string yaml_location(const std::string& source, const YAML::Node& node) {

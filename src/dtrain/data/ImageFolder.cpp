@@ -268,6 +268,15 @@ std::vector<std::string> list_classes(const std::string& dir) {
   return classes;
 }
 
+// A class folder's images; an empty one is refused naming it: it names a class the data would never
+// show, and the labels would count classes that are not there (torchvision's ImageFolder refuses it).
+std::vector<fs::path> class_images(const fs::path& class_dir) {
+  auto files = list_images(class_dir);
+  TORCH_CHECK(!files.empty(), "data.root: the class folder ", class_dir.string(),
+              " holds no .png/.jpg images; add its images or remove the folder (each subfolder is a class)");
+  return files;
+}
+
 ImageDataset read_image_folder(const std::string& dir, const std::vector<std::string>& classes,
                                int image_size, const std::string& name) {
   TORCH_CHECK(image_size > 0, "data.image_size: expected > 0, found ", image_size);
@@ -275,7 +284,7 @@ ImageDataset read_image_folder(const std::string& dir, const std::vector<std::st
   for (std::size_t c = 0; c < classes.size(); ++c) {
     const fs::path class_dir = fs::path(dir) / classes[c];
     if (!fs::is_directory(class_dir)) continue;
-    for (auto& file : list_images(class_dir)) samples.emplace_back(file, static_cast<std::int64_t>(c));
+    for (auto& file : class_images(class_dir)) samples.emplace_back(file, static_cast<std::int64_t>(c));
   }
   TORCH_CHECK(!samples.empty(), "data.root: no .png/.jpg images in the class folders of ", dir);
   return build(samples, static_cast<std::int64_t>(classes.size()), image_size, name);
@@ -309,7 +318,7 @@ ImageDataset load_image_folder(const std::string& root, int image_size, bool tra
   const auto classes = list_classes(root);
   std::vector<std::pair<fs::path, std::int64_t>> samples;
   for (std::size_t c = 0; c < classes.size(); ++c) {
-    const auto files = list_images(base / classes[c]);
+    const auto files = class_images(base / classes[c]);
     for (std::size_t i = 0; i < files.size(); ++i) {
       const bool held_out = i % 10 == 9;
       if (held_out != train) samples.emplace_back(files[i], static_cast<std::int64_t>(c));

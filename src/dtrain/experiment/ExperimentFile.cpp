@@ -73,7 +73,7 @@ RunSpec read_run(const std::string& source, const YAML::Node& run, const std::ve
     reject(source, run, "runs", "each run needs a name (and optionally overrides)");
   RunSpec r;
   for (const auto& field : run) {
-    const auto f = field.first.as<std::string>();
+    const auto f = config::key_text(source, field.first, "runs");
     if (f == "name") {
       r.name = scalar(source, field.second, "runs.name");
     } else if (f == "overrides") {
@@ -108,7 +108,7 @@ std::vector<std::pair<std::string, std::vector<std::string>>> read_sweep(const s
   if (!value.IsMap()) reject(source, value, "sweep", "expected a mapping of dotted keys to lists of values");
   std::vector<std::pair<std::string, std::vector<std::string>>> sweep;
   for (const auto& entry : value) {
-    const auto key = entry.first.as<std::string>();
+    const auto key = config::key_text(source, entry.first, "sweep");
     if (!entry.second.IsSequence() || entry.second.size() == 0) {
       reject(source, entry.second, "sweep." + key, "expected a non-empty list of values");
     }
@@ -122,7 +122,7 @@ std::vector<std::pair<std::string, std::vector<std::string>>> read_sweep(const s
 // One top-level key of the file into `spec`.
 void read_key(ExperimentSpec& spec, const std::string& source, const YAML::Node& key_node,
               const YAML::Node& value) {
-  const auto key = key_node.as<std::string>();
+  const auto key = config::key_text(source, key_node, "");
   if (key == "name") {
     spec.name = scalar(source, value, key);
     if (!is_folder_name(spec.name)) {
@@ -170,7 +170,9 @@ bool is_folder_name(const std::string& name) {
   return !name.empty() && name != "." && name != ".." && folder_safe(name) == name;
 }
 
-ExperimentSpec load_experiment(const fs::path& path) {
+namespace {
+
+ExperimentSpec read_experiment(const fs::path& path) {
   ExperimentSpec spec;
   spec.source_path = path;
   spec.source_text = read_text(path);
@@ -184,11 +186,25 @@ ExperimentSpec load_experiment(const fs::path& path) {
   bool has_base = false;
   for (const auto& item : root) {
     read_key(spec, source, item.first, item.second);
-    has_base = has_base || item.first.as<std::string>() == "base";
+    has_base = has_base || config::key_text(source, item.first, "") == "base";
   }
   if (!has_base)
     reject(source, root, "base", "missing: the base run configuration, e.g. base: quickstart.yaml");
   return spec;
+}
+
+}  // namespace
+
+ExperimentSpec load_experiment(const fs::path& path) {
+  try {
+    return read_experiment(path);
+  } catch (const YAML::Exception& e) {
+    // Every read above checks a node's kind before converting it; this names the file and line of
+    // any conversion yaml-cpp still refuses, rather than its bare "bad conversion".
+    const std::string where =
+        e.mark.is_null() ? path.string() : path.string() + ":" + std::to_string(e.mark.line + 1);
+    throw config::ConfigError(where, "", "a value of the wrong kind here (" + e.msg + ")");
+  }
 }
 
 std::vector<RunSpec> expand_runs(const ExperimentSpec& spec) {

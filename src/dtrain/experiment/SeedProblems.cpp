@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "dtrain/config/ValueText.h"
+#include "dtrain/config/YamlFile.h"
 #include "dtrain/experiment/SeedExperiment.h"
 #include "dtrain/experiment/SeedSection.h"
 
@@ -200,7 +201,7 @@ RunSpec read_problem(SeedSection problem, SeedForm& form) {
 std::vector<RunSpec> read_problem_configs(SeedSection problems, SeedForm& form) {
   std::vector<RunSpec> runs;
   for (const auto& entry : problems.node()) {
-    const auto key = entry.first.as<std::string>();
+    const auto key = config::key_text(problems.source(), entry.first, "problem_configs");
     runs.push_back(read_problem(
         problems.section(key, {"problem_name", "train_batch_size", "val_batch_size", "evaluate_frequency",
                                "verbose_evals", "metrics", "metrics_config", "optimizer_config"}),

@@ -26,7 +26,7 @@ SeedSection::SeedSection(std::string source, YAML::Node node, std::string path, 
   if (keys_.empty()) return;  // a mapping of names the caller reads (problem_configs)
   const YAML::Node& mapping = node_;
   for (const auto& entry : mapping) {
-    const auto key = entry.first.as<std::string>();
+    const auto key = config::key_text(source_, entry.first, path_);
     if (std::find(keys_.begin(), keys_.end(), key) != keys_.end()) continue;
     const auto near = config::detail::closest(key, keys_);
     reject_node(entry.first, dotted(key),
@@ -104,7 +104,7 @@ SeedSection SeedSection::section(const std::string& key, std::vector<std::string
 void SeedSection::finish() const {
   const YAML::Node& node = node_;
   for (const auto& entry : node) {
-    const auto key = entry.first.as<std::string>();
+    const auto key = config::key_text(source_, entry.first, path_);
     if (!taken_.count(key))
       reject_node(entry.first, dotted(key), "not used with the other settings given here; remove it");
   }
