@@ -51,10 +51,17 @@ TEST_F(ResumeWorldSize, TwoWorkersOnOneContinuesAndSaysThePartitionChanged) {
       << second.err;
   EXPECT_NE(second.err.find("resume with --nproc 2"), std::string::npos) << second.err;
 
-  // The same number of workers continues exactly and says nothing of it.
+  // The resume continued in the run's folder, so its last checkpoint is the one-worker run's; back on
+  // two workers it says so, and the same number of workers after that continues and says nothing.
   const auto third = run("train " + cfg_.string() + " train.max_steps=6 --resume " + run_dir, dir_.path());
   ASSERT_EQ(third.exit_code, 0) << third.err;
-  EXPECT_EQ(third.err.find("worker(s), this run has"), std::string::npos) << third.err;
+  EXPECT_EQ(last_json_line(third.out)["run_dir"], run_dir);
+  EXPECT_NE(third.err.find("the checkpoint was written by 1 worker(s), this run has 2"), std::string::npos)
+      << third.err;
+  const auto fourth = run("train " + cfg_.string() + " train.max_steps=8 --resume " + run_dir, dir_.path());
+  ASSERT_EQ(fourth.exit_code, 0) << fourth.err;
+  EXPECT_EQ(last_json_line(fourth.out)["steps"], 8);
+  EXPECT_EQ(fourth.err.find("worker(s), this run has"), std::string::npos) << fourth.err;
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 
 #include "dtrain/cli/Commands.h"
 #include "dtrain/cli/Main.h"
+#include "dtrain/cli/ResumeConfig.h"
 #include "dtrain/cli/SeedFlags.h"
 #include "dtrain/cli/SelfExe.h"
 #include "dtrain/comm/Rendezvous.h"
@@ -54,14 +55,36 @@ struct TrainArgs {
   SeedFlags seed;
 };
 
-// CONFIG (without one, the dAD paper's defaults), then that paper's flags, then key=value overrides.
+// The run folder --resume continues, where it is one (it has the config.yaml every run writes):
+// the folder itself, its checkpoints/ folder, or one checkpoint in it.
+std::optional<fs::path> resumed_run_folder(const TrainArgs& a) {
+  if (a.resume.empty()) return std::nullopt;
+  const fs::path resume(a.resume);
+  const auto folder = fs::is_directory(resume / "checkpoints")
+                          ? resume
+                          : (fs::is_regular_file(resume) ? resume.parent_path() : resume).parent_path();
+  if (!fs::is_regular_file(saved_config_path(folder))) return std::nullopt;
+  return folder;
+}
+
+// CONFIG (without one, the dAD paper's defaults, or the resumed run's own config.yaml), then that
+// paper's flags, then key=value overrides; on a resume, checked against the run's saved
+// configuration (Note [What a resume may change]).
 config::RunConfig load_config(const TrainArgs& a) {
   auto overrides = a.seed.overrides();
   const auto given = config::parse_overrides(a.overrides);
   check_no_conflict(overrides, given);
   overrides.insert(overrides.end(), given.begin(), given.end());
-  if (a.config.empty()) return config::run_config_from_text(kSeedDefaults, kSeedDefaultsSource, overrides);
-  return config::run_config_from_file(a.config, overrides);
+  const auto resumed = resumed_run_folder(a);
+  if (!resumed) {
+    if (a.config.empty()) return config::run_config_from_text(kSeedDefaults, kSeedDefaultsSource, overrides);
+    return config::run_config_from_file(a.config, overrides);
+  }
+  const auto saved_path = saved_config_path(*resumed);
+  const auto cfg = a.config.empty() ? config::run_config_from_file(saved_path.string(), overrides)
+                                    : config::run_config_from_file(a.config, overrides);
+  (void)resume_changes(config::run_config_from_file(saved_path.string(), {}), cfg, saved_path);
+  return cfg;
 }
 
 // CLI11 gives the first positional to CONFIG; without a file, a key=value (or a removal, ~key) there is
@@ -240,6 +263,8 @@ int launch_workers(const TrainArgs& a, const config::RunConfig& cfg, int nproc,
   fs::path root;
   if (!a.run_dir.empty()) {
     root = a.run_dir;
+  } else if (const auto resumed = resumed_run_folder(a)) {
+    root = *resumed;
   } else if (!a.resume.empty()) {
     root = run_folder_of(a.resume);
   } else {
@@ -312,6 +337,12 @@ int train_in(const TrainArgs& given, const config::RunConfig& cfg, const comm::C
   }
   // Rank 0 removed only temporaries, never a checkpoint; it decides for every rank where to start.
   const TrainArgs a = resume_after_restart(given, run, restarts, communicator, logger);
+  // What this resume changes, against the configuration the run folder holds until it is rewritten.
+  std::vector<ResumeChange> changes;
+  if (rank == 0 && !a.resume.empty() && fs::is_regular_file(run.config_path())) {
+    changes =
+        resume_changes(config::run_config_from_file(run.config_path().string(), {}), cfg, run.config_path());
+  }
   io::MetricsSinkPtr sink;
   if (rank == 0) {
     run.write_config(cfg);
@@ -348,7 +379,8 @@ int train_in(const TrainArgs& given, const config::RunConfig& cfg, const comm::C
   if (!a.resume.empty()) {
     const auto checkpoint = checking_inputs([&] { return load_resume_point(a.resume); });
     checking_inputs([&] { trainer.load_state(checkpoint); });
-    logger->info(fmt::format("resumed from {} at step {}", a.resume, trainer.step()));
+    logger->info(fmt::format("resumed from {} at step {}: {}", a.resume, trainer.step(), describe(changes)));
+    if (rank == 0) record_resume(run.root(), a.resume, trainer.step(), changes);
     if (rank == 0) warn_if_repartitioned(checkpoint.metadata(), trainer, a.resume, *logger);
   }
 
@@ -401,10 +433,13 @@ int run_worker(const TrainArgs& a, const config::RunConfig& cfg, const comm::Env
   const int world = rendezvous.world_size;
 
   std::optional<io::RunDir> run;
+  const auto resumed = resumed_run_folder(a);
   if (!a.run_dir.empty()) {
     if (rank == 0) fs::create_directories(fs::path(a.run_dir) / "checkpoints");
     if (communicator) communicator->barrier();
     run = io::RunDir::open(a.run_dir, rank, world);
+  } else if (resumed) {
+    run = io::RunDir::open(*resumed, rank, world);  // a resume continues in the run's own folder
   } else if (communicator && world > 1 && cfg.run_folder == "named") {
     run = io::RunDir::create_named_shared(*communicator, cfg.out_dir, cfg.name,
                                           resumes_in(a, fs::path(cfg.out_dir) / cfg.name));

@@ -1,0 +1,129 @@
+// See ResumeConfig.h, Note [What a resume may change].
+#include "dtrain/cli/ResumeConfig.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <stdexcept>
+
+#include "dtrain/config/RunConfigYaml.h"
+
+namespace dtrain::cli {
+namespace {
+
+// Keys (or, ending in '.', sections) a resume may change. name, out_dir and run_folder decide where
+// a new run's folder goes; a resume continues in its own, so they change nothing.
+const std::vector<std::string> kResumable{"name",
+                                          "out_dir",
+                                          "run_folder",
+                                          "nproc",
+                                          "train.epochs",
+                                          "train.max_steps",
+                                          "train.eval_every_steps",
+                                          "train.eval_every_epochs",
+                                          "train.eval_at_start",
+                                          "train.log_evals",
+                                          "train.log_every_steps",
+                                          "train.target_accuracy",
+                                          "train.checkpoint_every_steps",
+                                          "train.checkpoint_every_epochs",
+                                          "train.keep_checkpoints",
+                                          "train.threads",
+                                          "train.device",
+                                          "train.precision",
+                                          "train.sync_every_step",
+                                          "train.cudnn_benchmark",
+                                          "train.float32_matmul_precision",
+                                          "data.loader_threads",
+                                          "data.prefetch",
+                                          "data.eval_batch_size",
+                                          "model.init_from",
+                                          "parallel."};
+
+bool resumable(const std::string& key) {
+  return std::any_of(kResumable.begin(), kResumable.end(), [&](const std::string& allowed) {
+    return allowed.back() == '.' ? key.rfind(allowed, 0) == 0 : key == allowed;
+  });
+}
+
+void flatten(const nlohmann::json& value, const std::string& prefix,
+             std::map<std::string, nlohmann::json>& out) {
+  if (value.is_object()) {
+    for (const auto& [key, child] : value.items())
+      flatten(child, prefix.empty() ? key : prefix + "." + key, out);
+    return;
+  }
+  out[prefix] = value;
+}
+
+std::map<std::string, nlohmann::json> flat(const config::RunConfig& config) {
+  std::map<std::string, nlohmann::json> out;
+  flatten(config::to_json(config), "", out);
+  return out;
+}
+
+std::string text(const nlohmann::json& value) {
+  return value.is_null() ? "(not set)" : value.dump();
+}
+
+}  // namespace
+
+std::filesystem::path saved_config_path(const std::filesystem::path& run_folder) {
+  return run_folder / "config.yaml";
+}
+
+std::vector<ResumeChange> resume_changes(const config::RunConfig& saved, const config::RunConfig& config,
+                                         const std::filesystem::path& saved_path) {
+  const auto before = flat(saved);
+  const auto after = flat(config);
+  std::vector<std::string> keys;
+  for (const auto& [key, value] : before) keys.push_back(key);
+  for (const auto& [key, value] : after) {
+    if (!before.count(key)) keys.push_back(key);
+  }
+  std::sort(keys.begin(), keys.end());
+  std::vector<ResumeChange> changes;
+  for (const auto& key : keys) {
+    const auto was = before.count(key) ? before.at(key) : nlohmann::json();
+    const auto now = after.count(key) ? after.at(key) : nlohmann::json();
+    if (was == now) continue;
+    if (!resumable(key)) {
+      throw std::invalid_argument(fmt::format(
+          "--resume: {} is {} in the run's {}, {} here; a resumed run keeps its model, data, optimizer and "
+          "seed "
+          "(it may change epochs and steps, logging, evaluation and checkpoint cadence, workers, strategy, "
+          "backend, device and precision); start a new run, from these weights with model.init_from, to "
+          "change it",
+          key, text(was), saved_path.string(), text(now)));
+    }
+    changes.push_back({key, was, now});
+  }
+  return changes;
+}
+
+std::string describe(const std::vector<ResumeChange>& changes) {
+  if (changes.empty()) return "no setting changed";
+  std::string out;
+  for (const auto& c : changes)
+    out += fmt::format("{}{} {} -> {}", out.empty() ? "" : ", ", c.key, text(c.was), text(c.now));
+  return out;
+}
+
+void record_resume(const std::filesystem::path& run_folder, const std::string& checkpoint, std::int64_t step,
+                   const std::vector<ResumeChange>& changes) {
+  nlohmann::json line;
+  line["time"] = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  line["checkpoint"] = checkpoint;
+  line["step"] = step;
+  line["changes"] = nlohmann::json::object();
+  for (const auto& c : changes) line["changes"][c.key] = {{"was", c.was}, {"now", c.now}};
+  std::ofstream out(run_folder / "resumes.jsonl", std::ios::app);
+  out << line.dump() << "\n";
+  if (!out) {
+    throw std::runtime_error(fmt::format("cannot append to {}", (run_folder / "resumes.jsonl").string()));
+  }
+}
+
+}  // namespace dtrain::cli
