@@ -4,10 +4,12 @@
 // resume in resumes.jsonl with the keys it changed.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "cli/CliTestUtil.h"
 #include "support/Files.h"
@@ -97,6 +99,23 @@ TEST_F(ResumeConfig, ASettingThatWouldTrainOtherWeightsIsRefusedByName) {
     EXPECT_FALSE(fs::exists(fs::path(run_dir) / "resumes.jsonl"));
   }
   EXPECT_EQ(std::distance(fs::directory_iterator(dir_ / "runs"), fs::directory_iterator{}), 1);
+}
+
+// train.keep_checkpoints: the newest N checkpoint files stay, and the run resumes from the newest.
+TEST_F(ResumeConfig, KeepCheckpointsLeavesTheNewestN) {
+  const auto first =
+      run("train " + cfg_.string() + " train.checkpoint_every_steps=2 train.keep_checkpoints=2", dir_.path());
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  const std::string run_dir = last_json_line(first.out)["run_dir"];
+  std::vector<std::string> kept;
+  for (const auto& entry : fs::directory_iterator(fs::path(run_dir) / "checkpoints")) {
+    if (entry.path().extension() == ".ckpt") kept.push_back(entry.path().filename().string());
+  }
+  std::sort(kept.begin(), kept.end());
+  EXPECT_EQ(kept, (std::vector<std::string>{"checkpoint-000000000006.ckpt", "checkpoint-000000000008.ckpt"}));
+  const auto resumed = run("train --resume " + run_dir + " train.epochs=2", dir_.path());
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_NE(resumed.err.find("at step 8"), std::string::npos) << resumed.err;
 }
 
 }  // namespace

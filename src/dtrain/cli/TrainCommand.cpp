@@ -371,6 +371,7 @@ int train_in(const TrainArgs& given, const config::RunConfig& cfg, const comm::C
   train::CheckpointOptions ckpt;
   ckpt.every_steps = cfg.train.checkpoint_every_steps;
   ckpt.every_epochs = cfg.train.checkpoint_every_epochs;
+  ckpt.keep = cfg.train.keep_checkpoints;
   trainer.add_callback(
       std::make_shared<train::Checkpointing>(run.checkpoints_dir(), run.root() / "model.pt", ckpt, logger));
   if (cfg.train.target_accuracy > 0) {

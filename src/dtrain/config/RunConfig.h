@@ -141,6 +141,7 @@ struct TrainConfig {
   double target_accuracy = 0.0;  // stop when test top-1 reaches it (0 = never)
   std::int64_t checkpoint_every_steps = 0;
   int checkpoint_every_epochs = 1;  // 0 = only at the end
+  int keep_checkpoints = 0;         // the newest N checkpoint files are kept; 0 = every one
   std::uint64_t seed = 0;
   int threads = 0;             // intra-op threads per worker; 0 = cores / local workers
   std::string device = "cpu";  // cpu | cuda

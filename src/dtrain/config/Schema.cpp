@@ -166,6 +166,8 @@ void describe_train(OptionVisitor& v, TrainConfig& t) {
             "Checkpoint every N steps (0 = not by steps)");
   v.integer("checkpoint_every_epochs", t.checkpoint_every_epochs, at_least(0),
             "Checkpoint every N epochs (0 = only at the end)");
+  v.integer("keep_checkpoints", t.keep_checkpoints, at_least(0),
+            "Keep the newest N checkpoints, deleting older ones (0 = keep every one)");
   v.integer("seed", t.seed, IntRange{0, std::numeric_limits<std::int64_t>::max()},
             "Random seed of weights, data order and augmentation");
   v.integer("threads", t.threads, at_least(0), "Intra-op threads per worker (0 = cores / local workers)");

@@ -205,7 +205,7 @@ void Progress::on_train_end(Trainer&, const TrainResult&) {
 
 Checkpointing::Checkpointing(std::filesystem::path dir, std::filesystem::path export_path,
                              CheckpointOptions options, std::shared_ptr<io::Logger> logger)
-    : store_(std::move(dir)),
+    : store_(std::move(dir), io::CheckpointStoreOptions{options.keep}),
       export_path_(std::move(export_path)),
       options_(options),
       logger_(std::move(logger)) {}

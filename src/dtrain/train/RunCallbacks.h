@@ -69,6 +69,7 @@ struct CheckpointOptions {
   std::int64_t every_steps = 0;  // 0 = not by steps
   int every_epochs = 1;          // 0 = not by epochs
   bool at_end = true;
+  int keep = 0;  // the newest checkpoints kept (train.keep_checkpoints); 0 = every one
 };
 
 // Saves the Trainer's state (collective: every rank takes part; rank 0 writes) into a
