@@ -1,6 +1,7 @@
 // The single-process step: forward, backward (in micro-batches when accumulating), update.
 #include "dtrain/parallel/local/LocalStrategy.h"
 
+#include <fmt/format.h>
 #include <torch/torch.h>
 
 #include "dtrain/parallel/MicroBatches.h"
@@ -36,6 +37,18 @@ StepResult LocalStrategy::train_step(const data::Batch& batch) {
   if (communicator())
     result.bytes_sent = count_own_communication(communicator(), traffic_before).total().wire_bytes;
   return result;
+}
+
+std::vector<EvalModel> LocalStrategy::eval_models() const {
+  const bool several = communicator() && communicator()->size() > 1;
+  return {EvalModel{"model", several ? 0 : -1}};
+}
+
+std::map<std::string, std::string> LocalStrategy::notes() const {
+  if (!communicator() || communicator()->size() < 2) return {};
+  return {{"local", fmt::format("{} workers each train a model of their own on their own data; evaluation, "
+                                "model.pt and checkpoints are rank 0's model",
+                                communicator()->size())}};
 }
 
 DTRAIN_REGISTER_STRATEGY(local,

@@ -13,6 +13,13 @@ class LocalStrategy final : public ReplicaStrategy {
 
   std::string name() const override { return "local"; }
   StepResult train_step(const data::Batch& batch) override;
+  // Note [local on several workers]
+  // With a communicator of N > 1 ranks every rank trains a model of its own on its own shard: there
+  // are N models and no one of them is "the" model. Averaging their figures would report a top-1 no
+  // saved model has, so the evaluation is rank 0's model (the one model.pt and the checkpoints hold)
+  // on the whole evaluation set, and notes() says so.
+  std::vector<EvalModel> eval_models() const override;
+  std::map<std::string, std::string> notes() const override;
 };
 
 }  // namespace dtrain::parallel
