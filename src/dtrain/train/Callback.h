@@ -39,8 +39,10 @@ struct StepEvent {
 
 struct EvalEvent {
   std::int64_t step = 0;
-  std::int64_t epoch = 0;  // epochs completed when it ran (fractional positions show in step)
-  EvalMetrics metrics;     // the strategy's first evaluation model, on the evaluation set, reduced
+  // The epoch of the step it follows, from 1 (the epoch that just ended, at an epoch's end; 0 before
+  // the first step), as metrics.jsonl and the log number epochs.
+  std::int64_t epoch = 0;
+  EvalMetrics metrics;  // the strategy's first evaluation model, on the evaluation set, reduced
   // The strategy's further evaluation models by name (decentralized: each node), if any.
   std::map<std::string, EvalMetrics> others;
   // The strategy's own figures at this point (Strategy::metrics(), e.g. consensus error).

@@ -121,12 +121,14 @@ void MetricsLog::on_step_end(Trainer& trainer, const StepEvent& e) {
   };
   if (e.loss_scale > 0.0) scalars["train/loss_scale"] = e.loss_scale;
   if (trainer.rank() == 0) {
-    write_scalars(sink_, e.step, e.epoch, scalars);
+    // Epochs are numbered from 1 in every record and line: a step of the first epoch, that epoch's
+    // end and the evaluation after it all say epoch 1.
+    write_scalars(sink_, e.step, e.epoch + 1, scalars);
     if (logger_) {
       logger_->info(fmt::format(
           "step {}/{} epoch {} loss {:.4f} lr {:.5g} {:.0f} samples/s forward {:.2f} ms backward {:.2f} ms "
           "comm {:.2f} ms update {:.2f} ms sent {:.0f} B/step",
-          e.step, trainer.total_steps(), e.epoch, loss_sum_ / n, e.lr, scalars.at("train/samples_per_s"),
+          e.step, trainer.total_steps(), e.epoch + 1, loss_sum_ / n, e.lr, scalars.at("train/samples_per_s"),
           1e3 * timing_.forward / n, 1e3 * timing_.backward / n, 1e3 * timing_.communication / n,
           1e3 * timing_.update / n, scalars.at("comm/bytes_per_step")));
     }
@@ -171,7 +173,8 @@ void MetricsLog::on_epoch_end(Trainer& trainer, const EpochEvent& e) {
   scalars["time/epoch_s"] = e.seconds;
   write_scalars(sink_, e.step, e.epoch + 1, scalars);
   if (logger_)
-    logger_->info(fmt::format("epoch {} done in {:.1f} s: train {}", e.epoch, e.seconds, describe(e.train)));
+    logger_->info(
+        fmt::format("epoch {} done in {:.1f} s: train {}", e.epoch + 1, e.seconds, describe(e.train)));
   if (sink_) sink_->flush();
 }
 

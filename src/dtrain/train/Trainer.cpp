@@ -265,7 +265,8 @@ EvalMetrics Trainer::evaluate() {
 void Trainer::run_evaluation() {
   EvalEvent event;
   event.step = step_;
-  event.epoch = epoch_;
+  // The epoch of the step it follows, from 1: within an epoch that epoch, at its end the one that ended.
+  event.epoch = epoch_batch_ > 0 ? epoch_ + 1 : epoch_;
   auto evaluation = evaluate_all();
   event.metrics = evaluation.models.front().second;
   for (std::size_t i = 1; i < evaluation.models.size(); ++i) event.others.insert(evaluation.models[i]);
