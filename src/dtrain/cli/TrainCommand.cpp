@@ -28,6 +28,8 @@
 #include "dtrain/io/RunDir.h"
 #include "dtrain/io/TensorBoardWriter.h"
 #include "dtrain/launch/Launcher.h"
+#include "dtrain/optim/Loss.h"
+#include "dtrain/optim/Optimizers.h"
 #include "dtrain/parallel/Registry.h"
 #include "dtrain/train/EarlyStop.h"
 #include "dtrain/train/RunCallbacks.h"
@@ -198,6 +200,7 @@ nlohmann::json results_json(const config::RunConfig& cfg, const train::Trainer& 
                             const train::TrainResult& r, const io::RunDir& run, const std::string& backend) {
   nlohmann::json j;
   j["name"] = cfg.name;
+  j["status"] = r.stopped_early ? "stopped" : "finished";
   j["run_dir"] = run.root().string();
   j["model"] = cfg.model.name;
   j["parameters"] = trainer.model_facts().parameters;
@@ -255,6 +258,21 @@ std::string per_class_csv(const train::EvalMetrics& m, const std::vector<std::st
                        m.class_recall[c]);
   }
   return csv;
+}
+
+// A run that fails leaves results.json saying so (status "failed", the error, the exit status), so a
+// folder is never taken for a run that finished or one still running. Best effort: the error being
+// reported matters more than this file.
+void record_failure(const io::RunDir& run, const std::string& message, int exit_code) {
+  try {
+    nlohmann::json j;
+    j["status"] = "failed";
+    j["error"] = message;
+    j["exit_code"] = exit_code;
+    j["run_dir"] = run.root().string();
+    io::write_json_file(run.results_path(), j);
+  } catch (const std::exception&) {
+  }
 }
 
 // Starts `nproc` local workers running this same command, each told the run folder.
@@ -343,13 +361,8 @@ int train_in(const TrainArgs& given, const config::RunConfig& cfg, const comm::C
     changes =
         resume_changes(config::run_config_from_file(run.config_path().string(), {}), cfg, run.config_path());
   }
-  io::MetricsSinkPtr sink;
   if (rank == 0) {
     run.write_config(cfg);
-    sink = std::make_shared<io::MultiMetricsSink>(
-        std::vector<io::MetricsSinkPtr>{std::make_shared<io::JsonlMetricsSink>(run.metrics_jsonl_path()),
-                                        std::make_shared<io::CsvMetricsSink>(run.metrics_csv_path()),
-                                        std::make_shared<io::TensorBoardWriter>(run.tensorboard_dir())});
     logger->info(fmt::format("run folder {}", run.root().string()));
   }
 
@@ -361,6 +374,15 @@ int train_in(const TrainArgs& given, const config::RunConfig& cfg, const comm::C
   std::optional<train::Trainer> built;
   checking_inputs([&] { built.emplace(trainer_cfg, communicator, local_rank); });
   train::Trainer& trainer = *built;
+  // The metrics files (and TensorBoard's) only once the inputs are read: a run refused for its data
+  // leaves no empty metrics for `tensorboard --logdir runs` to list.
+  io::MetricsSinkPtr sink;
+  if (rank == 0) {
+    sink = std::make_shared<io::MultiMetricsSink>(
+        std::vector<io::MetricsSinkPtr>{std::make_shared<io::JsonlMetricsSink>(run.metrics_jsonl_path()),
+                                        std::make_shared<io::CsvMetricsSink>(run.metrics_csv_path()),
+                                        std::make_shared<io::TensorBoardWriter>(run.tensorboard_dir())});
+  }
   if (!trainer.device().is_cpu()) {
     logger->info(fmt::format("rank {} trains on {} ({} CUDA device(s) visible)", rank, trainer.device().str(),
                              torch::cuda::device_count()));
@@ -404,6 +426,10 @@ int train_in(const TrainArgs& given, const config::RunConfig& cfg, const comm::C
 void check_before_start(const TrainArgs& a, const config::RunConfig& cfg, int nproc,
                         const comm::Environment& env) {
   train::check_device_settings(cfg.train);
+  // The optimizer's and the loss's settings, refused here rather than by the workers after the run
+  // folder exists.
+  (void)optim::optimizer_factory(cfg.optim);
+  (void)optim::create_loss(cfg.optim.loss);
   const bool worker = started_by_a_launcher(env, a);
   if (!worker) {
     launch::check_local_workers(nproc, a.oversubscribe);
@@ -459,6 +485,7 @@ int run_worker(const TrainArgs& a, const config::RunConfig& cfg, const comm::Env
     // themselves, for the launcher to quote.
     const auto message = error_message(e);
     logger->error(message);
+    if (rank == 0) record_failure(*run, message, exit_code_for(e));
     if (rank != 0) std::cerr << fmt::format("[rank {}/{}] dtrain: error: {}\n", rank, world, message);
     return exit_code_for(e);
   }

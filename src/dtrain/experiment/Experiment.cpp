@@ -29,8 +29,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// A run whose results.json says it failed is run again.
 bool finished(const fs::path& run_dir) {
-  return fs::exists(run_dir / "results.json");
+  const auto path = run_dir / "results.json";
+  if (!fs::exists(path)) return false;
+  const auto results = io::read_json_file(path);
+  return !(results.is_object() && results.value("status", "") == "failed");
 }
 
 // Every run's configuration, loaded before the first one starts; an error names the run.

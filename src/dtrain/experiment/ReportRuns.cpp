@@ -96,6 +96,10 @@ ReportRun read_run(const std::string& name, const fs::path& run_dir) {
   const auto path = run_dir / "results.json";
   const auto results = io::read_json_file(path);
   if (!results.is_object()) throw std::runtime_error(path.string() + ": expected a JSON object of results");
+  if (results.value("status", "") == "failed") {
+    throw std::invalid_argument(fmt::format("report: the run in {} failed ({}); nothing to report",
+                                            run_dir.string(), results.value("error", "no error recorded")));
+  }
   return {name, parse_run_results(results), read_metrics(run_dir / "metrics.jsonl")};
 }
 

@@ -29,9 +29,11 @@ void validate_common(const config::OptimConfig& config, const std::string& name)
           fmt::format("optim.weight_decay: expected >= 0, found {}", config.weight_decay));
   if (name != "sgd") {
     require(config.momentum == 0.0 && !config.nesterov,
-            fmt::format("optim.momentum/optim.nesterov apply to sgd only, found momentum {} and nesterov {} "
-                        "with {}; remove them or set optim.name: sgd (adam's momentum is optim.beta1)",
-                        config.momentum, config.nesterov, name));
+            fmt::format(
+                "optim.momentum/optim.nesterov apply to sgd only, found momentum {} and nesterov {} "
+                "with {}; remove them (on the command line: optim.momentum=null optim.nesterov=null) or set "
+                "optim.name: sgd (adam's momentum is optim.beta1)",
+                config.momentum, config.nesterov, name));
   }
   require(
       name != "lbfgs" || config.foreach != "true",
