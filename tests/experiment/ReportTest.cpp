@@ -223,6 +223,32 @@ TEST_F(ReportTest, ScalingEfficiencyIsThroughputOverNTimesTheBestOneWorkerThroug
   EXPECT_FALSE(scaling_efficiency(runs[4].results, one_worker).has_value());
 }
 
+// Note [Scaling efficiency above 1]: nothing is flagged in a fair study; a run above 1 is, naming its
+// reference and the cause that holds: another batch, another precision, or a slower reference.
+TEST_F(ReportTest, AScalingEfficiencyAboveOneIsFlaggedWithItsCause) {
+  EXPECT_TRUE(scaling_warnings(scaling_runs()).empty());
+  auto slow_one = results("mlp", 1, 40);
+  auto two = results("mlp", 2, 180);
+  const auto slow = scaling_warnings({run("one", slow_one), run("two", two)});
+  ASSERT_EQ(slow.size(), 1u);
+  EXPECT_EQ(
+      slow[0],
+      "Scaling efficiency 2.25 for two is above 1, which 2 workers cannot reach: its one-worker reference "
+      "(one) is not a fair one: it ran at 40 samples/s, below the 90 of each of this run's workers: the host "
+      "was busier while it ran (other runs or programs on the same cores) or it had fewer threads.");
+  auto small_batch = results("mlp", 1, 40);
+  small_batch["config"]["data"]["batch_size"] = 8;
+  const auto batch = scaling_warnings({run("one", small_batch), run("two", two)});
+  ASSERT_EQ(batch.size(), 1u);
+  EXPECT_NE(batch[0].find("it trained 8 samples per worker and step, this run 32"), std::string::npos)
+      << batch[0];
+  auto bf16 = results("mlp", 2, 180);
+  bf16["precision"] = "bf16";
+  const auto precision = scaling_warnings({run("one", results("mlp", 1, 40)), run("two", bf16)});
+  ASSERT_EQ(precision.size(), 1u);
+  EXPECT_NE(precision[0].find("it trained in fp32, this run in bf16"), std::string::npos) << precision[0];
+}
+
 TEST_F(ReportTest, CommunicationPerStepDividesByTheSteps) {
   const auto two = scaling_runs()[1].results;  // 4e6 bytes and 0.01 s over 5 steps
   EXPECT_DOUBLE_EQ(comm_mb_per_step(two), 0.8);
@@ -236,9 +262,10 @@ TEST_F(ReportTest, CommunicationPerStepDividesByTheSteps) {
 TEST_F(ReportTest, TheRunTableHasEveryRunsNumbers) {
   const auto table = run_table(scaling_runs());
   ASSERT_EQ(table.size(), 6u);
-  EXPECT_EQ(table[0], (std::vector<std::string>{"run", "strategy", "backend", "workers", "model", "steps",
-                                                "test top-1", "test top-5", "test loss", "samples/s",
-                                                "scaling eff.", "comm MB/step", "wait ms/step", "train s"}));
+  EXPECT_EQ(table[0],
+            (std::vector<std::string>{"run", "strategy", "backend", "workers", "model", "steps", "test top-1",
+                                      "test top-5", "test loss", "samples/s", "scaling eff.",
+                                      "payload MB/step", "wait ms/step", "train s"}));
   EXPECT_EQ(table[1], (std::vector<std::string>{"one", "local", "none", "1", "mlp", "10", "0.5000", "0.9000",
                                                 "1.2500", "100", "1.00", "0.000", "0.000", "8.00"}));
   EXPECT_EQ(table[2],

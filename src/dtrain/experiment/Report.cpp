@@ -21,6 +21,7 @@ fs::path write_report(const fs::path& dir, const ReportOptions& options) {
   ReportPage page;
   page.title = fmt::format("dtrain report: {}", dir.filename().string());
   page.runs = run_table(runs);
+  page.warnings = scaling_warnings(runs);
   if (shows_step_table(runs)) page.steps = step_table(runs);
   if (shows_throughput_table(runs)) page.throughput = throughput_table(runs);
   page.figures = draw_figures(runs, plots, options.gnuplot);

@@ -58,6 +58,7 @@ std::string html_page(const ReportPage& page, const std::filesystem::path& plots
   std::string html = "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>" + page.title +
                      "</title>\n" + kStyle + "</head><body>\n<h1>" + page.title + "</h1>\n<h2>Runs</h2>\n" +
                      html_table(page.runs);
+  for (const auto& warning : page.warnings) html += "<p><strong>Note:</strong> " + warning + "</p>\n";
   if (page.steps) html += "<h2>Time and bytes per step</h2>\n" + html_table(*page.steps);
   if (page.throughput) {
     html += "<h2>Throughput: model x batch against precision x workers</h2>\n" + html_table(*page.throughput);

@@ -22,6 +22,7 @@ std::string markdown_table(const Table& table) {
 
 std::string markdown_page(const ReportPage& page) {
   std::string md = "# " + page.title + "\n\n## Runs\n\n" + markdown_table(page.runs);
+  for (const auto& warning : page.warnings) md += "\n**Note:** " + warning + "\n";
   if (page.steps) md += "\n## Time and bytes per step\n\n" + markdown_table(*page.steps);
   if (page.throughput) {
     md += "\n## Throughput: model x batch against precision x workers\n\n" + markdown_table(*page.throughput);

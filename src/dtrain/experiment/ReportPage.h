@@ -15,10 +15,11 @@ namespace dtrain::experiment {
 // What a report shows, in order.
 struct ReportPage {
   std::string title;
-  Table runs;                       // "Runs"
-  std::optional<Table> steps;       // "Time and bytes per step"
-  std::optional<Table> throughput;  // "Throughput: model x batch against precision x workers"
-  std::vector<Figure> figures;      // "Figures"
+  Table runs;                         // "Runs"
+  std::vector<std::string> warnings;  // under the runs: figures not to be taken as they stand
+  std::optional<Table> steps;         // "Time and bytes per step"
+  std::optional<Table> throughput;    // "Throughput: model x batch against precision x workers"
+  std::vector<Figure> figures;        // "Figures"
 };
 
 // A Markdown table: the first row is the header.

@@ -50,6 +50,42 @@ std::optional<double> scaling_efficiency(const RunResults& run,
   return scaling_efficiency(run.samples_per_second, run.world_size, base->second);
 }
 
+std::vector<std::string> scaling_warnings(const std::vector<ReportRun>& runs) {
+  // The reference of each model: the fastest one-worker run (as one_worker_throughput takes it).
+  std::map<std::string, const ReportRun*> reference;
+  for (const auto& run : runs) {
+    if (run.results.world_size != 1) continue;
+    auto& best = reference[run.results.model];
+    if (!best || run.results.samples_per_second > best->results.samples_per_second) best = &run;
+  }
+  const auto one_worker = one_worker_throughput(runs);
+  std::vector<std::string> out;
+  for (const auto& run : runs) {
+    const auto efficiency = scaling_efficiency(run.results, one_worker);
+    if (!efficiency || *efficiency <= 1.0 || run.results.world_size < 2) continue;
+    const auto& ref = reference.at(run.results.model)->results;
+    const auto& r = run.results;
+    std::string cause;
+    if (ref.batch_size != r.batch_size) {
+      cause =
+          fmt::format("it trained {} samples per worker and step, this run {}", ref.batch_size, r.batch_size);
+    } else if (ref.precision != r.precision) {
+      cause = fmt::format("it trained in {}, this run in {}", ref.precision, r.precision);
+    } else {
+      cause = fmt::format(
+          "it ran at {:.0f} samples/s, below the {:.0f} of each of this run's workers: the host was busier "
+          "while it ran (other runs or programs on the same cores) or it had fewer threads",
+          ref.samples_per_second, r.samples_per_second / r.world_size);
+    }
+    out.push_back(
+        fmt::format("Scaling efficiency {:.2f} for {} is above 1, which {} workers cannot reach: its "
+                    "one-worker reference "
+                    "({}) is not a fair one: {}.",
+                    *efficiency, run.name, r.world_size, reference.at(run.results.model)->name, cause));
+  }
+  return out;
+}
+
 double comm_mb_per_step(const RunResults& run) {
   return run.comm_bytes / steps_or_one(run) / 1e6;
 }
@@ -66,14 +102,14 @@ std::vector<int> worker_counts(const std::vector<ReportRun>& runs) {
 
 Table run_table(const std::vector<ReportRun>& runs) {
   Table table{{"run", "strategy", "backend", "workers", "model", "steps", "test top-1", "test top-5",
-               "test loss", "samples/s", "scaling eff.", "comm MB/step", "wait ms/step", "train s"}};
+               "test loss", "samples/s", "scaling eff.", "payload MB/step", "wait ms/step", "train s"}};
   const auto one_worker = one_worker_throughput(runs);
   for (const auto& run : runs) table.push_back(run_row(run, one_worker));
   return table;
 }
 
 Table step_table(const std::vector<ReportRun>& runs) {
-  Table table{{"run", "strategy", "model", "test top-1", "wire KB/step", "forward ms", "backward ms",
+  Table table{{"run", "strategy", "model", "test top-1", "sent KB/step", "forward ms", "backward ms",
                "comm ms", "update ms", "step ms"}};
   for (const auto& run : runs) {
     const auto& r = run.results;

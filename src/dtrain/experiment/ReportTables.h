@@ -35,11 +35,21 @@ double comm_wait_ms_per_step(const RunResults& run);
 std::vector<int> worker_counts(const std::vector<ReportRun>& runs);
 
 // One row per run: run, strategy, backend, workers, model, steps, test top-1, test top-5, test
-// loss, samples/s, scaling eff., comm MB/step, wait ms/step.
+// loss, samples/s, scaling eff., payload MB/step (the bytes of the tensors each rank handed to its
+// communication, both ways: an all-reduce's buffer once, a send and a receive each), wait ms/step.
 Table run_table(const std::vector<ReportRun>& runs);
 
-// The dAD paper's table, one row per run with a step time split: run, strategy, model, test top-1, wire
-// KB/step, and ms per step in forward, backward, communication, update and their sum.
+// Note [Scaling efficiency above 1]
+// N workers cannot do more than N times what one worker does alone on the same host, so an efficiency
+// above 1 says the one-worker reference is not a fair one: it trained with another batch per worker or
+// another precision (the reference is the fastest one-worker run of the model), or it ran slower than
+// one worker of this run (a host busy with other work while it ran, or fewer threads). One line per
+// such run, naming the reference and which of these holds; empty when none is above 1.
+std::vector<std::string> scaling_warnings(const std::vector<ReportRun>& runs);
+
+// The dAD paper's table, one row per run with a step time split: run, strategy, model, test top-1, sent
+// KB/step (what this rank's algorithms put on the wire), and ms per step in forward, backward, communication,
+// update and their sum.
 Table step_table(const std::vector<ReportRun>& runs);
 
 // Some run's results carry the step time split.

@@ -89,11 +89,12 @@ std::map<std::string, double> PipelineStrategy::metrics() {
   std::map<std::string, double> out;
   stage_idle_fraction_.assign(stages, 0.0);
   replay_idle_fraction_.assign(stages, 0.0);
+  schedule_idle_fraction_.assign(stages, 0.0);
   for (int s = 0; s < stages; ++s) {
     stage_idle_fraction_[s] = total[s] > 0.0 ? idle[s] / total[s] : 0.0;
     out[fmt::format("pipeline/idle_fraction/stage{}", s)] = stage_idle_fraction_[s];
-    out[fmt::format("pipeline/schedule_idle_fraction/stage{}", s)] =
-        schedule_total > 0.0 ? 1.0 - busy[s] / schedule_total : 0.0;
+    schedule_idle_fraction_[s] = schedule_total > 0.0 ? 1.0 - busy[s] / schedule_total : 0.0;
+    out[fmt::format("pipeline/schedule_idle_fraction/stage{}", s)] = schedule_idle_fraction_[s];
     replay_idle_fraction_[s] = replay_seconds_ > 0.0 ? 1.0 - busy[s] / replay_seconds_ : 0.0;
     out[fmt::format("pipeline/replay_idle_fraction/stage{}", s)] = replay_idle_fraction_[s];
     out[fmt::format("pipeline/peak_micro_batches/stage{}", s)] = stage_peak_held_[s];
@@ -117,11 +118,17 @@ std::map<std::string, std::string> PipelineStrategy::notes() const {
   if (!stage_idle_fraction_.empty()) {
     std::vector<std::string> parts;
     for (std::size_t s = 0; s < stage_idle_fraction_.size(); ++s) {
-      parts.push_back(fmt::format("stage {} idle {:.3f}, peak {} micro-batches held", s,
-                                  stage_idle_fraction_[s], static_cast<int>(stage_peak_held_[s])));
+      // Each figure by its own name (Note [Measuring the bubble]): the schedule's idle share is the
+      // one GPipe's formula predicts; the wait in receives is part of it, over the whole step.
+      parts.push_back(fmt::format(
+          "stage {} idle {:.3f} of the schedule (schedule_idle_fraction), waiting in receives {:.3f} of the "
+          "step "
+          "(idle_fraction), peak {} micro-batches held",
+          s, schedule_idle_fraction_[s], stage_idle_fraction_[s], static_cast<int>(stage_peak_held_[s])));
     }
-    out["pipeline/idle"] = fmt::format("{}; expected idle (S-1)/(M+S-1) = {:.3f}", fmt::join(parts, "; "),
-                                       expected_idle_fraction(layout_.stages, options_.micro_batches));
+    out["pipeline/idle"] =
+        fmt::format("{}; expected idle of the schedule (S-1)/(M+S-1) = {:.3f}", fmt::join(parts, "; "),
+                    expected_idle_fraction(layout_.stages, options_.micro_batches));
     if (schedule_over_replay_ > 0.0) {
       double mean = 0.0;
       for (const double f : replay_idle_fraction_)

@@ -151,11 +151,12 @@ class PipelineStrategy final : public Strategy {
   std::vector<double> recorded_passes_;  // per step: forward seconds per micro-batch, then backward
   double replay_seconds_ = 0.0;          // the replayed schedules' spans, summed over pipelines
   int peak_held_ = 0;
-  std::vector<double> stage_idle_fraction_;   // the last metrics(), per stage
-  std::vector<double> replay_idle_fraction_;  // the same
-  double schedule_over_replay_ = 0.0;         // the last metrics()
-  double compute_imbalance_ = 0.0;            // the same: the busiest stage's compute over the mean
-  int busiest_stage_ = 0;                     // the same
+  std::vector<double> stage_idle_fraction_;     // the last metrics(), per stage
+  std::vector<double> replay_idle_fraction_;    // the same
+  std::vector<double> schedule_idle_fraction_;  // the same
+  double schedule_over_replay_ = 0.0;           // the last metrics()
+  double compute_imbalance_ = 0.0;              // the same: the busiest stage's compute over the mean
+  int busiest_stage_ = 0;                       // the same
   std::vector<double> stage_peak_held_;
 };
 
