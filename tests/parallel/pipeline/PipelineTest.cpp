@@ -403,7 +403,16 @@ TEST(PipelineMetrics, IdleFractionsAndHeldMicroBatchesPerStage) {
   EXPECT_NEAR(metrics[0].at("pipeline/compute_imbalance"), std::max(busy0, busy1) / ((busy0 + busy1) / 2.0),
               1e-9);
   EXPECT_GE(metrics[0].at("pipeline/compute_imbalance"), 1.0);
-  EXPECT_NE(notes[0].at("pipeline/idle").find("stage 1 idle"), std::string::npos);
+  // The note gives each idle figure under its own name, with the value its metric has.
+  EXPECT_NE(notes[0]
+                .at("pipeline/idle")
+                .find(fmt::format("stage 1 idle {:.3f} of the schedule (schedule_idle_fraction), waiting in "
+                                  "receives {:.3f} of the "
+                                  "step (idle_fraction)",
+                                  metrics[0].at("pipeline/schedule_idle_fraction/stage1"),
+                                  metrics[0].at("pipeline/idle_fraction/stage1"))),
+            std::string::npos)
+      << notes[0].at("pipeline/idle");
   EXPECT_NE(notes[0].at("pipeline/idle").find("replayed with these passes"), std::string::npos);
   EXPECT_NE(
       notes[0].at("pipeline/idle").find(fmt::format("stage {} computes the most", busy0 >= busy1 ? 0 : 1)),
