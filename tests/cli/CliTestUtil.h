@@ -2,7 +2,10 @@
 // JSON line a command prints last.
 #pragma once
 
+#include <fcntl.h>
+#include <spawn.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -12,8 +15,11 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "support/Files.h"
+
+extern char** environ;
 
 namespace dtrain::testing {
 
@@ -38,6 +44,21 @@ inline Output run(const std::string& args, const fs::path& dir) {
   o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   o.err = read_file(err_path);
   return o;
+}
+
+// Starts args[0] with args, stdout to `out_path` and stderr to `err_path`; -1 if it cannot start.
+inline pid_t spawn(std::vector<std::string> args, const fs::path& out_path, const fs::path& err_path) {
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t files;
+  posix_spawn_file_actions_init(&files);
+  posix_spawn_file_actions_addopen(&files, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&files, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = -1;
+  const int failed = posix_spawn(&pid, argv[0], &files, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&files);
+  return failed ? -1 : pid;
 }
 
 inline nlohmann::json last_json_line(const std::string& out) {

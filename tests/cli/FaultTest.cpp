@@ -33,23 +33,9 @@ using Clock = std::chrono::steady_clock;
 
 using dtrain::testing::last_json_line;
 using dtrain::testing::run;
+using dtrain::testing::spawn;
 
 using dtrain::testing::read_file;
-
-// Starts args[0] with args, stdout to `out_path` and stderr to `err_path`; -1 if it cannot start.
-pid_t spawn(std::vector<std::string> args, const fs::path& out_path, const fs::path& err_path) {
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t files;
-  posix_spawn_file_actions_init(&files);
-  posix_spawn_file_actions_addopen(&files, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&files, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t pid = -1;
-  const int failed = posix_spawn(&pid, argv[0], &files, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&files);
-  return failed ? -1 : pid;
-}
 
 // /proc/<pid>/stat's state and parent; state 0 when the process is gone.
 std::pair<char, pid_t> state_of(pid_t pid) {

@@ -14,6 +14,7 @@
 #include <optional>
 
 #include "dtrain/cli/Commands.h"
+#include "dtrain/cli/Interrupt.h"
 #include "dtrain/cli/Main.h"
 #include "dtrain/cli/ResumeConfig.h"
 #include "dtrain/cli/SeedFlags.h"
@@ -399,6 +400,8 @@ int train_in(const TrainArgs& given, const config::RunConfig& cfg, const comm::C
   if (cfg.train.target_accuracy > 0) {
     trainer.add_callback(std::make_shared<train::EarlyStop>(cfg.train.target_accuracy));
   }
+  const auto interrupt = std::make_shared<StopOnInterrupt>(cfg.train.log_every_steps);
+  trainer.add_callback(interrupt);
   if (!a.resume.empty()) {
     const auto checkpoint = checking_inputs([&] { return load_resume_point(a.resume); });
     checking_inputs([&] { trainer.load_state(checkpoint); });
@@ -407,9 +410,11 @@ int train_in(const TrainArgs& given, const config::RunConfig& cfg, const comm::C
     if (rank == 0) warn_if_repartitioned(checkpoint.metadata(), trainer, a.resume, *logger);
   }
 
+  const InterruptHandlers handlers;
   const auto result = trainer.fit();
   if (rank == 0) {
     auto j = results_json(cfg, trainer, result, run, communicator ? communicator->backend() : "none");
+    if (interrupt->signal() != 0) j["status"] = "interrupted";
     const auto by_class = per_class_csv(result.final_eval, trainer.datasets().class_names);
     if (!by_class.empty()) {
       io::write_file_atomic(run.root() / "per_class.csv", by_class);
@@ -417,6 +422,10 @@ int train_in(const TrainArgs& given, const config::RunConfig& cfg, const comm::C
     }
     io::write_json_file(run.results_path(), j);
     std::cout << j.dump() << std::endl;
+  }
+  if (interrupt->signal() != 0) {
+    logger->info(result.stop_reason + "; checkpoint, model.pt and results.json written");
+    return 128 + interrupt->signal();  // Note [Exit codes]: a run ended by signal N
   }
   return kExitSuccess;
 }
