@@ -342,6 +342,36 @@ TrainArgs resume_after_restart(const TrainArgs& a, const io::RunDir& run, int re
   return resumed;
 }
 
+// The callbacks of a run: the metrics files (and TensorBoard's), made only once the inputs are read,
+// so a run refused for its data leaves no empty metrics for `tensorboard --logdir runs` to list; the
+// progress bar, checkpoints and the early stop.
+void add_run_callbacks(train::Trainer& trainer, const config::RunConfig& cfg, const io::RunDir& run,
+                       const std::shared_ptr<io::Logger>& logger, int rank) {
+  io::MetricsSinkPtr sink;
+  if (rank == 0) {
+    sink = std::make_shared<io::MultiMetricsSink>(
+        std::vector<io::MetricsSinkPtr>{std::make_shared<io::JsonlMetricsSink>(run.metrics_jsonl_path()),
+                                        std::make_shared<io::CsvMetricsSink>(run.metrics_csv_path()),
+                                        std::make_shared<io::TensorBoardWriter>(run.tensorboard_dir())});
+  }
+  if (!trainer.device().is_cpu()) {
+    logger->info(fmt::format("rank {} trains on {} ({} CUDA device(s) visible)", rank, trainer.device().str(),
+                             torch::cuda::device_count()));
+  }
+  trainer.add_callback(
+      std::make_shared<train::MetricsLog>(sink, logger, cfg.train.log_every_steps, cfg.train.log_evals));
+  if (rank == 0) trainer.add_callback(std::make_shared<train::Progress>(logger->console()));
+  train::CheckpointOptions ckpt;
+  ckpt.every_steps = cfg.train.checkpoint_every_steps;
+  ckpt.every_epochs = cfg.train.checkpoint_every_epochs;
+  ckpt.keep = cfg.train.keep_checkpoints;
+  trainer.add_callback(
+      std::make_shared<train::Checkpointing>(run.checkpoints_dir(), run.root() / "model.pt", ckpt, logger));
+  if (cfg.train.target_accuracy > 0) {
+    trainer.add_callback(std::make_shared<train::EarlyStop>(cfg.train.target_accuracy));
+  }
+}
+
 // The training itself, in a worker whose run folder and log are ready.
 int train_in(const TrainArgs& given, const config::RunConfig& cfg, const comm::CommunicatorPtr& communicator,
              io::RunDir& run, const std::shared_ptr<io::Logger>& logger, int restarts, int local_rank) {
@@ -375,31 +405,7 @@ int train_in(const TrainArgs& given, const config::RunConfig& cfg, const comm::C
   std::optional<train::Trainer> built;
   checking_inputs([&] { built.emplace(trainer_cfg, communicator, local_rank); });
   train::Trainer& trainer = *built;
-  // The metrics files (and TensorBoard's) only once the inputs are read: a run refused for its data
-  // leaves no empty metrics for `tensorboard --logdir runs` to list.
-  io::MetricsSinkPtr sink;
-  if (rank == 0) {
-    sink = std::make_shared<io::MultiMetricsSink>(
-        std::vector<io::MetricsSinkPtr>{std::make_shared<io::JsonlMetricsSink>(run.metrics_jsonl_path()),
-                                        std::make_shared<io::CsvMetricsSink>(run.metrics_csv_path()),
-                                        std::make_shared<io::TensorBoardWriter>(run.tensorboard_dir())});
-  }
-  if (!trainer.device().is_cpu()) {
-    logger->info(fmt::format("rank {} trains on {} ({} CUDA device(s) visible)", rank, trainer.device().str(),
-                             torch::cuda::device_count()));
-  }
-  trainer.add_callback(
-      std::make_shared<train::MetricsLog>(sink, logger, cfg.train.log_every_steps, cfg.train.log_evals));
-  if (rank == 0) trainer.add_callback(std::make_shared<train::Progress>(logger->console()));
-  train::CheckpointOptions ckpt;
-  ckpt.every_steps = cfg.train.checkpoint_every_steps;
-  ckpt.every_epochs = cfg.train.checkpoint_every_epochs;
-  ckpt.keep = cfg.train.keep_checkpoints;
-  trainer.add_callback(
-      std::make_shared<train::Checkpointing>(run.checkpoints_dir(), run.root() / "model.pt", ckpt, logger));
-  if (cfg.train.target_accuracy > 0) {
-    trainer.add_callback(std::make_shared<train::EarlyStop>(cfg.train.target_accuracy));
-  }
+  add_run_callbacks(trainer, cfg, run, logger, rank);
   const auto interrupt = std::make_shared<StopOnInterrupt>(cfg.train.log_every_steps);
   trainer.add_callback(interrupt);
   if (!a.resume.empty()) {
