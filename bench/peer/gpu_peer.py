@@ -30,50 +30,11 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
-
-# ResNet-18/50 as dtrain's models/ResNet.cpp builds them: torchvision's layout (stride on a
-# bottleneck's 3x3), a "cifar" stem (3x3, no pooling) or an "imagenet" stem (7x7 stride 2, max pool).
-def conv(cin, cout, kernel, stride):
-    return nn.Conv2d(cin, cout, kernel, stride=stride, padding=kernel // 2, bias=False)
+from resnet_blocks import BasicBlock, Bottleneck, conv
 
 
-class BasicBlock(nn.Module):
-    expansion = 1
-
-    def __init__(self, cin, planes, stride):
-        super().__init__()
-        self.conv1, self.bn1 = conv(cin, planes, 3, stride), nn.BatchNorm2d(planes)
-        self.conv2, self.bn2 = conv(planes, planes, 3, 1), nn.BatchNorm2d(planes)
-        self.shortcut = None
-        if stride != 1 or cin != planes:
-            self.shortcut = nn.Sequential(conv(cin, planes, 1, stride), nn.BatchNorm2d(planes))
-
-    def forward(self, x):
-        out = F.relu(self.bn1(self.conv1(x)))
-        out = self.bn2(self.conv2(out))
-        return F.relu(out + (self.shortcut(x) if self.shortcut is not None else x))
-
-
-class Bottleneck(nn.Module):
-    expansion = 4
-
-    def __init__(self, cin, planes, stride):
-        super().__init__()
-        out = planes * self.expansion
-        self.conv1, self.bn1 = conv(cin, planes, 1, 1), nn.BatchNorm2d(planes)
-        self.conv2, self.bn2 = conv(planes, planes, 3, stride), nn.BatchNorm2d(planes)
-        self.conv3, self.bn3 = conv(planes, out, 1, 1), nn.BatchNorm2d(out)
-        self.shortcut = None
-        if stride != 1 or cin != out:
-            self.shortcut = nn.Sequential(conv(cin, out, 1, stride), nn.BatchNorm2d(out))
-
-    def forward(self, x):
-        out = F.relu(self.bn1(self.conv1(x)))
-        out = F.relu(self.bn2(self.conv2(out)))
-        out = self.bn3(self.conv3(out))
-        return F.relu(out + (self.shortcut(x) if self.shortcut is not None else x))
-
-
+# ResNet-18/50 as dtrain's models/ResNet.cpp builds them: a "cifar" stem (3x3, no pooling) or an
+# "imagenet" stem (7x7 stride 2, max pool) before the blocks.
 def resnet(depth, stem, channels, classes, dropout):
     block, blocks = (Bottleneck, [3, 4, 6, 3]) if depth == 50 else (BasicBlock, [2, 2, 2, 2])
     if stem == "cifar":

@@ -29,25 +29,7 @@ import torch.nn.functional as F
 from torch.distributed.optim import ZeroRedundancyOptimizer
 
 from peer_common import StepTimer, run_ranks
-
-
-def conv(cin, cout, kernel, stride):
-    return nn.Conv2d(cin, cout, kernel, stride=stride, padding=kernel // 2, bias=False)
-
-
-class BasicBlock(nn.Module):
-    def __init__(self, cin, planes, stride):
-        super().__init__()
-        self.conv1, self.bn1 = conv(cin, planes, 3, stride), nn.BatchNorm2d(planes)
-        self.conv2, self.bn2 = conv(planes, planes, 3, 1), nn.BatchNorm2d(planes)
-        self.shortcut = None
-        if stride != 1 or cin != planes:
-            self.shortcut = nn.Sequential(conv(cin, planes, 1, stride), nn.BatchNorm2d(planes))
-
-    def forward(self, x):
-        out = F.relu(self.bn1(self.conv1(x)))
-        out = self.bn2(self.conv2(out))
-        return F.relu(out + (self.shortcut(x) if self.shortcut is not None else x))
+from resnet_blocks import BasicBlock, conv
 
 
 def resnet18(channels=3, classes=10):

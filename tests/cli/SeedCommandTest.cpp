@@ -3,10 +3,8 @@
 // folder <log-dir>/<name>/ with site_0 and site_1, a rerun refused and a --resume continuing, the
 // same without CONFIG on workers started by --nproc, and the one-line errors for names dtrain does
 // not know and for flags it cannot honour.
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
-#include <spawn.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -19,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/CliTestUtil.h"
 #include "dtrain/config/Registry.h"
 #include "dtrain/config/RunConfigYaml.h"
 #include "dtrain/config/Schema.h"
@@ -53,15 +52,7 @@ class Process {
  public:
   Process(std::vector<std::string> args, const fs::path& out, const fs::path& err) : err_(err) {
     args.insert(args.begin(), DTRAIN_BINARY);
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t files;
-    posix_spawn_file_actions_init(&files);
-    posix_spawn_file_actions_addopen(&files, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_addopen(&files, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (posix_spawn(&pid_, argv[0], &files, nullptr, argv.data(), environ) != 0) pid_ = -1;
-    posix_spawn_file_actions_destroy(&files);
+    pid_ = dtrain::testing::spawn(std::move(args), out, err);
   }
   Process(const Process&) = delete;
   Process& operator=(const Process&) = delete;
