@@ -209,6 +209,7 @@ nlohmann::json results_json(const config::RunConfig& cfg, const train::Trainer& 
   j["data_partition_hash"] = trainer.data_partition_hash();
   j["precision"] = trainer.model_facts().precision;
   j["device"] = trainer.device().str();
+  j["memory_format"] = trainer.model_facts().channels_last ? "channels_last" : "contiguous";
   if (r.gpu_memory_peak_bytes > 0) j["gpu_memory_peak_bytes"] = r.gpu_memory_peak_bytes;
   for (const auto& [key, value] : trainer.model_facts().device_settings) {
     if (value == "true" || value == "false") {

@@ -157,6 +157,10 @@ struct TrainConfig {
   // cuDNN's convolutions use TF32 as PyTorch's default has it.
   std::string cudnn_benchmark = "auto";  // auto | true | false
   std::string float32_matmul_precision = "highest";
+  // Convolutional models' 4-D weights and image batches in channels-last (NHWC) order
+  // (model.to(memory_format=torch.channels_last)); auto: on a GPU, where cuDNN's NHWC kernels are
+  // faster under autocast; true on the CPU too (oneDNN), refused for a model with no 4-D weights.
+  std::string channels_last = "auto";  // auto | true | false
 };
 
 struct RunConfig {

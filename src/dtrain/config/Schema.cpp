@@ -181,6 +181,8 @@ void describe_train(OptionVisitor& v, TrainConfig& t) {
            "cuda: cuDNN's autotuner picks each convolution's fastest algorithm (auto: on)");
   v.choice("float32_matmul_precision", t.float32_matmul_precision, kMatmulPrecisions,
            "cuda: highest (no TF32, PyTorch's default), high or medium (TF32 matrix products)");
+  v.choice("channels_last", t.channels_last, kAutoBool,
+           "Convolutional models' weights and image batches in channels-last order (auto: on a GPU)");
 }
 
 }  // namespace

@@ -35,11 +35,13 @@ std::string InputSpec::describe() const {
 Network::Network(std::string kind, torch::nn::Sequential layers)
     : kind_(std::move(kind)), layers_(register_module("layers", std::move(layers))) {}
 
+torch::Tensor Network::in_memory_order(const torch::Tensor& input) const {
+  const bool wanted = channels_last_ || (channels_last_on_cpu_ && input.device().is_cpu());
+  return wanted && input.dim() == 4 ? input.contiguous(at::MemoryFormat::ChannelsLast) : input;
+}
+
 torch::Tensor Network::forward(torch::Tensor input) {
-  if (channels_last_on_cpu_ && input.dim() == 4 && input.device().is_cpu()) {
-    input = input.contiguous(at::MemoryFormat::ChannelsLast);
-  }
-  return layers_->forward(std::move(input));
+  return layers_->forward(in_memory_order(input));
 }
 
 NetworkPtr network(std::string kind, torch::nn::Sequential layers) {

@@ -49,6 +49,13 @@ class Network : public torch::nn::Module {
   // convolutions up to rounding.
   void set_channels_last_on_cpu(bool on) { channels_last_on_cpu_ = on; }
   bool channels_last_on_cpu() const { return channels_last_on_cpu_; }
+  // train.channels_last: image batches in channels-last order on any device, the 4-D weights made
+  // so by the trainer (cuDNN's NHWC kernels on a GPU want both).
+  void set_channels_last(bool on) { channels_last_ = on; }
+  bool channels_last() const { return channels_last_; }
+  // `input` in the memory order this network's first layer takes (channels-last for a 4-D batch
+  // under either setting above, else unchanged).
+  torch::Tensor in_memory_order(const torch::Tensor& input) const;
   // The sequence the forward pass runs, shared with this network (not a copy).
   torch::nn::Sequential layers() const { return layers_; }
   // The stages in forward order, each callable as stage.forward(tensor); they share this
@@ -63,6 +70,7 @@ class Network : public torch::nn::Module {
   std::string kind_;
   torch::nn::Sequential layers_;
   bool channels_last_on_cpu_ = false;
+  bool channels_last_ = false;
   bool single_module_ = false;
 };
 

@@ -58,9 +58,7 @@ torch::Tensor MixedPrecision::forward(models::Network& network, const torch::Ten
       }
       // Network::forward's own steps, one stage at a time. See Note [fp16 numerics].
       auto x = inputs;
-      if (network.channels_last_on_cpu() && x.dim() == 4 && x.device().is_cpu()) {
-        x = x.contiguous(at::MemoryFormat::ChannelsLast);
-      }
+      x = network.in_memory_order(x);
       for (auto& stage : network.stages()) x = stage.forward(round_through_half(x));
       return round_through_half(x);
     }

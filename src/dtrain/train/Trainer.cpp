@@ -84,6 +84,24 @@ void check_device(const std::string& device) {
   }
 }
 
+bool apply_channels_last(models::Network& model, const std::string& setting, const torch::Device& device) {
+  std::vector<torch::Tensor> four_d;
+  for (auto& p : model.parameters()) {
+    if (p.dim() == 4) four_d.push_back(p);
+  }
+  if (setting == "true" && four_d.empty()) {
+    throw std::invalid_argument(
+        "train.channels_last: true applies to a model with convolutions (4-D weights); " + model.kind() +
+        " has none; remove it or set it to auto");
+  }
+  const bool on = setting == "true" || (setting == "auto" && device.is_cuda() && !four_d.empty());
+  if (!on) return false;
+  torch::NoGradGuard no_grad;
+  for (auto& p : four_d) p.set_data(p.data().contiguous(at::MemoryFormat::ChannelsLast));
+  model.set_channels_last(true);
+  return true;
+}
+
 void check_device_settings(const config::TrainConfig& train) {
   check_device(train.device);
   if (train.device == "cuda") return;
@@ -158,6 +176,7 @@ Trainer::Trainer(config::RunConfig config, comm::CommunicatorPtr comm, int local
   // Built and initialised on the CPU from the seed, then moved: a GPU run starts from the very
   // weights a CPU run starts from.
   if (!device_.is_cpu()) model->to(device_);
+  facts_.channels_last = apply_channels_last(*model, config_.train.channels_last, device_);
   scheduler_ = std::make_unique<optim::Scheduler>(config_.optim.scheduler, config_.optim.lr);
   loss_ = optim::create_loss(config_.optim.loss);
   parallel::StrategyContext context{model, trainable_only(optim::optimizer_factory(config_.optim)), loss_,

@@ -40,6 +40,7 @@ struct ModelFacts {
   std::vector<std::string> transfer;
   // On a GPU: cuDNN's autotuner and TF32 as set for the run (apply_device_settings); empty on the CPU.
   std::map<std::string, std::string> device_settings;
+  bool channels_last = false;  // train.channels_last as applied (apply_channels_last)
 };
 
 class Trainer {
@@ -143,6 +144,10 @@ void check_device(const std::string& device);
 // check_device(train.device), and the settings that apply to a GPU only (train.cudnn_benchmark: true,
 // train.float32_matmul_precision other than highest) refused by name on the CPU.
 void check_device_settings(const config::TrainConfig& train);
+// train.channels_last on `model` (on `device` already): its 4-D parameters made channels-last and
+// its image batches taken so; auto does it on a GPU for a model with convolutions. Returns whether it
+// did; throws std::invalid_argument for true on a model without 4-D weights.
+bool apply_channels_last(models::Network& model, const std::string& setting, const torch::Device& device);
 // What a run on a GPU sets for cuDNN and TF32 (train.cudnn_benchmark, float32_matmul_precision),
 // by name, as results.json states it; empty on the CPU. Applies them to this process.
 std::map<std::string, std::string> apply_device_settings(const config::TrainConfig& train,

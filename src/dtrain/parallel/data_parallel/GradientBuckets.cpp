@@ -71,7 +71,14 @@ Bucket allocate_bucket(BucketLayout& layout, const std::vector<int>& members, bo
     auto& slot = layout.params[i];
     slot.bucket = static_cast<int>(layout.buckets.size());
     slot.offset = offset;
-    slot.view = storage_alias(bucket.buffer, offset, slot.param.sizes());
+    // In the parameter's own memory order where it is dense (a channels-last weight's gradient is
+    // channels-last), as DDP's gradient_as_bucket_view lays its views out: autograd then writes each
+    // gradient into the bucket without a strided copy. PowerSGD reads each slot as a matrix view,
+    // which needs the default order.
+    const bool own_order =
+        options.compression != GradCompression::PowerSgd && slot.param.is_non_overlapping_and_dense();
+    const auto strides = own_order ? slot.param.strides().vec() : std::vector<std::int64_t>{};
+    slot.view = storage_alias(bucket.buffer, offset, slot.param.sizes(), strides);
     // A gradient already present (a step before wrapping) is kept, now inside the bucket.
     if (slot.param.grad().defined()) slot.view.copy_(slot.param.grad());
     slot.param.mutable_grad() = slot.view;
@@ -118,9 +125,14 @@ BucketLayout build_buckets(const torch::nn::Module& module, const DataParallelOp
   return layout;
 }
 
-torch::Tensor storage_alias(const torch::Tensor& buffer, std::int64_t offset, torch::IntArrayRef sizes) {
+torch::Tensor storage_alias(const torch::Tensor& buffer, std::int64_t offset, torch::IntArrayRef sizes,
+                            torch::IntArrayRef strides) {
   auto alias = torch::empty({0}, buffer.options());
-  alias.set_(buffer.storage(), buffer.storage_offset() + offset, sizes, c10::contiguous_strides(sizes));
+  if (strides.empty()) {
+    alias.set_(buffer.storage(), buffer.storage_offset() + offset, sizes, c10::contiguous_strides(sizes));
+  } else {
+    alias.set_(buffer.storage(), buffer.storage_offset() + offset, sizes, strides);
+  }
   return alias;
 }
 

@@ -60,8 +60,10 @@ BucketLayout build_buckets(const torch::nn::Module& module, const DataParallelOp
 
 // A tensor over `numel(sizes)` elements of `buffer` from `offset`, sharing its storage without
 // being an autograd view: LibTorch's Optimizer::zero_grad() calls grad.detach_(), which autograd
-// refuses on views.
-torch::Tensor storage_alias(const torch::Tensor& buffer, std::int64_t offset, torch::IntArrayRef sizes);
+// refuses on views. `strides`: the alias's (a dense layout over exactly those elements); empty:
+// contiguous.
+torch::Tensor storage_alias(const torch::Tensor& buffer, std::int64_t offset, torch::IntArrayRef sizes,
+                            torch::IntArrayRef strides = {});
 // Whether `grad` is exactly the slot `view` (same memory, shape and strides).
 bool is_view_of(const torch::Tensor& grad, const torch::Tensor& view);
 

@@ -63,9 +63,7 @@ struct PipelineStrategy::ScheduleRun {
 // numbers one process computes. bf16 activations cross stage boundaries as bf16 (half the bytes).
 torch::Tensor PipelineStrategy::run_stage(const torch::Tensor& inputs) {
   auto x = inputs;
-  if (layout_.stage == 0 && context_.model->channels_last_on_cpu() && x.dim() == 4 && x.device().is_cpu()) {
-    x = x.contiguous(at::MemoryFormat::ChannelsLast);
-  }
+  if (layout_.stage == 0) x = context_.model->in_memory_order(x);
   const bool last = layout_.stage == layout_.stages - 1;
   // See Note [Transfers kept moving between layers].
   const auto layer_done = [&](torch::Tensor& output) {

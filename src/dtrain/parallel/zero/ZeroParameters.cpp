@@ -81,9 +81,7 @@ torch::Tensor ZeroStrategy::forward_sharded(const torch::Tensor& inputs) {
   const bool training = torch::GradMode::is_enabled();
   auto run = [&]() -> torch::Tensor {
     auto x = inputs;
-    if (model.channels_last_on_cpu() && x.dim() == 4 && x.device().is_cpu()) {
-      x = x.contiguous(at::MemoryFormat::ChannelsLast);
-    }
+    x = model.in_memory_order(x);
     auto stages = model.stages();
     for (std::size_t s = 0; s < stages.size(); ++s) {
       const int u = unit_of_stage_[s];
