@@ -95,7 +95,7 @@ torch::Tensor ForeachSGD::step(LossClosure closure) {
     if (options.momentum() != 0) {
       // A parameter's first step starts its buffer at that step's gradient (SGD::step's clone);
       // the others decay theirs and add it, in one operation over the list.
-      std::vector<torch::Tensor> buffers, buffers_d_p;
+      std::vector<torch::Tensor> all_buffers, buffers, buffers_d_p;
       for (std::size_t i = 0; i < live.params.size(); ++i) {
         bool created = false;
         auto& s = state_of<torch::optim::SGDParamState>(state_, live.params[i], created);
@@ -105,15 +105,11 @@ torch::Tensor ForeachSGD::step(LossClosure closure) {
           buffers.push_back(s.momentum_buffer());
           buffers_d_p.push_back(d_p[i]);
         }
+        all_buffers.push_back(s.momentum_buffer());
       }
       if (!buffers.empty()) {
         at::_foreach_mul_(buffers, options.momentum());
         at::_foreach_add_(buffers, buffers_d_p, 1 - options.dampening());
-      }
-      std::vector<torch::Tensor> all_buffers;
-      for (const auto& p : live.params) {
-        bool created = false;
-        all_buffers.push_back(state_of<torch::optim::SGDParamState>(state_, p, created).momentum_buffer());
       }
       d_p = options.nesterov() ? at::_foreach_add(d_p, all_buffers, options.momentum()) : all_buffers;
     }
