@@ -45,18 +45,76 @@ TEST(LossScaler, RefusesOptionsThatCannotWork) {
   EXPECT_THROW(LossScaler(LossScalerOptions{1.0, 2.0, 0.5, 0}), std::invalid_argument);
 }
 
+bool found(LossScaler& scaler, const std::vector<torch::Tensor>& grads) {
+  scaler.clear_found_inf();
+  scaler.check(grads, /*unscale=*/false);
+  return scaler.found_inf().item<float>() > 0.0F;
+}
+
 TEST(LossScaler, FindsInfAndNaNInAnyGradient) {
-  auto a = torch::zeros({3}, torch::requires_grad());
-  auto b = torch::zeros({2, 2}, torch::requires_grad());
-  auto no_grad = torch::zeros({2}, torch::requires_grad());
-  a.mutable_grad() = torch::tensor({1.0F, -2.0F, 65504.0F});
-  b.mutable_grad() = torch::ones({2, 2});
-  EXPECT_FALSE(LossScaler::found_non_finite({a, b, no_grad}));
-  b.mutable_grad()[1][0] = std::numeric_limits<float>::infinity();
-  EXPECT_TRUE(LossScaler::found_non_finite({a, b}));
-  b.mutable_grad()[1][0] = std::numeric_limits<float>::quiet_NaN();
-  EXPECT_TRUE(LossScaler::found_non_finite({a, b}));
-  EXPECT_FALSE(LossScaler::found_non_finite({a}));
+  LossScaler scaler;
+  auto a = torch::tensor({1.0F, -2.0F, 65504.0F});
+  auto b = torch::ones({2, 2});
+  EXPECT_FALSE(found(scaler, {a, b}));
+  b[1][0] = std::numeric_limits<float>::infinity();
+  EXPECT_TRUE(found(scaler, {a, b}));
+  b[1][0] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(found(scaler, {a, b}));
+  EXPECT_FALSE(found(scaler, {a}));
+  EXPECT_TRUE(torch::equal(a, torch::tensor({1.0F, -2.0F, 65504.0F})));  // checked, not unscaled
+}
+
+// GradScaler's state machine kept in doubles on the host, one decision at a time: what the
+// tensor state must equal at every step.
+struct HostScaler {
+  LossScalerOptions options;
+  double scale = options.init_scale;
+  std::int64_t clean = 0, skipped = 0;
+  bool update(bool overflow) {
+    if (overflow) {
+      scale *= options.backoff_factor;
+      clean = 0;
+      ++skipped;
+      return false;
+    }
+    if (++clean >= options.growth_interval) {
+      scale *= options.growth_factor;
+      clean = 0;
+    }
+    return true;
+  }
+};
+
+TEST(LossScaler, TensorStateEqualsTheHostStateMachineStepByStep) {
+  const LossScalerOptions options{1024.0, 2.0, 0.5, 3};
+  LossScaler scaler(options);
+  HostScaler host{options};
+  torch::manual_seed(3);
+  const auto overflows = torch::rand({300}) < 0.2;
+  std::int64_t grown = 0, backed_off = 0;
+  for (std::int64_t step = 0; step < overflows.size(0); ++step) {
+    // The gradients the step's backward left: scaled, with an inf where the step overflowed.
+    const auto unscaled = torch::randn({5, 3});
+    auto grad = unscaled * static_cast<float>(host.scale);
+    const bool overflow = overflows[step].item<bool>();
+    if (overflow) grad[step % 5][1] = std::numeric_limits<float>::infinity();
+    const double before = host.scale;
+    scaler.clear_found_inf();
+    scaler.check({grad}, /*unscale=*/true);
+    scaler.update();
+    const bool stepped = host.update(overflow);
+    ASSERT_EQ(scaler.scale(), host.scale) << "step " << step;
+    ASSERT_EQ(scaler.clean_steps(), host.clean) << "step " << step;
+    ASSERT_EQ(scaler.skipped_steps(), host.skipped) << "step " << step;
+    ASSERT_EQ(scaler.found_inf().item<float>() > 0.0F, !stepped) << "step " << step;
+    if (stepped) {
+      ASSERT_TRUE(torch::equal(grad, unscaled)) << "step " << step;  // a power of two: exact
+    }
+    grown += host.scale > before ? 1 : 0;
+    backed_off += host.scale < before ? 1 : 0;
+  }
+  EXPECT_GT(grown, 5);  // the sequence went through growth and backoff both, many times
+  EXPECT_GT(backed_off, 20);
 }
 
 TEST(LossScaler, StateRoundTripsAndMalformedStateIsRefused) {

@@ -317,6 +317,48 @@ TEST(MixedPrecisionAgreement, DataParallelAgreesWithOneFlagPerStep) {
   EXPECT_EQ(calls[Precision::Fp16], expected);
 }
 
+// The step decided on the device (Note [A loss scaler on the device]): two ranks that overflow on
+// different steps each hold, after every step, the state of one GradScaler state machine fed
+// "some rank overflowed": the flag all-reduced over the real communicator, nothing read between.
+TEST(MixedPrecisionAgreement, DeviceDecisionsOfTwoRanksFollowOneStateMachine) {
+  const optim::LossScalerOptions options{256.0, 2.0, 0.5, 2};
+  constexpr int kSteps = 40;
+  const auto overflows = [](int rank, int step) { return (step + rank) % (3 + 2 * rank) == 0; };
+  std::vector<std::vector<double>> scales(2), skipped(2);
+  dtrain::testing::run_world(2, [&](comm::CommunicatorPtr comm) {
+    const int rank = comm->rank();
+    MixedPrecision fp16(Precision::Fp16, comm, options);
+    auto w = torch::zeros({3}, torch::requires_grad());
+    for (int step = 0; step < kSteps; ++step) {
+      auto grad = torch::full({3}, 0.25F) * static_cast<float>(fp16.loss_scale());
+      if (overflows(rank, step)) grad[1] = std::numeric_limits<float>::infinity();
+      w.mutable_grad() = grad;
+      fp16.finish_gradients_on_device({w}, nullptr);
+      scales[rank].push_back(fp16.loss_scale());
+      skipped[rank].push_back(fp16.last_skipped());
+    }
+  });
+  double scale = options.init_scale;
+  std::int64_t clean = 0;
+  int skips = 0;
+  for (int step = 0; step < kSteps; ++step) {
+    const bool any = overflows(0, step) || overflows(1, step);
+    if (any) {
+      scale *= options.backoff_factor;
+      clean = 0;
+      ++skips;
+    } else if (++clean >= options.growth_interval) {
+      scale *= options.growth_factor;
+      clean = 0;
+    }
+    for (int r = 0; r < 2; ++r) {
+      ASSERT_EQ(scales[r][step], scale) << "rank " << r << " step " << step;
+      ASSERT_EQ(skipped[r][step], any ? 1.0 : 0.0) << "rank " << r << " step " << step;
+    }
+  }
+  EXPECT_GT(skips, 10);  // both ranks' overflows, and steps where only the other rank overflowed
+}
+
 // Every decentralized algorithm, each of whose rounds steps its nodes its own way: rank 1's nodes
 // overflow in round 1, every rank skips alike (CADMM once per primal iteration), and round 2
 // steps again with a finite loss.

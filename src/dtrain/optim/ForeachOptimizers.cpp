@@ -10,6 +10,7 @@
 #include <cmath>
 #include <memory>
 
+#include "dtrain/optim/FusedSgd.h"
 #include "dtrain/optim/StateKey.h"
 
 namespace dtrain::optim {
@@ -86,6 +87,7 @@ void adam_update(const Options& options, StateMap& state, const std::vector<torc
 torch::Tensor ForeachSGD::step(LossClosure closure) {
   torch::NoGradGuard no_grad;
   auto loss = evaluate(closure);
+  if (lr_tensor_.defined() && fused_step(std::nullopt)) return loss;
   for (auto& group : param_groups_) {
     const auto& options = static_cast<const torch::optim::SGDOptions&>(group.options());
     auto live = live_parameters(group);
@@ -116,6 +118,59 @@ torch::Tensor ForeachSGD::step(LossClosure closure) {
     at::_foreach_add_(live.params, d_p, -options.lr());
   }
   return loss;
+}
+
+bool ForeachSGD::step_unless(const torch::Tensor& found_inf) {
+  return found_inf.is_cuda() && fused_step(found_inf);
+}
+
+void ForeachSGD::set_lr_tensor(torch::Tensor lr) {
+  TORCH_CHECK(DTRAIN_HAS_FUSED_SGD_TENSOR_LR,
+              "optimizer: a learning rate on the device needs LibTorch 2.6 or later (at::_fused_sgd_ with a tensor "
+              "rate); this one is " TORCH_VERSION);
+  lr_tensor_ = std::move(lr);
+}
+
+bool ForeachSGD::fused_step(const std::optional<torch::Tensor>& found_inf) {
+#if DTRAIN_HAS_FUSED_SGD
+  torch::NoGradGuard no_grad;
+  struct Group {
+    const torch::optim::SGDOptions* options;
+    Live live;
+    std::vector<torch::Tensor> buffers;
+  };
+  std::vector<Group> groups;
+  for (auto& group : param_groups_) {
+    Group g{&static_cast<const torch::optim::SGDOptions&>(group.options()), live_parameters(group), {}};
+    if (g.live.params.empty()) continue;
+    if (g.options->momentum() != 0) {
+      for (const auto& p : g.live.params) {
+        const auto it = state_.find(state_key(state_, p));
+        if (it == state_.end()) return false;  // a first step: step() starts the buffer
+        g.buffers.push_back(static_cast<torch::optim::SGDParamState&>(*it->second).momentum_buffer());
+      }
+    }
+    groups.push_back(std::move(g));
+  }
+  for (auto& g : groups) {
+    const auto& o = *g.options;
+#if DTRAIN_HAS_FUSED_SGD_TENSOR_LR
+    if (lr_tensor_.defined()) {
+      at::_fused_sgd_(g.live.params, g.live.grads, g.buffers, o.weight_decay(), o.momentum(), lr_tensor_,
+                      o.dampening(), o.nesterov(), /*maximize=*/false, /*is_first_step=*/false,
+                      /*grad_scale=*/{}, found_inf);
+      continue;
+    }
+#endif
+    at::_fused_sgd_(g.live.params, g.live.grads, g.buffers, o.weight_decay(), o.momentum(), o.lr(),
+                    o.dampening(), o.nesterov(), /*maximize=*/false, /*is_first_step=*/false,
+                    /*grad_scale=*/{}, found_inf);
+  }
+  return true;
+#else
+  (void)found_inf;
+  return false;
+#endif
 }
 
 torch::Tensor ForeachAdam::step(LossClosure closure) {

@@ -12,6 +12,7 @@
 #include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
 
+#include <optional>
 #include <vector>
 
 namespace dtrain::optim {
@@ -20,6 +21,25 @@ class ForeachSGD : public torch::optim::SGD {
  public:
   using torch::optim::SGD::SGD;
   torch::Tensor step(LossClosure closure = nullptr) override;
+  // The step as one fused kernel per group (at::_fused_sgd_) that leaves parameters and momentum
+  // untouched where `found_inf` (float32, one element, on the parameters' device) is 1: fp16's
+  // overflow skip decided on the device. Returns false, having done nothing, where it cannot: a
+  // LibTorch without the kernel (DTRAIN_HAS_FUSED_SGD), parameters off the GPU, or a parameter's
+  // first step (its momentum buffer starts from the gradient on the host's word); the caller then
+  // reads the flag and calls step().
+  bool step_unless(const torch::Tensor& found_inf);
+  // From now on the fused steps (step() too, once every parameter has its momentum buffer) take
+  // the learning rate from `lr` (float32, one element, on the parameters' device) rather than the
+  // options, so that a CUDA graph replaying the step uses the rate written into `lr` before each
+  // replay (train/CudaGraphStep.h). Needs DTRAIN_HAS_FUSED_SGD_TENSOR_LR; throws otherwise.
+  void set_lr_tensor(torch::Tensor lr);
+
+ private:
+  // One fused kernel per group, skipping where `found_inf` is 1; false, having done nothing, when
+  // a parameter has no momentum buffer yet.
+  bool fused_step(const std::optional<torch::Tensor>& found_inf);
+
+  torch::Tensor lr_tensor_;
 };
 
 class ForeachAdam : public torch::optim::Adam {

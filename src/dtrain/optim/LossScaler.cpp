@@ -1,6 +1,6 @@
-// See LossScaler.h. The state machine is GradScaler's (torch/amp/grad_scaler.py, _amp_update_scale):
-// the one difference is that the scale lives in a double on the host, as there is no device to keep
-// it on, and the skip decision arrives already agreed over ranks.
+// See LossScaler.h. The state machine is GradScaler's (torch/amp/grad_scaler.py, _amp_update_scale_
+// in aten/src/ATen/native/cuda/AmpKernels.cu): on a GPU its kernels run it, elsewhere the same
+// arithmetic as tensor operations (Note [A loss scaler on the device]).
 #include "dtrain/optim/LossScaler.h"
 
 #include <fmt/format.h>
@@ -36,7 +36,7 @@ Precision parse_precision(const std::string& name) {
   return kPrecisionNames.parse(name, "precision");
 }
 
-LossScaler::LossScaler(LossScalerOptions options) : options_(options), scale_(options.init_scale) {
+LossScaler::LossScaler(LossScalerOptions options) : options_(options) {
   if (!(options_.init_scale > 0.0) || !(options_.growth_factor > 1.0) || !(options_.backoff_factor > 0.0) ||
       !(options_.backoff_factor < 1.0) || options_.growth_interval < 1) {
     throw std::invalid_argument(fmt::format(
@@ -44,36 +44,79 @@ LossScaler::LossScaler(LossScalerOptions options) : options_(options), scale_(op
         "1; got {}, {}, {}, {}",
         options_.init_scale, options_.growth_factor, options_.backoff_factor, options_.growth_interval));
   }
+  scale_ = torch::full({1}, options_.init_scale, torch::kFloat);
+  growth_tracker_ = torch::zeros({1}, torch::kInt);
+  skipped_ = torch::zeros({1}, torch::kLong);
+  found_inf_ = torch::zeros({1}, torch::kFloat);
 }
 
-bool LossScaler::found_non_finite(const std::vector<torch::Tensor>& parameters) {
+void LossScaler::to(const torch::Device& device) {
+  if (scale_.device() == device) return;
+  scale_ = scale_.to(device);
+  growth_tracker_ = growth_tracker_.to(device);
+  skipped_ = skipped_.to(device);
+  found_inf_ = found_inf_.to(device);
+}
+
+double LossScaler::scale() const {
+  return scale_.item<double>();
+}
+
+std::int64_t LossScaler::clean_steps() const {
+  return growth_tracker_.item<std::int64_t>();
+}
+
+std::int64_t LossScaler::skipped_steps() const {
+  return skipped_.item<std::int64_t>();
+}
+
+void LossScaler::clear_found_inf() {
+  found_inf_.zero_();
+}
+
+void LossScaler::check(const std::vector<torch::Tensor>& grads, bool unscale) {
+  if (grads.empty()) return;
   torch::NoGradGuard no_grad;
-  for (const auto& p : parameters) {
-    const auto& grad = p.grad();
-    if (!grad.defined()) continue;
-    if (!torch::isfinite(grad).all().item<bool>()) return true;
+  const auto inv_scale = unscale ? scale_.reciprocal() : torch::ones_like(scale_);
+  if (found_inf_.is_cuda()) {
+    at::_amp_foreach_non_finite_check_and_unscale_(grads, found_inf_, inv_scale);
+    return;
   }
-  return false;
+  const auto factor = inv_scale.reshape({});
+  for (const auto& grad : grads) {
+    found_inf_.add_(torch::isfinite(grad).logical_not().any());
+    if (unscale) grad.mul_(factor);
+  }
+}
+
+void LossScaler::update() {
+  torch::NoGradGuard no_grad;
+  const auto overflow = found_inf_ > 0;
+  if (scale_.is_cuda()) {
+    at::_amp_update_scale_(scale_, growth_tracker_, found_inf_, options_.growth_factor,
+                           options_.backoff_factor, options_.growth_interval);
+  } else {
+    const auto tracked = growth_tracker_ + 1;
+    const auto at_interval = tracked >= options_.growth_interval;
+    const auto grown = scale_ * options_.growth_factor;
+    const auto kept = torch::where(at_interval.logical_and(torch::isfinite(grown)), grown, scale_);
+    scale_.copy_(torch::where(overflow, scale_ * options_.backoff_factor, kept));
+    growth_tracker_.copy_(
+        torch::where(overflow.logical_or(at_interval), torch::zeros_like(tracked), tracked));
+  }
+  skipped_.add_(overflow);
 }
 
 bool LossScaler::update(bool overflow) {
-  if (overflow) {
-    scale_ *= options_.backoff_factor;
-    clean_steps_ = 0;
-    ++skipped_steps_;
-    return false;
-  }
-  if (++clean_steps_ >= options_.growth_interval) {
-    scale_ *= options_.growth_factor;
-    clean_steps_ = 0;
-  }
-  return true;
+  found_inf_.fill_(overflow ? 1.0 : 0.0);
+  update();
+  return !overflow;
 }
 
 std::map<std::string, torch::Tensor> LossScaler::state() const {
-  return {{"scale", torch::tensor({scale_}, torch::kDouble)},
-          {"clean_steps", torch::tensor({clean_steps_}, torch::kLong)},
-          {"skipped_steps", torch::tensor({skipped_steps_}, torch::kLong)}};
+  return {{"scale", torch::tensor({scale()}, torch::kDouble)},
+          {"clean_steps", torch::tensor({clean_steps()}, torch::kLong)},
+          {"skipped_steps", torch::tensor({skipped_steps()}, torch::kLong)}};
 }
 
 void LossScaler::load_state(const std::map<std::string, torch::Tensor>& state) {
@@ -86,9 +129,9 @@ void LossScaler::load_state(const std::map<std::string, torch::Tensor>& state) {
         "negative",
         scale, clean, skipped));
   }
-  scale_ = scale;
-  clean_steps_ = clean;
-  skipped_steps_ = skipped;
+  scale_.fill_(scale);
+  growth_tracker_.fill_(clean);
+  skipped_.fill_(skipped);
 }
 
 }  // namespace dtrain::optim

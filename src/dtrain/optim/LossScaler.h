@@ -28,33 +28,63 @@ struct LossScalerOptions {
   std::int64_t growth_interval = 2000;
 };
 
+// Note [A loss scaler on the device]
+// The scaler's state is tensors on the gradients' device, as GradScaler keeps it: the scale
+// (float32), the clean steps since its last change (int32, GradScaler's growth tracker), the
+// skipped steps of the run (int64) and the step's overflow flag (float32, positive when some
+// gradient held an inf or NaN). A step runs check, agreement and update without reading any of
+// them on the host: on a GPU the check is one multi-tensor kernel that also unscales
+// (at::_amp_foreach_non_finite_check_and_unscale_) and the update is GradScaler's own kernel
+// (at::_amp_update_scale_); on the CPU, where LibTorch 1.13 has neither, the same arithmetic is
+// done with ordinary tensor operations. Ranks agree by all-reducing the flag (a sum) before
+// update(), so every rank skips alike. The host reads the figures only when they are logged or
+// saved (scale(), clean_steps(), skipped_steps()); whether the optimizer steps is decided on the
+// device where the optimizer can (fused SGD takes the flag) and by reading the flag otherwise,
+// which is free on the CPU. With the default factors (2 and 1/2) every scale is a power of two,
+// so multiplying by its reciprocal unscales exactly as dividing would.
 class LossScaler {
  public:
   explicit LossScaler(LossScalerOptions options = {});
 
-  double scale() const { return scale_; }
-  std::int64_t clean_steps() const { return clean_steps_; }      // since the last change of scale
-  std::int64_t skipped_steps() const { return skipped_steps_; }  // in the whole run
+  // Moves the state to `device` (a no-op when it is there): the gradients' device, once known.
+  void to(const torch::Device& device);
+  torch::Device device() const { return scale_.device(); }
 
-  // Whether any gradient of `parameters` holds an inf or NaN (this rank's view; callers agree
-  // over ranks before update()). Parameters without a gradient are skipped.
-  static bool found_non_finite(const std::vector<torch::Tensor>& parameters);
-  // Ends a step. `overflow` must be the same on every rank: then the step is skipped (returns
-  // false), the scale multiplied by backoff_factor and the clean count restarted; otherwise the
-  // step goes ahead (returns true) and after growth_interval clean steps in a row the scale is
-  // multiplied by growth_factor.
+  // The scale as a float32 tensor of one element on the state's device: what the loss is
+  // multiplied by before backward.
+  const torch::Tensor& scale_tensor() const { return scale_; }
+  // The step's overflow flag (float32, one element): positive when a checked gradient held an inf
+  // or NaN. Callers all-reduce it (a sum) between check and update.
+  torch::Tensor& found_inf() { return found_inf_; }
+  const torch::Tensor& found_inf() const { return found_inf_; }
+
+  // Host reads of the state (each waits for the device on a GPU).
+  double scale() const;
+  std::int64_t clean_steps() const;    // since the last change of scale
+  std::int64_t skipped_steps() const;  // in the whole run
+
+  // Starts a step's check: clears the flag.
+  void clear_found_inf();
+  // Adds to the flag whether any of `grads` holds an inf or NaN; with `unscale`, also multiplies
+  // them by the reciprocal of the scale (the scale they were computed with). Reads nothing.
+  void check(const std::vector<torch::Tensor>& grads, bool unscale);
+  // Ends a step on the device from the (agreed) flag: on an overflow the scale is multiplied by
+  // backoff_factor, the clean count restarts and the skipped count grows; otherwise after
+  // growth_interval clean steps in a row the scale is multiplied by growth_factor (if that stays
+  // finite). Reads nothing.
+  void update();
+  // Host form of a step, for callers that decide on the host: sets the flag to `overflow` (the same
+  // on every rank), updates, and returns whether the step goes ahead.
   bool update(bool overflow);
 
-  // The scaler's state by field ("scale", "clean_steps", "skipped_steps") for a checkpoint, and
-  // back; load_state throws std::invalid_argument naming a missing or malformed field.
+  // The scaler's state by field ("scale" float64, "clean_steps" and "skipped_steps" int64) for a
+  // checkpoint, and back; load_state throws std::invalid_argument naming a missing or malformed field.
   std::map<std::string, torch::Tensor> state() const;
   void load_state(const std::map<std::string, torch::Tensor>& state);
 
  private:
   LossScalerOptions options_;
-  double scale_;
-  std::int64_t clean_steps_ = 0;
-  std::int64_t skipped_steps_ = 0;
+  torch::Tensor scale_, growth_tracker_, skipped_, found_inf_;
 };
 
 }  // namespace dtrain::optim

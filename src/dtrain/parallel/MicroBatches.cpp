@@ -36,7 +36,7 @@ std::vector<std::pair<std::int64_t, std::int64_t>> micro_batch_ranges(std::int64
 
 AccumulatedBatch forward_backward(const ForwardFn& forward, const LossFn& loss, const torch::Tensor& inputs,
                                   const torch::Tensor& targets, int micro_batches,
-                                  const BeforeBackwardFn& before_backward, double loss_scale) {
+                                  const BeforeBackwardFn& before_backward, const torch::Tensor& loss_scale) {
   if (inputs.dim() == 0 || targets.dim() == 0 || inputs.size(0) != targets.size(0)) {
     throw std::invalid_argument(
         fmt::format("inputs {} and targets {} must share their first (batch) dimension",
@@ -67,7 +67,7 @@ AccumulatedBatch forward_backward(const ForwardFn& forward, const LossFn& loss, 
     const auto backward_start = util::Clock::now();
     result.forward_seconds += util::seconds_between(forward_start, backward_start);
     if (before_backward) before_backward(static_cast<int>(i), i + 1 == ranges.size(), result.loss);
-    if (loss_scale != 1.0) l = l * loss_scale;
+    if (loss_scale.defined()) l = l * loss_scale.reshape({});
     l.backward();
     result.backward_seconds += util::seconds_since(backward_start);
     outputs.push_back(out.detach());

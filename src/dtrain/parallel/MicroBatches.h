@@ -37,11 +37,13 @@ struct AccumulatedBatch {
 // the whole batch's. `before_backward(i, last)` runs before micro-batch i's backward (a
 // data-parallel strategy turns all-reduce on for the last one only), with the batch's loss so far
 // (0-dim, detached; on the last micro-batch, the whole batch's mean loss). backward() runs on the
-// loss times `loss_scale` (fp16's dynamic loss scale; MixedPrecision.h), so the gradients come out
-// multiplied by it; the losses reported stay unscaled.
+// loss times `loss_scale` where it is defined (fp16's dynamic loss scale, a one-element tensor on
+// the loss's device; MixedPrecision.h), so the gradients come out multiplied by it; the losses
+// reported stay unscaled.
 using BeforeBackwardFn = std::function<void(int index, bool last, const torch::Tensor& loss_so_far)>;
 AccumulatedBatch forward_backward(const ForwardFn& forward, const LossFn& loss, const torch::Tensor& inputs,
                                   const torch::Tensor& targets, int micro_batches,
-                                  const BeforeBackwardFn& before_backward = nullptr, double loss_scale = 1.0);
+                                  const BeforeBackwardFn& before_backward = nullptr,
+                                  const torch::Tensor& loss_scale = {});
 
 }  // namespace dtrain::parallel

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "dtrain/optim/Autocast.h"
+#include "dtrain/optim/ForeachOptimizers.h"
 #include "dtrain/util/Clock.h"
 
 namespace dtrain::parallel {
@@ -92,30 +93,74 @@ bool MixedPrecision::on_gpu(const std::vector<torch::Tensor>& parameters) {
   return !parameters.empty() && parameters.front().is_cuda();
 }
 
-bool MixedPrecision::check_gradients(const std::vector<torch::Tensor>& parameters) const {
-  if (!scaler_) return false;
+torch::Tensor MixedPrecision::loss_scale_tensor() const {
+  return scaler_ ? scaler_->scale_tensor() : torch::Tensor();
+}
+
+util::DeviceScalar MixedPrecision::loss_scale_figure() const {
+  return scaler_ ? util::DeviceScalar::of(scaler_->scale_tensor()) : util::DeviceScalar(0.0);
+}
+
+std::vector<torch::Tensor> MixedPrecision::gradients_to_check(const std::vector<torch::Tensor>& parameters) {
   torch::NoGradGuard no_grad;
-  if (on_gpu(parameters)) {
-    // One multi-tensor check on the GPU and one read of its flag, as GradScaler's unscale_ and
-    // step do (gradients are float32 there: autocast's backward casts them to the master weights).
-    std::vector<torch::Tensor> grads;
-    for (const auto& p : parameters) {
-      if (p.grad().defined()) grads.push_back(p.grad());
-    }
-    if (grads.empty()) return false;
-    auto found = torch::zeros({1}, grads.front().options());
-    const auto unit = torch::ones({1}, grads.front().options());
-    at::_amp_foreach_non_finite_check_and_unscale_(grads, found, unit);
-    return found.item<float>() > 0.0F;
-  }
+  std::vector<torch::Tensor> grads;
   for (const auto& p : parameters) {
-    if (p.grad().defined()) p.grad().copy_(round_through_half(p.grad()));
+    if (p.grad().defined()) grads.push_back(p.grad());
   }
-  return optim::LossScaler::found_non_finite(parameters);
+  // Autocast's backward on a GPU leaves float32 gradients of the master weights; the CPU's
+  // emulation rounds them as fp16 hardware would have produced them.
+  if (!on_gpu(parameters)) {
+    for (auto& grad : grads) grad.copy_(round_through_half(grad));
+  }
+  if (!grads.empty()) scaler_->to(grads.front().device());
+  return grads;
+}
+
+void MixedPrecision::finish_gradients_on_device(const std::vector<torch::Tensor>& parameters,
+                                                double* communication_seconds) {
+  if (!scaler_) return;
+  const auto grads = gradients_to_check(parameters);
+  scaler_->clear_found_inf();
+  scaler_->check(grads, /*unscale=*/true);
+  if (comm_ && comm_->size() > 1) {
+    const auto start = util::Clock::now();
+    comm_->allreduce(scaler_->found_inf());  // a sum: positive when any rank overflowed
+    if (communication_seconds) *communication_seconds += util::seconds_since(start);
+  }
+  scaler_->found_inf().clamp_max_(1.0);  // a count of overflows becomes the flag fused kernels test
+  last_skipped_ = util::DeviceScalar::of(scaler_->found_inf());
+  scaler_->update();
+}
+
+void MixedPrecision::step(torch::optim::Optimizer& optimizer) const {
+  if (!scaler_) {
+    optimizer.step();
+    return;
+  }
+  if (auto* sgd = dynamic_cast<optim::ForeachSGD*>(&optimizer);
+      sgd && sgd->step_unless(scaler_->found_inf())) {
+    return;
+  }
+  if (scaler_->found_inf().item<float>() == 0.0F) optimizer.step();
+}
+
+bool MixedPrecision::finish_gradients(const std::vector<torch::Tensor>& parameters,
+                                      double* communication_seconds) {
+  if (!scaler_) return true;
+  finish_gradients_on_device(parameters, communication_seconds);
+  return scaler_->found_inf().item<float>() == 0.0F;
+}
+
+bool MixedPrecision::check_gradients(const std::vector<torch::Tensor>& parameters) {
+  if (!scaler_) return false;
+  const auto grads = gradients_to_check(parameters);
+  scaler_->clear_found_inf();
+  scaler_->check(grads, /*unscale=*/false);
+  return scaler_->found_inf().item<float>() > 0.0F;
 }
 
 bool MixedPrecision::agree(bool local_overflow, double* communication_seconds) {
-  last_skipped_ = false;
+  last_skipped_ = 0.0;
   if (!scaler_) return true;
   auto overflow = torch::tensor({local_overflow ? 1.0F : 0.0F});
   if (comm_ && comm_->size() > 1) {
@@ -123,32 +168,22 @@ bool MixedPrecision::agree(bool local_overflow, double* communication_seconds) {
     comm_->allreduce(overflow);  // a sum: positive when any rank overflowed
     if (communication_seconds) *communication_seconds += util::seconds_since(start);
   }
-  last_skipped_ = !scaler_->update(overflow.item<float>() > 0.0F);
-  return !last_skipped_;
+  const bool step = scaler_->update(overflow.item<float>() > 0.0F);
+  last_skipped_ = step ? 0.0 : 1.0;
+  return step;
 }
 
 void MixedPrecision::unscale(const std::vector<torch::Tensor>& parameters, double scale) const {
   torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : parameters) {
+    if (p.grad().defined()) grads.push_back(p.grad());
+  }
   if (on_gpu(parameters)) {
-    std::vector<torch::Tensor> grads;
-    for (const auto& p : parameters) {
-      if (p.grad().defined()) grads.push_back(p.grad());
-    }
     at::_foreach_div_(grads, scale);
     return;
   }
-  for (const auto& p : parameters) {
-    if (p.grad().defined()) p.grad().div_(scale);
-  }
-}
-
-bool MixedPrecision::finish_gradients(const std::vector<torch::Tensor>& parameters,
-                                      double* communication_seconds) {
-  if (!scaler_) return true;
-  const double scale = scaler_->scale();
-  const bool step = agree(check_gradients(parameters), communication_seconds);
-  if (step) unscale(parameters, scale);
-  return step;
+  for (auto& grad : grads) grad.div_(scale);
 }
 
 void MixedPrecision::save(io::Checkpoint& checkpoint) const {

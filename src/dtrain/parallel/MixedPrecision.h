@@ -14,6 +14,7 @@
 #include "dtrain/io/Checkpoint.h"
 #include "dtrain/models/Network.h"
 #include "dtrain/optim/LossScaler.h"
+#include "dtrain/util/DeviceScalar.h"
 
 namespace torch::optim {
 class Optimizer;
@@ -55,8 +56,13 @@ class MixedPrecision {
   // network.forward(inputs) under this precision; floating outputs come back as float32, so the
   // loss is computed in float32.
   torch::Tensor forward(models::Network& network, const torch::Tensor& inputs) const;
-  // The loss is multiplied by this before backward: the scaler's scale for fp16, else 1.
+  // What the loss is multiplied by before backward: the scaler's scale for fp16 (a float32 tensor
+  // on the state's device, Note [A loss scaler on the device]), undefined (1) otherwise.
+  torch::Tensor loss_scale_tensor() const;
+  // The scale read on the host (1 without scaling); a device read on a GPU.
   double loss_scale() const { return scaler_ ? scaler_->scale() : 1.0; }
+  // The scale after the last step as a step's figure, read when logged: 0 without scaling.
+  util::DeviceScalar loss_scale_figure() const;
 
   // RAII for fp16: `parameters` hold their float16-rounded values while it lives (the forward and
   // backward of a step), their float32 master values again after. Does nothing in other modes.
@@ -72,20 +78,31 @@ class MixedPrecision {
   };
   std::unique_ptr<HalfWeights> half_weights(const std::vector<torch::Tensor>& parameters) const;
 
-  // After backward and the strategy's own gradient communication, in three parts that
-  // finish_gradients() runs in a row (a strategy whose nodes step one after another calls them
-  // itself). check_gradients: rounds the gradients to fp16 and says whether any is inf or NaN on
-  // this rank (false without scaling). agree: collective when scaling (every rank calls it at the
-  // same point): one all-reduce (a sum) of the overflow flags, so one rank's overflow skips
-  // the step everywhere; updates the scale and returns whether the optimizer should step
-  // (true without scaling, with no communication); the wait is added to *communication_seconds.
-  // unscale: divides the gradients by the scale they were computed with.
-  bool check_gradients(const std::vector<torch::Tensor>& parameters) const;
+  // After backward and the strategy's own gradient communication, without reading anything on the
+  // host: rounds the gradients to fp16 (the CPU's emulation), checks them for inf and NaN while
+  // dividing them by the scale, all-reduces the overflow flag (collective when scaling: every rank
+  // calls it at the same point, so one rank's overflow skips the step everywhere; the wait is added
+  // to *communication_seconds) and updates the scale. Nothing without scaling.
+  void finish_gradients_on_device(const std::vector<torch::Tensor>& parameters,
+                                  double* communication_seconds);
+  // The optimizer's step after finish_gradients_on_device(), unless it overflowed: decided on the
+  // device by an optimizer that takes the flag (optim::ForeachSGD's fused step), by one read of the
+  // flag otherwise (free on the CPU; GradScaler reads it too for an optimizer that is not fused).
+  void step(torch::optim::Optimizer& optimizer) const;
+  // finish_gradients_on_device() and a read of the flag: whether the optimizer should step (true
+  // without scaling), for strategies that update with their own code.
+  bool finish_gradients(const std::vector<torch::Tensor>& parameters, double* communication_seconds);
+  // Whether the last step was skipped (0 or 1), read when logged.
+  util::DeviceScalar last_skipped() const { return last_skipped_; }
+
+  // The same in parts, decided on the host, for a strategy whose nodes step one after another.
+  // check_gradients: rounds the gradients to fp16 and says whether any is inf or NaN on this rank
+  // (false without scaling). agree: collective when scaling: one all-reduce (a sum) of the overflow
+  // flags; updates the scale and returns whether the optimizer should step (true without scaling,
+  // with no communication). unscale: divides the gradients by the scale they were computed with.
+  bool check_gradients(const std::vector<torch::Tensor>& parameters);
   bool agree(bool local_overflow, double* communication_seconds);
   void unscale(const std::vector<torch::Tensor>& parameters, double scale) const;
-  bool finish_gradients(const std::vector<torch::Tensor>& parameters, double* communication_seconds);
-  // Whether the last agreement skipped the step.
-  bool last_skipped() const { return last_skipped_; }
 
   // The scaler's state under "strategy/loss_scaler/<field>" (see Note [Checkpoint layout]); a
   // checkpoint without it (saved in fp32 or bf16) leaves the initial scale.
@@ -98,10 +115,14 @@ class MixedPrecision {
   // CPU's emulation.
   static bool on_gpu(const std::vector<torch::Tensor>& parameters);
 
+  // The gradients of `parameters` that are defined, rounded to fp16 on the CPU (Note [fp16
+  // numerics]), with the scaler's state moved to their device.
+  std::vector<torch::Tensor> gradients_to_check(const std::vector<torch::Tensor>& parameters);
+
   optim::Precision precision_;
   comm::CommunicatorPtr comm_;
   std::optional<optim::LossScaler> scaler_;
-  bool last_skipped_ = false;
+  util::DeviceScalar last_skipped_ = 0.0;
 };
 
 // A tensor's values rounded to float16 and back to its dtype, differentiably: the gradient that

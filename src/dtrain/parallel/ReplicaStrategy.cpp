@@ -39,9 +39,10 @@ void ReplicaStrategy::step_with(const std::function<torch::Tensor()>& closure, S
   }
   result.closure_evaluations = 1;  // lbfgs, the optimizer that evaluates more, is refused with fp16
   closure_evaluations_ += 1;
-  if (precision_.finish_gradients(parameters, &result.timing.communication)) optimizer_->step();
+  precision_.finish_gradients_on_device(parameters, &result.timing.communication);
+  precision_.step(*optimizer_);
   result.skipped = precision_.last_skipped();
-  result.loss_scale = precision_.loss_scale();
+  result.loss_scale = precision_.loss_scale_figure();
 }
 
 void ReplicaStrategy::set_learning_rate(double lr) {

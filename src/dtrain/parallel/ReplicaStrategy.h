@@ -45,10 +45,11 @@ class ReplicaStrategy : public Strategy {
   ForwardFn forward_fn();
 
   // One update around `closure` (zero_grad, forward and backward with the loss multiplied by
-  // precision().loss_scale(), the strategy's gradient communication; returns the step's loss):
-  // optimizer().step(closure) in fp32 and bf16. In fp16 the closure runs once on the
-  // fp16-rounded weights, then precision().finish_gradients() decides, agreed by every rank,
-  // whether the optimizer steps; result.skipped and result.loss_scale say what happened, and the
+  // precision().loss_scale_tensor(), the strategy's gradient communication; returns the step's
+  // loss): optimizer().step(closure) in fp32 and bf16. In fp16 the closure runs once on the
+  // fp16-rounded weights, then precision().finish_gradients_on_device() and precision().step()
+  // decide, agreed by every rank and on the device where the optimizer allows, whether the
+  // optimizer steps; result.skipped and result.loss_scale say what happened, and the
   // agreement's wait counts as result.timing.communication. result.closure_evaluations counts the
   // closure's evaluations (see Note [Distributed L-BFGS]).
   void step_with(const std::function<torch::Tensor()>& closure, StepResult& result);

@@ -93,9 +93,10 @@ struct StepResult {
   // backend actually ran (comm::OpStats::wire_bytes); 0 for a strategy that does not communicate.
   std::uint64_t bytes_sent = 0;
   // train.precision fp16: whether the step was skipped because some rank's gradients held an inf
-  // or NaN (the same on every rank), and the loss scale after the step; 0 without a loss scale.
-  bool skipped = false;
-  double loss_scale = 0.0;
+  // or NaN (1 or 0, the same on every rank), and the loss scale after the step; 0 without a loss
+  // scale. Both may still be on the device, read when logged (Note [A loss scaler on the device]).
+  util::DeviceScalar skipped = 0.0;
+  util::DeviceScalar loss_scale = 0.0;
   // How often the optimizer evaluated the step's closure (forward, backward and, where the strategy
   // synchronises, the all-reduce): 1 for sgd and adam, 1 or more for lbfgs, equal on every rank
   // (Note [Distributed L-BFGS]).

@@ -31,10 +31,11 @@ struct StepEvent {
   parallel::StepTiming timing;
   // Bytes this rank sent for the step's own communication (parallel::StepResult::bytes_sent).
   std::uint64_t bytes_sent = 0;
-  // train.precision fp16: the step was skipped for an inf/NaN gradient (on every rank alike), and
-  // the loss scale after it (parallel::StepResult); 0 without loss scaling.
-  bool skipped = false;
-  double loss_scale = 0.0;
+  // train.precision fp16: whether the step was skipped for an inf/NaN gradient (1 or 0, on every
+  // rank alike), and the loss scale after it (parallel::StepResult); 0 without loss scaling. Both
+  // may still be on the device: reading them waits for it, as for the loss.
+  util::DeviceScalar skipped = 0.0;
+  util::DeviceScalar loss_scale = 0.0;
 };
 
 struct EvalEvent {

@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "dtrain/train/Trainer.h"
@@ -88,17 +89,10 @@ void MetricsLog::on_step_end(Trainer& trainer, const StepEvent& e) {
       logged_notes_ = std::move(notes);
     }
   }
-  // Every rank skipped this step alike (the strategy agreed on it); rank 0 says so.
-  if (e.skipped && logger_ && trainer.rank() == 0) {
-    logger_->info(fmt::format("gradient overflow: skipping step, loss scale → {}", e.loss_scale));
-  }
-  // Once a sum on the device has begun, read losses join it too, so the additions keep their order.
-  if (e.loss.pending() || device_loss_sum_.defined()) {
-    device_loss_sum_ =
-        device_loss_sum_.defined() ? device_loss_sum_ + e.loss.as_tensor() : e.loss.as_tensor();
-  } else {
-    loss_sum_ += e.loss;
-  }
+  loss_sum_.add(e.loss);
+  skipped_.add(e.skipped);
+  loss_scale_ = e.loss_scale;
+  if (steps_ == 0) first_step_ = e.step;
   seconds_ += e.step_seconds;
   timing_ += e.timing;
   bytes_ += e.bytes_sent;
@@ -106,10 +100,9 @@ void MetricsLog::on_step_end(Trainer& trainer, const StepEvent& e) {
   steps_ += 1;
   if (every_ <= 0 || e.step % every_ != 0) return;
   const double n = static_cast<double>(steps_);
-  if (device_loss_sum_.defined()) loss_sum_ += device_loss_sum_.item<double>();
-  device_loss_sum_ = torch::Tensor();
+  report_skipped(trainer, e.step);
   std::map<std::string, double> scalars{
-      {"train/loss", loss_sum_ / n},
+      {"train/loss", loss_sum_.take() / n},
       {"train/lr", e.lr},
       {"train/samples_per_s", seconds_ > 0 ? samples_ / seconds_ : 0.0},
       {"time/step_s", seconds_ / n},
@@ -128,12 +121,12 @@ void MetricsLog::on_step_end(Trainer& trainer, const StepEvent& e) {
       logger_->info(fmt::format(
           "step {}/{} epoch {} loss {:.4f} lr {:.5g} {:.0f} samples/s forward {:.2f} ms backward {:.2f} ms "
           "comm {:.2f} ms update {:.2f} ms sent {:.0f} B/step",
-          e.step, trainer.total_steps(), e.epoch + 1, loss_sum_ / n, e.lr, scalars.at("train/samples_per_s"),
-          1e3 * timing_.forward / n, 1e3 * timing_.backward / n, 1e3 * timing_.communication / n,
-          1e3 * timing_.update / n, scalars.at("comm/bytes_per_step")));
+          e.step, trainer.total_steps(), e.epoch + 1, scalars.at("train/loss"), e.lr,
+          scalars.at("train/samples_per_s"), 1e3 * timing_.forward / n, 1e3 * timing_.backward / n,
+          1e3 * timing_.communication / n, 1e3 * timing_.update / n, scalars.at("comm/bytes_per_step")));
     }
   }
-  loss_sum_ = seconds_ = 0;
+  seconds_ = 0;
   timing_ = {};
   bytes_ = 0;
   samples_ = steps_ = 0;
@@ -178,8 +171,17 @@ void MetricsLog::on_epoch_end(Trainer& trainer, const EpochEvent& e) {
   if (sink_) sink_->flush();
 }
 
+void MetricsLog::report_skipped(Trainer& trainer, std::int64_t last_step) {
+  // Every rank skipped the same steps (the strategy agreed on each); rank 0 says so.
+  const auto skipped = std::llround(skipped_.take());
+  if (skipped == 0 || !logger_ || trainer.rank() != 0) return;
+  logger_->info(fmt::format("gradient overflow: skipped {} of steps {}-{}, loss scale → {}", skipped,
+                            first_step_, last_step, loss_scale_.value()));
+}
+
 void MetricsLog::on_train_end(Trainer& trainer, const TrainResult& r) {
   if (sink_) sink_->flush();
+  if (steps_ > 0) report_skipped(trainer, r.steps);
   if (!logger_ || trainer.rank() != 0) return;
   if (r.stopped_early) logger_->info("stopped early: " + r.stop_reason);
   logger_->info(fmt::format("done: {} steps, {:.0f} samples/s, final {}", r.steps, r.samples_per_second,

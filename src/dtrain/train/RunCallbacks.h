@@ -13,6 +13,7 @@
 #include "dtrain/io/MetricsSink.h"
 #include "dtrain/io/ProgressBar.h"
 #include "dtrain/train/Callback.h"
+#include "dtrain/util/DeviceScalar.h"
 
 namespace dtrain::train {
 
@@ -40,11 +41,15 @@ class MetricsLog final : public Callback {
   std::shared_ptr<io::Logger> logger_;
   std::int64_t every_;
   bool log_evals_;
-  // The interval since the last logged step.
-  double loss_sum_ = 0, seconds_ = 0;
-  // Losses still on their device, summed there until a log line reads them (Note [Reading a
-  // step's figures]); a float64 tensor, undefined when every loss so far was on the host.
-  torch::Tensor device_loss_sum_;
+  // Logs the steps fp16 skipped since the last report (steps first_step_ to last_step), if any.
+  void report_skipped(Trainer& trainer, std::int64_t last_step);
+
+  // The interval since the last logged step. Losses and skipped steps still on their device are
+  // summed there until a log line reads them (Note [Reading a step's figures]).
+  util::DeviceSum loss_sum_, skipped_;
+  util::DeviceScalar loss_scale_;
+  std::int64_t first_step_ = 0;
+  double seconds_ = 0;
   parallel::StepTiming timing_;
   std::uint64_t bytes_ = 0;
   std::int64_t samples_ = 0, steps_ = 0;

@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cmath>
 #include <mutex>
 #include <stdexcept>
 
@@ -335,8 +336,8 @@ bool Trainer::train_epoch(TrainResult& result, std::int64_t warmup) {
     result.steps_run += 1;
     result.step_time += r.timing;
     result.bytes_sent += r.bytes_sent;
-    result.skipped_steps += r.skipped ? 1 : 0;
-    result.loss_scale = r.loss_scale;
+    skipped_steps_.add(r.skipped);
+    loss_scale_ = r.loss_scale;
     if (step_ > warmup) {
       timed_samples_ += event.samples;
       timed_seconds_ += event.step_seconds;
@@ -384,6 +385,8 @@ TrainResult Trainer::fit() {
   const std::int64_t warmup = std::min<std::int64_t>(10, std::max<std::int64_t>(1, total_steps_ / 10));
   timed_samples_ = 0;
   timed_seconds_ = 0.0;
+  skipped_steps_ = {};
+  loss_scale_ = 0.0;
   reset_device_memory_peak(device_);
   for (auto& c : callbacks_) c->on_train_begin(*this);
   if (config_.train.eval_at_start && step_ == 0 && !has_eval_) run_evaluation();
@@ -393,6 +396,8 @@ TrainResult Trainer::fit() {
   if (last_eval_step_ != step_ || !has_eval_) run_evaluation();
   result.steps = step_;
   result.epochs_completed = epoch_;
+  result.skipped_steps = std::llround(skipped_steps_.take());
+  result.loss_scale = loss_scale_;
   result.final_eval = last_eval_.metrics;
   result.final_others = last_eval_.others;
   result.final_strategy_metrics = last_eval_.strategy_metrics;

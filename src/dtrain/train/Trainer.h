@@ -26,6 +26,7 @@
 #include "dtrain/train/JoinSchedule.h"
 #include "dtrain/train/Metrics.h"
 #include "dtrain/train/StepFeed.h"
+#include "dtrain/util/DeviceScalar.h"
 
 namespace dtrain::train {
 
@@ -135,6 +136,9 @@ class Trainer {
   // Throughput over the steps after the warm-up.
   std::int64_t timed_samples_ = 0;
   double timed_seconds_ = 0.0;
+  // train.precision fp16 over this fit(): steps skipped and the last loss scale, read at its end.
+  util::DeviceSum skipped_steps_;
+  util::DeviceScalar loss_scale_ = 0.0;
 };
 
 // Hex digest (FNV-1a 64) of a module's parameters and buffers, in registration order.

@@ -57,4 +57,30 @@ class DeviceScalar {
   mutable bool read_ = true;
 };
 
+// A running sum of DeviceScalars that reads the device only when asked for it: values not yet read
+// are added where they lie (in float64), and once such a sum has begun, host values join it too,
+// so the additions keep their order and the sum is the same bit for bit either way.
+class DeviceSum {
+ public:
+  void add(const DeviceScalar& x) {
+    if (x.pending() || device_.defined()) {
+      device_ = device_.defined() ? device_ + x.as_tensor() : x.as_tensor();
+    } else {
+      host_ += x.value();
+    }
+  }
+  // The sum so far (a device read where part of it is there); the sum starts again from 0.
+  double take() {
+    double sum = host_;
+    if (device_.defined()) sum += device_.item<double>();
+    host_ = 0.0;
+    device_ = torch::Tensor();
+    return sum;
+  }
+
+ private:
+  double host_ = 0.0;
+  torch::Tensor device_;
+};
+
 }  // namespace dtrain::util

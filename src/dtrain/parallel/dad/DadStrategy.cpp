@@ -214,7 +214,7 @@ StepResult DadStrategy::train_step(const data::Batch& batch) {
               dp_->set_sync(last);
               if (last) dp_->carry_values(loss_so_far);
             },
-            precision().loss_scale());
+            precision().loss_scale_tensor());
         result.timing.forward += step.forward_seconds;
         result.timing.backward += step.backward_seconds;
         dp_->finish();

@@ -288,7 +288,7 @@ StepResult DecentralizedStrategy::train_step(const data::Batch& batch) {
   ++round_;
   result.loss = loss;
   if (const auto* scaler = precision_.scaler()) {
-    result.skipped = scaler->skipped_steps() > skipped_before;
+    result.skipped = scaler->skipped_steps() > skipped_before ? 1.0 : 0.0;
     result.loss_scale = scaler->scale();
   }
   result.bytes_sent = comm::difference(comm_stats(), before).total().wire_bytes;

@@ -22,8 +22,9 @@ StepResult LocalStrategy::train_step(const data::Batch& batch) {
   step_with(
       [&]() -> torch::Tensor {
         optimizer().zero_grad();
-        auto step = forward_backward(forward, loss(), batch.inputs, batch.targets,
-                                     parallel_config().accumulation_steps, nullptr, precision().loss_scale());
+        auto step =
+            forward_backward(forward, loss(), batch.inputs, batch.targets,
+                             parallel_config().accumulation_steps, nullptr, precision().loss_scale_tensor());
         result.timing.forward += step.forward_seconds;
         result.timing.backward += step.backward_seconds;
         result.outputs = step.outputs;

@@ -337,7 +337,7 @@ void PipelineStrategy::finish_step(const std::vector<torch::Tensor>& parameters,
   if (precision_.scaling()) {
     step = precision_.finish_gradients(parameters, &result.timing.communication);
     result.skipped = precision_.last_skipped();
-    result.loss_scale = precision_.loss_scale();
+    result.loss_scale = precision_.loss_scale_figure();
   }
   // The last stages' sums, on every rank.
   auto loss = torch::tensor({layout_.stage == layout_.stages - 1 ? loss_sum : 0.0}, torch::kDouble);

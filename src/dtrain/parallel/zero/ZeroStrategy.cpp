@@ -230,7 +230,7 @@ StepResult ZeroStrategy::train_step(const data::Batch& batch) {
         [&](int index, bool, const torch::Tensor&) {
           if (index > 0 && options_.stage >= 2) result.timing.communication += finish_backward(false);
         },
-        precision_.loss_scale());
+        precision_.loss_scale_tensor());
     if (options_.stage >= 2) result.timing.communication += finish_backward(true);
   }
   in_step_ = false;
@@ -254,7 +254,7 @@ StepResult ZeroStrategy::train_step(const data::Batch& batch) {
     if (!sharded_parameters()) result.timing.communication += gather_after_step();
   }
   result.skipped = precision_.last_skipped();
-  result.loss_scale = precision_.loss_scale();
+  result.loss_scale = precision_.loss_scale_figure();
   result.closure_evaluations = 1;
   result.outputs = step.outputs;
   result.timing.set_update_to_rest(util::seconds_since(start));
