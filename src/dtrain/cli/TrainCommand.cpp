@@ -442,6 +442,7 @@ int train_in(const TrainArgs& given, const config::RunConfig& cfg, const comm::C
 void check_before_start(const TrainArgs& a, const config::RunConfig& cfg, int nproc,
                         const comm::Environment& env) {
   train::check_device_settings(cfg.train);
+  train::check_cuda_graph(cfg, nproc);
   // The optimizer's and the loss's settings, refused here rather than by the workers after the run
   // folder exists.
   (void)optim::optimizer_factory(cfg.optim);

@@ -161,6 +161,9 @@ struct TrainConfig {
   // (model.to(memory_format=torch.channels_last)); auto: on a GPU, where cuDNN's NHWC kernels are
   // faster under autocast; true on the CPU too (oneDNN), refused for a model with no 4-D weights.
   std::string channels_last = "auto";  // auto | true | false
+  // train.device cuda: capture the step in a CUDA graph after a few eager steps and replay it
+  // (train/CudaGraphStep.h, Note [Capturing the step in a CUDA graph]); local strategy, sgd.
+  bool cuda_graph = false;
 };
 
 struct RunConfig {

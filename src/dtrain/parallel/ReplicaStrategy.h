@@ -28,6 +28,8 @@ class ReplicaStrategy : public Strategy {
   // The model's parameters and gradients (data_parallel's flat buckets, which the gradients view,
   // included) and the optimizer's state.
   MemoryFootprint memory_footprint() const override;
+  // The optimizer over the model's parameters (what train.cuda_graph hands its learning rate to).
+  torch::optim::Optimizer& optimizer() { return *optimizer_; }
 
  protected:
   // Builds the optimizer over every parameter of context.model; refuses an optimizer that
@@ -36,7 +38,6 @@ class ReplicaStrategy : public Strategy {
 
   models::Network& model() { return *context_.model; }
   const models::NetworkPtr& model_ptr() const { return context_.model; }
-  torch::optim::Optimizer& optimizer() { return *optimizer_; }
   const optim::LossFn& loss() const { return context_.loss; }
   const comm::CommunicatorPtr& communicator() const { return context_.comm; }
   const config::ParallelConfig& parallel_config() const { return context_.parallel; }

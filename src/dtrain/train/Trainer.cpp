@@ -14,6 +14,7 @@
 #include "dtrain/models/ModelFactory.h"
 #include "dtrain/optim/Optimizers.h"
 #include "dtrain/parallel/Registry.h"
+#include "dtrain/train/CudaGraphStep.h"
 #include "dtrain/train/DeviceMemory.h"
 #include "dtrain/train/Transfer.h"
 #include "dtrain/util/Clock.h"
@@ -140,6 +141,7 @@ torch::Device resolve_device(const std::string& device, int local_rank) {
 Trainer::Trainer(config::RunConfig config, comm::CommunicatorPtr comm, int local_rank)
     : config_(std::move(config)), comm_(std::move(comm)) {
   check_device_settings(config_.train);
+  check_cuda_graph(config_, comm_ ? comm_->size() : 1);
   device_ = resolve_device(config_.train.device, local_rank);
   facts_.device_settings = apply_device_settings(config_.train, device_);
   if (config_.train.threads > 0) torch::set_num_threads(config_.train.threads);
@@ -187,22 +189,12 @@ Trainer::Trainer(config::RunConfig config, comm::CommunicatorPtr comm, int local
   context.precision = optim::parse_precision(config_.train.precision);
   context.input = input_spec(*data_.train);
   strategy_ = parallel::create_strategy(std::move(context));
+  if (config_.train.cuda_graph) graph_ = std::make_unique<CudaGraphStep>(*strategy_);
   feed_ = std::make_unique<DeviceFeed>(
       std::make_unique<StepFeed>(data_.train, local, config_.data, seed, strategy_->batches_per_step(),
                                  device_.is_cuda()),
       device_);
-  if (config_.data.equalize == "join" && world > 1) {
-    // See Note [Join] in parallel/Strategy.h.
-    joinable_ = dynamic_cast<parallel::Joinable*>(strategy_.get());
-    if (!joinable_ || holders_ != world || strategy_->batches_per_step() != 1) {
-      throw std::invalid_argument(fmt::format(
-          "data.equalize: join: parallel.strategy {} cannot run a step for a rank that has run out of data "
-          "(data_parallel can); use data.equalize: pad or drop",
-          strategy_->name()));
-    }
-    joinable_->check_joinable();
-    join_.emplace(shard_.rank_sizes, config_.data.batch_size, config_.data.drop_last);
-  }
+  set_up_join(world);
   const auto per_epoch = steps_per_epoch();
   if (per_epoch == 0) {
     throw std::invalid_argument(fmt::format(
@@ -219,6 +211,20 @@ Trainer::Trainer(config::RunConfig config, comm::CommunicatorPtr comm, int local
 }
 
 Trainer::~Trainer() = default;
+
+void Trainer::set_up_join(int world) {
+  if (config_.data.equalize != "join" || world <= 1) return;
+  // See Note [Join] in parallel/Strategy.h.
+  joinable_ = dynamic_cast<parallel::Joinable*>(strategy_.get());
+  if (!joinable_ || holders_ != world || strategy_->batches_per_step() != 1) {
+    throw std::invalid_argument(fmt::format(
+        "data.equalize: join: parallel.strategy {} cannot run a step for a rank that has run out of data "
+        "(data_parallel can); use data.equalize: pad or drop",
+        strategy_->name()));
+  }
+  joinable_->check_joinable();
+  join_.emplace(shard_.rank_sizes, config_.data.batch_size, config_.data.drop_last);
+}
 
 int Trainer::rank() const {
   return comm_ ? comm_->rank() : 0;
@@ -314,7 +320,8 @@ bool Trainer::train_epoch(TrainResult& result, std::int64_t warmup) {
     strategy_->set_learning_rate(event.lr);
     const auto r = join_
                        ? joinable_->join_step(batch ? &*batch : nullptr, join_->weight(rank(), epoch_batch_))
-                       : strategy_->train_step(*batch);
+                       : graph_ ? graph_->step(*batch, event.lr)
+                                : strategy_->train_step(*batch);
     // Where this step's figures will be read, wait for the device here, so that the wait counts
     // as training time (Note [Reading a step's figures]).
     if (r.loss.pending() && read_point(step_ + 1, epoch_batch_ + 1 >= per_epoch)) r.loss.value();

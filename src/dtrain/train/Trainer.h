@@ -22,6 +22,7 @@
 #include "dtrain/optim/Scheduler.h"
 #include "dtrain/parallel/Strategy.h"
 #include "dtrain/train/Callback.h"
+#include "dtrain/train/CudaGraphStep.h"
 #include "dtrain/train/DeviceFeed.h"
 #include "dtrain/train/JoinSchedule.h"
 #include "dtrain/train/Metrics.h"
@@ -103,6 +104,8 @@ class Trainer {
   // Trains the rest of epoch_; false when the run stopped before the epoch's end.
   bool train_epoch(TrainResult& result, std::int64_t warmup);
   void end_epoch(TrainResult& result, double epoch_seconds);
+  // data.equalize: join over `world` ranks: the strategy's join steps (Note [Join]).
+  void set_up_join(int world);
 
   config::RunConfig config_;
   comm::CommunicatorPtr comm_;
@@ -117,6 +120,7 @@ class Trainer {
   std::unique_ptr<optim::Scheduler> scheduler_;
   optim::LossFn loss_;
   std::unique_ptr<parallel::Strategy> strategy_;
+  std::unique_ptr<CudaGraphStep> graph_;  // train.cuda_graph
   std::vector<std::shared_ptr<Callback>> callbacks_;
   ModelFacts facts_;
   std::string partition_hash_;
