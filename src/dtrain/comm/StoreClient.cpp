@@ -45,6 +45,10 @@ std::string StoreClient::get(const std::string& key) {
   return text(impl_->store->get(key));
 }
 
+std::int64_t StoreClient::add(const std::string& key, std::int64_t delta) {
+  return impl_->store->add(key, delta);
+}
+
 bool StoreClient::check(const std::vector<std::string>& keys) {
   return impl_->store->check(keys);
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,6 +28,9 @@ class StoreClient {
   std::string set_if_absent(const std::string& key, const std::string& value);
   // The value of `key`, waiting for it to be set.
   std::string get(const std::string& key);
+  // Adds `delta` to the counter `key` (0 when absent) and returns the sum, atomically: of several
+  // callers each gets a different value. add(key, 0) reads it.
+  std::int64_t add(const std::string& key, std::int64_t delta);
   // Whether every key is set, without waiting.
   bool check(const std::vector<std::string>& keys);
   // Until every key is set; throws std::runtime_error naming the keys still missing after `timeout`.

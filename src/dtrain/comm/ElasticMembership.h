@@ -1,0 +1,73 @@
+// Elastic membership: which workers make up the job now, agreed in rounds on the rendezvous store,
+// as torchrun's elastic rendezvous (torch/distributed/elastic/rendezvous) and torchft's quorum do.
+//
+// Note [Membership rounds]
+// A job declared for MIN:MAX members runs in generations. Generation g's round lives under
+// "elastic/<run id>/g<g>/": each worker that wants to train takes an arrival number with one atomic
+// add and writes its record (its id and its rank in the generation it comes from, -1 for a new
+// one) under that number. The first to arrive leads the round: it closes it as soon as MAX have
+// arrived, or once at least MIN have and nobody new has come for `last_call`, by writing the
+// member count and every record in rank order; the others read that one key. Ranks keep the
+// survivors' order (by their previous rank) and put newcomers after them in arrival order, so a
+// job that loses a member renumbers as little as it can. A worker that arrives after the round
+// closed is late: it goes on to generation g+1, whose first arrival the running generation sees
+// with one store read (someone_waiting) and admits at its next step boundary. Fewer than MIN by the
+// timeout is an error naming both counts. The store's host (node 0's launcher) is the one member
+// the job cannot lose; torchrun's c10d rendezvous backend has the same single point.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "dtrain/comm/StoreClient.h"
+
+namespace dtrain::comm {
+
+struct ElasticOptions {
+  int min_members = 1;
+  int max_members = 1;
+  // How long the round's leader waits for one more member once MIN have arrived (torchrun's
+  // last_call_timeout).
+  std::chrono::milliseconds last_call{std::chrono::seconds(1)};
+  // How long a round may take to reach MIN members, and a member to wait for the round's close.
+  std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+  std::string run_id = "none";
+};
+
+struct Membership {
+  int generation = 0;
+  int rank = 0;
+  int world_size = 1;
+  std::vector<std::string> members;  // ids in rank order
+  std::vector<int> previous_ranks;   // each member's rank in the generation it came from, -1 for new
+  // The store prefix of this generation's process group: "elastic/<run id>/g<g>/pg/".
+  std::string store_prefix;
+};
+
+class ElasticMembership {
+ public:
+  // `member_id` must be unique in the job (host name, pid and local rank make one).
+  ElasticMembership(StoreClient& store, ElasticOptions options, std::string member_id);
+
+  // Joins the first generation from `generation` on whose round it gets into, as the member that
+  // had `previous_rank` in the generation before (-1: new). Throws std::runtime_error naming the
+  // counts when fewer than min_members arrive within the timeout.
+  Membership join(int generation, int previous_rank);
+
+  // Whether some worker waits in the round after `generation` (one store read).
+  bool someone_waiting(int generation);
+
+  const ElasticOptions& options() const { return options_; }
+
+ private:
+  std::string prefix(int generation) const;
+  // As the round's leader: waits for its members and closes it; returns the member count.
+  int lead(const std::string& round);
+
+  StoreClient& store_;
+  ElasticOptions options_;
+  std::string id_;
+};
+
+}  // namespace dtrain::comm
