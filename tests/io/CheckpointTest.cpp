@@ -51,6 +51,22 @@ TEST(Checkpoint, SaveLoadGivesIdenticalTensorsAndMetadata) {
   EXPECT_THROW(loaded.tensor("nope"), CheckpointError);
 }
 
+// What a peer sends an elastic job's newcomer: the file's bytes, without a file.
+TEST(Checkpoint, BytesInMemoryRoundTripAndBadBytesAreRefusedNamingTheirSource) {
+  const auto original = make_checkpoint(7);
+  const auto bytes = original.to_bytes();
+  expect_identical(original, Checkpoint::from_bytes(bytes, "the state from rank 2"));
+  dtrain::testing::ScratchDir dir;
+  original.save(dir.path() / "c.ckpt");
+  EXPECT_EQ(std::filesystem::file_size(dir.path() / "c.ckpt"), bytes.size());
+  try {
+    Checkpoint::from_bytes(bytes.substr(0, bytes.size() / 2), "the state from rank 2");
+    FAIL() << "half a checkpoint was read";
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("the state from rank 2"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Checkpoint, StoredTensorsAreCopies) {
   auto t = torch::zeros({3});
   Checkpoint checkpoint;

@@ -141,19 +141,15 @@ void Checkpoint::save(const std::filesystem::path& path) const {
   stream_file_atomic(path, [&](const ByteSink& sink) { write(sink); });
 }
 
-Checkpoint Checkpoint::load(const std::filesystem::path& path) {
-  if (!std::filesystem::is_regular_file(path)) {
-    throw CheckpointError("checkpoint " + path.string() + " does not exist");
-  }
+Checkpoint Checkpoint::read(std::istream& in, const std::string& what) {
   torch::serialize::InputArchive archive;
   nlohmann::json header;
-  std::ifstream in(path, std::ios::binary);
   try {
-    util::load_archive_without_code(archive, in, "checkpoint " + path.string());
+    util::load_archive_without_code(archive, in, what);
   } catch (const std::invalid_argument& e) {
     throw CheckpointError(e.what());
   } catch (const std::exception& e) {
-    throw CheckpointError("checkpoint " + path.string() + " cannot be read (" + first_line(e) +
+    throw CheckpointError(what + " cannot be read (" + first_line(e) +
                           "); it is truncated, corrupt or not a dtrain checkpoint");
   }
   try {
@@ -168,13 +164,13 @@ Checkpoint Checkpoint::load(const std::filesystem::path& path) {
     header = nlohmann::json::parse(std::string(static_cast<const char*>(header_bytes.data_ptr()),
                                                static_cast<std::size_t>(header_bytes.numel())));
   } catch (const std::exception& e) {
-    throw CheckpointError("checkpoint " + path.string() + " cannot be read (" + first_line(e) +
+    throw CheckpointError(what + " cannot be read (" + first_line(e) +
                           "); it is truncated, corrupt or not a dtrain checkpoint");
   }
   // A header that parses but is not what save() writes (a key missing or of another type, found
   // by fuzzing: nlohmann's at() threw out of load) is corrupt, not another format.
-  const auto malformed = [&](const std::string& what) {
-    return CheckpointError("checkpoint " + path.string() + " has a malformed header (" + what +
+  const auto malformed = [&](const std::string& problem) {
+    return CheckpointError(what + " has a malformed header (" + problem +
                            "); it is corrupt or not a dtrain checkpoint");
   };
   if (!header.is_object() || !header.contains("format") || !header["format"].is_string() ||
@@ -182,9 +178,9 @@ Checkpoint Checkpoint::load(const std::filesystem::path& path) {
     throw malformed("no format and version");
   }
   if (header.value("format", "") != kFormat || header.value("version", 0) != kVersion) {
-    throw CheckpointError("checkpoint " + path.string() + " has format " + header.value("format", "?") +
-                          " version " + std::to_string(header.value("version", 0)) + "; this dtrain reads " +
-                          kFormat + " version " + std::to_string(kVersion));
+    throw CheckpointError(what + " has format " + header.value("format", "?") + " version " +
+                          std::to_string(header.value("version", 0)) + "; this dtrain reads " + kFormat +
+                          " version " + std::to_string(kVersion));
   }
   if (!header.contains("names") || !header["names"].is_array() || !header.contains("metadata") ||
       !header["metadata"].is_object()) {
@@ -200,13 +196,32 @@ Checkpoint Checkpoint::load(const std::filesystem::path& path) {
     try {
       archive.read("t" + std::to_string(i), tensor);
     } catch (const std::exception& e) {
-      throw CheckpointError("checkpoint " + path.string() + " lacks tensor \"" + names[i].get<std::string>() +
+      throw CheckpointError(what + " lacks tensor \"" + names[i].get<std::string>() +
                             "\"; the file is corrupt");
     }
     checkpoint.tensors_[names[i].get<std::string>()] = tensor;
   }
   checkpoint.metadata_json_ = header.at("metadata").dump();
   return checkpoint;
+}
+
+Checkpoint Checkpoint::load(const std::filesystem::path& path) {
+  if (!std::filesystem::is_regular_file(path)) {
+    throw CheckpointError("checkpoint " + path.string() + " does not exist");
+  }
+  std::ifstream in(path, std::ios::binary);
+  return read(in, "checkpoint " + path.string());
+}
+
+std::string Checkpoint::to_bytes() const {
+  std::string bytes;
+  write([&](const void* data, std::size_t size) { bytes.append(static_cast<const char*>(data), size); });
+  return bytes;
+}
+
+Checkpoint Checkpoint::from_bytes(const std::string& bytes, const std::string& what) {
+  std::istringstream in(bytes, std::ios::binary);
+  return read(in, what);
 }
 
 CheckpointStore::CheckpointStore(std::filesystem::path dir, CheckpointStoreOptions options)

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <iosfwd>
 #include <map>
 #include <optional>
 #include <stdexcept>
@@ -53,8 +54,15 @@ class Checkpoint {
   void save(const std::filesystem::path& path) const;
   // Throws CheckpointError when the file is missing or not a dtrain checkpoint.
   static Checkpoint load(const std::filesystem::path& path);
+  // The file's bytes in memory, and a checkpoint from them (what a peer sends: Note [Recovering
+  // from a peer] in train/PeerRecovery.h); from_bytes throws CheckpointError naming `what`.
+  std::string to_bytes() const;
+  static Checkpoint from_bytes(const std::string& bytes, const std::string& what);
 
  private:
+  // Reads what write() wrote from `in`; errors name `what` ("checkpoint <path>").
+  static Checkpoint read(std::istream& in, const std::string& what);
+
   std::map<std::string, at::Tensor> tensors_;
   std::string metadata_json_ = "{}";
 };

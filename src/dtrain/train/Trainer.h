@@ -64,12 +64,16 @@ class Trainer {
   // Asks the loop to stop after the current step; every rank must ask at the same step (decide
   // from reduced figures only), or the ranks fall out of step.
   void request_stop(std::string reason);
+  bool stop_requested() const { return stop_requested_; }
 
   // The position and everything needed to continue exactly: the strategy's state (model,
   // optimizer, its own), random state, step, epoch and the sampler's position. load_state()
   // expects a Trainer built from the same config (another world size or strategy continues where
-  // the mathematics allows). Both are collective: call them on every rank.
-  void save_state(io::Checkpoint& checkpoint) const;
+  // the mathematics allows). Both are collective: call them on every rank; save_state is not when
+  // `gather` is false, for a rank whose peers are gone (Note [Elastic workers] in
+  // cli/ElasticWorker.h): it then keeps this rank's random state, which stands for every rank's,
+  // and this rank's counts of the epoch's training metrics instead of their sum.
+  void save_state(io::Checkpoint& checkpoint, bool gather = true) const;
   void load_state(const io::Checkpoint& checkpoint);
 
   const config::RunConfig& config() const { return config_; }

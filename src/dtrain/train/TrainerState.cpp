@@ -23,13 +23,14 @@ void add_tensor(util::Fnv1a64& hash, const torch::Tensor& t) {
 // Each rank draws its own dropout masks, so each rank's generator is kept: gathered here, and
 // every rank restores its own on load. A GPU run draws them from its GPU's generator, kept beside
 // the CPU's (the data pipeline's augmentations still draw on the CPU).
-torch::Tensor gathered_generator_states(const comm::CommunicatorPtr& comm, at::Generator generator) {
+torch::Tensor gathered_generator_states(const comm::CommunicatorPtr& comm, at::Generator generator,
+                                        bool gather) {
   torch::Tensor state;
   {
     std::lock_guard<std::mutex> lock(generator.mutex());
     state = generator.get_state().contiguous();
   }
-  if (!comm || comm->size() == 1) return state.view({1, state.numel()});
+  if (!gather || !comm || comm->size() == 1) return state.view({1, state.numel()});
   auto all = torch::empty({comm->size() * state.numel()}, state.options());
   comm->allgather(state, all);
   return all.view({comm->size(), state.numel()});
@@ -69,18 +70,19 @@ std::string data_partition_hash(int world, const config::DataConfig& data, const
   return hash.hex();
 }
 
-void Trainer::save_state(io::Checkpoint& checkpoint) const {
+void Trainer::save_state(io::Checkpoint& checkpoint, bool gather) const {
   strategy_->save(checkpoint);
-  checkpoint.set_tensor("rng.cpu", gathered_generator_states(comm_, at::detail::getDefaultCPUGenerator()));
+  checkpoint.set_tensor("rng.cpu",
+                        gathered_generator_states(comm_, at::detail::getDefaultCPUGenerator(), gather));
   if (device_.is_cuda())
-    checkpoint.set_tensor("rng.cuda", gathered_generator_states(comm_, device_generator(device_)));
+    checkpoint.set_tensor("rng.cuda", gathered_generator_states(comm_, device_generator(device_), gather));
   // Note [Training metrics across a resume]
   // Within an epoch each rank holds its own counts of the batches so far. The checkpoint keeps
   // their sum; on resume rank 0 starts from that sum and the others from zero, so the reduction at
   // the epoch's end gives the same figures as an uninterrupted run, whatever the world size.
   if (epoch_batch_ > 0 && train_metrics_) {
     auto sums = train_metrics_->packed();
-    if (comm_ && comm_->size() > 1) comm_->allreduce(sums, comm::ReduceOp::Sum);
+    if (gather && comm_ && comm_->size() > 1) comm_->allreduce(sums, comm::ReduceOp::Sum);
     checkpoint.set_tensor("train_metrics", sums);
   }
   nlohmann::json meta;
