@@ -7,15 +7,20 @@
 #   kill     2 hosts x 2 ranks training (gloo, then mpi); every process of host 1's namespace gets
 #            SIGKILL after the first checkpoint; every process of host 0 must be gone within 10 s
 #            and host 0's job must name a rank of host 1, its address or its name
+#   elastic  3 hosts x 2 ranks, `dtrain launch --nnodes 2:3` (Note [Elastic workers]), no checkpoint
+#            before the end: every process of host 2 gets SIGKILL mid-run; hosts 0 and 1 must go on
+#            at 4 ranks within 10 s from the step they had reached (the state from a peer, not from
+#            disk), admit host 2 when it is started again and end at 6 ranks; the final weights must
+#            equal those of one host that trains the same steps at the same sizes through --resume
 # gloo and mpi train the quickstart config briefly (mlp, 20 steps, 1 Gbit/s links) and require the
 # final weights (model.pt) to equal, byte for byte, those of one host running 4 ranks of the same
 # backend: rank r gets the same data shard and the all-reduce the same reduction order wherever it
 # runs, and every worker has one intra-op thread. They also require that at least one gradient's
 # worth per step crossed the link in each direction, so the hosts really were apart.
 # Exits 77 (CTest's SKIP_RETURN_CODE) with the reason where namespaces cannot be made.
-#   tests/netns/netns_test.sh gloo|mpi|cleanup|kill DTRAIN SOURCE_DIR
+#   tests/netns/netns_test.sh gloo|mpi|cleanup|kill|elastic DTRAIN SOURCE_DIR
 set -euo pipefail
-MODE=${1:?mode: gloo, mpi, cleanup or kill}
+MODE=${1:?mode: gloo, mpi, cleanup, kill or elastic}
 DTRAIN=$(readlink -f "${2:?path of the dtrain binary}")
 cd "${3:?the source directory}"
 NETNS=$PWD/bench/netns.sh
@@ -256,6 +261,8 @@ END
   echo "PASS ($backend): killing host 1 stopped host 0 within $elapsed s, naming host 1"
 }
 
+source "$(dirname "$0")/elastic_test.sh"
+
 probe
 case $MODE in
   gloo | mpi) test_training "$MODE" ;;
@@ -264,5 +271,6 @@ case $MODE in
     test_kill_host gloo
     test_kill_host mpi
     ;;
-  *) fail "unknown mode '$MODE'; expected gloo, mpi, cleanup or kill" ;;
+  elastic) test_elastic ;;
+  *) fail "unknown mode '$MODE'; expected gloo, mpi, cleanup, kill or elastic" ;;
 esac

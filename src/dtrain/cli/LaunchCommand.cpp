@@ -28,7 +28,8 @@ namespace {
 
 struct LaunchArgs {
   std::string nproc_per_node = "1";
-  int nnodes = 1;
+  std::string nnodes = "1";  // N, or MIN:MAX for an elastic job
+  double last_call_s = 1.0;
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
   int master_port = 0;
@@ -93,15 +94,46 @@ std::string secret_file_of(const LaunchArgs& args, const comm::Environment& env)
   return std::filesystem::absolute(path).string();
 }
 
+// --nnodes N, or MIN:MAX (torchrun's spelling of an elastic job): into options.nnodes (N or MAX)
+// and options.min_nnodes (MIN; 0 for N).
+void parse_nnodes(const std::string& text, launch::LaunchOptions& options) {
+  const auto number = [&](const std::string& part) {
+    std::size_t used = 0;
+    int value = 0;
+    try {
+      value = std::stoi(part, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != part.size() || value < 1) {
+      throw std::invalid_argument(
+          fmt::format("--nnodes {}: expected a number of nodes, or MIN:MAX for an elastic job", text));
+    }
+    return value;
+  };
+  const auto colon = text.find(':');
+  if (colon == std::string::npos) {
+    options.nnodes = number(text);
+    return;
+  }
+  options.min_nnodes = number(text.substr(0, colon));
+  options.nnodes = number(text.substr(colon + 1));
+}
+
 launch::LaunchOptions to_options(const LaunchArgs& args) {
   launch::LaunchOptions options;
   options.nproc_per_node = parse_nproc(args.nproc_per_node);
-  options.nnodes = args.nnodes;
+  parse_nnodes(args.nnodes, options);
+  if (!(args.last_call_s > 0)) {
+    throw std::invalid_argument(
+        fmt::format("--rdzv-last-call: expected seconds > 0, found {}", args.last_call_s));
+  }
+  options.last_call = std::chrono::milliseconds(static_cast<std::int64_t>(args.last_call_s * 1000.0));
   options.node_rank = args.node_rank;
   options.master_addr = args.master_addr;
   options.master_port = args.master_port;
   if (args.standalone) {
-    if (args.nnodes != 1 || args.node_rank != 0) {
+    if (options.nnodes != 1 || options.elastic() || args.node_rank != 0) {
       throw std::invalid_argument(
           fmt::format("--standalone runs one node, found --nnodes {} --node-rank {}; drop --standalone for a "
                       "multi-node job",
@@ -208,6 +240,24 @@ int run_on_hosts(const LaunchArgs& args) {
 
 }  // namespace
 
+namespace {
+
+// The options of a job over several hosts from one command (launch/HostLaunch.h).
+void add_host_options(CLI::App& sub, LaunchArgs& args) {
+  auto* hostfile =
+      sub.add_option("--hostfile", args.hostfile,
+                     "Run on every host of FILE over ssh, one 'HOST slots=N' a line (DeepSpeed's "
+                     "format); the first host holds the rendezvous");
+  auto* hosts = sub.add_option("-H,--hosts", args.host_list, "Hosts as HOST:SLOTS,... instead of --hostfile");
+  hostfile->excludes(hosts);
+  sub.add_option("--ssh-option", args.ssh_options,
+                 "Arguments for ssh, split at spaces; repeatable (e.g. --ssh-option '-i key -p 2222')");
+  sub.add_option("--stop", args.stop_job,
+                 "Stop job JOB on every host of --hostfile/-H (its launchers and workers), then exit");
+}
+
+}  // namespace
+
 Run add_launch_command(CLI::App& app) {
   auto* sub = app.add_subcommand(
       "launch",
@@ -218,7 +268,13 @@ Run add_launch_command(CLI::App& app) {
                       "Worker processes on this node: a number, or 'auto'/'cpu' for one per core")
           ->capture_default_str();
   args->node_options.push_back(
-      sub->add_option("--nnodes", args->nnodes, "Nodes in the job")->capture_default_str());
+      sub->add_option("--nnodes", args->nnodes,
+                      "Nodes in the job; MIN:MAX for an elastic job that goes on when nodes leave and takes "
+                      "them back when they return (parallel.strategy: data_parallel, --backend gloo)")
+          ->capture_default_str());
+  sub->add_option("--rdzv-last-call", args->last_call_s,
+                  "Elastic jobs: seconds a membership round waits for one more node once MIN are there")
+      ->capture_default_str();
   args->node_options.push_back(
       sub->add_option("--node-rank,--node_rank", args->node_rank, "This node's index, 0 hosts the store")
           ->capture_default_str());
@@ -259,17 +315,7 @@ Run add_launch_command(CLI::App& app) {
                                         "TORCHELASTIC_RUN_ID given to workers; with --hostfile the job's id "
                                         "(default: HOST-PID-TIME), which --stop takes")
                             ->capture_default_str();
-  auto* hostfile =
-      sub->add_option("--hostfile", args->hostfile,
-                      "Run on every host of FILE over ssh, one 'HOST slots=N' a line (DeepSpeed's "
-                      "format); the first host holds the rendezvous");
-  auto* hosts =
-      sub->add_option("-H,--hosts", args->host_list, "Hosts as HOST:SLOTS,... instead of --hostfile");
-  hostfile->excludes(hosts);
-  sub->add_option("--ssh-option", args->ssh_options,
-                  "Arguments for ssh, split at spaces; repeatable (e.g. --ssh-option '-i key -p 2222')");
-  sub->add_option("--stop", args->stop_job,
-                  "Stop job JOB on every host of --hostfile/-H (its launchers and workers), then exit");
+  add_host_options(*sub, *args);
   sub->add_option("command", args->command, "The worker program and its arguments, after '--'");
   // Everything from the program on belongs to the worker, dashes included (torchrun's form).
   sub->positionals_at_end(true);

@@ -14,12 +14,16 @@
 #include <optional>
 
 #include "dtrain/cli/Commands.h"
+#include "dtrain/cli/ElasticWorker.h"
 #include "dtrain/cli/Interrupt.h"
 #include "dtrain/cli/Main.h"
 #include "dtrain/cli/ResumeConfig.h"
+#include "dtrain/cli/RunResults.h"
 #include "dtrain/cli/SeedFlags.h"
 #include "dtrain/cli/SelfExe.h"
 #include "dtrain/comm/Rendezvous.h"
+#include "dtrain/comm/StoreSecret.h"
+#include "dtrain/comm/Work.h"
 #include "dtrain/config/Environment.h"
 #include "dtrain/config/RunConfigYaml.h"
 #include "dtrain/experiment/WorkerLaunch.h"
@@ -35,6 +39,7 @@
 #include "dtrain/train/EarlyStop.h"
 #include "dtrain/train/RunCallbacks.h"
 #include "dtrain/train/Trainer.h"
+#include "dtrain/util/Clock.h"
 
 namespace dtrain::cli {
 namespace {
@@ -166,117 +171,6 @@ io::RunDir new_run_folder(const TrainArgs& a, const config::RunConfig& cfg, int 
   return io::RunDir::create(cfg.out_dir, cfg.name, world);
 }
 
-nlohmann::json comm_json(const comm::CommStats& stats) {
-  nlohmann::json out = nlohmann::json::object();
-  auto entry = [](const comm::OpStats& s) {
-    return nlohmann::json{{"calls", s.calls},
-                          {"bytes", s.bytes},
-                          {"wire_bytes", s.wire_bytes},
-                          {"wait_seconds", s.wait_seconds}};
-  };
-  for (const auto& [name, s] : stats.ops) out[name] = entry(s);
-  out["total"] = entry(stats.total());
-  return out;
-}
-
-// Per-step means over the steps this process ran: each phase of the time split in seconds
-// (parallel::StepTiming) and the bytes this rank sent for each step's own communication.
-void add_step_means(nlohmann::json& j, const train::TrainResult& r) {
-  const double steps = static_cast<double>(std::max<std::int64_t>(1, r.steps_run));
-  j["step_time"] = {{"forward_s", r.step_time.forward / steps},
-                    {"backward_s", r.step_time.backward / steps},
-                    {"comm_s", r.step_time.communication / steps},
-                    {"update_s", r.step_time.update / steps}};
-  j["bytes_per_step"] = static_cast<double>(r.bytes_sent) / steps;
-}
-
-nlohmann::json metrics_json(const train::EvalMetrics& m) {
-  nlohmann::json out = nlohmann::json::object();
-  for (const auto& [k, v] : m.named("")) out[k] = v;
-  out["samples"] = m.samples;
-  return out;
-}
-
-nlohmann::json results_json(const config::RunConfig& cfg, const train::Trainer& trainer,
-                            const train::TrainResult& r, const io::RunDir& run, const std::string& backend) {
-  nlohmann::json j;
-  j["name"] = cfg.name;
-  j["status"] = r.stopped_early ? "stopped" : "finished";
-  j["run_dir"] = run.root().string();
-  j["model"] = cfg.model.name;
-  j["parameters"] = trainer.model_facts().parameters;
-  j["initial_parameter_hash"] = trainer.model_facts().initial_hash;
-  j["data_partition_hash"] = trainer.data_partition_hash();
-  j["precision"] = trainer.model_facts().precision;
-  j["device"] = trainer.device().str();
-  j["memory_format"] = trainer.model_facts().channels_last ? "channels_last" : "contiguous";
-  if (r.gpu_memory_peak_bytes > 0) j["gpu_memory_peak_bytes"] = r.gpu_memory_peak_bytes;
-  for (const auto& [key, value] : trainer.model_facts().device_settings) {
-    if (value == "true" || value == "false") {
-      j["cuda"][key] = value == "true";
-    } else {
-      j["cuda"][key] = value;
-    }
-  }
-  if (r.loss_scale > 0.0) {
-    j["loss_scale"] = r.loss_scale;
-    j["skipped_steps"] = r.skipped_steps;
-  }
-  j["strategy"] = cfg.parallel.strategy;
-  j["backend"] = backend;
-  j["world_size"] = trainer.world_size();
-  j["steps"] = r.steps;
-  j["epochs"] = r.epochs_completed;
-  j["final"] = metrics_json(r.final_eval);
-  // A run stopped (train.max_steps) before its first epoch ended has no epoch's training metrics.
-  if (r.last_train.samples > 0) j["train_last_epoch"] = metrics_json(r.last_train);
-  if (!r.final_others.empty()) {
-    for (const auto& [name, m] : r.final_others) j["final_by_model"][name] = metrics_json(m);
-  }
-  j["strategy_notes"] = nlohmann::json::object();
-  for (const auto& [name, note] : r.strategy_notes) j["strategy_notes"][name] = note;
-  j["strategy_metrics"] = nlohmann::json::object();
-  for (const auto& [name, value] : r.final_strategy_metrics) j["strategy_metrics"][name] = value;
-  j["samples_per_second"] = r.samples_per_second;
-  j["train_seconds"] = r.train_seconds;
-  add_step_means(j, r);
-  j["comm"] = comm_json(r.comm);
-  j["stopped_early"] = r.stopped_early;
-  j["stop_reason"] = r.stop_reason;
-  j["versions"] = {{"dtrain", DTRAIN_VERSION}, {"libtorch", TORCH_VERSION}};
-  j["config"] = config::to_json(cfg);
-  return j;
-}
-
-// The final evaluation by class, named where the data set names its classes (data::class_names):
-// class, name, samples, precision, recall. "" when there are no names to report by.
-std::string per_class_csv(const train::EvalMetrics& m, const std::vector<std::string>& names) {
-  if (names.empty() || names.size() != m.class_samples.size()) return "";
-  std::string csv = "class,name,samples,precision,recall\n";
-  for (std::size_t c = 0; c < names.size(); ++c) {
-    std::string quoted;  // names hold commas ("tench, Tinca tinca")
-    for (const char ch : names[c]) quoted += ch == '"' ? std::string("\"\"") : std::string(1, ch);
-    csv += fmt::format("{},\"{}\",{},{:.6f},{:.6f}\n", c, quoted, m.class_samples[c], m.class_precision[c],
-                       m.class_recall[c]);
-  }
-  return csv;
-}
-
-// A run that fails leaves results.json saying so (status "failed", the error, the exit status), so a
-// folder is never taken for a run that finished or one still running. Best effort: the error being
-// reported matters more than this file.
-void record_failure(const io::RunDir& run, const std::string& message, int exit_code) {
-  try {
-    nlohmann::json j;
-    j["status"] = "failed";
-    j["error"] = message;
-    j["exit_code"] = exit_code;
-    j["run_dir"] = run.root().string();
-    io::write_json_file(run.results_path(), j);
-  } catch (const std::exception&) {
-  }
-}
-
 // Starts `nproc` local workers running this same command, each told the run folder.
 int launch_workers(const TrainArgs& a, const config::RunConfig& cfg, int nproc,
                    const comm::Environment& env) {
@@ -374,8 +268,10 @@ void add_run_callbacks(train::Trainer& trainer, const config::RunConfig& cfg, co
 }
 
 // The training itself, in a worker whose run folder and log are ready.
+// `elastic`: the generation of an elastic job this run is (Note [Elastic workers]), or null.
 int train_in(const TrainArgs& given, const config::RunConfig& cfg, const comm::CommunicatorPtr& communicator,
-             io::RunDir& run, const std::shared_ptr<io::Logger>& logger, int restarts, int local_rank) {
+             io::RunDir& run, const std::shared_ptr<io::Logger>& logger, int restarts, int local_rank,
+             Generation* elastic = nullptr) {
   const int rank = communicator ? communicator->rank() : 0;
   if (rank == 0) {
     // A writer killed mid-write (a crash, a kill -9, a restart) leaves its temporary files behind;
@@ -409,7 +305,9 @@ int train_in(const TrainArgs& given, const config::RunConfig& cfg, const comm::C
   add_run_callbacks(trainer, cfg, run, logger, rank);
   const auto interrupt = std::make_shared<StopOnInterrupt>(cfg.train.log_every_steps);
   trainer.add_callback(interrupt);
-  if (!a.resume.empty()) {
+  const bool from_peer = elastic && elastic->start.checkpoint;
+  if (elastic) start_generation(*elastic, trainer, *logger);
+  if (!a.resume.empty() && !from_peer) {
     const auto checkpoint = checking_inputs([&] { return load_resume_point(a.resume); });
     checking_inputs([&] { trainer.load_state(checkpoint); });
     logger->info(fmt::format("resumed from {} at step {}: {}", a.resume, trainer.step(), describe(changes)));
@@ -418,9 +316,21 @@ int train_in(const TrainArgs& given, const config::RunConfig& cfg, const comm::C
   }
 
   const InterruptHandlers handlers;
-  const auto result = trainer.fit();
+  train::TrainResult result;
+  try {
+    result = trainer.fit();
+  } catch (const comm::CommError& e) {
+    if (!elastic) throw;
+    end_generation(*elastic, trainer, e.what(), *logger);
+    return kExitSuccess;
+  }
+  if (elastic && result.stop_reason == kAdmitReason) {
+    end_generation(*elastic, trainer, kAdmitReason, *logger);
+    return kExitSuccess;
+  }
   if (rank == 0) {
     auto j = results_json(cfg, trainer, result, run, communicator ? communicator->backend() : "none");
+    if (elastic) j["generations"] = generations_json(run);
     if (interrupt->signal() != 0) j["status"] = "interrupted";
     const auto by_class = per_class_csv(result.final_eval, trainer.datasets().class_names);
     if (!by_class.empty()) {
@@ -442,6 +352,7 @@ int train_in(const TrainArgs& given, const config::RunConfig& cfg, const comm::C
 void check_before_start(const TrainArgs& a, const config::RunConfig& cfg, int nproc,
                         const comm::Environment& env) {
   train::check_device_settings(cfg.train);
+  if (elastic_options(env)) check_elastic(cfg);
   train::check_cuda_graph(cfg, nproc);
   // The optimizer's and the loss's settings, refused here rather than by the workers after the run
   // folder exists.
@@ -461,7 +372,96 @@ void check_before_start(const TrainArgs& a, const config::RunConfig& cfg, int np
   if (!a.resume.empty() && !worker) (void)load_resume_point(a.resume);
 }
 
+// This worker's run folder, ready for `rank` of `world` (`communicator` may be null).
+io::RunDir open_run_folder(const TrainArgs& a, const config::RunConfig& cfg,
+                           const comm::CommunicatorPtr& communicator, int rank, int world) {
+  if (!a.run_dir.empty()) {
+    if (rank == 0) fs::create_directories(fs::path(a.run_dir) / "checkpoints");
+    if (communicator) communicator->barrier();
+    return io::RunDir::open(a.run_dir, rank, world);
+  }
+  if (const auto resumed = resumed_run_folder(a)) {
+    return io::RunDir::open(*resumed, rank, world);  // a resume continues in the run's own folder
+  }
+  if (communicator && world > 1 && cfg.run_folder == "named") {
+    return io::RunDir::create_named_shared(*communicator, cfg.out_dir, cfg.name,
+                                           resumes_in(a, fs::path(cfg.out_dir) / cfg.name));
+  }
+  if (communicator && world > 1) return io::RunDir::create_shared(*communicator, cfg.out_dir, cfg.name);
+  return io::RunDir::open(new_run_folder(a, cfg, world).root(), rank, world);
+}
+
+// train_in, and a failure reported as every worker reports one.
+int train_reporting(const TrainArgs& a, const config::RunConfig& cfg,
+                    const comm::CommunicatorPtr& communicator, io::RunDir& run,
+                    const std::shared_ptr<io::Logger>& logger, int restarts, int local_rank,
+                    Generation* elastic = nullptr) {
+  const int rank = communicator ? communicator->rank() : 0;
+  const int world = communicator ? communicator->size() : 1;
+  try {
+    return train_in(a, cfg, communicator, run, logger, restarts, local_rank, elastic);
+  } catch (const std::exception& e) {
+    // In the rank's log too. Rank 0's logger prints on stderr; the other ranks say it there
+    // themselves, for the launcher to quote.
+    const auto message = error_message(e);
+    logger->error(message);
+    if (rank == 0) record_failure(run, message, exit_code_for(e));
+    if (rank != 0) std::cerr << fmt::format("[rank {}/{}] dtrain: error: {}\n", rank, world, message);
+    return exit_code_for(e);
+  }
+}
+
+// One worker of an elastic job, generation after generation (Note [Elastic workers]).
+int run_elastic_worker(const TrainArgs& a, const config::RunConfig& cfg, const comm::Environment& env,
+                       comm::ElasticOptions options) {
+  options.timeout = experiment::rendezvous_timeout(cfg);
+  const auto base = comm::resolve_rendezvous({}, env);
+  const auto secret = base.secret_file.empty()
+                          ? std::string()
+                          : comm::read_secret_file(base.secret_file, comm::kSecretFileVariable);
+  comm::StoreClient store(base.master_addr, base.master_port, options.timeout, secret);
+  comm::ElasticMembership membership(store, options, elastic_member_id(env));
+  const auto run_key = fmt::format("elastic/{}/run_dir", options.run_id);
+  Generation previous;
+  for (int generation = 0, rank = -1;;) {
+    Generation g;
+    g.membership = &membership;
+    g.members = membership.join(generation, rank);
+    const auto started = std::chrono::steady_clock::now();
+    auto info = base;
+    info.rank = g.members.rank;
+    info.world_size = g.members.world_size;
+    info.store_prefix = g.members.store_prefix;
+    info.restart_count = g.members.generation;
+    const auto communicator = experiment::connect_worker(cfg, info, nullptr);
+    std::optional<io::RunDir> run;
+    if (g.members.generation == 0 || !a.run_dir.empty()) {
+      run = open_run_folder(a, cfg, communicator, info.rank, info.world_size);
+      if (info.rank == 0) store.set_if_absent(run_key, run->root().string());
+    } else {
+      run = io::RunDir::open(store.get(run_key), info.rank, info.world_size);
+    }
+    const auto logger = io::Logger::for_rank(run->log_path(), info.rank, info.world_size,
+                                             launch::status_relay_requested(env));
+    if (communicator) {
+      g.start = train::recover_from_peer(*communicator, previous.end_state, previous.end_step);
+    } else if (previous.end_state) {  // alone, without a communicator: its own state
+      g.start = train::PeerState{std::move(previous.end_state), previous.end_step, 0, 0};
+    }
+    previous = Generation();
+    if (info.rank == 0) record_generation(*run, g, util::seconds_since(started));
+    const int code = train_reporting(a, cfg, communicator, *run, logger, 0, base.local_rank, &g);
+    if (!g.end_state) return code;
+    generation = g.members.generation + 1;
+    rank = g.members.rank;
+    previous = std::move(g);
+  }
+}
+
 int run_worker(const TrainArgs& a, const config::RunConfig& cfg, const comm::Environment& env) {
+  if (const auto elastic = checking_inputs([&] { return elastic_options(env); })) {
+    return run_elastic_worker(a, cfg, env, *elastic);
+  }
   comm::RendezvousOptions rv;
   if (a.rank >= 0) rv.rank = a.rank;
   if (a.world_size > 0) rv.world_size = a.world_size;
@@ -473,39 +473,11 @@ int run_worker(const TrainArgs& a, const config::RunConfig& cfg, const comm::Env
 
   std::string backend_line;  // what parallel.backend: auto chose, and why
   const auto communicator = experiment::connect_worker(cfg, rendezvous, &backend_line);
-  const int rank = rendezvous.rank;
-  const int world = rendezvous.world_size;
-
-  std::optional<io::RunDir> run;
-  const auto resumed = resumed_run_folder(a);
-  if (!a.run_dir.empty()) {
-    if (rank == 0) fs::create_directories(fs::path(a.run_dir) / "checkpoints");
-    if (communicator) communicator->barrier();
-    run = io::RunDir::open(a.run_dir, rank, world);
-  } else if (resumed) {
-    run = io::RunDir::open(*resumed, rank, world);  // a resume continues in the run's own folder
-  } else if (communicator && world > 1 && cfg.run_folder == "named") {
-    run = io::RunDir::create_named_shared(*communicator, cfg.out_dir, cfg.name,
-                                          resumes_in(a, fs::path(cfg.out_dir) / cfg.name));
-  } else if (communicator && world > 1) {
-    run = io::RunDir::create_shared(*communicator, cfg.out_dir, cfg.name);
-  } else {
-    run = new_run_folder(a, cfg, world);
-    run = io::RunDir::open(run->root(), rank, world);
-  }
-  auto logger = io::Logger::for_rank(run->log_path(), rank, world, launch::status_relay_requested(env));
+  auto run = open_run_folder(a, cfg, communicator, rendezvous.rank, rendezvous.world_size);
+  auto logger = io::Logger::for_rank(run.log_path(), rendezvous.rank, rendezvous.world_size,
+                                     launch::status_relay_requested(env));
   if (!backend_line.empty()) logger->info(backend_line);
-  try {
-    return train_in(a, cfg, communicator, *run, logger, restart_count(env), rendezvous.local_rank);
-  } catch (const std::exception& e) {
-    // In the rank's log too. Rank 0's logger prints on stderr; the other ranks say it there
-    // themselves, for the launcher to quote.
-    const auto message = error_message(e);
-    logger->error(message);
-    if (rank == 0) record_failure(*run, message, exit_code_for(e));
-    if (rank != 0) std::cerr << fmt::format("[rank {}/{}] dtrain: error: {}\n", rank, world, message);
-    return exit_code_for(e);
-  }
+  return train_reporting(a, cfg, communicator, run, logger, restart_count(env), rendezvous.local_rank);
 }
 
 }  // namespace

@@ -45,7 +45,13 @@ class Attempt {
     // Ranks already started cannot meet the missing one: stop them now.
     if (!started) signal_workers(workers_, SIGTERM);
     WorkerOutput output(job_, demux_.get());
-    Monitor(job_, number_, workers_, output, demux_.get(), outcome_).run(/*already_stopping=*/!started);
+    Monitor monitor(job_, number_, workers_, output, demux_.get(), outcome_);
+    if (options.elastic() && started) {
+      monitor.set_respawn([this, program = *program](const Worker& failed, int status) {
+        return replace(program, failed, status);
+      });
+    }
+    monitor.run(/*already_stopping=*/!started);
     return outcome_;
   }
 
@@ -59,6 +65,26 @@ class Attempt {
         return false;
     }
     return true;
+  }
+
+  // An elastic job's failed worker, replaced by a new member in its slot while this node may
+  // restart workers (--max-restarts counts them); none once it may not, or the program cannot run.
+  std::optional<Worker> replace(const std::string& program, const Worker& failed, int status) {
+    const int max = job_.options.max_restarts;
+    if (replacements_ >= max) return std::nullopt;
+    ++replacements_;
+    const int local = failed.rank - job_.first_rank;
+    job_.diagnostics.write(
+        fmt::format("dtrain launch: rank slot {} (pid {}) {}; starting a new worker in its place (restart {} "
+                    "of {}), which "
+                    "joins the job at its next step boundary\n",
+                    failed.rank, failed.pid, describe_status(status), replacements_, max));
+    auto spawned = spawn(program, job_.options.command,
+                         torchrun_environment(job_, number_, local, replacements_), job_.launcher_pid);
+    auto* worker = std::get_if<Worker>(&spawned);
+    if (!worker) return std::nullopt;
+    worker->rank = failed.rank;
+    return *worker;
   }
 
   // False when the program could not be run; outcome_ then says why.
@@ -78,6 +104,7 @@ class Attempt {
   Job& job_;
   int number_;
   std::vector<Worker> workers_;
+  int replacements_ = 0;
   std::unique_ptr<MpiOutputDemux> demux_;
   AttemptOutcome outcome_;
 };

@@ -83,6 +83,26 @@ void validate(const LaunchOptions& o) {
     fail(fmt::format("--master-port must be in [0, 65535], found {}", o.master_port));
   }
   if (o.max_restarts < 0) fail(fmt::format("--max-restarts must be at least 0, found {}", o.max_restarts));
+  if (o.elastic()) {
+    if (o.min_nnodes > o.nnodes)
+      fail(fmt::format("--nnodes {}:{}: MIN is above MAX", o.min_nnodes, o.nnodes));
+    if (o.backend == "mpi") {
+      fail(
+          "--nnodes MIN:MAX: Open MPI cannot shrink or grow a running job (its world is fixed at mpirun's "
+          "start); elastic jobs run --backend gloo");
+    }
+    if (o.backend == "nccl") {
+      fail(
+          "--nnodes MIN:MAX: a member lost in an NCCL collective leaves the others' communicators hung, "
+          "which "
+          "dtrain does not abort; elastic jobs run --backend gloo");
+    }
+    if (o.nnodes > 1 && o.master_port == 0) {
+      fail(fmt::format(
+          "an elastic job of up to {} nodes needs an agreed --master-port on every node, found none",
+          o.nnodes));
+    }
+  }
   if (o.threads < 0)
     fail(fmt::format("--threads must be at least 0 (0 = cores / ranks), found {}", o.threads));
   if (o.backend != "gloo" && o.backend != "mpi" && o.backend != "nccl") {
@@ -175,11 +195,15 @@ class Launcher {
       result.failure = outcome.failure;
       result.signal = outcome.signal;
       if (outcome.succeeded) {
-        exit_barrier(attempt);
+        // An elastic job's nodes come and go; its workers agree on its end among themselves.
+        if (!job_.options.elastic()) exit_barrier(attempt);
         return result;
       }
       if (!outcome.signal) diagnostics_.write(outcome.failure);
-      if (outcome.signal || !outcome.retryable || attempt >= max_restarts) return result;
+      // An elastic job replaced its failed workers one by one already (Monitor): a failure that
+      // ends it ends the job.
+      if (outcome.signal || !outcome.retryable || attempt >= max_restarts || job_.options.elastic())
+        return result;
       diagnostics_.write(fmt::format("dtrain launch: restarting all workers (restart {} of {})\n",
                                      attempt + 1, max_restarts));
     }

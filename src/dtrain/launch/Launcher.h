@@ -26,6 +26,14 @@ struct LaunchOptions {
   // prove it, and workers get the path as DTRAIN_SECRET_FILE. "" = anyone who reaches the port joins.
   std::string secret_file;  // 0 on a single node: a free port, so two jobs can share a host
   int max_restarts = 0;
+  // --nnodes MIN:MAX (min_nnodes = MIN, nnodes = MAX): an elastic job, whose workers agree on their
+  // membership themselves (Note [Elastic workers] in cli/ElasticWorker.h). A worker that fails is
+  // replaced by a new one (up to max_restarts times on this node), which joins at the next step
+  // boundary; the other nodes' workers go on. 0: a job of exactly nnodes nodes.
+  int min_nnodes = 0;
+  // How long an elastic round waits for one more member once MIN are there.
+  std::chrono::milliseconds last_call{std::chrono::seconds(1)};
+  bool elastic() const { return min_nnodes > 0; }
   // Start more local workers than max_local_workers() allows (mpirun's --oversubscribe).
   bool oversubscribe = false;
   std::string backend = "gloo";  // "mpi" delegates to mpirun
@@ -47,6 +55,12 @@ struct LaunchOptions {
   // Unset: when diagnostics_fd is a terminal.
   std::optional<bool> status_line;
 };
+
+// What an elastic job's launcher tells each worker it starts (cli/ElasticWorker.h reads them):
+// "MIN:MAX" members, the worker's id in the job, and the rounds' last call in milliseconds.
+inline constexpr const char* kElasticVariable = "DTRAIN_ELASTIC";
+inline constexpr const char* kElasticIdVariable = "DTRAIN_ELASTIC_ID";
+inline constexpr const char* kElasticLastCallVariable = "DTRAIN_ELASTIC_LAST_CALL_MS";
 
 // The environment variable that asks a worker to relay its status line through the launcher.
 inline constexpr const char* kStatusRelayVariable = "DTRAIN_STATUS_RELAY";

@@ -79,6 +79,7 @@ void Monitor::handle_signal() {
 }
 
 void Monitor::notice_exits() {
+  std::vector<Worker> replacements;
   for (auto& worker : workers_) {
     if (worker.exited) continue;
     const std::optional<int> status = exit_status(worker.pid);
@@ -86,8 +87,19 @@ void Monitor::notice_exits() {
     worker.exited = true;
     worker.status = *status;
     const bool ok = WIFEXITED(*status) && WEXITSTATUS(*status) == 0;
-    if (!ok && !failed_ && !stopping_) on_failure(worker, *status);
+    if (ok || failed_ || stopping_) continue;
+    if (respawn_) {
+      output_.pump(worker, false);
+      output_.pump(worker, true);
+      if (auto replacement = respawn_(worker, *status)) {
+        replacements.push_back(*replacement);
+        continue;
+      }
+    }
+    on_failure(worker, *status);
   }
+  // After the loop: workers_ may move when it grows.
+  workers_.insert(workers_.end(), replacements.begin(), replacements.end());
 }
 
 // The first worker to fail: it is what the attempt reports, and every other worker is stopped.
@@ -106,7 +118,7 @@ void Monitor::on_failure(Worker& worker, int status) {
     outcome_.failure = rank_failure_report(worker.rank, worker.pid, status, job_.log_of(worker.rank),
                                            error_file(job_.log_dir, worker.rank));
   }
-  if (job_.store && job_.store->shared()) {
+  if (job_.store && job_.store->shared() && !respawn_) {
     try {
       job_.store->announce_failure(attempt_, NodeFailure{worker.rank, outcome_.exit_code});
     } catch (const std::exception& e) {
@@ -118,7 +130,8 @@ void Monitor::on_failure(Worker& worker, int status) {
 }
 
 void Monitor::check_other_nodes() {
-  if (!job_.store || !job_.store->shared() || stopping_ || Clock::now() < next_store_check_) return;
+  if (!job_.store || !job_.store->shared() || respawn_ || stopping_ || Clock::now() < next_store_check_)
+    return;
   next_store_check_ = Clock::now() + std::chrono::milliseconds(200);
   const std::optional<NodeFailure> peer = job_.store->failure(attempt_);
   if (!peer) return;

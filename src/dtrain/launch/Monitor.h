@@ -4,6 +4,7 @@
 // attempt reports.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -25,6 +26,12 @@ class Monitor {
   // Until every worker is reaped. already_stopping: the workers were told to stop before (one of
   // them could not be started, and outcome says why).
   void run(bool already_stopping);
+
+  // An elastic job's replacement of a failed worker (its wait status given): the new worker, or
+  // none when this node may not replace it any more, which fails the attempt as without it. Set,
+  // it also keeps this node from telling other nodes of its failures or stopping for theirs.
+  using Respawn = std::function<std::optional<Worker>(const Worker& failed, int status)>;
+  void set_respawn(Respawn respawn) { respawn_ = std::move(respawn); }
 
  private:
   bool all_exited() const;
@@ -52,6 +59,7 @@ class Monitor {
   util::Clock::time_point next_store_check_;
   std::optional<util::Clock::time_point> drain_until_;
   const Worker* mpirun_failure_ = nullptr;
+  Respawn respawn_;
 };
 
 }  // namespace dtrain::launch

@@ -23,6 +23,13 @@ int available_cores() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
+// This host's name, for the ids of elastic members ("host" when it has none).
+std::string this_host() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') return "host";
+  return name;
+}
+
 }  // namespace
 
 int first_rank(const LaunchOptions& options) {
@@ -48,7 +55,7 @@ std::string error_file(const std::string& log_dir, int rank) {
   return fmt::format("{}/rank_{}.error.json", log_dir, rank);
 }
 
-comm::Environment torchrun_environment(const Job& job, int attempt, int local_rank) {
+comm::Environment torchrun_environment(const Job& job, int attempt, int local_rank, int incarnation) {
   const LaunchOptions& options = job.options;
   comm::Environment env = options.environment;
   const int world_size = options.nnodes * options.nproc_per_node;
@@ -73,6 +80,15 @@ comm::Environment torchrun_environment(const Job& job, int attempt, int local_ra
   if (!options.secret_file.empty()) env[comm::kSecretFileVariable] = options.secret_file;
   env["TORCHELASTIC_ERROR_FILE"] = error_file(job.log_dir, rank);
   env["OMP_NUM_THREADS"] = std::to_string(threads_per_worker(options));
+  if (options.elastic()) {
+    env[kElasticVariable] = fmt::format("{}:{}", options.min_nnodes * options.nproc_per_node,
+                                        options.nnodes * options.nproc_per_node);
+    env[kElasticIdVariable] =
+        fmt::format("{}-{}-{}-{}", this_host(), job.launcher_pid, local_rank, incarnation);
+    env[kElasticLastCallVariable] = std::to_string(options.last_call.count());
+  } else {
+    for (const char* key : {kElasticVariable, kElasticIdVariable, kElasticLastCallVariable}) env.erase(key);
+  }
   if (job.diagnostics.status_line()) {
     env[kStatusRelayVariable] = "1";
   } else {

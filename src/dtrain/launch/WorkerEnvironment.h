@@ -21,7 +21,9 @@ int threads_per_worker(const LaunchOptions& options);
 std::string error_file(const std::string& log_dir, int rank);
 
 // The environment of local rank `local_rank` in `attempt`.
-comm::Environment torchrun_environment(const Job& job, int attempt, int local_rank);
+// `incarnation`: how many workers this slot has had before this one in an elastic job (each is a
+// new member with an id of its own).
+comm::Environment torchrun_environment(const Job& job, int attempt, int local_rank, int incarnation = 0);
 
 // mpirun's argv (mpirun itself first) and its environment.
 std::vector<std::string> mpirun_arguments(const Job& job, int attempt);

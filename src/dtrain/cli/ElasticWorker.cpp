@@ -1,0 +1,143 @@
+// See ElasticWorker.h, Note [Elastic workers].
+#include "dtrain/cli/ElasticWorker.h"
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <fstream>
+#include <stdexcept>
+
+#include "dtrain/train/Trainer.h"
+
+namespace dtrain::cli {
+namespace {
+
+std::string variable(const comm::Environment& env, const char* name) {
+  const auto it = env.find(name);
+  return it == env.end() ? std::string() : it->second;
+}
+
+int positive(const std::string& text, const std::string& what) {
+  std::size_t used = 0;
+  int value = 0;
+  try {
+    value = std::stoi(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != text.size() || value < 1) {
+    throw std::invalid_argument(fmt::format("{}: expected a positive whole number, found '{}'", what, text));
+  }
+  return value;
+}
+
+}  // namespace
+
+std::optional<comm::ElasticOptions> elastic_options(const comm::Environment& env) {
+  const auto spec = variable(env, kElasticVariable);
+  if (spec.empty()) return std::nullopt;
+  const auto colon = spec.find(':');
+  if (colon == std::string::npos) {
+    throw std::invalid_argument(fmt::format("{}={}: expected MIN:MAX members", kElasticVariable, spec));
+  }
+  comm::ElasticOptions options;
+  options.min_members = positive(spec.substr(0, colon), kElasticVariable);
+  options.max_members = positive(spec.substr(colon + 1), kElasticVariable);
+  if (options.max_members < options.min_members) {
+    throw std::invalid_argument(fmt::format("{}={}: MIN is above MAX", kElasticVariable, spec));
+  }
+  if (const auto ms = variable(env, kElasticLastCallVariable); !ms.empty()) {
+    options.last_call = std::chrono::milliseconds(positive(ms, kElasticLastCallVariable));
+  }
+  if (const auto run = variable(env, "TORCHELASTIC_RUN_ID"); !run.empty()) options.run_id = run;
+  return options;
+}
+
+std::string elastic_member_id(const comm::Environment& env) {
+  const auto id = variable(env, kElasticIdVariable);
+  if (id.empty())
+    throw std::invalid_argument(
+        fmt::format("{} is not set: an elastic worker needs an id", kElasticIdVariable));
+  return id;
+}
+
+void check_elastic(const config::RunConfig& cfg) {
+  const auto& s = cfg.parallel.strategy;
+  if (s == "data_parallel") return;
+  throw std::invalid_argument(fmt::format(
+      "dtrain launch --nnodes MIN:MAX: parallel.strategy {} cannot change size while it runs: {}; elastic "
+      "jobs "
+      "run data_parallel, whose every member holds the whole state; give a fixed --nnodes and --max-restarts "
+      "to restart from the checkpoint at the new size",
+      s,
+      s == "zero"            ? "each member holds a shard of the optimizer state that no other holds"
+      : s == "pipeline"      ? "each member holds its own stages"
+      : s == "decentralized" ? "each member holds its own graph nodes"
+                             : "its members do not all hold the same state"));
+}
+
+void AdmitWaiting::on_step_end(train::Trainer& trainer, const train::StepEvent& event) {
+  const auto& comm = trainer.communicator();
+  double waiting = 0.0;
+  if (!comm || comm->rank() == 0) waiting = membership_.someone_waiting(generation_) ? 1.0 : 0.0;
+  if (comm && comm->size() > 1) {
+    auto agreed = torch::tensor({waiting}, torch::kDouble);
+    comm->allreduce(agreed, comm::ReduceOp::Max);
+    waiting = agreed.item<double>();
+  }
+  if (waiting > 0.0 && !trainer.stop_requested()) trainer.request_stop(kAdmitReason);
+  (void)event;
+}
+
+void start_generation(Generation& generation, train::Trainer& trainer, io::Logger& logger) {
+  const auto& m = generation.members;
+  trainer.add_callback(std::make_shared<AdmitWaiting>(*generation.membership, m.generation));
+  const auto& start = generation.start;
+  if (!start.checkpoint) {
+    logger.info(fmt::format("elastic generation {}: {} member(s), starting without a state from a peer",
+                            m.generation, m.world_size));
+    return;
+  }
+  trainer.load_state(*start.checkpoint);
+  logger.info(fmt::format(
+      "elastic generation {}: {} member(s), continuing from step {} with the state of rank {} "
+      "({:.3g} MB over the communicator)",
+      m.generation, m.world_size, trainer.step(), start.source_rank, static_cast<double>(start.bytes) / 1e6));
+}
+
+void end_generation(Generation& generation, train::Trainer& trainer, const std::string& reason,
+                    io::Logger& logger) {
+  // After a failed collective the peers are gone: this member's own state only.
+  io::Checkpoint state;
+  trainer.save_state(state, /*gather=*/reason == kAdmitReason);
+  generation.end_state = std::move(state);
+  generation.end_step = trainer.step();
+  generation.end_reason = reason;
+  logger.warning(fmt::format("elastic generation {} ends at step {}: {}; joining the next with this state",
+                             generation.members.generation, generation.end_step, reason));
+}
+
+void record_generation(const io::RunDir& run, const Generation& generation, double seconds) {
+  const auto& m = generation.members;
+  nlohmann::json line = {{"generation", m.generation},
+                         {"world_size", m.world_size},
+                         {"first_step", std::max<std::int64_t>(0, generation.start.step)},
+                         {"members", m.members},
+                         {"state_from_rank", generation.start.source_rank},
+                         {"state_bytes", generation.start.bytes},
+                         {"recovery_seconds", seconds}};
+  std::ofstream out(run.root() / "membership.jsonl", std::ios::app);
+  out << line.dump() << "\n";
+}
+
+nlohmann::json generations_json(const io::RunDir& run) {
+  nlohmann::json all = nlohmann::json::array();
+  std::ifstream in(run.root() / "membership.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty()) all.push_back(nlohmann::json::parse(line));
+  }
+  return all;
+}
+
+}  // namespace dtrain::cli

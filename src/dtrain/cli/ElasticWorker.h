@@ -1,0 +1,99 @@
+// A worker of an elastic job (`dtrain launch --nnodes MIN:MAX`): the settings its launcher hands it,
+// the callback that admits a waiting member at a step boundary, and what one generation of the job
+// starts from and ends with.
+//
+// Note [Elastic workers]
+// An elastic worker trains in generations (Note [Membership rounds] in comm/ElasticMembership.h).
+// Each generation it joins a round, connects a communicator of the round's size under the round's
+// store prefix, recovers the training state from a peer (Note [Recovering from a peer]), and trains
+// until one of three things ends the generation:
+//   - the run finishes: the generation's rank 0 writes results.json, as any run does;
+//   - a collective fails (a member died or its host was lost): every survivor keeps the state it
+//     holds (the step before the failed one, or the failed one where its collective completed),
+//     closes its communicator, which breaks the others' collectives too, and joins the next round;
+//   - a worker waits in the next round: rank 0 sees it with one store read after each step, the
+//     members agree on it in one all-reduce, stop at that step boundary and join the next round.
+// At a new size the run continues as a resume on another number of workers does (Note [Resuming on
+// another number of workers]): the weights, optimizer, schedule and step are the peer's; the
+// training set is partitioned anew over the new size and the epoch continues after the same
+// fraction of its batches. membership.jsonl in the run folder says which generation ran from which
+// step at which size, and results.json lists them. Strategies whose state is sharded over the ranks
+// (zero), split by stage (pipeline) or per graph node (decentralized) are refused: for them a lost
+// member loses state no peer holds, so they restart from the checkpoint on disk at the new size
+// (dtrain launch --max-restarts), as before.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "dtrain/comm/ElasticMembership.h"
+#include "dtrain/comm/Rendezvous.h"
+#include "dtrain/config/RunConfig.h"
+#include "dtrain/io/Checkpoint.h"
+#include "dtrain/io/Logger.h"
+#include "dtrain/io/RunDir.h"
+#include "dtrain/launch/Launcher.h"
+#include "dtrain/train/Callback.h"
+#include "dtrain/train/PeerRecovery.h"
+
+namespace dtrain::cli {
+
+// What `dtrain launch --nnodes MIN:MAX` tells each worker it starts (launch/Launcher.h).
+using launch::kElasticIdVariable;
+using launch::kElasticLastCallVariable;
+using launch::kElasticVariable;
+
+// The elastic settings in `env`, or none when this worker is not one of an elastic job. Throws
+// std::invalid_argument naming the variable when one is malformed.
+std::optional<comm::ElasticOptions> elastic_options(const comm::Environment& env);
+std::string elastic_member_id(const comm::Environment& env);
+
+// Refuses, naming the strategy and the rule, a configuration an elastic job cannot keep across a
+// size change (see the Note).
+void check_elastic(const config::RunConfig& cfg);
+
+// The stop reason of a generation ended to admit a waiting member.
+inline constexpr const char* kAdmitReason = "a worker is waiting to join: admitting it at this step";
+
+// After each step: whether a worker waits in the next round (rank 0 reads the store), agreed by
+// every member in one all-reduce; then the trainer stops at this step with kAdmitReason.
+class AdmitWaiting final : public train::Callback {
+ public:
+  AdmitWaiting(comm::ElasticMembership& membership, int generation)
+      : membership_(membership), generation_(generation) {}
+  void on_step_end(train::Trainer& trainer, const train::StepEvent& event) override;
+
+ private:
+  comm::ElasticMembership& membership_;
+  int generation_;
+};
+
+// One generation: what it starts from, and what it ends with.
+struct Generation {
+  comm::ElasticMembership* membership = nullptr;
+  comm::Membership members;
+  train::PeerState start;  // recovered from a peer; no checkpoint when nobody held a state
+  // Set when the generation ended without finishing the run: the state to carry to the next.
+  std::optional<io::Checkpoint> end_state;
+  std::int64_t end_step = -1;
+  std::string end_reason;
+};
+
+// The generation's start in `trainer` (built, its callbacks added): AdmitWaiting, and the state
+// recovered from a peer loaded; logs where it came from.
+void start_generation(Generation& generation, train::Trainer& trainer, io::Logger& logger);
+// Keeps `trainer`'s state as the generation's end_state, for the next; logs why it ended.
+void end_generation(Generation& generation, train::Trainer& trainer, const std::string& reason,
+                    io::Logger& logger);
+
+// membership.jsonl in the run folder: one line per generation, written by its rank 0 once its state
+// is recovered: generation, world size, first step, members, the rank the state came from, its
+// bytes and the seconds from the round's start to the state loaded.
+void record_generation(const io::RunDir& run, const Generation& generation, double seconds);
+// Those lines, as results.json's "generations".
+nlohmann::json generations_json(const io::RunDir& run);
+
+}  // namespace dtrain::cli

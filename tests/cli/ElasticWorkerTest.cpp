@@ -1,0 +1,54 @@
+// What an elastic job's launcher hands its workers, read back, and the strategies an elastic job
+// refuses (Note [Elastic workers]).
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "dtrain/cli/ElasticWorker.h"
+
+namespace dtrain::cli {
+namespace {
+
+TEST(ElasticWorker, ReadsItsSettingsFromTheLaunchersVariables) {
+  EXPECT_FALSE(elastic_options({}).has_value());
+  const comm::Environment env{{"DTRAIN_ELASTIC", "4:6"},
+                              {"DTRAIN_ELASTIC_ID", "host-12-1-0"},
+                              {"DTRAIN_ELASTIC_LAST_CALL_MS", "250"},
+                              {"TORCHELASTIC_RUN_ID", "job7"}};
+  const auto options = elastic_options(env);
+  ASSERT_TRUE(options.has_value());
+  EXPECT_EQ(options->min_members, 4);
+  EXPECT_EQ(options->max_members, 6);
+  EXPECT_EQ(options->last_call.count(), 250);
+  EXPECT_EQ(options->run_id, "job7");
+  EXPECT_EQ(elastic_member_id(env), "host-12-1-0");
+  for (const auto* bad : {"4", "6:4", "0:2", "a:b", "2:3x"}) {
+    try {
+      elastic_options({{"DTRAIN_ELASTIC", bad}});
+      FAIL() << bad << " was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("DTRAIN_ELASTIC"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(elastic_member_id({}), std::invalid_argument);
+}
+
+TEST(ElasticWorker, StrategiesWhoseStateNoPeerHoldsAreRefusedByName) {
+  config::RunConfig cfg;
+  cfg.parallel.strategy = "data_parallel";
+  EXPECT_NO_THROW(check_elastic(cfg));
+  for (const auto* strategy : {"zero", "pipeline", "decentralized", "local"}) {
+    cfg.parallel.strategy = strategy;
+    try {
+      check_elastic(cfg);
+      FAIL() << strategy << " was accepted";
+    } catch (const std::invalid_argument& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(std::string("parallel.strategy ") + strategy), std::string::npos) << what;
+      EXPECT_NE(what.find("--max-restarts"), std::string::npos) << what;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dtrain::cli

@@ -1,0 +1,132 @@
+# netns_test.sh's elastic mode (sourced by it): 3 hosts x 2 ranks, `dtrain launch --nnodes 2:3`.
+# shellcheck shell=bash
+
+# The highest step rank 0 has logged in run folder $1 (0 before any).
+logged_step() { grep -ho 'step [0-9]*/' "$1"/site_0/log.txt 2>/dev/null | tr -dc '0-9\n' | sort -n | tail -n 1 || true; }
+# Until `$@` succeeds, at most $1 seconds; fails the test naming $2 after that.
+wait_for() {  # seconds what command...
+  local limit=$1 what=$2
+  shift 2
+  local start
+  start=$(now)
+  until "$@"; do
+    awk -v t="$(seconds_since "$start")" -v l="$limit" 'BEGIN { exit !(t < l) }' || fail "waited $limit s for $what"
+    sleep 0.1
+  done
+}
+step_at_least() { local s; s=$(logged_step "$1"); [ "${s:-0}" -ge "$2" ]; }
+generation_logged() { grep -q "elastic generation $2:" "$1"/site_0/log.txt 2>/dev/null; }
+# Field $2 of generation $3's line in membership.jsonl of run folder $1.
+generation_field() { sed -n "$(($3 + 1))p" "$1/membership.jsonl" | grep -o "\"$2\":[0-9]*" | grep -o '[0-9]*$'; }
+
+last_generation_field() { tail -n 1 "$1/membership.jsonl" | grep -o "\"$2\":[0-9]*" | grep -o '[0-9]*$'; }
+replacement_admitted() {
+  [ "$(last_generation_field "$1" world_size)" = 6 ] && tail -n 1 "$1/membership.jsonl" | grep -q -- '-1"'
+}
+
+elastic_host() {  # id host log_suffix: host's launcher in the background, its pid in $host_pid
+  local id=$1 i=$2 suffix=$3
+  "$NETNS" exec "$id-h$i" "$DTRAIN" launch --nnodes 2:3 --node-rank "$i" --nproc-per-node 2 --threads 1 \
+    --master-addr 10.213.0.1 --master-port 29500 --rdzv-last-call 1 --timeout 60 --max-restarts 1 \
+    --log-dir "$work/el-logs-h$i$suffix" -- "$DTRAIN" train "$work/elastic.yaml" --run-dir "$work/el-run" \
+    >/dev/null 2>"$work/el-h$i$suffix.err" &
+  host_pid=$!
+}
+
+test_elastic() {
+  local id job0 job1 job2 s_kill s1 s2 start elapsed status
+  cat >"$work/elastic.yaml" <<END
+name: elastic
+data: {dataset: synthetic, synthetic_shape: [1, 8, 8], synthetic_classes: 4, synthetic_size: 3072, batch_size: 16,
+       test_subset_size: 64}
+model: {name: mlp, hidden: [32]}
+optim: {name: sgd, lr: 0.02, momentum: 0.9}
+parallel: {strategy: data_parallel, backend: gloo, timeout_s: 60}
+train: {epochs: 40, log_every_steps: 10, checkpoint_every_epochs: 0, seed: 3}
+END
+  id=$("$NETNS" up 3 2>"$work/el-up.err") || {
+    cat "$work/el-up.err"
+    fail "netns.sh up failed"
+  }
+  kill_instance=$id
+  rm -rf "$work/el-run"
+  for i in 0 1 2; do
+    elastic_host "$id" "$i" ""
+    eval "job$i=$host_pid"
+  done
+  wait_for 120 "step 100 of the 6-rank generation" step_at_least "$work/el-run" 100
+  s_kill=$(logged_step "$work/el-run")
+  start=$(now)
+  # shellcheck disable=SC2046  # one pid a word
+  kill -KILL $(pids_in "$id-h2")
+  wait "$job2" 2>/dev/null || true
+  wait_for 10 "the survivors' next generation" generation_logged "$work/el-run" 1
+  elapsed=$(seconds_since "$start")
+  s1=$(generation_field "$work/el-run" first_step 1)
+  echo "host 2 killed at logged step $s_kill; generation 1 (4 ranks) continues from step $s1 after $elapsed s"
+  [ "$(generation_field "$work/el-run" world_size 1)" = 4 ] || fail "generation 1 is not 4 ranks"
+  [ "$s1" -ge "$s_kill" ] || fail "generation 1 went back to step $s1 from $s_kill: the state did not come from a peer"
+  wait_for 120 "50 steps at 4 ranks" step_at_least "$work/el-run" $((s1 + 50))
+  elastic_host "$id" 2 "-again"
+  job2=$host_pid
+  wait_for 60 "host 2's admission" generation_logged "$work/el-run" 2
+  s2=$(generation_field "$work/el-run" first_step 2)
+  [ "$(generation_field "$work/el-run" world_size 2)" = 6 ] || fail "generation 2 is not 6 ranks"
+  echo "host 2 started again: admitted at step $s2, 6 ranks"
+  # One rank of host 1: its launcher (--max-restarts 1) starts a replacement, admitted in turn.
+  wait_for 120 "50 steps at 6 ranks again" step_at_least "$work/el-run" $((s2 + 50))
+  local victim="" p
+  for p in $(ip netns pids "$id-h1"); do  # a worker: its command line starts with the worker's program
+    if tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -q "^$DTRAIN train "; then
+      victim=$p
+      break
+    fi
+  done
+  [ -n "$victim" ] || fail "no worker of host 1 to kill"
+  kill -KILL "$victim"
+  # The replacement (an id ending in -1: the slot's second worker) joins the round that follows the
+  # loss, or the one after it when it starts too late for that one.
+  wait_for 60 "a generation of 6 ranks with the replacement" replacement_admitted "$work/el-run"
+  echo "a rank of host 1 killed: its replacement admitted in generation" \
+    "$(($(wc -l <"$work/el-run/membership.jsonl") - 1)) at step $(last_generation_field "$work/el-run" first_step)"
+  for job in "$job0" "$job1" "$job2"; do
+    status=0
+    wait "$job" || status=$?
+    [ "$status" -eq 0 ] || {
+      tail -n 20 "$work"/el-h*.err
+      fail "a launcher of the elastic job exited with $status"
+    }
+  done
+  grep -q '"status": *"finished"' "$work/el-run/results.json" || fail "the elastic run did not finish"
+  grep -q '"world_size": *6' "$work/el-run/results.json" || fail "the elastic run did not end at 6 ranks"
+  "$NETNS" down "$id" 2>/dev/null
+  kill_instance=""
+
+  # The same steps at the same sizes on one host, generation by generation, each a --resume.
+  local ref g=0 count size next resume
+  ref=$work/el-ref
+  resume=(--run-dir "$ref")
+  count=$(wc -l <"$work/el-run/membership.jsonl")
+  while [ "$g" -lt "$count" ]; do
+    size=$(generation_field "$work/el-run" world_size "$g")
+    next=0  # the last generation runs to the end
+    [ $((g + 1)) -ge "$count" ] || next=$(generation_field "$work/el-run" first_step $((g + 1)))
+    "$DTRAIN" launch --nproc-per-node "$size" --threads 1 --oversubscribe --log-dir "$ref.logs$g" -- \
+      "$DTRAIN" train "$work/elastic.yaml" "train.max_steps=$next" "${resume[@]}" >/dev/null 2>"$ref.err$g" ||
+      fail "reference generation $g ($size ranks, to step $next)"
+    resume=(--resume "$ref")
+    g=$((g + 1))
+  done
+  if ! cmp -s "$ref/model.pt" "$work/el-run/model.pt"; then
+    /usr/bin/python3 - "$ref/model.pt" "$work/el-run/model.pt" <<'PY' ||
+import sys, torch
+a, b = (torch.load(p) for p in sys.argv[1:])
+worst = max((a[k].double() - b[k].double()).abs().max().item() for k in a)
+print(f"largest |difference| of a weight: {worst:.3g}")
+sys.exit(0 if worst <= 1e-5 else 1)
+PY
+      fail "the elastic run's weights differ from those of the same steps at the same sizes by more than 1e-5"
+  fi
+  echo "PASS (elastic): 6 -> 4 ranks in $elapsed s from step $s1 (no rollback), back to 6 at step $s2, a rank" \
+    "lost and replaced; the weights equal those of the same steps at the same sizes on one host"
+}
