@@ -35,9 +35,15 @@ TEST(ElasticWorker, ReadsItsSettingsFromTheLaunchersVariables) {
 
 TEST(ElasticWorker, StrategiesWhoseStateNoPeerHoldsAreRefusedByName) {
   config::RunConfig cfg;
+  for (const auto* strategy : {"data_parallel", "zero"}) {
+    cfg.parallel.strategy = strategy;
+    EXPECT_NO_THROW(check_elastic(cfg)) << strategy;
+  }
+  cfg.parallel.strategy = "zero";
+  EXPECT_FALSE(holds_whole_state(cfg));
   cfg.parallel.strategy = "data_parallel";
-  EXPECT_NO_THROW(check_elastic(cfg));
-  for (const auto* strategy : {"zero", "pipeline", "decentralized", "local"}) {
+  EXPECT_TRUE(holds_whole_state(cfg));
+  for (const auto* strategy : {"pipeline", "decentralized", "local"}) {
     cfg.parallel.strategy = strategy;
     try {
       check_elastic(cfg);

@@ -112,6 +112,21 @@ TEST(ElasticMembership, FewerThanMinByTheTimeoutIsAnErrorNamingTheCounts) {
   }
 }
 
+TEST(ElasticMembership, AMemberWaitingWhenTheRunFinishesLearnsItAndStops) {
+  StoreServer server;
+  auto waiting = join_async(server.port(), options(2, 2), "late", 0, -1);
+  StoreClient store("127.0.0.1", server.port(), 20s);
+  ElasticMembership job(store, options(2, 2), "rank0");
+  job.mark_finished();
+  try {
+    waiting.get();
+    FAIL() << "a member joined a finished job";
+  } catch (const JobFinished& e) {
+    EXPECT_NE(std::string(e.what()).find("finished before this worker was admitted"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(ElasticMembership, RefusesMinAboveMax) {
   StoreServer server;
   StoreClient store("127.0.0.1", server.port(), 20s);

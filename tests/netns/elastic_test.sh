@@ -33,6 +33,86 @@ elastic_host() {  # id host log_suffix: host's launcher in the background, its p
   host_pid=$!
 }
 
+# The same steps at the same sizes on this host, generation by generation of run folder $2's
+# membership.jsonl, each a --resume of config $1 into $3; the final weights must equal run $2's.
+compare_with_resumed_reference() {  # config run reference
+  local config=$1 run=$2 ref=$3 g=0 count size next resume
+  resume=(--run-dir "$ref")
+  count=$(wc -l <"$run/membership.jsonl")
+  while [ "$g" -lt "$count" ]; do
+    size=$(generation_field "$run" world_size "$g")
+    next=0  # the last generation runs to the end
+    # to the step the next generation's state was saved at, as this size counts steps
+    [ $((g + 1)) -ge "$count" ] || next=$(generation_field "$run" resumed_from_step $((g + 1)))
+    "$DTRAIN" launch --nproc-per-node "$size" --threads 1 --oversubscribe --log-dir "$ref.logs$g" -- \
+      "$DTRAIN" train "$config" "train.max_steps=$next" "${resume[@]}" >/dev/null 2>"$ref.err$g" ||
+      fail "reference generation $g ($size ranks, to step $next)"
+    resume=(--resume "$ref")
+    g=$((g + 1))
+  done
+  if ! cmp -s "$ref/model.pt" "$run/model.pt"; then
+    /usr/bin/python3 - "$ref/model.pt" "$run/model.pt" <<'PY' ||
+import sys, torch
+a, b = (torch.load(p) for p in sys.argv[1:])
+worst = max((a[k].double() - b[k].double()).abs().max().item() for k in a)
+print(f"largest |difference| of a weight: {worst:.3g}")
+sys.exit(0 if worst <= 1e-5 else 1)
+PY
+      fail "$run's weights differ from those of the same steps at the same sizes by more than 1e-5"
+  fi
+}
+
+# zero over loopback, --nnodes 1:2, 1 rank a node: node 0 alone, then node 1 admitted (the whole
+# state gathered and resharded over 2), then node 1's rank killed: its shard is lost, so the job
+# continues from the latest checkpoint, with node 1's replacement when it comes in time. The weights
+# must equal the resumed reference's.
+test_elastic_zero() {
+  local job0 job1 status c
+  cat >"$work/zero.yaml" <<END
+name: zero
+data: {dataset: synthetic, synthetic_shape: [1, 8, 8], synthetic_classes: 4, synthetic_size: 2048, batch_size: 16,
+       test_subset_size: 64}
+model: {name: mlp, hidden: [512, 512]}
+optim: {name: adam, lr: 0.01}
+parallel: {strategy: zero, backend: gloo, timeout_s: 60}
+train: {epochs: 40, log_every_steps: 10, checkpoint_every_steps: 25, checkpoint_every_epochs: 0, seed: 5}
+END
+  rm -rf "$work/z-run"
+  zero_node() {  # i
+    "$DTRAIN" launch --nnodes 1:2 --node-rank "$1" --nproc-per-node 1 --threads 1 --master-addr 127.0.0.1 \
+      --master-port 29541 --rdzv-last-call 0.3 --timeout 60 --max-restarts 1 --log-dir "$work/z-logs-h$1" -- \
+      "$DTRAIN" train "$work/zero.yaml" --run-dir "$work/z-run" >/dev/null 2>"$work/z-h$1.err"
+  }
+  zero_node 0 &
+  job0=$!
+  wait_for 120 "step 100 of node 0 alone" step_at_least "$work/z-run" 100
+  zero_node 1 &
+  job1=$!
+  wait_for 60 "node 1's admission" generation_logged "$work/z-run" 1
+  [ "$(generation_field "$work/z-run" world_size 1)" = 2 ] || fail "zero's generation 1 is not 2 ranks"
+  wait_for 120 "a checkpoint at 2 ranks" step_at_least "$work/z-run" $(($(generation_field "$work/z-run" first_step 1) + 60))
+  local victim
+  victim=$(pgrep -f "^$DTRAIN train $work/zero.yaml" -n || true)
+  [ -n "$victim" ] || fail "no worker of node 1 to kill"
+  kill -KILL "$victim"
+  for job in "$job0" "$job1"; do
+    status=0
+    wait "$job" || status=$?
+    [ "$status" -eq 0 ] || {
+      tail -n 20 "$work"/z-h*.err
+      fail "a launcher of the elastic zero job exited with $status"
+    }
+  done
+  c=$(generation_field "$work/z-run" resumed_from_step 2)
+  [ $((c % 25)) -eq 0 ] && [ "$c" -gt "$(generation_field "$work/z-run" first_step 1)" ] ||
+    fail "zero's generation 2 started from step $c, not from a checkpoint of generation 1"
+  grep -q '"world_size": *2' "$work/z-run/results.json" || fail "the elastic zero run did not end at 2 ranks"
+  compare_with_resumed_reference "$work/zero.yaml" "$work/z-run" "$work/z-ref"
+  echo "PASS (elastic zero): 1 -> 2 ranks at step $(generation_field "$work/z-run" first_step 1), a rank lost and" \
+    "the job on from the checkpoint of step $c ($(wc -l <"$work/z-run/membership.jsonl") generations); the" \
+    "weights equal the resumed reference's"
+}
+
 test_elastic() {
   local id job0 job1 job2 s_kill s1 s2 start elapsed status
   cat >"$work/elastic.yaml" <<END
@@ -62,11 +142,12 @@ END
   wait "$job2" 2>/dev/null || true
   wait_for 10 "the survivors' next generation" generation_logged "$work/el-run" 1
   elapsed=$(seconds_since "$start")
-  s1=$(generation_field "$work/el-run" first_step 1)
-  echo "host 2 killed at logged step $s_kill; generation 1 (4 ranks) continues from step $s1 after $elapsed s"
+  s1=$(generation_field "$work/el-run" resumed_from_step 1)
+  echo "host 2 killed at logged step $s_kill; generation 1 (4 ranks) continues from the state of step $s1 after" \
+    "$elapsed s"
   [ "$(generation_field "$work/el-run" world_size 1)" = 4 ] || fail "generation 1 is not 4 ranks"
   [ "$s1" -ge "$s_kill" ] || fail "generation 1 went back to step $s1 from $s_kill: the state did not come from a peer"
-  wait_for 120 "50 steps at 4 ranks" step_at_least "$work/el-run" $((s1 + 50))
+  wait_for 120 "50 steps at 4 ranks" step_at_least "$work/el-run" $(($(generation_field "$work/el-run" first_step 1) + 50))
   elastic_host "$id" 2 "-again"
   job2=$host_pid
   wait_for 60 "host 2's admission" generation_logged "$work/el-run" 2
@@ -102,31 +183,7 @@ END
   "$NETNS" down "$id" 2>/dev/null
   kill_instance=""
 
-  # The same steps at the same sizes on one host, generation by generation, each a --resume.
-  local ref g=0 count size next resume
-  ref=$work/el-ref
-  resume=(--run-dir "$ref")
-  count=$(wc -l <"$work/el-run/membership.jsonl")
-  while [ "$g" -lt "$count" ]; do
-    size=$(generation_field "$work/el-run" world_size "$g")
-    next=0  # the last generation runs to the end
-    [ $((g + 1)) -ge "$count" ] || next=$(generation_field "$work/el-run" first_step $((g + 1)))
-    "$DTRAIN" launch --nproc-per-node "$size" --threads 1 --oversubscribe --log-dir "$ref.logs$g" -- \
-      "$DTRAIN" train "$work/elastic.yaml" "train.max_steps=$next" "${resume[@]}" >/dev/null 2>"$ref.err$g" ||
-      fail "reference generation $g ($size ranks, to step $next)"
-    resume=(--resume "$ref")
-    g=$((g + 1))
-  done
-  if ! cmp -s "$ref/model.pt" "$work/el-run/model.pt"; then
-    /usr/bin/python3 - "$ref/model.pt" "$work/el-run/model.pt" <<'PY' ||
-import sys, torch
-a, b = (torch.load(p) for p in sys.argv[1:])
-worst = max((a[k].double() - b[k].double()).abs().max().item() for k in a)
-print(f"largest |difference| of a weight: {worst:.3g}")
-sys.exit(0 if worst <= 1e-5 else 1)
-PY
-      fail "the elastic run's weights differ from those of the same steps at the same sizes by more than 1e-5"
-  fi
+  compare_with_resumed_reference "$work/elastic.yaml" "$work/el-run" "$work/el-ref"
   echo "PASS (elastic): 6 -> 4 ranks in $elapsed s from step $s1 (no rollback), back to 6 at step $s2, a rank" \
     "lost and replaced; the weights equal those of the same steps at the same sizes on one host"
 }

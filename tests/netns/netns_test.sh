@@ -271,6 +271,9 @@ case $MODE in
     test_kill_host gloo
     test_kill_host mpi
     ;;
-  elastic) test_elastic ;;
+  elastic)
+    test_elastic_zero
+    test_elastic
+    ;;
   *) fail "unknown mode '$MODE'; expected gloo, mpi, cleanup, kill or elastic" ;;
 esac

@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "dtrain/train/Trainer.h"
+#include "dtrain/util/Clock.h"
 
 namespace dtrain::cli {
 namespace {
@@ -62,19 +63,22 @@ std::string elastic_member_id(const comm::Environment& env) {
   return id;
 }
 
+bool holds_whole_state(const config::RunConfig& cfg) {
+  return cfg.parallel.strategy == "data_parallel";
+}
+
 void check_elastic(const config::RunConfig& cfg) {
   const auto& s = cfg.parallel.strategy;
-  if (s == "data_parallel") return;
+  if (s == "data_parallel" || s == "zero") return;
   throw std::invalid_argument(fmt::format(
       "dtrain launch --nnodes MIN:MAX: parallel.strategy {} cannot change size while it runs: {}; elastic "
       "jobs "
-      "run data_parallel, whose every member holds the whole state; give a fixed --nnodes and --max-restarts "
-      "to restart from the checkpoint at the new size",
+      "run data_parallel or zero; give a fixed --nnodes and --max-restarts to restart from the checkpoint at "
+      "the new size",
       s,
-      s == "zero"            ? "each member holds a shard of the optimizer state that no other holds"
-      : s == "pipeline"      ? "each member holds its own stages"
+      s == "pipeline" ? "each member holds its own stages, which another number of members splits otherwise"
       : s == "decentralized" ? "each member holds its own graph nodes"
-                             : "its members do not all hold the same state"));
+                             : "its members train models of their own"));
 }
 
 void AdmitWaiting::on_step_end(train::Trainer& trainer, const train::StepEvent& event) {
@@ -100,6 +104,7 @@ void start_generation(Generation& generation, train::Trainer& trainer, io::Logge
     return;
   }
   trainer.load_state(*start.checkpoint);
+  generation.resumed_from_step = start.step;
   logger.info(fmt::format(
       "elastic generation {}: {} member(s), continuing from step {} with the state of rank {} "
       "({:.3g} MB over the communicator)",
@@ -108,25 +113,36 @@ void start_generation(Generation& generation, train::Trainer& trainer, io::Logge
 
 void end_generation(Generation& generation, train::Trainer& trainer, const std::string& reason,
                     io::Logger& logger) {
+  generation.ended = true;
+  generation.end_reason = reason;
+  const bool failed = reason != kAdmitReason;
+  if (failed && !holds_whole_state(trainer.config())) {
+    // Sharded state: a lost member's shard is gone, and gathering the others' needs it too.
+    logger.warning(fmt::format(
+        "elastic generation {} ends at step {}: {}; parallel.strategy {} shards its state, so the next "
+        "generation continues from the latest checkpoint on disk",
+        generation.members.generation, trainer.step(), reason, trainer.config().parallel.strategy));
+    return;
+  }
   // After a failed collective the peers are gone: this member's own state only.
   io::Checkpoint state;
-  trainer.save_state(state, /*gather=*/reason == kAdmitReason);
+  trainer.save_state(state, /*gather=*/!failed);
   generation.end_state = std::move(state);
   generation.end_step = trainer.step();
-  generation.end_reason = reason;
   logger.warning(fmt::format("elastic generation {} ends at step {}: {}; joining the next with this state",
                              generation.members.generation, generation.end_step, reason));
 }
 
-void record_generation(const io::RunDir& run, const Generation& generation, double seconds) {
+void record_generation(const io::RunDir& run, const Generation& generation, std::int64_t first_step) {
   const auto& m = generation.members;
   nlohmann::json line = {{"generation", m.generation},
                          {"world_size", m.world_size},
-                         {"first_step", std::max<std::int64_t>(0, generation.start.step)},
+                         {"first_step", first_step},
+                         {"resumed_from_step", generation.resumed_from_step},
                          {"members", m.members},
                          {"state_from_rank", generation.start.source_rank},
                          {"state_bytes", generation.start.bytes},
-                         {"recovery_seconds", seconds}};
+                         {"recovery_seconds", util::seconds_since(generation.started)}};
   std::ofstream out(run.root() / "membership.jsonl", std::ios::app);
   out << line.dump() << "\n";
 }

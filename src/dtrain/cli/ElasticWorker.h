@@ -17,14 +17,17 @@
 // another number of workers]): the weights, optimizer, schedule and step are the peer's; the
 // training set is partitioned anew over the new size and the epoch continues after the same
 // fraction of its batches. membership.jsonl in the run folder says which generation ran from which
-// step at which size, and results.json lists them. Strategies whose state is sharded over the ranks
-// (zero), split by stage (pipeline) or per graph node (decentralized) are refused: for them a lost
-// member loses state no peer holds, so they restart from the checkpoint on disk at the new size
-// (dtrain launch --max-restarts), as before.
+// step at which size, and results.json lists them. zero's members hold shards of the state: a member
+// admitted at a step boundary gets the whole state gathered and resharded at the new size, but a lost
+// member's shard is lost with it, so after a failure the next generation continues from the latest
+// checkpoint on disk (the run folder's, as a restart does). Strategies whose state is split by stage
+// (pipeline) or per graph node (decentralized) are refused: they restart from the checkpoint at the
+// new size with a fixed --nnodes and --max-restarts.
 #pragma once
 
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -54,6 +57,9 @@ std::string elastic_member_id(const comm::Environment& env);
 // Refuses, naming the strategy and the rule, a configuration an elastic job cannot keep across a
 // size change (see the Note).
 void check_elastic(const config::RunConfig& cfg);
+// Whether every member holds the whole training state (data_parallel), so that a survivor can hand
+// it on; zero's members hold shards.
+bool holds_whole_state(const config::RunConfig& cfg);
 
 // The stop reason of a generation ended to admit a waiting member.
 inline constexpr const char* kAdmitReason = "a worker is waiting to join: admitting it at this step";
@@ -75,8 +81,14 @@ class AdmitWaiting final : public train::Callback {
 struct Generation {
   comm::ElasticMembership* membership = nullptr;
   comm::Membership members;
+  std::chrono::steady_clock::time_point started;  // when the round closed
   train::PeerState start;  // recovered from a peer; no checkpoint when nobody held a state
-  // Set when the generation ended without finishing the run: the state to carry to the next.
+  // The step of the state it started from (from a peer, or the latest checkpoint), as the
+  // generation that saved it counted; -1 for none.
+  std::int64_t resumed_from_step = -1;
+  // Set when the generation ended without finishing the run, with the state to carry to the next
+  // where this member has one (none for a sharded strategy after a failure: Note [Elastic workers]).
+  bool ended = false;
   std::optional<io::Checkpoint> end_state;
   std::int64_t end_step = -1;
   std::string end_reason;
@@ -90,9 +102,11 @@ void end_generation(Generation& generation, train::Trainer& trainer, const std::
                     io::Logger& logger);
 
 // membership.jsonl in the run folder: one line per generation, written by its rank 0 once its state
-// is recovered: generation, world size, first step, members, the rank the state came from, its
-// bytes and the seconds from the round's start to the state loaded.
-void record_generation(const io::RunDir& run, const Generation& generation, double seconds);
+// is loaded (from a peer, or from the latest checkpoint): generation, world size, first step (as this
+// size counts steps), the step the state was saved at (as the size that saved it counts them; -1:
+// none), members, the rank the state came from (-1: not a peer), its bytes, and the seconds from the
+// round's close to the state loaded.
+void record_generation(const io::RunDir& run, const Generation& generation, std::int64_t first_step);
 // Those lines, as results.json's "generations".
 nlohmann::json generations_json(const io::RunDir& run);
 

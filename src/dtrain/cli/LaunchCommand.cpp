@@ -270,7 +270,7 @@ Run add_launch_command(CLI::App& app) {
   args->node_options.push_back(
       sub->add_option("--nnodes", args->nnodes,
                       "Nodes in the job; MIN:MAX for an elastic job that goes on when nodes leave and takes "
-                      "them back when they return (parallel.strategy: data_parallel, --backend gloo)")
+                      "them back when they return (parallel.strategy data_parallel or zero, --backend gloo)")
           ->capture_default_str());
   sub->add_option("--rdzv-last-call", args->last_call_s,
                   "Elastic jobs: seconds a membership round waits for one more node once MIN are there")

@@ -313,7 +313,9 @@ int train_in(const TrainArgs& given, const config::RunConfig& cfg, const comm::C
     logger->info(fmt::format("resumed from {} at step {}: {}", a.resume, trainer.step(), describe(changes)));
     if (rank == 0) record_resume(run.root(), a.resume, trainer.step(), changes);
     if (rank == 0) warn_if_repartitioned(checkpoint.metadata(), trainer, a.resume, *logger);
+    if (elastic) elastic->resumed_from_step = checkpoint.metadata().value("step", std::int64_t{-1});
   }
+  if (elastic && rank == 0) record_generation(run, *elastic, trainer.step());
 
   const InterruptHandlers handlers;
   train::TrainResult result;
@@ -426,8 +428,13 @@ int run_elastic_worker(const TrainArgs& a, const config::RunConfig& cfg, const c
   for (int generation = 0, rank = -1;;) {
     Generation g;
     g.membership = &membership;
-    g.members = membership.join(generation, rank);
-    const auto started = std::chrono::steady_clock::now();
+    try {
+      g.members = membership.join(generation, rank);
+    } catch (const comm::JobFinished& e) {
+      std::cerr << "dtrain: " << e.what() << "\n";
+      return kExitSuccess;
+    }
+    g.started = std::chrono::steady_clock::now();
     auto info = base;
     info.rank = g.members.rank;
     info.world_size = g.members.world_size;
@@ -449,9 +456,14 @@ int run_elastic_worker(const TrainArgs& a, const config::RunConfig& cfg, const c
       g.start = train::PeerState{std::move(previous.end_state), previous.end_step, 0, 0};
     }
     previous = Generation();
-    if (info.rank == 0) record_generation(*run, g, util::seconds_since(started));
-    const int code = train_reporting(a, cfg, communicator, *run, logger, 0, base.local_rank, &g);
-    if (!g.end_state) return code;
+    // Without a state from a peer, a later generation continues from the latest checkpoint, as a
+    // restart does (Note [Restarts resume]).
+    const int restarts = g.start.checkpoint ? 0 : g.members.generation;
+    const int code = train_reporting(a, cfg, communicator, *run, logger, restarts, base.local_rank, &g);
+    if (!g.ended) {
+      if (code == kExitSuccess && info.rank == 0) membership.mark_finished();
+      return code;
+    }
     generation = g.members.generation + 1;
     rank = g.members.rank;
     previous = std::move(g);

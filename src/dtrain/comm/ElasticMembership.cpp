@@ -52,6 +52,7 @@ int ElasticMembership::lead(const std::string& round) {
     const auto now = Clock::now();
     if (seen >= options_.max_members) break;
     if (seen >= options_.min_members && now - last_change >= options_.last_call) break;
+    throw_if_finished();
     if (now - start >= options_.timeout) {
       // Closed below MIN, so that those waiting learn it too.
       store_.set_if_absent(round + "closed", "0");
@@ -87,7 +88,7 @@ Membership ElasticMembership::join(int generation, int previous_rank) {
     const auto arrival = store_.add(round + "arrivals", 1) - 1;
     store_.set(round + "member/" + std::to_string(arrival), record(id_, previous_rank));
     if (arrival == 0) lead(round);
-    const int count = std::stoi(store_.get(round + "closed"));
+    const int count = wait_closed(round);
     if (count == 0) {
       throw std::runtime_error(fmt::format(
           "elastic membership: generation {} closed with fewer than {} members (the leader's timeout)", g,
@@ -112,6 +113,31 @@ Membership ElasticMembership::join(int generation, int previous_rank) {
                       m.members.size(), count, id_));
     }
     return m;
+  }
+}
+
+int ElasticMembership::wait_closed(const std::string& round) {
+  const auto deadline = Clock::now() + options_.timeout;
+  while (!store_.check({round + "closed"})) {
+    throw_if_finished();
+    if (Clock::now() >= deadline) {
+      throw std::runtime_error(
+          fmt::format("elastic membership: the round {} did not close within {} s", round,
+                      std::chrono::duration_cast<std::chrono::seconds>(options_.timeout).count()));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return std::stoi(store_.get(round + "closed"));
+}
+
+void ElasticMembership::mark_finished() {
+  store_.set(fmt::format("elastic/{}/finished", options_.run_id), "1");
+}
+
+void ElasticMembership::throw_if_finished() {
+  if (store_.check({fmt::format("elastic/{}/finished", options_.run_id)})) {
+    throw JobFinished(
+        fmt::format("elastic job {}: the run finished before this worker was admitted", options_.run_id));
   }
 }
 

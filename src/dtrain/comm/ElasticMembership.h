@@ -17,6 +17,7 @@
 #pragma once
 
 #include <chrono>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,12 @@ struct Membership {
   std::string store_prefix;
 };
 
+// join() finds the job over: its last generation finished the run before this member got in.
+class JobFinished : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 class ElasticMembership {
  public:
   // `member_id` must be unique in the job (host name, pid and local rank make one).
@@ -58,12 +65,20 @@ class ElasticMembership {
   // Whether some worker waits in the round after `generation` (one store read).
   bool someone_waiting(int generation);
 
+  // Says in the store that the run has finished, so that a member still waiting to join learns it
+  // (JobFinished) instead of waiting for a round that never closes.
+  void mark_finished();
+
   const ElasticOptions& options() const { return options_; }
 
  private:
   std::string prefix(int generation) const;
   // As the round's leader: waits for its members and closes it; returns the member count.
   int lead(const std::string& round);
+  // The round's member count once its leader has closed it; throws JobFinished when the run ends
+  // first, std::runtime_error after the timeout.
+  int wait_closed(const std::string& round);
+  void throw_if_finished();
 
   StoreClient& store_;
   ElasticOptions options_;

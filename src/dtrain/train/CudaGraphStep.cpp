@@ -51,16 +51,18 @@ void check_cuda_graph(const config::RunConfig& config, int world_size) {
            "'s communication runs through dtrain's communicator, whose work on the host a replay would skip");
   }
   if (config.optim.name != "sgd") {
-    refuse("needs optim.name: sgd, whose fused step reads the learning rate from the GPU so that the schedule "
-           "reaches every replay (got " +
-           config.optim.name + ")");
+    refuse(
+        "needs optim.name: sgd, whose fused step reads the learning rate from the GPU so that the schedule "
+        "reaches every replay (got " +
+        config.optim.name + ")");
   }
   if (config.optim.foreach == "false") {
     refuse("the captured update is the fused SGD step; optim.foreach: false asks for the per-tensor one");
   }
   if (config.train.precision == "fp16" && world_size > 1) {
-    refuse("fp16 on several workers agrees on each skipped step with a collective, which a replay would skip; "
-           "use one worker or train.precision: bf16");
+    refuse(
+        "fp16 on several workers agrees on each skipped step with a collective, which a replay would skip; "
+        "use one worker or train.precision: bf16");
   }
   if (const auto why = cuda_graph_unavailable()) refuse(*why);
 }
@@ -72,7 +74,8 @@ namespace {
 optim::ForeachSGD& fused_sgd(parallel::Strategy& strategy) {
   auto* replica = dynamic_cast<parallel::ReplicaStrategy*>(&strategy);
   auto* sgd = replica ? dynamic_cast<optim::ForeachSGD*>(&replica->optimizer()) : nullptr;
-  if (!sgd) throw std::invalid_argument("train.cuda_graph: true: the strategy's optimizer is not the fused sgd");
+  if (!sgd)
+    throw std::invalid_argument("train.cuda_graph: true: the strategy's optimizer is not the fused sgd");
   return *sgd;
 }
 

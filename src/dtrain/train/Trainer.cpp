@@ -320,8 +320,8 @@ bool Trainer::train_epoch(TrainResult& result, std::int64_t warmup) {
     strategy_->set_learning_rate(event.lr);
     const auto r = join_
                        ? joinable_->join_step(batch ? &*batch : nullptr, join_->weight(rank(), epoch_batch_))
-                       : graph_ ? graph_->step(*batch, event.lr)
-                                : strategy_->train_step(*batch);
+                   : graph_ ? graph_->step(*batch, event.lr)
+                            : strategy_->train_step(*batch);
     // Where this step's figures will be read, wait for the device here, so that the wait counts
     // as training time (Note [Reading a step's figures]).
     if (r.loss.pending() && read_point(step_ + 1, epoch_batch_ + 1 >= per_epoch)) r.loss.value();

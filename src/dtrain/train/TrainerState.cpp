@@ -118,12 +118,15 @@ void Trainer::load_state(const io::Checkpoint& checkpoint) {
   // Data holders are ranks, or graph nodes under a decentralized strategy (then the world size
   // may change and the epoch stays the same).
   const int saved_holders = meta.value("data_holders", meta.value("world_size", 1));
+  const auto per_epoch = steps_per_epoch();
   if (saved_holders != holders_) {
     // Another number of holders cuts epochs into another number of batches: continue after the
-    // same fraction of the epoch. Exact continuation needs the same holders.
+    // same fraction of the epoch, and count steps as this size does, so that the run still ends
+    // after train.epochs epochs and the schedule stands at the same fraction of the training.
+    // Exact continuation needs the same holders.
     epoch_batch_ = epoch_batch_ * saved_holders / holders_;
+    step_ = epoch_ * per_epoch + epoch_batch_;
   }
-  const auto per_epoch = steps_per_epoch();
   if (epoch_batch_ > per_epoch) {
     throw std::invalid_argument(
         fmt::format("checkpoint: position batch {} of epoch {} is past this run's {} batches per epoch; "
