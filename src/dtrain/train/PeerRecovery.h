@@ -6,7 +6,8 @@
 // to (a survivor: the model, the optimizer and the trainer's position, kept in memory as a
 // checkpoint when its generation ended) or nothing (a newcomer, or a worker its launcher restarted).
 // One collective settles it: the members all-reduce the highest step held, the lowest rank holding
-// that step sends its state (the checkpoint's bytes, one broadcast) and every member loads it, so
+// that step sends its state (a header of names, dtypes, shapes and metadata, then one flat buffer per
+// dtype: a broadcast each, no archive) and every member loads it, so
 // all continue from the same bits. A survivor whose last step failed mid-way kept the state before
 // that step; one whose collective finished holds one step more and is chosen. So a lost member
 // costs the step in flight, not the interval since the last checkpoint; checkpoints on disk stay for
