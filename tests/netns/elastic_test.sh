@@ -15,6 +15,13 @@ wait_for() {  # seconds what command...
   done
 }
 step_at_least() { local s; s=$(logged_step "$1"); [ "${s:-0}" -ge "$2" ]; }
+# Whether rank 0 has logged $3 steps since generation $2 of run folder $1 began.
+steps_into_generation() {
+  local n
+  n=$(awk -v g="elastic generation $2:" 'index($0, g) { on = 1; next } on && /step [0-9]+\// { n++ } END { print n + 0 }' \
+    "$1"/site_0/log.txt 2>/dev/null || echo 0)
+  [ "$n" -ge "$3" ]
+}
 generation_logged() { grep -q "elastic generation $2:" "$1"/site_0/log.txt 2>/dev/null; }
 # Field $2 of generation $3's line in membership.jsonl of run folder $1.
 generation_field() { sed -n "$(($3 + 1))p" "$1/membership.jsonl" | grep -o "\"$2\":[0-9]*" | grep -o '[0-9]*$'; }
@@ -90,7 +97,8 @@ END
   job1=$!
   wait_for 60 "node 1's admission" generation_logged "$work/z-run" 1
   [ "$(generation_field "$work/z-run" world_size 1)" = 2 ] || fail "zero's generation 1 is not 2 ranks"
-  wait_for 120 "a checkpoint at 2 ranks" step_at_least "$work/z-run" $(($(generation_field "$work/z-run" first_step 1) + 60))
+  # log_every_steps 10: 6 lines are 60 steps at 2 ranks, past a checkpoint (every 25)
+  wait_for 120 "a checkpoint at 2 ranks" steps_into_generation "$work/z-run" 1 6
   local victim
   victim=$(pgrep -f "^$DTRAIN train $work/zero.yaml" -n || true)
   [ -n "$victim" ] || fail "no worker of node 1 to kill"
@@ -105,7 +113,7 @@ END
   done
   c=$(generation_field "$work/z-run" resumed_from_step 2)
   [ $((c % 25)) -eq 0 ] && [ "$c" -gt "$(generation_field "$work/z-run" first_step 1)" ] ||
-    fail "zero's generation 2 started from step $c, not from a checkpoint of generation 1"
+    fail "zero's generation 2 started from step $c, not from a checkpoint generation 1 wrote"
   grep -q '"world_size": *2' "$work/z-run/results.json" || fail "the elastic zero run did not end at 2 ranks"
   compare_with_resumed_reference "$work/zero.yaml" "$work/z-run" "$work/z-ref"
   echo "PASS (elastic zero): 1 -> 2 ranks at step $(generation_field "$work/z-run" first_step 1), a rank lost and" \
@@ -147,7 +155,7 @@ END
     "$elapsed s"
   [ "$(generation_field "$work/el-run" world_size 1)" = 4 ] || fail "generation 1 is not 4 ranks"
   [ "$s1" -ge "$s_kill" ] || fail "generation 1 went back to step $s1 from $s_kill: the state did not come from a peer"
-  wait_for 120 "50 steps at 4 ranks" step_at_least "$work/el-run" $(($(generation_field "$work/el-run" first_step 1) + 50))
+  wait_for 120 "50 steps at 4 ranks" steps_into_generation "$work/el-run" 1 5
   elastic_host "$id" 2 "-again"
   job2=$host_pid
   wait_for 60 "host 2's admission" generation_logged "$work/el-run" 2
@@ -155,7 +163,7 @@ END
   [ "$(generation_field "$work/el-run" world_size 2)" = 6 ] || fail "generation 2 is not 6 ranks"
   echo "host 2 started again: admitted at step $s2, 6 ranks"
   # One rank of host 1: its launcher (--max-restarts 1) starts a replacement, admitted in turn.
-  wait_for 120 "50 steps at 6 ranks again" step_at_least "$work/el-run" $((s2 + 50))
+  wait_for 120 "50 steps at 6 ranks again" steps_into_generation "$work/el-run" 2 5
   local victim="" p
   for p in $(ip netns pids "$id-h1"); do  # a worker: its command line starts with the worker's program
     if tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -q "^$DTRAIN train "; then
