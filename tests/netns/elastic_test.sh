@@ -31,6 +31,20 @@ replacement_admitted() {
   [ "$(last_generation_field "$1" world_size)" = 6 ] && tail -n 1 "$1/membership.jsonl" | grep -q -- '-1"'
 }
 
+# Waits for the launchers' jobs ($2...); fails quoting their stderr files ($1*.err) when one exits non-zero.
+wait_launchers() {  # err_prefix jobs...
+  local prefix=$1 job status
+  shift
+  for job in "$@"; do
+    status=0
+    wait "$job" || status=$?
+    [ "$status" -eq 0 ] || {
+      tail -n 20 "$prefix"*.err
+      fail "a launcher of the elastic job exited with $status"
+    }
+  done
+}
+
 elastic_host() {  # id host log_suffix: host's launcher in the background, its pid in $host_pid
   local id=$1 i=$2 suffix=$3
   "$NETNS" exec "$id-h$i" "$DTRAIN" launch --nnodes 2:3 --node-rank "$i" --nproc-per-node 2 --threads 1 \
@@ -74,7 +88,7 @@ PY
 # continues from the latest checkpoint, with node 1's replacement when it comes in time. The weights
 # must equal the resumed reference's.
 test_elastic_zero() {
-  local job0 job1 status c
+  local job0 job1 c
   cat >"$work/zero.yaml" <<END
 name: zero
 data: {dataset: synthetic, synthetic_shape: [1, 8, 8], synthetic_classes: 4, synthetic_size: 2048, batch_size: 16,
@@ -103,14 +117,7 @@ END
   victim=$(pgrep -f "^$DTRAIN train $work/zero.yaml" -n || true)
   [ -n "$victim" ] || fail "no worker of node 1 to kill"
   kill -KILL "$victim"
-  for job in "$job0" "$job1"; do
-    status=0
-    wait "$job" || status=$?
-    [ "$status" -eq 0 ] || {
-      tail -n 20 "$work"/z-h*.err
-      fail "a launcher of the elastic zero job exited with $status"
-    }
-  done
+  wait_launchers "$work/z-h" "$job0" "$job1"
   c=$(generation_field "$work/z-run" resumed_from_step 2)
   [ $((c % 25)) -eq 0 ] && [ "$c" -gt "$(generation_field "$work/z-run" first_step 1)" ] ||
     fail "zero's generation 2 started from step $c, not from a checkpoint generation 1 wrote"
@@ -122,7 +129,7 @@ END
 }
 
 test_elastic() {
-  local id job0 job1 job2 s_kill s1 s2 start elapsed status
+  local id job0 job1 job2 s_kill s1 s2 start elapsed
   cat >"$work/elastic.yaml" <<END
 name: elastic
 data: {dataset: synthetic, synthetic_shape: [1, 8, 8], synthetic_classes: 4, synthetic_size: 3072, batch_size: 16,
@@ -178,14 +185,7 @@ END
   wait_for 60 "a generation of 6 ranks with the replacement" replacement_admitted "$work/el-run"
   echo "a rank of host 1 killed: its replacement admitted in generation" \
     "$(($(wc -l <"$work/el-run/membership.jsonl") - 1)) at step $(last_generation_field "$work/el-run" first_step)"
-  for job in "$job0" "$job1" "$job2"; do
-    status=0
-    wait "$job" || status=$?
-    [ "$status" -eq 0 ] || {
-      tail -n 20 "$work"/el-h*.err
-      fail "a launcher of the elastic job exited with $status"
-    }
-  done
+  wait_launchers "$work/el-h" "$job0" "$job1" "$job2"
   grep -q '"status": *"finished"' "$work/el-run/results.json" || fail "the elastic run did not finish"
   grep -q '"world_size": *6' "$work/el-run/results.json" || fail "the elastic run did not end at 6 ranks"
   "$NETNS" down "$id" 2>/dev/null

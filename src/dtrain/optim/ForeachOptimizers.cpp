@@ -125,9 +125,10 @@ bool ForeachSGD::step_unless(const torch::Tensor& found_inf) {
 }
 
 void ForeachSGD::set_lr_tensor(torch::Tensor lr) {
-  TORCH_CHECK(DTRAIN_HAS_FUSED_SGD_TENSOR_LR,
-              "optimizer: a learning rate on the device needs LibTorch 2.6 or later (at::_fused_sgd_ with a tensor "
-              "rate); this one is " TORCH_VERSION);
+  TORCH_CHECK(
+      DTRAIN_HAS_FUSED_SGD_TENSOR_LR,
+      "optimizer: a learning rate on the device needs LibTorch 2.6 or later (at::_fused_sgd_ with a tensor "
+      "rate); this one is " TORCH_VERSION);
   lr_tensor_ = std::move(lr);
 }
 
