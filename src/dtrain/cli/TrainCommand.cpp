@@ -129,8 +129,9 @@ io::Checkpoint load_resume_point(const fs::path& where) {
 // A checkpoint holds everything by name (Note [Checkpoint layout]), so a run saved by N workers
 // resumes on M, as torchrun's elastic restarts and DeepSpeed's universal checkpoints let a job
 // continue at another size. What cannot carry over is the data partition: the training set is
-// cut over M holders anew and the epoch continues after the same fraction of its batches, so the
-// run goes on correctly but no longer matches an uninterrupted N-worker run sample for sample.
+// cut over M holders anew and the epoch continues after the same fraction of its batches (the
+// steps done recounted as M counts them: Trainer::load_state), so the run goes on correctly but no
+// longer matches an uninterrupted N-worker run sample for sample.
 // That is said once, on rank 0, naming both sizes; a strategy whose data holders are graph nodes
 // (decentralized) keeps its partition whatever the world size, and says nothing.
 void warn_if_repartitioned(const nlohmann::json& meta, const train::Trainer& trainer,
