@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <fstream>
+#include <limits>
 #include <stdexcept>
 
+#include "dtrain/config/ValueText.h"
 #include "dtrain/train/Trainer.h"
 #include "dtrain/util/Clock.h"
 
@@ -20,17 +22,11 @@ std::string variable(const comm::Environment& env, const char* name) {
 }
 
 int positive(const std::string& text, const std::string& what) {
-  std::size_t used = 0;
-  int value = 0;
-  try {
-    value = std::stoi(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != text.size() || value < 1) {
+  const auto value = config::detail::parse_int(text);
+  if (!value || *value < 1 || *value > std::numeric_limits<int>::max()) {
     throw std::invalid_argument(fmt::format("{}: expected a positive whole number, found '{}'", what, text));
   }
-  return value;
+  return static_cast<int>(*value);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <sched.h>
 
+#include <limits>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -20,6 +21,7 @@
 #include "dtrain/cli/SelfExe.h"
 #include "dtrain/comm/StoreSecret.h"
 #include "dtrain/config/Environment.h"
+#include "dtrain/config/ValueText.h"
 #include "dtrain/launch/HostLaunch.h"
 #include "dtrain/launch/Launcher.h"
 
@@ -98,18 +100,12 @@ std::string secret_file_of(const LaunchArgs& args, const comm::Environment& env)
 // and options.min_nnodes (MIN; 0 for N).
 void parse_nnodes(const std::string& text, launch::LaunchOptions& options) {
   const auto number = [&](const std::string& part) {
-    std::size_t used = 0;
-    int value = 0;
-    try {
-      value = std::stoi(part, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != part.size() || value < 1) {
+    const auto value = config::detail::parse_int(part);
+    if (!value || *value < 1 || *value > std::numeric_limits<int>::max()) {
       throw std::invalid_argument(
           fmt::format("--nnodes {}: expected a number of nodes, or MIN:MAX for an elastic job", text));
     }
-    return value;
+    return static_cast<int>(*value);
   };
   const auto colon = text.find(':');
   if (colon == std::string::npos) {

@@ -66,9 +66,9 @@ PeerState recover_from_peer(comm::Communicator& comm, const std::optional<io::Ch
                                  {"shape", tensor.sizes().vec()}};
     }
   }
-  header = nlohmann::json::parse(
-      broadcast_bytes(comm, sending ? header.dump() : std::string(), state.source_rank));
-  state.bytes = header.dump().size();
+  const auto header_text = broadcast_bytes(comm, sending ? header.dump() : std::string(), state.source_rank);
+  header = nlohmann::json::parse(header_text);
+  state.bytes = header_text.size();
   io::Checkpoint received;
   received.set_metadata(header.at("metadata"));
   for (const auto& [dtype, entries] : by_dtype(header.at("tensors"))) {
