@@ -269,8 +269,7 @@ int loader_threads(const config::DataConfig& data, bool for_gpu) {
   return for_gpu ? 2 : 0;
 }
 
-std::unique_ptr<Loader> make_train_loader(std::shared_ptr<const Dataset> train, const Shard& shard,
-                                          const config::DataConfig& data, std::uint64_t seed, bool for_gpu) {
+SamplerOptions train_sampler_options(const config::DataConfig& data) {
   SamplerOptions o;
   o.batch_size = data.batch_size;
   o.shuffle = true;
@@ -279,7 +278,13 @@ std::unique_ptr<Loader> make_train_loader(std::shared_ptr<const Dataset> train, 
   o.equalize = data.equalize == "join"   ? Equalize::none
                : data.equalize == "drop" ? Equalize::drop
                                          : Equalize::pad;
-  return std::make_unique<Loader>(std::move(train), DistributedSampler(shard, o, seed),
+  return o;
+}
+
+std::unique_ptr<Loader> make_train_loader(std::shared_ptr<const Dataset> train, const Shard& shard,
+                                          const config::DataConfig& data, std::uint64_t seed, bool for_gpu) {
+  return std::make_unique<Loader>(std::move(train),
+                                  DistributedSampler(shard, train_sampler_options(data), seed),
                                   LoaderOptions{loader_threads(data, for_gpu), data.prefetch, for_gpu});
 }
 

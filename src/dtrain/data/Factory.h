@@ -37,6 +37,9 @@ std::vector<std::string> class_names(const config::DataConfig& data);
 // a GPU and 0 on the CPU; any other value is itself.
 int loader_threads(const config::DataConfig& data, bool for_gpu);
 
+// How a training loader samples (data.batch_size, data.drop_last, data.equalize).
+SamplerOptions train_sampler_options(const config::DataConfig& data);
+
 // This rank's training batches: its shard, reshuffled every epoch from `seed`, the same number of
 // batches on every rank. `for_gpu`: made in pinned memory, for a worker that trains on a GPU.
 std::unique_ptr<Loader> make_train_loader(std::shared_ptr<const Dataset> train, const Shard& shard,

@@ -23,16 +23,24 @@ Batch Loader::make_batch(std::int64_t batch) const {
   return made;
 }
 
-void Loader::start_epoch(std::int64_t epoch, std::int64_t first_batch) {
+void Loader::start_epoch(std::int64_t epoch, std::int64_t first_batch, const torch::Tensor& rest) {
   TORCH_CHECK(epoch >= 0, "Loader: epoch must be >= 0, found ", epoch);
-  TORCH_CHECK(first_batch >= 0 && first_batch <= batches_per_epoch(), "Loader: resume batch ", first_batch,
-              " outside 0..", batches_per_epoch(),
+  TORCH_CHECK(first_batch >= 0 && (rest.defined() || first_batch <= batches_per_epoch()),
+              "Loader: resume batch ", first_batch, " outside 0..", batches_per_epoch(),
               " (batches per epoch); was the checkpoint written with another ",
               "batch size, world size or partition?");
   stop_workers();
   epoch_ = epoch;
   next_batch_ = first_batch;
-  order_ = sampler_.epoch_order(epoch);
+  if (rest.defined()) {
+    // The batches before first_batch are never made: their places in the order are filler.
+    const auto b = sampler_.options().batch_size;
+    order_ = torch::cat({torch::zeros({first_batch * b}, torch::kLong), rest.to(torch::kLong)});
+    epoch_batches_ = first_batch + (rest.size(0) + b - 1) / b;
+  } else {
+    order_ = sampler_.epoch_order(epoch);
+    epoch_batches_ = batches_per_epoch();
+  }
   if (options_.threads == 0) return;
   stopping_ = false;
   next_to_make_ = first_batch;
@@ -45,9 +53,9 @@ void Loader::worker() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
     changed_.wait(lock, [&] {
-      return stopping_ || next_to_make_ >= batches_per_epoch() || next_to_make_ < next_batch_ + window;
+      return stopping_ || next_to_make_ >= epoch_batches_ || next_to_make_ < next_batch_ + window;
     });
-    if (stopping_ || next_to_make_ >= batches_per_epoch()) return;
+    if (stopping_ || next_to_make_ >= epoch_batches_) return;
     const std::int64_t batch = next_to_make_++;
     lock.unlock();
     Slot slot;
@@ -64,7 +72,7 @@ void Loader::worker() {
 
 std::optional<Batch> Loader::next() {
   TORCH_CHECK(order_.defined(), "Loader: call start_epoch() before next()");
-  if (next_batch_ >= batches_per_epoch()) {
+  if (next_batch_ >= epoch_batches_) {
     stop_workers();
     return std::nullopt;
   }

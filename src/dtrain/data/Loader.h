@@ -32,14 +32,18 @@ class Loader {
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;
 
-  // Begins `epoch` at batch `first_batch` (a checkpoint's position, to resume mid-epoch).
-  void start_epoch(std::int64_t epoch, std::int64_t first_batch = 0);
+  // Begins `epoch` at batch `first_batch` (a checkpoint's position, to resume mid-epoch). `rest`,
+  // when given, are the samples read from `first_batch` on instead of the sampler's, to the epoch's
+  // end: an epoch across a size change (Note [An epoch across a size change]).
+  void start_epoch(std::int64_t epoch, std::int64_t first_batch = 0, const torch::Tensor& rest = {});
   // The next batch of the epoch, or nothing when the epoch is done.
   std::optional<Batch> next();
   // The epoch and the index of the batch next() returns next.
   SamplerPosition position() const { return {epoch_, next_batch_}; }
 
   std::int64_t batches_per_epoch() const { return sampler_.batches_per_epoch(); }
+  // The batches of the epoch begun last: batches_per_epoch(), or first_batch and those of `rest`.
+  std::int64_t epoch_batches() const { return epoch_batches_; }
   const DistributedSampler& sampler() const { return sampler_; }
   const Dataset& dataset() const { return *dataset_; }
 
@@ -54,7 +58,8 @@ class Loader {
 
   std::int64_t epoch_ = 0;
   std::int64_t next_batch_ = 0;  // the consumer's position
-  torch::Tensor order_;          // this epoch's sample order
+  std::int64_t epoch_batches_ = 0;
+  torch::Tensor order_;  // this epoch's sample order
 
   // Shared with the workers, under mutex_.
   std::mutex mutex_;

@@ -44,9 +44,9 @@ torch::Tensor DistributedSampler::epoch_order(std::int64_t epoch) const {
 }
 
 torch::Tensor DistributedSampler::batch_indices(const torch::Tensor& order, std::int64_t batch) const {
-  TORCH_CHECK(batch >= 0 && batch < batches_per_epoch_, "sampler: batch ", batch, " outside 0..",
-              batches_per_epoch_ - 1);
   const std::int64_t begin = batch * options_.batch_size;
+  TORCH_CHECK(batch >= 0 && begin < order.size(0), "sampler: batch ", batch, " outside an epoch of ",
+              order.size(0), " samples in batches of ", options_.batch_size);
   return order.narrow(0, begin, std::min(options_.batch_size, order.size(0) - begin));
 }
 
