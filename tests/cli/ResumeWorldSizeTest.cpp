@@ -49,6 +49,8 @@ TEST_F(ResumeWorldSize, TwoWorkersOnOneContinuesAndSaysThePartitionChanged) {
   EXPECT_NE(after["data_partition_hash"], before["data_partition_hash"]);
   EXPECT_NE(second.err.find("the checkpoint was written by 2 worker(s), this run has 1"), std::string::npos)
       << second.err;
+  EXPECT_NE(second.err.find("the epoch finishes on the samples it had left"), std::string::npos)
+      << second.err;
   EXPECT_NE(second.err.find("resume with --nproc 2"), std::string::npos) << second.err;
 
   // The resume continued in the run's folder, so its last checkpoint is the one-worker run's; back on

@@ -14,15 +14,16 @@
 //   - a worker waits in the next round: rank 0 sees it with one store read after each step, the
 //     members agree on it in one all-reduce, stop at that step boundary and join the next round.
 // At a new size the run continues as a resume on another number of workers does (Note [Resuming on
-// another number of workers]): the weights, optimizer, schedule and step are the peer's; the
-// training set is partitioned anew over the new size and the epoch continues after the same
-// fraction of its batches. membership.jsonl in the run folder says which generation ran from which
-// step at which size, and results.json lists them. zero's members hold shards of the state: a member
-// admitted at a step boundary gets the whole state gathered and resharded at the new size, but a lost
-// member's shard is lost with it, so after a failure the next generation continues from the latest
-// checkpoint on disk (the run folder's, as a restart does). Strategies whose state is split by stage
-// (pipeline) or per graph node (decentralized) are refused: they restart from the checkpoint at the
-// new size with a fixed --nnodes and --max-restarts.
+// another number of workers]): the weights, optimizer, schedule and step are the peer's; the epoch
+// in progress finishes on the samples it had left (Note [An epoch across a size change] in
+// data/EpochRemainder.h), the next ones are partitioned over the new size. membership.jsonl in the
+// run folder says which generation ran from which step at which size, and results.json lists them.
+// zero's members hold shards of the state: a member admitted at a step boundary gets the whole
+// state gathered and resharded at the new size, but a lost member's shard is lost with it, so after
+// a failure the next generation continues from the latest checkpoint on disk (the run folder's, as
+// a restart does). Strategies whose state is split by stage (pipeline) or per graph node
+// (decentralized) are refused: they restart from the checkpoint at the new size with a fixed
+// --nnodes and --max-restarts.
 #pragma once
 
 #include <nlohmann/json.hpp>

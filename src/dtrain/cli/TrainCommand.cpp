@@ -128,10 +128,11 @@ io::Checkpoint load_resume_point(const fs::path& where) {
 // Note [Resuming on another number of workers]
 // A checkpoint holds everything by name (Note [Checkpoint layout]), so a run saved by N workers
 // resumes on M, as torchrun's elastic restarts and DeepSpeed's universal checkpoints let a job
-// continue at another size. What cannot carry over is the data partition: the training set is
-// cut over M holders anew and the epoch continues after the same fraction of its batches (the
-// steps done recounted as M counts them: Trainer::load_state), so the run goes on correctly but no
-// longer matches an uninterrupted N-worker run sample for sample.
+// continue at another size. What cannot carry over is the data partition: the epoch in progress
+// finishes on the samples the N holders had left, each read once by the M (Note [An epoch across a
+// size change] in data/EpochRemainder.h; the steps done recounted as M counts them), and the next
+// epochs are cut over M anew, so the run goes on correctly but no longer matches an uninterrupted
+// N-worker run sample for sample.
 // That is said once, on rank 0, naming both sizes; a strategy whose data holders are graph nodes
 // (decentralized) keeps its partition whatever the world size, and says nothing.
 void warn_if_repartitioned(const nlohmann::json& meta, const train::Trainer& trainer,
@@ -141,10 +142,9 @@ void warn_if_repartitioned(const nlohmann::json& meta, const train::Trainer& tra
   const int saved_holders = meta.value("data_holders", saved_world);
   if (saved_holders == trainer.data_holders()) return;
   logger.warning(fmt::format(
-      "--resume {}: the checkpoint was written by {} worker(s), this run has {}: the training set is "
-      "partitioned anew over {} (data_partition_hash changes) and the epoch continues after the same "
-      "fraction of its batches; the run will not match an uninterrupted {}-worker run sample for sample "
-      "(resume with --nproc {} for that)",
+      "--resume {}: the checkpoint was written by {} worker(s), this run has {}: the epoch finishes on the "
+      "samples it had left and the next ones are partitioned anew over {} (data_partition_hash changes); the "
+      "run will not match an uninterrupted {}-worker run sample for sample (resume with --nproc {} for that)",
       resume, saved_world, trainer.world_size(), trainer.data_holders(), saved_world, saved_world));
 }
 

@@ -15,11 +15,12 @@ DeviceFeed::DeviceFeed(std::unique_ptr<StepFeed> feed, torch::Device device)
   }
 }
 
-void DeviceFeed::start_epoch(std::int64_t epoch, std::int64_t first_step) {
+void DeviceFeed::start_epoch(std::int64_t epoch, std::int64_t first_step,
+                             const std::vector<torch::Tensor>* rest) {
   // A dropped copy may still be running on the side stream; its memory was allocated there and is
   // reused there, after it, so dropping it needs no wait.
   ahead_.reset();
-  feed_->start_epoch(epoch, first_step);
+  feed_->start_epoch(epoch, first_step, rest);
 }
 
 void DeviceFeed::copy_ahead() {

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "dtrain/data/Batch.h"
 #include "dtrain/train/StepFeed.h"
@@ -31,8 +32,11 @@ class DeviceFeed {
   DeviceFeed(std::unique_ptr<StepFeed> feed, torch::Device device);
 
   std::int64_t steps_per_epoch() const { return feed_->steps_per_epoch(); }
-  // Begins `epoch` at step `first_step` of it; a batch copied ahead for the old position is dropped.
-  void start_epoch(std::int64_t epoch, std::int64_t first_step = 0);
+  std::int64_t epoch_steps() const { return feed_->epoch_steps(); }
+  // Begins `epoch` at step `first_step` of it (StepFeed::start_epoch); a batch copied ahead for the
+  // old position is dropped.
+  void start_epoch(std::int64_t epoch, std::int64_t first_step = 0,
+                   const std::vector<torch::Tensor>* rest = nullptr);
   // The next step's batch on the device, or nothing at the epoch's end.
   std::optional<data::Batch> next();
 

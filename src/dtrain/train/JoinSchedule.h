@@ -11,13 +11,15 @@ namespace dtrain::train {
 class JoinSchedule {
  public:
   // rank_sizes: every rank's training samples (data::Shard::rank_sizes); batch_size and drop_last
-  // as the sampler draws them (data.batch_size, data.drop_last).
-  JoinSchedule(std::vector<std::int64_t> rank_sizes, std::int64_t batch_size, bool drop_last);
+  // as the sampler draws them (data.batch_size, data.drop_last). `first_step`: the step of the epoch
+  // the ranks begin those samples at (the rest of an epoch across a size change, data::RemainderDeal).
+  JoinSchedule(std::vector<std::int64_t> rank_sizes, std::int64_t batch_size, bool drop_last,
+               std::int64_t first_step = 0);
 
   int world() const { return static_cast<int>(rank_sizes_.size()); }
-  // Batches rank `rank` draws per epoch.
+  // Batches rank `rank` draws per epoch (from first_step).
   std::int64_t batches(int rank) const;
-  // Steps per epoch: the most batches any rank draws.
+  // Steps per epoch: first_step and the most batches any rank draws.
   std::int64_t steps_per_epoch() const;
   // Samples of rank `rank` in step `step` of an epoch (0 once it has run out), and of all ranks.
   std::int64_t samples(int rank, std::int64_t step) const;
@@ -30,6 +32,7 @@ class JoinSchedule {
   std::vector<std::int64_t> rank_sizes_;
   std::int64_t batch_size_;
   bool drop_last_;
+  std::int64_t first_step_;
 };
 
 }  // namespace dtrain::train

@@ -21,15 +21,23 @@ std::int64_t StepFeed::steps_per_epoch() const {
   return loaders_.front()->batches_per_epoch() / batches_per_step_;
 }
 
-void StepFeed::start_epoch(std::int64_t epoch, std::int64_t first_step) {
+std::int64_t StepFeed::epoch_steps() const {
+  return loaders_.front()->epoch_batches() / batches_per_step_;
+}
+
+void StepFeed::start_epoch(std::int64_t epoch, std::int64_t first_step,
+                           const std::vector<torch::Tensor>* rest) {
+  TORCH_INTERNAL_ASSERT(!rest || rest->size() == loaders_.size());
   // A rank with fewer steps than the others (data.equalize: join) may resume past its last one.
-  first_step = std::min(first_step, steps_per_epoch());
-  for (auto& loader : loaders_) loader->start_epoch(epoch, first_step * batches_per_step_);
+  if (!rest) first_step = std::min(first_step, steps_per_epoch());
+  for (std::size_t i = 0; i < loaders_.size(); ++i) {
+    loaders_[i]->start_epoch(epoch, first_step * batches_per_step_, rest ? (*rest)[i] : torch::Tensor());
+  }
   next_step_ = first_step;
 }
 
 std::optional<data::Batch> StepFeed::next() {
-  if (next_step_ >= steps_per_epoch()) return std::nullopt;
+  if (next_step_ >= epoch_steps()) return std::nullopt;
   if (loaders_.size() == 1 && batches_per_step_ == 1) {
     ++next_step_;
     return loaders_.front()->next();

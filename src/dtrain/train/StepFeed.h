@@ -27,8 +27,13 @@ class StepFeed {
 
   // Whole steps in an epoch: the batches of an epoch / batches_per_step (a remainder is dropped).
   std::int64_t steps_per_epoch() const;
-  // Begins `epoch` at step `first_step` of it (a checkpoint's position).
-  void start_epoch(std::int64_t epoch, std::int64_t first_step = 0);
+  // Begins `epoch` at step `first_step` of it (a checkpoint's position). `rest`, when given, holds
+  // for each shard the samples it reads from there to the epoch's end (Note [An epoch across a size
+  // change] in data/EpochRemainder.h).
+  void start_epoch(std::int64_t epoch, std::int64_t first_step = 0,
+                   const std::vector<torch::Tensor>* rest = nullptr);
+  // Whole steps in the epoch begun last: steps_per_epoch(), or fewer or more with `rest`.
+  std::int64_t epoch_steps() const;
   // The next step's batches, or nothing when the epoch has no whole step left.
   std::optional<data::Batch> next();
 

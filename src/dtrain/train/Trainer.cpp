@@ -235,6 +235,9 @@ int Trainer::world_size() const {
 std::int64_t Trainer::steps_per_epoch() const {
   return join_ ? join_->steps_per_epoch() : feed_->steps_per_epoch();
 }
+std::int64_t Trainer::epoch_steps() const {
+  return remainder_ ? remainder_->steps : steps_per_epoch();
+}
 
 void Trainer::add_callback(std::shared_ptr<Callback> callback) {
   callbacks_.push_back(std::move(callback));
@@ -304,29 +307,29 @@ void Trainer::run_evaluation() {
 }
 
 bool Trainer::train_epoch(TrainResult& result, std::int64_t warmup) {
-  const auto per_epoch = steps_per_epoch();
-  feed_->start_epoch(epoch_, epoch_batch_);
+  const auto per_epoch = epoch_steps();
+  feed_->start_epoch(epoch_, epoch_batch_, remainder_ ? &remainder_->rest : nullptr);
+  const JoinSchedule* join = remainder_ && remainder_->join ? &*remainder_->join : join_ ? &*join_ : nullptr;
   if (epoch_batch_ == 0 || !train_metrics_) train_metrics_.emplace(data_.train->num_classes());
   double epoch_seconds = 0.0;
   auto t_prev = Clock::now();
   for (;;) {
     // Under join a rank that has run out keeps stepping (a shadow step) until the epoch's last.
     auto batch = feed_->next();
-    if (join_ ? epoch_batch_ >= per_epoch : !batch) break;
+    if (join ? epoch_batch_ >= per_epoch : !batch) break;
     StepEvent event;
     event.epoch = epoch_;
     event.batch = epoch_batch_;
     event.lr = scheduler_->lr(step_, epoch_, total_steps_);
     strategy_->set_learning_rate(event.lr);
-    const auto r = join_
-                       ? joinable_->join_step(batch ? &*batch : nullptr, join_->weight(rank(), epoch_batch_))
+    const auto r = join ? joinable_->join_step(batch ? &*batch : nullptr, join->weight(rank(), epoch_batch_))
                    : graph_ ? graph_->step(*batch, event.lr)
                             : strategy_->train_step(*batch);
     // Where this step's figures will be read, wait for the device here, so that the wait counts
     // as training time (Note [Reading a step's figures]).
     if (r.loss.pending() && read_point(step_ + 1, epoch_batch_ + 1 >= per_epoch)) r.loss.value();
     const auto t_now = Clock::now();
-    event.samples = join_ ? join_->samples(epoch_batch_) : r.samples * world_size();
+    event.samples = join ? join->samples(epoch_batch_) : r.samples * world_size();
     event.step = ++step_;
     ++epoch_batch_;
     event.loss = r.loss;
@@ -379,6 +382,7 @@ void Trainer::end_epoch(TrainResult& result, double epoch_seconds) {
   result.last_train = ended.train;
   ++epoch_;
   epoch_batch_ = 0;
+  remainder_.reset();
   train_metrics_.reset();
   result.epochs_completed = epoch_;
   const int every = config_.train.eval_every_epochs;

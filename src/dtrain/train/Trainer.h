@@ -14,6 +14,7 @@
 
 #include "dtrain/comm/Communicator.h"
 #include "dtrain/config/RunConfig.h"
+#include "dtrain/data/EpochRemainder.h"
 #include "dtrain/data/Factory.h"
 #include "dtrain/data/Loader.h"
 #include "dtrain/io/Checkpoint.h"
@@ -110,6 +111,12 @@ class Trainer {
   void end_epoch(TrainResult& result, double epoch_seconds);
   // data.equalize: join over `world` ranks: the strategy's join steps (Note [Join]).
   void set_up_join(int world);
+  // Steps in epoch_: steps_per_epoch(), or those of remainder_.
+  std::int64_t epoch_steps() const;
+  // load_state's part for an epoch across a size change (Note [An epoch across a size change] in
+  // data/EpochRemainder.h): sets remainder_ and, where the number of holders changed, the position
+  // in the epoch and the step counted as this size counts them.
+  void continue_epoch(const data::RemainderPosition& position, bool same_holders);
 
   config::RunConfig config_;
   comm::CommunicatorPtr comm_;
@@ -121,6 +128,15 @@ class Trainer {
   // data.equalize: join (parallel: Note [Join]): the schedule, and the strategy's shadow steps.
   std::optional<JoinSchedule> join_;
   parallel::Joinable* joinable_ = nullptr;
+  // The rest of epoch_ when the number of data holders changed within it.
+  struct EpochRemainder {
+    data::RemainderPosition position;  // .read: samples read before first_batch
+    std::int64_t first_batch = 0;      // the step of the epoch this number of holders began at
+    std::int64_t steps = 0;            // the epoch's steps
+    std::vector<torch::Tensor> rest;   // for each of this rank's holders, its samples from first_batch on
+    std::optional<JoinSchedule> join;  // data.equalize: join
+  };
+  std::optional<EpochRemainder> remainder_;
   std::unique_ptr<optim::Scheduler> scheduler_;
   optim::LossFn loss_;
   std::unique_ptr<parallel::Strategy> strategy_;

@@ -90,6 +90,14 @@ void Trainer::save_state(io::Checkpoint& checkpoint, bool gather) const {
   meta["epoch"] = epoch_;
   meta["epoch_batch"] = epoch_batch_;
   meta["data_holders"] = holders_;
+  if (remainder_) {
+    // Only whole steps come before the epoch's last, so the samples read are counted in them.
+    const auto& p = remainder_->position;
+    meta["epoch_remainder"] = {
+        {"from_holders", p.from_holders},
+        {"from_batch", p.from_batch},
+        {"read", p.read + (epoch_batch_ - remainder_->first_batch) * holders_ * config_.data.batch_size}};
+  }
   meta["world_size"] = world_size();
   meta["seed"] = config_.train.seed;
   meta["initial_parameter_hash"] = facts_.initial_hash;
@@ -118,21 +126,28 @@ void Trainer::load_state(const io::Checkpoint& checkpoint) {
   // Data holders are ranks, or graph nodes under a decentralized strategy (then the world size
   // may change and the epoch stays the same).
   const int saved_holders = meta.value("data_holders", meta.value("world_size", 1));
-  const auto per_epoch = steps_per_epoch();
-  if (saved_holders != holders_) {
-    // Another number of holders cuts epochs into another number of batches: continue after the
-    // same fraction of the epoch, and count steps as this size does, so that the run still ends
-    // after train.epochs epochs and the schedule stands at the same fraction of the training.
-    // Exact continuation needs the same holders.
-    epoch_batch_ = epoch_batch_ * saved_holders / holders_;
-    step_ = epoch_ * per_epoch + epoch_batch_;
+  remainder_.reset();
+  if (meta.contains("epoch_remainder")) {
+    const auto& r = meta.at("epoch_remainder");
+    continue_epoch({r.at("from_holders").get<int>(), r.at("from_batch").get<std::int64_t>(),
+                    r.at("read").get<std::int64_t>()},
+                   saved_holders == holders_);
+  } else if (saved_holders != holders_ && epoch_batch_ > 0) {
+    continue_epoch({saved_holders, epoch_batch_, 0}, false);
+  } else if (saved_holders != holders_) {
+    step_ = epoch_ * steps_per_epoch();
   }
+  const auto per_epoch = epoch_steps();
   if (epoch_batch_ > per_epoch) {
     throw std::invalid_argument(
         fmt::format("checkpoint: position batch {} of epoch {} is past this run's {} batches per epoch; "
                     "resume with the same data, batch size and number of workers",
                     epoch_batch_, epoch_, per_epoch));
   }
+  // The run still ends after train.epochs epochs (or train.max_steps), counted from here.
+  total_steps_ = step_ + (per_epoch - epoch_batch_) +
+                 (static_cast<std::int64_t>(config_.train.epochs) - epoch_ - 1) * steps_per_epoch();
+  if (config_.train.max_steps > 0) total_steps_ = std::min(total_steps_, config_.train.max_steps);
   last_eval_step_ = -1;
   train_metrics_.reset();
   if (epoch_batch_ > 0 && checkpoint.contains("train_metrics")) {
@@ -147,6 +162,43 @@ void Trainer::load_state(const io::Checkpoint& checkpoint) {
     }
     if (rank() == 0) train_metrics_->load(sums);
   }
+}
+
+void Trainer::continue_epoch(const data::RemainderPosition& position, bool same_holders) {
+  if (strategy_->batches_per_step() != 1) {
+    throw std::invalid_argument(
+        fmt::format("checkpoint: saved within epoch {} by {} data holders; parallel.strategy {} continues an "
+                    "epoch only on "
+                    "the same {}; resume from a checkpoint at an epoch's end",
+                    epoch_ + 1, position.from_holders, strategy_->name(), position.from_holders));
+  }
+  const auto options = data::train_sampler_options(config_.data);
+  const auto seed = config_.train.seed;
+  const auto left =
+      data::unread_samples(data::partition_all(position.from_holders, data::partition_options(config_.data),
+                                               data_.train->labels(), seed),
+                           options, seed, epoch_, position.from_batch);
+  if (position.read < 0 || position.read > left.size(0)) {
+    throw io::CheckpointError(
+        fmt::format("checkpoint: {} samples read of the {} epoch {} had left after its first {} batches on "
+                    "{} holders; resume "
+                    "with the same data, batch size and partition",
+                    position.read, left.size(0), epoch_ + 1, position.from_batch, position.from_holders));
+  }
+  data::RemainderDeal deal(left.narrow(0, position.read, left.size(0) - position.read), holders_, options);
+  EpochRemainder remainder;
+  remainder.position = position;
+  if (!same_holders) {
+    // The epoch ends where it ends at this size, unless what is left needs more steps than that.
+    epoch_batch_ = std::max<std::int64_t>(0, steps_per_epoch() - deal.steps());
+    step_ = epoch_ * steps_per_epoch() + epoch_batch_;
+  }
+  remainder.first_batch = epoch_batch_;
+  remainder.steps = epoch_batch_ + deal.steps();
+  const int per_rank = holders_ / world_size();
+  for (int h = 0; h < per_rank; ++h) remainder.rest.push_back(deal.indices(rank() * per_rank + h));
+  if (join_) remainder.join.emplace(deal.sizes(), config_.data.batch_size, /*drop_last=*/false, epoch_batch_);
+  remainder_ = std::move(remainder);
 }
 
 }  // namespace dtrain::train
