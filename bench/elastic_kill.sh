@@ -73,4 +73,7 @@ grep -q '"status": *"finished"' "$work/run/results.json" || { echo "elastic_kill
 steps=$(grep -o '"steps": *[0-9]*' "$work/run/results.json" | head -n 1 | grep -o '[0-9]*$')
 expected=$((3072 / 16 / 3 * ${EPOCHS:-400}))
 [ "$steps" -eq "$expected" ] || { echo "elastic_kill: the run ended at step $steps, not $expected" >&2; exit 1; }
-echo "{\"kills\": $KILLS, \"generations\": $(lines), \"steps\": $steps, \"finished\": true}"
+# Steps trained again: the one in flight at each loss, nothing at an admission (membership.jsonl).
+lost=$(grep -o '"steps_lost":[0-9]*' "$work/run/membership.jsonl" | grep -o '[0-9]*$' |
+  awk '{ t += $1; if ($1 > m) m = $1 } END { printf "%d, \"most_steps_lost_in_a_generation\": %d", t, m }')
+echo "{\"kills\": $KILLS, \"generations\": $(lines), \"steps\": $steps, \"steps_lost\": $lost, \"finished\": true}"

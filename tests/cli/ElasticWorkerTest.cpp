@@ -5,6 +5,8 @@
 #include <string>
 
 #include "dtrain/cli/ElasticWorker.h"
+#include "dtrain/io/RunDir.h"
+#include "support/ScratchDir.h"
 
 namespace dtrain::cli {
 namespace {
@@ -54,6 +56,37 @@ TEST(ElasticWorker, StrategiesWhoseStateNoPeerHoldsAreRefusedByName) {
       EXPECT_NE(what.find("--max-restarts"), std::string::npos) << what;
     }
   }
+}
+
+TEST(ElasticWorker, MembershipLinesCountTheStepsEachGenerationTrainsAgain) {
+  dtrain::testing::ScratchDir dir;
+  const auto run = io::RunDir::create(dir.path(), "elastic");
+  struct Case {
+    std::int64_t reached;
+    bool failed;
+    std::int64_t resumed;
+    int lost;
+  };
+  // A failure with the state from a peer: the step in flight. An admission: nothing. A failure
+  // continued from a checkpoint 25 steps back: those and the step in flight.
+  const std::vector<Case> cases{{104, true, 104, 1}, {200, false, 200, 0}, {275, true, 250, 26}};
+  Generation first;
+  first.members.generation = 0;
+  agree_on_previous(first, Generation(), nullptr);
+  record_generation(run, first, 0);
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    Generation previous, next;
+    previous.reached_step = cases[i].reached;
+    previous.failed = cases[i].failed;
+    agree_on_previous(next, previous, nullptr);
+    next.members.generation = static_cast<int>(i) + 1;
+    next.resumed_from_step = cases[i].resumed;
+    record_generation(run, next, cases[i].resumed);
+  }
+  const auto lines = generations_json(run);
+  ASSERT_EQ(lines.size(), cases.size() + 1);
+  EXPECT_FALSE(lines[0].contains("steps_lost"));
+  for (std::size_t i = 0; i < cases.size(); ++i) EXPECT_EQ(lines[i + 1]["steps_lost"], cases[i].lost) << i;
 }
 
 }  // namespace

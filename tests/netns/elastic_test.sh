@@ -124,8 +124,8 @@ END
   grep -q '"world_size": *2' "$work/z-run/results.json" || fail "the elastic zero run did not end at 2 ranks"
   compare_with_resumed_reference "$work/zero.yaml" "$work/z-run" "$work/z-ref"
   echo "PASS (elastic zero): 1 -> 2 ranks at step $(generation_field "$work/z-run" first_step 1), a rank lost and" \
-    "the job on from the checkpoint of step $c ($(wc -l <"$work/z-run/membership.jsonl") generations); the" \
-    "weights equal the resumed reference's"
+    "the job on from the checkpoint of step $c (steps lost: $(generation_field "$work/z-run" steps_lost 2))," \
+    "($(wc -l <"$work/z-run/membership.jsonl") generations); the weights equal the resumed reference's"
 }
 
 test_elastic() {
@@ -162,12 +162,15 @@ END
     "$elapsed s"
   [ "$(generation_field "$work/el-run" world_size 1)" = 4 ] || fail "generation 1 is not 4 ranks"
   [ "$s1" -ge "$s_kill" ] || fail "generation 1 went back to step $s1 from $s_kill: the state did not come from a peer"
+  [ "$(generation_field "$work/el-run" steps_lost 1)" -le 1 ] ||
+    fail "generation 1 lost $(generation_field "$work/el-run" steps_lost 1) steps to the host's loss, more than the one in flight"
   wait_for 120 "50 steps at 4 ranks" steps_into_generation "$work/el-run" 1 5
   elastic_host "$id" 2 "-again"
   job2=$host_pid
   wait_for 60 "host 2's admission" generation_logged "$work/el-run" 2
   s2=$(generation_field "$work/el-run" first_step 2)
   [ "$(generation_field "$work/el-run" world_size 2)" = 6 ] || fail "generation 2 is not 6 ranks"
+  [ "$(generation_field "$work/el-run" steps_lost 2)" = 0 ] || fail "generation 2 lost steps to an admission"
   echo "host 2 started again: admitted at step $s2, 6 ranks"
   # One rank of host 1: its launcher (--max-restarts 1) starts a replacement, admitted in turn.
   wait_for 120 "50 steps at 6 ranks again" steps_into_generation "$work/el-run" 2 5
@@ -192,6 +195,21 @@ END
   kill_instance=""
 
   compare_with_resumed_reference "$work/elastic.yaml" "$work/el-run" "$work/el-ref"
-  echo "PASS (elastic): 6 -> 4 ranks in $elapsed s from step $s1 (no rollback), back to 6 at step $s2, a rank" \
-    "lost and replaced; the weights equal those of the same steps at the same sizes on one host"
+  echo "PASS (elastic): 6 -> 4 ranks in $elapsed s from step $s1 ($(generation_field "$work/el-run" steps_lost 1)" \
+    "step lost), back to 6 at step $s2, a rank lost and replaced; the weights equal those of the same steps at the" \
+    "same sizes on one host"
+}
+
+# The soak (bench/elastic_kill.sh): 3 hosts x 1 rank, 20 random workers killed one after another,
+# each replaced; the run must finish every step of its epochs, and no generation may train again
+# more than the one step that was in flight.
+test_elastic_soak() {
+  local out most
+  out=$(EPOCHS=300 bench/elastic_kill.sh 20 "$DTRAIN" 2>"$work/soak.err" | tail -n 1) ||
+    fail "the soak: $(tail -n 3 "$work/soak.err")"
+  echo "$out"
+  grep -q '"finished": true' <<<"$out" || fail "the soak's run did not finish: $out"
+  most=$(grep -o '"most_steps_lost_in_a_generation": [0-9]*' <<<"$out" | grep -o '[0-9]*$')
+  [ "$most" -le 1 ] || fail "a generation of the soak trained $most steps again, more than the one in flight"
+  echo "PASS (elastic soak): 20 kills, each replaced; the run finished, at most $most step lost per kill"
 }

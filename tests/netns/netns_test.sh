@@ -12,15 +12,17 @@
 #            at 4 ranks within 10 s from the step they had reached (the state from a peer, not from
 #            disk), admit host 2 when it is started again and end at 6 ranks; the final weights must
 #            equal those of one host that trains the same steps at the same sizes through --resume
+#   soak     3 hosts x 1 rank, `--nnodes 2:3`: 20 random workers killed in turn (bench/elastic_kill.sh);
+#            every one replaced, the run finished, at most the step in flight lost per kill
 # gloo and mpi train the quickstart config briefly (mlp, 20 steps, 1 Gbit/s links) and require the
 # final weights (model.pt) to equal, byte for byte, those of one host running 4 ranks of the same
 # backend: rank r gets the same data shard and the all-reduce the same reduction order wherever it
 # runs, and every worker has one intra-op thread. They also require that at least one gradient's
 # worth per step crossed the link in each direction, so the hosts really were apart.
 # Exits 77 (CTest's SKIP_RETURN_CODE) with the reason where namespaces cannot be made.
-#   tests/netns/netns_test.sh gloo|mpi|cleanup|kill|elastic DTRAIN SOURCE_DIR
+#   tests/netns/netns_test.sh gloo|mpi|cleanup|kill|elastic|soak DTRAIN SOURCE_DIR
 set -euo pipefail
-MODE=${1:?mode: gloo, mpi, cleanup, kill or elastic}
+MODE=${1:?mode: gloo, mpi, cleanup, kill, elastic or soak}
 DTRAIN=$(readlink -f "${2:?path of the dtrain binary}")
 cd "${3:?the source directory}"
 NETNS=$PWD/bench/netns.sh
@@ -275,5 +277,6 @@ case $MODE in
     test_elastic_zero
     test_elastic
     ;;
-  *) fail "unknown mode '$MODE'; expected gloo, mpi, cleanup, kill or elastic" ;;
+  soak) test_elastic_soak ;;
+  *) fail "unknown mode '$MODE'; expected gloo, mpi, cleanup, kill, elastic or soak" ;;
 esac

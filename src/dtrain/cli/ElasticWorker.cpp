@@ -107,11 +107,21 @@ void start_generation(Generation& generation, train::Trainer& trainer, io::Logge
       m.generation, m.world_size, trainer.step(), start.source_rank, static_cast<double>(start.bytes) / 1e6));
 }
 
+void agree_on_previous(Generation& generation, const Generation& previous, comm::Communicator* comm) {
+  auto agreed = torch::tensor({static_cast<double>(previous.reached_step), previous.failed ? 1.0 : 0.0},
+                              torch::kDouble);
+  if (comm && comm->size() > 1) comm->allreduce(agreed, comm::ReduceOp::Max);
+  generation.previous_reached = static_cast<std::int64_t>(agreed[0].item<double>());
+  generation.previous_failed = agreed[1].item<double>() > 0.0;
+}
+
 void end_generation(Generation& generation, train::Trainer& trainer, const std::string& reason,
                     io::Logger& logger) {
   generation.ended = true;
   generation.end_reason = reason;
   const bool failed = reason != kAdmitReason;
+  generation.reached_step = trainer.step();
+  generation.failed = failed;
   if (failed && !holds_whole_state(trainer.config())) {
     // Sharded state: a lost member's shard is gone, and gathering the others' needs it too.
     logger.warning(fmt::format(
@@ -139,6 +149,10 @@ void record_generation(const io::RunDir& run, const Generation& generation, std:
                          {"state_from_rank", generation.start.source_rank},
                          {"state_bytes", generation.start.bytes},
                          {"recovery_seconds", util::seconds_since(generation.started)}};
+  if (generation.previous_reached >= 0) {
+    const auto begun = generation.previous_reached + (generation.previous_failed ? 1 : 0);
+    line["steps_lost"] = begun - std::max<std::int64_t>(0, generation.resumed_from_step);
+  }
   std::ofstream out(run.root() / "membership.jsonl", std::ios::app);
   out << line.dump() << "\n";
 }

@@ -93,11 +93,21 @@ struct Generation {
   std::optional<io::Checkpoint> end_state;
   std::int64_t end_step = -1;
   std::string end_reason;
+  // The step this member reached, and whether a failure ended the generation (a step was in flight).
+  std::int64_t reached_step = -1;
+  bool failed = false;
+  // Of the previous generation, agreed by every member: the furthest step reached, and whether it
+  // failed; -1 in the first generation.
+  std::int64_t previous_reached = -1;
+  bool previous_failed = false;
 };
 
 // The generation's start in `trainer` (built, its callbacks added): AdmitWaiting, and the state
 // recovered from a peer loaded; logs where it came from.
 void start_generation(Generation& generation, train::Trainer& trainer, io::Logger& logger);
+// Every member's view of the previous generation, agreed over the new one's communicator (one
+// all-reduce): the furthest step reached and whether a failure ended it.
+void agree_on_previous(Generation& generation, const Generation& previous, comm::Communicator* comm);
 // Keeps `trainer`'s state as the generation's end_state, for the next; logs why it ended.
 void end_generation(Generation& generation, train::Trainer& trainer, const std::string& reason,
                     io::Logger& logger);
@@ -106,7 +116,9 @@ void end_generation(Generation& generation, train::Trainer& trainer, const std::
 // is loaded (from a peer, or from the latest checkpoint): generation, world size, first step (as this
 // size counts steps), the step the state was saved at (as the size that saved it counts them; -1:
 // none), members, the rank the state came from (-1: not a peer), its bytes, and the seconds from the
-// round's close to the state loaded.
+// round's close to the state loaded, and the steps it lost: those the previous generation had begun,
+// the one in flight at a failure included, that this one trains again (0 after an admission, 1 after a
+// failure with the state from a peer, more where it continues from a checkpoint).
 void record_generation(const io::RunDir& run, const Generation& generation, std::int64_t first_step);
 // Those lines, as results.json's "generations".
 nlohmann::json generations_json(const io::RunDir& run);

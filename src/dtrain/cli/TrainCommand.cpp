@@ -451,6 +451,7 @@ int run_elastic_worker(const TrainArgs& a, const config::RunConfig& cfg, const c
     }
     const auto logger = io::Logger::for_rank(run->log_path(), info.rank, info.world_size,
                                              launch::status_relay_requested(env));
+    agree_on_previous(g, previous, communicator.get());
     if (communicator) {
       g.start = train::recover_from_peer(*communicator, previous.end_state, previous.end_step);
     } else if (previous.end_state) {  // alone, without a communicator: its own state
