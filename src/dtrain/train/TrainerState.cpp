@@ -167,9 +167,8 @@ void Trainer::load_state(const io::Checkpoint& checkpoint) {
 void Trainer::continue_epoch(const data::RemainderPosition& position, bool same_holders) {
   if (strategy_->batches_per_step() != 1) {
     throw std::invalid_argument(
-        fmt::format("checkpoint: saved within epoch {} by {} data holders; parallel.strategy {} continues an "
-                    "epoch only on "
-                    "the same {}; resume from a checkpoint at an epoch's end",
+        fmt::format("checkpoint: saved within epoch {} by {} data holders; parallel.strategy {} continues "
+                    "an epoch only on the same {} holders; resume from a checkpoint at an epoch's end",
                     epoch_ + 1, position.from_holders, strategy_->name(), position.from_holders));
   }
   const auto options = data::train_sampler_options(config_.data);
@@ -180,9 +179,8 @@ void Trainer::continue_epoch(const data::RemainderPosition& position, bool same_
                            options, seed, epoch_, position.from_batch);
   if (position.read < 0 || position.read > left.size(0)) {
     throw io::CheckpointError(
-        fmt::format("checkpoint: {} samples read of the {} epoch {} had left after its first {} batches on "
-                    "{} holders; resume "
-                    "with the same data, batch size and partition",
+        fmt::format("checkpoint: {} samples read of the {} epoch {} had left after its first {} batches "
+                    "on {} holders; resume with the same data, batch size and partition",
                     position.read, left.size(0), epoch_ + 1, position.from_batch, position.from_holders));
   }
   data::RemainderDeal deal(left.narrow(0, position.read, left.size(0) - position.read), holders_, options);
