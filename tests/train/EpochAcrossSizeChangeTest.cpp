@@ -30,14 +30,6 @@ config::RunConfig config_for(const std::string& equalize) {
   return c;
 }
 
-struct StopAt : Callback {
-  explicit StopAt(std::int64_t at) : at(at) {}
-  void on_step_end(Trainer& t, const StepEvent& e) override {
-    if (e.step == at) t.request_stop("interrupted");
-  }
-  std::int64_t at;
-};
-
 struct EpochEnds : Callback {
   void on_epoch_end(Trainer&, const EpochEvent& e) override { train.push_back(e.train); }
   std::vector<EvalMetrics> train;
@@ -62,7 +54,7 @@ Generation train_generation(const config::RunConfig& config, int world, io::Chec
     if (!checkpoint.metadata().empty()) trainer.load_state(checkpoint);
     auto ends = std::make_shared<EpochEnds>();
     trainer.add_callback(ends);
-    if (stop > 0) trainer.add_callback(std::make_shared<StopAt>(stop));
+    if (stop > 0) trainer.add_callback(std::make_shared<testing::StopAt>(stop));
     const auto loaded = trainer.step();
     const auto total = trainer.total_steps();
     auto result = trainer.fit();

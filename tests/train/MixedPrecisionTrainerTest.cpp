@@ -48,14 +48,6 @@ struct InjectOverflow : Callback {
   bool skipped_when_injected = false;
 };
 
-struct StopAt : Callback {
-  explicit StopAt(std::int64_t at) : at(at) {}
-  void on_step_end(Trainer& t, const StepEvent& e) override {
-    if (e.step == at) t.request_stop("interrupted");
-  }
-  std::int64_t at;
-};
-
 std::vector<std::string> lines_with(const std::filesystem::path& file, const std::string& text) {
   std::ifstream in(file);
   std::vector<std::string> out;
@@ -116,7 +108,7 @@ TEST(MixedPrecisionTrainer, ResumeContinuesWithTheSavedScale) {
 
   Trainer first(config, nullptr);
   first.add_callback(std::make_shared<InjectOverflow>(5));
-  first.add_callback(std::make_shared<StopAt>(21));
+  first.add_callback(std::make_shared<testing::StopAt>(21));
   first.fit();
   io::Checkpoint checkpoint;
   first.save_state(checkpoint);

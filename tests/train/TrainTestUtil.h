@@ -1,10 +1,12 @@
 // The small synthetic problem the Trainer tests share: an mlp on 256 random 8x8 images in four
-// classes, Adam, the local strategy, two epochs, seed 7; each test changes what it studies.
+// classes, Adam, the local strategy, two epochs, seed 7; each test changes what it studies. And a
+// callback that interrupts a run.
 #pragma once
 
 #include <string>
 
 #include "dtrain/config/RunConfig.h"
+#include "dtrain/train/Trainer.h"
 
 namespace dtrain::train::testing {
 
@@ -28,5 +30,14 @@ inline config::RunConfig small_trainer_config(const std::string& name) {
   c.train.log_every_steps = 0;
   return c;
 }
+
+// Stops the run after `at` steps, as an interruption would.
+struct StopAt : Callback {
+  explicit StopAt(std::int64_t at) : at(at) {}
+  void on_step_end(Trainer& t, const StepEvent& e) override {
+    if (e.step == at) t.request_stop("interrupted");
+  }
+  std::int64_t at;
+};
 
 }  // namespace dtrain::train::testing

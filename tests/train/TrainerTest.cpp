@@ -30,15 +30,6 @@ void expect_equal(const std::vector<torch::Tensor>& a, const std::vector<torch::
   for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i])) << "parameter " << i;
 }
 
-// Stops the run after `at` steps, as an interruption would.
-struct StopAt : Callback {
-  explicit StopAt(std::int64_t at) : at(at) {}
-  void on_step_end(Trainer& t, const StepEvent& e) override {
-    if (e.step == at) t.request_stop("interrupted");
-  }
-  std::int64_t at;
-};
-
 TEST(Trainer, TwoRunsWithTheSameSeedGiveIdenticalNumbers) {
   Trainer a(small_config(), nullptr);
   Trainer b(small_config(), nullptr);
@@ -74,7 +65,7 @@ TEST(Trainer, ResumeContinuesExactly) {
   straight.fit();
 
   Trainer first(config, nullptr);
-  first.add_callback(std::make_shared<StopAt>(21));  // mid-epoch: 16 batches per epoch
+  first.add_callback(std::make_shared<testing::StopAt>(21));  // mid-epoch: 16 batches per epoch
   first.fit();
   io::Checkpoint checkpoint;
   first.save_state(checkpoint);
@@ -102,7 +93,7 @@ TEST(Trainer, ResumeWithinAnEpochReportsTheWholeEpochsTrainingMetrics) {
     straight_params[r] = parameters_of(whole);
 
     Trainer first(config, comm);
-    first.add_callback(std::make_shared<StopAt>(21));
+    first.add_callback(std::make_shared<testing::StopAt>(21));
     first.fit();
     io::Checkpoint checkpoint;
     first.save_state(checkpoint);  // collective: every rank's counts go into it

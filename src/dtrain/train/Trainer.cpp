@@ -203,8 +203,7 @@ Trainer::Trainer(config::RunConfig config, comm::CommunicatorPtr comm, int local
         holders_ == world ? fmt::format("rank {}", rank) : fmt::format("graph node {}", rank * per_rank),
         shard_.size(), strategy_->batches_per_step(), config_.data.batch_size));
   }
-  total_steps_ = per_epoch * static_cast<std::int64_t>(config_.train.epochs);
-  if (config_.train.max_steps > 0) total_steps_ = std::min(total_steps_, config_.train.max_steps);
+  count_total_steps();
   // Seed the dropout and other model randomness per rank after the broadcast, deterministically.
   std::lock_guard<std::mutex> lock(process_generator_mutex());
   torch::manual_seed(seed + 1000003ULL * static_cast<std::uint64_t>(rank + 1));
@@ -237,6 +236,12 @@ std::int64_t Trainer::steps_per_epoch() const {
 }
 std::int64_t Trainer::epoch_steps() const {
   return remainder_ ? remainder_->steps : steps_per_epoch();
+}
+void Trainer::count_total_steps() {
+  // The rest of this epoch, then whole epochs to train.epochs; at most train.max_steps.
+  total_steps_ = step_ + (epoch_steps() - epoch_batch_) +
+                 (static_cast<std::int64_t>(config_.train.epochs) - epoch_ - 1) * steps_per_epoch();
+  if (config_.train.max_steps > 0) total_steps_ = std::min(total_steps_, config_.train.max_steps);
 }
 
 void Trainer::add_callback(std::shared_ptr<Callback> callback) {

@@ -113,6 +113,8 @@ class Trainer {
   void set_up_join(int world);
   // Steps in epoch_: steps_per_epoch(), or those of remainder_.
   std::int64_t epoch_steps() const;
+  // total_steps_ from the position: the rest of epoch_ and the epochs after it, or train.max_steps.
+  void count_total_steps();
   // load_state's part for an epoch across a size change (Note [An epoch across a size change] in
   // data/EpochRemainder.h): sets remainder_ and, where the number of holders changed, the position
   // in the epoch and the step counted as this size counts them.

@@ -145,9 +145,7 @@ void Trainer::load_state(const io::Checkpoint& checkpoint) {
                     epoch_batch_, epoch_, per_epoch));
   }
   // The run still ends after train.epochs epochs (or train.max_steps), counted from here.
-  total_steps_ = step_ + (per_epoch - epoch_batch_) +
-                 (static_cast<std::int64_t>(config_.train.epochs) - epoch_ - 1) * steps_per_epoch();
-  if (config_.train.max_steps > 0) total_steps_ = std::min(total_steps_, config_.train.max_steps);
+  count_total_steps();
   last_eval_step_ = -1;
   train_metrics_.reset();
   if (epoch_batch_ > 0 && checkpoint.contains("train_metrics")) {
