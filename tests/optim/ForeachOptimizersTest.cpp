@@ -1,9 +1,12 @@
 // The multi-tensor updates (optim.foreach) against LibTorch's per-tensor ones: the same weights
 // and state after many steps, for sgd (plain, momentum, nesterov, weight decay), adam and adamw,
 // with a parameter that misses its gradient in some steps; state saved by one loads into the other.
+// And the fused steps that skip themselves on a flag on the device (FusedStep) against the
+// multi-tensor ones, where this LibTorch has the kernels on the CPU (2.x).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <limits>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -11,6 +14,8 @@
 
 #include "dtrain/config/RunConfig.h"
 #include "dtrain/optim/ForeachOptimizers.h"
+#include "dtrain/optim/FusedKernels.h"
+#include "dtrain/optim/OptimizerState.h"
 #include "dtrain/optim/Optimizers.h"
 
 namespace dtrain::optim {
@@ -105,6 +110,142 @@ INSTANTIATE_TEST_SUITE_P(Optimizers, ForeachEqualsPerTensor,
                                            with("sgd", 0.9, true, 5e-4), with("sgd", 0.0, false, 1e-2),
                                            with("adam", 0.0, false, 0.0), with("adam", 0.0, false, 1e-2),
                                            with("adamw", 0.0, false, 0.0), with("adamw", 0.0, false, 1e-2)),
+                         [](const auto& info) {
+                           const auto& c = info.param;
+                           return c.name + (c.momentum > 0 ? "_momentum" : "") +
+                                  (c.nesterov ? "_nesterov" : "") + (c.weight_decay > 0 ? "_decay" : "");
+                         });
+
+// Steps 4, 9 and 10 overflow: the fused optimizer gets the flag (and gradients holding inf, which it
+// must not read), the reference takes no step.
+bool overflows(int step) {
+  return step == 4 || step == 9 || step == 10;
+}
+
+NamedParameters named(const std::vector<torch::Tensor>& params) {
+  NamedParameters out;
+  for (std::size_t i = 0; i < params.size(); ++i) out.emplace_back("p" + std::to_string(i), params[i]);
+  return out;
+}
+
+FusedKernel kernel_of(const config::OptimConfig& config) {
+  return config.name == "sgd" ? FusedKernel::Sgd : FusedKernel::Adam;
+}
+
+class FusedEqualsForeach : public ::testing::TestWithParam<config::OptimConfig> {};
+
+// parameters(seed) on `device`, each a leaf.
+std::vector<torch::Tensor> parameters_on(std::uint64_t seed, const torch::Device& device) {
+  auto out = parameters(seed);
+  for (auto& p : out) p = p.detach().to(device).requires_grad_();
+  return out;
+}
+
+void set_gradients_on(const std::vector<torch::Tensor>& params, int step) {
+  set_gradients(params, step);  // drawn on the CPU, so every device sees the same numbers
+  for (const auto& p : params) {
+    if (p.grad().defined()) p.mutable_grad() = p.grad().to(p.device());
+  }
+}
+
+// The fused steps on `device` against the multi-tensor ones there, through 40 steps with three
+// overflows, a checkpoint of dtrain's named state and a resume. False where this LibTorch has no
+// such kernel on `device`, having checked that the fused step then declines and touches nothing.
+bool fused_matches_foreach(config::OptimConfig config, const torch::Device& device) {
+  config.foreach = "true";
+  auto a = parameters_on(7, device);
+  auto b = parameters_on(7, device);
+  auto reference = create_optimizer(a, config);
+  auto fused = create_optimizer(b, config);
+  const auto flag = [&](double value) {
+    return torch::full({1}, value, torch::TensorOptions().device(device));
+  };
+  if (!fused_on(kernel_of(config), device)) {
+    set_gradients_on(b, 1);
+    fused->step();  // gives SGD its momentum buffers, so only the kernel's absence declines
+    set_gradients_on(b, 2);
+    std::vector<torch::Tensor> before;
+    for (const auto& p : b) before.push_back(p.detach().clone());
+    EXPECT_FALSE(dynamic_cast<FusedStep&>(*fused).step_unless(flag(0.0)));
+    EXPECT_EQ(max_difference(b, before), 0.0);
+    return false;
+  }
+  // What MixedPrecision::step does with the flag: the fused step where the optimizer can take it
+  // (not SGD's first, which starts the momentum buffers), otherwise the flag read on the host.
+  // Overflowing steps also put an inf into the gradients, which a skipped step must not read.
+  const auto step_with_flag = [&](torch::optim::Optimizer& optimizer,
+                                  const std::vector<torch::Tensor>& params, int step) {
+    if (overflows(step)) {
+      for (const auto& p : params) {
+        if (p.grad().defined()) p.mutable_grad().view(-1)[0] = std::numeric_limits<float>::infinity();
+      }
+    }
+    const auto found_inf = flag(overflows(step) ? 1.0 : 0.0);
+    if (dynamic_cast<FusedStep&>(optimizer).step_unless(found_inf)) return;
+    // Only SGD's first step of a parameter, which starts its momentum buffer, declines: step 0, and
+    // step 1 for the last parameter, which has no gradient at step 0.
+    EXPECT_TRUE(config.name == "sgd" && step <= 1) << "the fused step declined at step " << step;
+    if (found_inf.item<float>() == 0.0F) optimizer.step();
+  };
+  for (int step = 0; step < 30; ++step) {
+    set_gradients_on(a, step);
+    set_gradients_on(b, step);
+    if (!overflows(step)) reference->step();
+    step_with_flag(*fused, b, step);
+  }
+  EXPECT_LE(max_difference(a, b), 1e-6);
+  EXPECT_GT(max_difference(a, parameters_on(7, device)), 1e-3);
+
+  // The state dtrain saves (step counts included: 27 steps taken of 30, fewer for the parameter
+  // that missed gradients) is the reference's.
+  const auto want = named_optimizer_state(*reference, named(a));
+  const auto got = named_optimizer_state(*fused, named(b));
+  EXPECT_EQ(want.size(), got.size());
+  for (const auto& [key, value] : want) {
+    if (!got.count(key)) {
+      ADD_FAILURE() << key << " missing";
+      continue;
+    }
+    EXPECT_LE((value.to(torch::kDouble) - got.at(key).to(value.device(), torch::kDouble))
+                  .abs()
+                  .max()
+                  .item<double>(),
+              1e-6)
+        << key;
+  }
+  if (config.name != "sgd") {
+    EXPECT_EQ(got.at("optimizer/p0/step").item<std::int64_t>(), 27);
+  }
+
+  // Loaded into a fresh optimizer (whose counts restart from the loaded ones), both go on alike.
+  auto c = parameters_on(0, device);
+  for (std::size_t i = 0; i < c.size(); ++i) c[i].detach().copy_(b[i].detach());
+  auto resumed = create_optimizer(c, config);
+  load_named_optimizer_state(*resumed, named(c), got);
+  for (int step = 30; step < 40; ++step) {
+    set_gradients_on(b, step);
+    set_gradients_on(c, step);
+    step_with_flag(*fused, b, step);
+    step_with_flag(*resumed, c, step);
+  }
+  EXPECT_LE(max_difference(b, c), 1e-6);
+  return true;
+}
+
+TEST_P(FusedEqualsForeach, SkipsOnTheDeviceFlagAndCountsOnlyTheStepsTaken) {
+  const bool on_cpu = fused_matches_foreach(GetParam(), torch::kCPU);
+  const bool on_gpu =
+      torch::cuda::is_available() && fused_matches_foreach(GetParam(), torch::Device(torch::kCUDA, 0));
+  if (!on_cpu && !on_gpu) {
+    GTEST_SKIP() << "no fused " << GetParam().name << " kernel on this machine's devices in LibTorch "
+                 << TORCH_VERSION << " (checked: the fused step declines and touches nothing)";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Optimizers, FusedEqualsForeach,
+                         ::testing::Values(with("sgd", 0.9, false, 0.0), with("sgd", 0.9, true, 5e-4),
+                                           with("adam", 0.0, false, 0.0), with("adam", 0.0, false, 1e-2),
+                                           with("adamw", 0.0, false, 1e-2)),
                          [](const auto& info) {
                            const auto& c = info.param;
                            return c.name + (c.momentum > 0 ? "_momentum" : "") +

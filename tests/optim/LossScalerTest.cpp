@@ -85,16 +85,20 @@ struct HostScaler {
   }
 };
 
-TEST(LossScaler, TensorStateEqualsTheHostStateMachineStepByStep) {
+// 300 steps of the scaler on `device` (GradScaler's kernels where LibTorch has them there, tensor
+// arithmetic otherwise) against the host state machine.
+void follows_the_host_state_machine(const torch::Device& device) {
+  SCOPED_TRACE(device.str());
   const LossScalerOptions options{1024.0, 2.0, 0.5, 3};
   LossScaler scaler(options);
+  scaler.to(device);
   HostScaler host{options};
   torch::manual_seed(3);
   const auto overflows = torch::rand({300}) < 0.2;
   std::int64_t grown = 0, backed_off = 0;
   for (std::int64_t step = 0; step < overflows.size(0); ++step) {
     // The gradients the step's backward left: scaled, with an inf where the step overflowed.
-    const auto unscaled = torch::randn({5, 3});
+    const auto unscaled = torch::randn({5, 3}).to(device);
     auto grad = unscaled * static_cast<float>(host.scale);
     const bool overflow = overflows[step].item<bool>();
     if (overflow) grad[step % 5][1] = std::numeric_limits<float>::infinity();
@@ -115,6 +119,11 @@ TEST(LossScaler, TensorStateEqualsTheHostStateMachineStepByStep) {
   }
   EXPECT_GT(grown, 5);  // the sequence went through growth and backoff both, many times
   EXPECT_GT(backed_off, 20);
+}
+
+TEST(LossScaler, TensorStateEqualsTheHostStateMachineStepByStep) {
+  follows_the_host_state_machine(torch::kCPU);
+  if (torch::cuda::is_available()) follows_the_host_state_machine(torch::Device(torch::kCUDA, 0));
 }
 
 TEST(LossScaler, StateRoundTripsAndMalformedStateIsRefused) {

@@ -10,7 +10,7 @@
 #include <cmath>
 #include <memory>
 
-#include "dtrain/optim/FusedSgd.h"
+#include "dtrain/optim/FusedKernels.h"
 #include "dtrain/optim/StateKey.h"
 
 namespace dtrain::optim {
@@ -48,8 +48,21 @@ ParamState& state_of(StateMap& state, const torch::Tensor& p, bool& created) {
   return static_cast<ParamState&>(*it->second);
 }
 
+// A parameter's Adam state, made as Adam::step makes it on the parameter's first step.
+template <class ParamState, class StateMap>
+ParamState& adam_state_of(StateMap& state, const torch::Tensor& p) {
+  bool created = false;
+  auto& s = state_of<ParamState>(state, p, created);
+  if (created) {
+    s.step(0);
+    s.exp_avg(torch::zeros_like(p, at::MemoryFormat::Preserve));
+    s.exp_avg_sq(torch::zeros_like(p, at::MemoryFormat::Preserve));
+  }
+  return s;
+}
+
 // Adam and AdamW after their weight-decay term: the moments and the update, as Adam::step has them.
-template <class Options, class StateMap>
+template <class ParamState, class Options, class StateMap>
 void adam_update(const Options& options, StateMap& state, const std::vector<torch::Tensor>& params,
                  const std::vector<torch::Tensor>& grads) {
   TORCH_CHECK(!options.amsgrad(), "optimizer: amsgrad is not supported by the multi-tensor update");
@@ -58,13 +71,7 @@ void adam_update(const Options& options, StateMap& state, const std::vector<torc
   std::vector<torch::Tensor> exp_avg, exp_avg_sq;
   std::vector<at::Scalar> bias2_sqrt, step_size;
   for (const auto& p : params) {
-    bool created = false;
-    auto& s = state_of<torch::optim::AdamParamState>(state, p, created);
-    if (created) {
-      s.step(0);
-      s.exp_avg(torch::zeros_like(p, at::MemoryFormat::Preserve));
-      s.exp_avg_sq(torch::zeros_like(p, at::MemoryFormat::Preserve));
-    }
+    auto& s = adam_state_of<ParamState>(state, p);
     s.step(s.step() + 1);
     const auto step = static_cast<double>(s.step());
     bias2_sqrt.emplace_back(std::sqrt(1 - std::pow(beta2, step)));
@@ -82,7 +89,146 @@ void adam_update(const Options& options, StateMap& state, const std::vector<torc
   at::_foreach_addcdiv_(params, exp_avg, denom, step_size);
 }
 
+// Writes the device's step counts, where fused steps changed them, into LibTorch's state.
+template <class ParamState, class StateMap>
+void settle(StateMap& state, const std::vector<torch::optim::OptimizerParamGroup>& groups,
+            DeviceStepCounts& counts) {
+  const auto changes = counts.take_changes();
+  if (changes.empty()) return;
+  for (const auto& group : groups) {
+    for (const auto& p : group.params()) {
+      const auto change = changes.find(p.unsafeGetTensorImpl());
+      const auto entry = state.find(state_key(state, p));
+      if (change != changes.end() && entry != state.end())
+        static_cast<ParamState&>(*entry->second).step(change->second);
+    }
+  }
+}
+
+// Adam's or AdamW's fused step over every group (Note [Step counts on the device]), skipping where
+// `found_inf` is 1, at the rate in `lr` where it is defined: `decoupled` picks AdamW's kernel.
+// False, having done nothing, where a group's parameters are on a device the kernel does not run
+// on, or use amsgrad.
+template <class ParamState, class Options, class StateMap>
+bool fused_adam_step(std::vector<torch::optim::OptimizerParamGroup>& groups, StateMap& state,
+                     DeviceStepCounts& counts, const std::optional<torch::Tensor>& found_inf,
+                     const torch::Tensor& lr, bool decoupled) {
+#if DTRAIN_HAS_FUSED_ADAM
+  struct Group {
+    const Options* options;
+    Live live;
+    std::vector<torch::Tensor> exp_avg, exp_avg_sq, steps;
+  };
+  std::vector<Group> fused;
+  for (auto& group : groups) {
+    Group g{&static_cast<const Options&>(group.options()), live_parameters(group), {}, {}, {}};
+    if (g.live.params.empty()) continue;
+    if (g.options->amsgrad()) return false;
+    for (const auto& p : g.live.params) {
+      if (!fused_on(FusedKernel::Adam, p.device())) return false;
+      if (found_inf && p.device() != found_inf->device()) return false;
+    }
+    fused.push_back(std::move(g));
+  }
+  for (auto& g : fused) {
+    std::vector<std::int64_t> host_steps;
+    for (const auto& p : g.live.params) {
+      auto& s = adam_state_of<ParamState>(state, p);
+      host_steps.push_back(s.step());
+      g.exp_avg.push_back(s.exp_avg());
+      g.exp_avg_sq.push_back(s.exp_avg_sq());
+    }
+    g.steps = counts.of(g.live.params, host_steps);
+  }
+  for (auto& g : fused) {
+    const auto& o = *g.options;
+    const auto [beta1, beta2] = o.betas();
+    at::_foreach_add_(g.steps, 1);
+    // The kernel at a rate of either kind (a double, or a tensor on the device).
+    const auto run = [&](const auto& rate) {
+      if (decoupled) {
+        at::_fused_adamw_(g.live.params, g.live.grads, g.exp_avg, g.exp_avg_sq, /*max_exp_avg_sqs=*/{},
+                          g.steps, rate, beta1, beta2, o.weight_decay(), o.eps(), /*amsgrad=*/false,
+                          /*maximize=*/false,
+                          /*grad_scale=*/{}, found_inf);
+      } else {
+        at::_fused_adam_(g.live.params, g.live.grads, g.exp_avg, g.exp_avg_sq, /*max_exp_avg_sqs=*/{},
+                         g.steps, rate, beta1, beta2, o.weight_decay(), o.eps(), /*amsgrad=*/false,
+                         /*maximize=*/false,
+                         /*grad_scale=*/{}, found_inf);
+      }
+    };
+#if DTRAIN_HAS_FUSED_TENSOR_LR
+    if (lr.defined()) {
+      run(lr);
+    } else {
+      run(o.lr());
+    }
+#else
+    (void)lr;
+    run(o.lr());
+#endif
+    if (found_inf)
+      at::_foreach_sub_(g.steps, std::vector<torch::Tensor>(g.steps.size(), found_inf->reshape({})));
+  }
+  counts.mark_changed();
+  if (lr.defined()) counts.mark_replayed();  // a graph's: its replays change the counts unseen
+  return true;
+#else
+  (void)groups, (void)state, (void)counts, (void)found_inf, (void)lr, (void)decoupled;
+  return false;
+#endif
+}
+
 }  // namespace
+
+// Note [Step counts on the device]
+// Adam's bias corrections need each parameter's step count, and a step skipped on fp16's overflow
+// flag does not count. The flag stays on the device, so only the device knows the count: as
+// PyTorch's fused Adam does, each parameter's count is a float32 scalar there (exact to 2^24 steps),
+// raised by one before the kernel and lowered by the flag after it, while the kernel itself leaves
+// everything untouched where the flag is set. LibTorch's own count (AdamParamState::step, an integer
+// on the host, which checkpoints hold) then falls behind; it is brought up to date in one copy of
+// every count when something reads it (a checkpoint: save(), or dtrain's named state through
+// settle_step_counts()), and the device's counts are dropped, to be made again from the host's, when
+// the host's change (a load, or a step of the multi-tensor path). A CUDA graph replays the fused
+// step without this code running, so once the rate is a tensor (set_lr_tensor: a graph's) the
+// counts are read at every settle rather than only after a step seen here.
+
+std::vector<torch::Tensor> DeviceStepCounts::of(const std::vector<torch::Tensor>& params,
+                                                const std::vector<std::int64_t>& host) {
+  std::vector<torch::Tensor> out;
+  out.reserve(params.size());
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    auto& count = counts_[params[i].unsafeGetTensorImpl()];
+    if (!count.defined()) {
+      count = torch::full({}, static_cast<double>(host[i]),
+                          torch::TensorOptions().dtype(torch::kFloat).device(params[i].device()));
+    }
+    out.push_back(count);
+  }
+  return out;
+}
+
+std::map<const c10::TensorImpl*, std::int64_t> DeviceStepCounts::take_changes() {
+  std::map<const c10::TensorImpl*, std::int64_t> out;
+  if (!(changed_ || replayed_) || counts_.empty()) return out;
+  changed_ = false;
+  std::vector<torch::Tensor> values;
+  values.reserve(counts_.size());
+  for (const auto& entry : counts_) values.push_back(entry.second);
+  const auto host = torch::stack(values).to(torch::kCPU, torch::kDouble);
+  const auto* read = host.data_ptr<double>();
+  std::size_t i = 0;
+  for (const auto& entry : counts_) out[entry.first] = std::llround(read[i++]);
+  return out;
+}
+
+void DeviceStepCounts::clear() {
+  counts_.clear();
+  changed_ = false;
+  replayed_ = false;
+}
 
 torch::Tensor ForeachSGD::step(LossClosure closure) {
   torch::NoGradGuard no_grad;
@@ -121,14 +267,13 @@ torch::Tensor ForeachSGD::step(LossClosure closure) {
 }
 
 bool ForeachSGD::step_unless(const torch::Tensor& found_inf) {
-  return found_inf.is_cuda() && fused_step(found_inf);
+  return fused_step(found_inf);
 }
 
-void ForeachSGD::set_lr_tensor(torch::Tensor lr) {
-  TORCH_CHECK(
-      DTRAIN_HAS_FUSED_SGD_TENSOR_LR,
-      "optimizer: a learning rate on the device needs LibTorch 2.6 or later (at::_fused_sgd_ with a tensor "
-      "rate); this one is " TORCH_VERSION);
+void FusedStep::set_lr_tensor(torch::Tensor lr) {
+  TORCH_CHECK(DTRAIN_HAS_FUSED_TENSOR_LR,
+              "optimizer: a learning rate on the device needs LibTorch 2.6 or later (the fused steps with a "
+              "tensor rate); this one is " TORCH_VERSION);
   lr_tensor_ = std::move(lr);
 }
 
@@ -144,6 +289,10 @@ bool ForeachSGD::fused_step(const std::optional<torch::Tensor>& found_inf) {
   for (auto& group : param_groups_) {
     Group g{&static_cast<const torch::optim::SGDOptions&>(group.options()), live_parameters(group), {}};
     if (g.live.params.empty()) continue;
+    for (const auto& p : g.live.params) {
+      if (!fused_on(FusedKernel::Sgd, p.device())) return false;
+      if (found_inf && p.device() != found_inf->device()) return false;
+    }
     if (g.options->momentum() != 0) {
       for (const auto& p : g.live.params) {
         const auto it = state_.find(state_key(state_, p));
@@ -155,7 +304,7 @@ bool ForeachSGD::fused_step(const std::optional<torch::Tensor>& found_inf) {
   }
   for (auto& g : groups) {
     const auto& o = *g.options;
-#if DTRAIN_HAS_FUSED_SGD_TENSOR_LR
+#if DTRAIN_HAS_FUSED_TENSOR_LR
     if (lr_tensor_.defined()) {
       at::_fused_sgd_(g.live.params, g.live.grads, g.buffers, o.weight_decay(), o.momentum(), lr_tensor_,
                       o.dampening(), o.nesterov(), /*maximize=*/false, /*is_first_step=*/false,
@@ -177,6 +326,13 @@ bool ForeachSGD::fused_step(const std::optional<torch::Tensor>& found_inf) {
 torch::Tensor ForeachAdam::step(LossClosure closure) {
   torch::NoGradGuard no_grad;
   auto loss = evaluate(closure);
+  if (lr_tensor_.defined() &&
+      fused_adam_step<torch::optim::AdamParamState, torch::optim::AdamOptions>(
+          param_groups_, state_, device_steps_, std::nullopt, lr_tensor_, /*decoupled=*/false)) {
+    return loss;
+  }
+  settle_step_counts();
+  forget_step_counts();
   for (auto& group : param_groups_) {
     const auto& options = static_cast<const torch::optim::AdamOptions&>(group.options());
     auto live = live_parameters(group);
@@ -185,7 +341,7 @@ torch::Tensor ForeachAdam::step(LossClosure closure) {
     const auto grads = options.weight_decay() != 0
                            ? at::_foreach_add(live.grads, live.params, options.weight_decay())
                            : live.grads;
-    adam_update(options, state_, live.params, grads);
+    adam_update<torch::optim::AdamParamState>(options, state_, live.params, grads);
   }
   return loss;
 }
@@ -193,6 +349,13 @@ torch::Tensor ForeachAdam::step(LossClosure closure) {
 torch::Tensor ForeachAdamW::step(LossClosure closure) {
   torch::NoGradGuard no_grad;
   auto loss = evaluate(closure);
+  if (lr_tensor_.defined() &&
+      fused_adam_step<torch::optim::AdamWParamState, torch::optim::AdamWOptions>(
+          param_groups_, state_, device_steps_, std::nullopt, lr_tensor_, /*decoupled=*/true)) {
+    return loss;
+  }
+  settle_step_counts();
+  forget_step_counts();
   for (auto& group : param_groups_) {
     const auto& options = static_cast<const torch::optim::AdamWOptions&>(group.options());
     auto live = live_parameters(group);
@@ -200,9 +363,62 @@ torch::Tensor ForeachAdamW::step(LossClosure closure) {
     // AdamW's is decoupled: the weights shrink before the moment update.
     if (options.weight_decay() != 0)
       at::_foreach_mul_(live.params, 1 - options.lr() * options.weight_decay());
-    adam_update(options, state_, live.params, live.grads);
+    adam_update<torch::optim::AdamWParamState>(options, state_, live.params, live.grads);
   }
   return loss;
+}
+
+bool ForeachAdam::step_unless(const torch::Tensor& found_inf) {
+  torch::NoGradGuard no_grad;
+  return fused_adam_step<torch::optim::AdamParamState, torch::optim::AdamOptions>(
+      param_groups_, state_, device_steps_, found_inf, lr_tensor_, /*decoupled=*/false);
+}
+
+bool ForeachAdamW::step_unless(const torch::Tensor& found_inf) {
+  torch::NoGradGuard no_grad;
+  return fused_adam_step<torch::optim::AdamWParamState, torch::optim::AdamWOptions>(
+      param_groups_, state_, device_steps_, found_inf, lr_tensor_, /*decoupled=*/true);
+}
+
+// The host's copy of the step counts catches up with the device's; the optimizer's mathematical
+// state is unchanged, hence const (and the cast: LibTorch's state_ is not mutable).
+void ForeachAdam::settle_step_counts() const {
+  settle<torch::optim::AdamParamState>(const_cast<ForeachAdam*>(this)->state_, param_groups_, device_steps_);
+}
+
+void ForeachAdamW::settle_step_counts() const {
+  settle<torch::optim::AdamWParamState>(const_cast<ForeachAdamW*>(this)->state_, param_groups_,
+                                        device_steps_);
+}
+
+void ForeachAdam::save(torch::serialize::OutputArchive& archive) const {
+  settle_step_counts();
+  torch::optim::Adam::save(archive);
+}
+
+void ForeachAdamW::save(torch::serialize::OutputArchive& archive) const {
+  settle_step_counts();
+  torch::optim::AdamW::save(archive);
+}
+
+void ForeachAdam::load(torch::serialize::InputArchive& archive) {
+  torch::optim::Adam::load(archive);
+  forget_step_counts();
+}
+
+void ForeachAdamW::load(torch::serialize::InputArchive& archive) {
+  torch::optim::AdamW::load(archive);
+  forget_step_counts();
+}
+
+void settle_step_counts(const torch::optim::Optimizer& optimizer) {
+  if (const auto* adam = dynamic_cast<const ForeachAdam*>(&optimizer)) adam->settle_step_counts();
+  if (const auto* adamw = dynamic_cast<const ForeachAdamW*>(&optimizer)) adamw->settle_step_counts();
+}
+
+void forget_step_counts(torch::optim::Optimizer& optimizer) {
+  if (auto* adam = dynamic_cast<ForeachAdam*>(&optimizer)) adam->forget_step_counts();
+  if (auto* adamw = dynamic_cast<ForeachAdamW*>(&optimizer)) adamw->forget_step_counts();
 }
 
 }  // namespace dtrain::optim

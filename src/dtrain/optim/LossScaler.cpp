@@ -9,6 +9,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "dtrain/optim/FusedKernels.h"
 #include "dtrain/util/EnumNames.h"
 
 namespace dtrain::optim {
@@ -78,7 +79,7 @@ void LossScaler::check(const std::vector<torch::Tensor>& grads, bool unscale) {
   if (grads.empty()) return;
   torch::NoGradGuard no_grad;
   const auto inv_scale = unscale ? scale_.reciprocal() : torch::ones_like(scale_);
-  if (found_inf_.is_cuda()) {
+  if (fused_on(FusedKernel::AmpScaler, found_inf_.device())) {
     at::_amp_foreach_non_finite_check_and_unscale_(grads, found_inf_, inv_scale);
     return;
   }
@@ -92,7 +93,7 @@ void LossScaler::check(const std::vector<torch::Tensor>& grads, bool unscale) {
 void LossScaler::update() {
   torch::NoGradGuard no_grad;
   const auto overflow = found_inf_ > 0;
-  if (scale_.is_cuda()) {
+  if (fused_on(FusedKernel::AmpScaler, scale_.device())) {
     at::_amp_update_scale_(scale_, growth_tracker_, found_inf_, options_.growth_factor,
                            options_.backoff_factor, options_.growth_interval);
   } else {

@@ -33,15 +33,16 @@ struct LossScalerOptions {
 // (float32), the clean steps since its last change (int32, GradScaler's growth tracker), the
 // skipped steps of the run (int64) and the step's overflow flag (float32, positive when some
 // gradient held an inf or NaN). A step runs check, agreement and update without reading any of
-// them on the host: on a GPU the check is one multi-tensor kernel that also unscales
-// (at::_amp_foreach_non_finite_check_and_unscale_) and the update is GradScaler's own kernel
-// (at::_amp_update_scale_); on the CPU, where LibTorch 1.13 has neither, the same arithmetic is
-// done with ordinary tensor operations. Ranks agree by all-reducing the flag (a sum) before
-// update(), so every rank skips alike. The host reads the figures only when they are logged or
-// saved (scale(), clean_steps(), skipped_steps()); whether the optimizer steps is decided on the
-// device where the optimizer can (fused SGD takes the flag) and by reading the flag otherwise,
-// which is free on the CPU. With the default factors (2 and 1/2) every scale is a power of two,
-// so multiplying by its reciprocal unscales exactly as dividing would.
+// them on the host: on a GPU (and on the CPU of a LibTorch that has them there, 2.x) the check is
+// one multi-tensor kernel that also unscales (at::_amp_foreach_non_finite_check_and_unscale_) and
+// the update is GradScaler's own kernel (at::_amp_update_scale_); on the CPU of LibTorch 1.13,
+// which has neither, the same arithmetic is done with ordinary tensor operations. Ranks agree by all-reducing
+// the flag (a sum) before update(), so every rank skips alike. The host reads the figures only when they are
+// logged or saved (scale(), clean_steps(), skipped_steps()); whether the optimizer steps is decided on the
+// device where the optimizer can (the fused SGD, Adam and AdamW kernels take the flag:
+// optim::FusedStep) and by reading the flag otherwise, which is free on the CPU. With the default factors
+// (2 and 1/2) every scale is a power of two, so multiplying by its reciprocal unscales exactly as dividing
+// would.
 class LossScaler {
  public:
   explicit LossScaler(LossScalerOptions options = {});

@@ -12,6 +12,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "dtrain/optim/ForeachOptimizers.h"
 #include "dtrain/optim/Optimizers.h"
 #include "dtrain/optim/StateKey.h"
 #include "dtrain/util/ArchiveCode.h"
@@ -123,6 +124,7 @@ void load_archive_bytes(torch::optim::Optimizer& optimizer, const torch::Tensor&
 std::map<std::string, torch::Tensor> named_optimizer_state(const torch::optim::Optimizer& optimizer,
                                                            const NamedParameters& parameters) {
   std::map<std::string, torch::Tensor> out;
+  settle_step_counts(optimizer);  // fused Adam counts its steps on the device
   if (dynamic_cast<const torch::optim::LBFGS*>(&optimizer)) {
     out[kLbfgs] = archive_bytes(optimizer);
   } else if (dynamic_cast<const torch::optim::AdamW*>(&optimizer)) {
@@ -158,6 +160,7 @@ void load_named_optimizer_state(torch::optim::Optimizer& optimizer, const NamedP
         has_lbfgs ? "" : "not ", is_lbfgs ? "" : "not "));
   }
   optimizer.state().clear();
+  forget_step_counts(optimizer);
   if (is_lbfgs) {
     if (has_lbfgs) load_archive_bytes(optimizer, entries.at(kLbfgs));
   } else if (dynamic_cast<const torch::optim::AdamW*>(&optimizer)) {

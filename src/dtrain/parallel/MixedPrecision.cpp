@@ -137,8 +137,8 @@ void MixedPrecision::step(torch::optim::Optimizer& optimizer) const {
     optimizer.step();
     return;
   }
-  if (auto* sgd = dynamic_cast<optim::ForeachSGD*>(&optimizer);
-      sgd && sgd->step_unless(scaler_->found_inf())) {
+  if (auto* fused = dynamic_cast<optim::FusedStep*>(&optimizer);
+      fused && fused->step_unless(scaler_->found_inf())) {
     return;
   }
   if (scaler_->found_inf().item<float>() == 0.0F) optimizer.step();
