@@ -184,7 +184,7 @@ void describe_train(OptionVisitor& v, TrainConfig& t) {
   v.choice("channels_last", t.channels_last, kAutoBool,
            "Convolutional models' weights and image batches in channels-last order (auto: on a GPU)");
   v.boolean("cuda_graph", t.cuda_graph,
-            "cuda: capture the step in a CUDA graph and replay it (local strategy, optim.name: sgd)");
+            "cuda: capture the step in a CUDA graph and replay it (local strategy; sgd, adam or adamw)");
 }
 
 }  // namespace

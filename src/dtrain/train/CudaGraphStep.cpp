@@ -11,7 +11,7 @@
 #include <stdexcept>
 
 #include "dtrain/optim/ForeachOptimizers.h"
-#include "dtrain/optim/FusedSgd.h"
+#include "dtrain/optim/FusedKernels.h"
 #include "dtrain/parallel/ReplicaStrategy.h"
 
 #ifdef DTRAIN_WITH_CUDA
@@ -27,10 +27,11 @@ std::optional<std::string> cuda_graph_unavailable() {
 #ifndef DTRAIN_WITH_CUDA
   return std::string("this dtrain was built against a LibTorch without CUDA");
 #else
-  if (!DTRAIN_HAS_FUSED_SGD_TENSOR_LR) {
+  if (!DTRAIN_HAS_FUSED_TENSOR_LR) {
     return fmt::format(
-        "it needs LibTorch 2.6 or later (the fused SGD step that reads its learning rate from the GPU); this "
-        "dtrain was built against {}",
+        "it needs LibTorch 2.6 or later (the fused optimizer steps that read their learning rate from the "
+        "GPU); "
+        "this dtrain was built against {}",
         TORCH_VERSION);
   }
   return std::nullopt;
@@ -50,14 +51,15 @@ void check_cuda_graph(const config::RunConfig& config, int world_size) {
     refuse("only parallel.strategy: local's step is captured; " + config.parallel.strategy +
            "'s communication runs through dtrain's communicator, whose work on the host a replay would skip");
   }
-  if (config.optim.name != "sgd") {
+  if (config.optim.name == "lbfgs") {
     refuse(
-        "needs optim.name: sgd, whose fused step reads the learning rate from the GPU so that the schedule "
-        "reaches every replay (got " +
-        config.optim.name + ")");
+        "lbfgs evaluates the model again inside its step, as often as its line search needs, which a replay "
+        "cannot; use optim.name: sgd, adam or adamw");
   }
   if (config.optim.foreach == "false") {
-    refuse("the captured update is the fused SGD step; optim.foreach: false asks for the per-tensor one");
+    refuse(
+        "the captured update is the optimizer's fused step; optim.foreach: false asks for the per-tensor "
+        "one");
   }
   if (config.train.precision == "fp16" && world_size > 1) {
     refuse(
@@ -71,16 +73,21 @@ void check_cuda_graph(const config::RunConfig& config, int world_size) {
 
 namespace {
 
-optim::ForeachSGD& fused_sgd(parallel::Strategy& strategy) {
+torch::optim::Optimizer& replica_optimizer(parallel::Strategy& strategy) {
   auto* replica = dynamic_cast<parallel::ReplicaStrategy*>(&strategy);
-  auto* sgd = replica ? dynamic_cast<optim::ForeachSGD*>(&replica->optimizer()) : nullptr;
-  if (!sgd)
-    throw std::invalid_argument("train.cuda_graph: true: the strategy's optimizer is not the fused sgd");
-  return *sgd;
+  if (!replica)
+    throw std::invalid_argument("train.cuda_graph: true: the strategy keeps no optimizer of its own");
+  return replica->optimizer();
 }
 
-torch::Device parameters_device(const optim::ForeachSGD& sgd) {
-  for (const auto& group : sgd.param_groups()) {
+optim::FusedStep& fused_step(torch::optim::Optimizer& optimizer) {
+  auto* fused = dynamic_cast<optim::FusedStep*>(&optimizer);
+  if (!fused) throw std::invalid_argument("train.cuda_graph: true: the optimizer has no fused step");
+  return *fused;
+}
+
+torch::Device parameters_device(const torch::optim::Optimizer& optimizer) {
+  for (const auto& group : optimizer.param_groups()) {
     for (const auto& p : group.params()) return p.device();
   }
   throw std::invalid_argument("train.cuda_graph: true: the model has no parameters");
@@ -112,10 +119,10 @@ class NoAutocastCache {
 }  // namespace
 
 struct CudaGraphStep::Impl {
-  explicit Impl(parallel::Strategy& s)
-      : strategy(s), sgd(fused_sgd(s)), side(c10::cuda::getStreamFromPool()) {
-    lr = torch::zeros({1}, torch::TensorOptions(torch::kFloat).device(parameters_device(sgd)));
-    sgd.set_lr_tensor(lr);
+  explicit Impl(parallel::Strategy& s) : strategy(s), side(c10::cuda::getStreamFromPool()) {
+    auto& optimizer = replica_optimizer(s);
+    lr = torch::zeros({1}, torch::TensorOptions(torch::kFloat).device(parameters_device(optimizer)));
+    fused_step(optimizer).set_lr_tensor(lr);
   }
 
   // `work` on the capture's stream, ordered after everything queued on the current stream before
@@ -162,7 +169,6 @@ struct CudaGraphStep::Impl {
   }
 
   parallel::Strategy& strategy;
-  optim::ForeachSGD& sgd;
   c10::cuda::CUDAStream side;
   torch::Tensor lr, inputs, targets;
   int eager_steps = 0;

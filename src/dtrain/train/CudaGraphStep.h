@@ -9,11 +9,13 @@
 //     gradients, momentum buffers and the loss scaler's state keep their storage for the run;
 //     activations come from the graph's private memory pool;
 //   - nothing read on the host inside the step: the loss, metrics and fp16's skip stay on the device
-//     (Note [Reading a step's figures], Note [A loss scaler on the device]); the SGD update is the
-//     fused kernel, taking the learning rate from a one-element tensor written before each replay,
-//     so a schedule reaches every replay, and fp16's overflow flag, so a skip needs no read;
+//     (Note [Reading a step's figures], Note [A loss scaler on the device]); the update is the
+//     optimizer's fused kernel (SGD, Adam, AdamW), taking the learning rate from a one-element
+//     tensor written before each replay, so a schedule reaches every replay, and fp16's overflow
+//     flag, so a skip needs no read; Adam counts its steps on the device (Note [Step counts on the
+//     device] in optim/ForeachOptimizers.cpp);
 //   - warm-up: the first kWarmupSteps steps run eagerly on the stream the capture uses, so that
-//     cuDNN's autotuner, cuBLAS's workspace and the momentum buffers are settled before capture;
+//     cuDNN's autotuner, cuBLAS's workspace and the optimizer's state are settled before capture;
 //     the autocast cast cache is off while capturing (its casts are recorded as kernels instead).
 // A batch of another shape (an epoch's last, smaller batch) runs eagerly on the same parameters
 // and optimizer. The step's figures are the same as an eager step's; its phases (forward,
@@ -32,12 +34,12 @@
 namespace dtrain::train {
 
 // Why this build of dtrain cannot capture a step (a LibTorch without CUDA, or one without the
-// fused SGD that takes its rate as a tensor), or nothing when it can.
+// fused optimizer steps that take their rate as a tensor), or nothing when it can.
 std::optional<std::string> cuda_graph_unavailable();
 
 // Refuses, with one line naming the setting, a train.cuda_graph: true that cannot hold: not on a
-// GPU, a strategy other than local, an optimizer other than sgd, optim.foreach: false, fp16 agreed
-// over several workers, or this build (above). Does nothing for train.cuda_graph: false.
+// GPU, a strategy other than local, lbfgs, optim.foreach: false, fp16 agreed over several workers,
+// or this build (above). Does nothing for train.cuda_graph: false.
 void check_cuda_graph(const config::RunConfig& config, int world_size);
 
 class CudaGraphStep {
