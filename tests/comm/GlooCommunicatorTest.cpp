@@ -19,6 +19,7 @@
 #include "comm/CommunicatorConformance.h"
 #include "dtrain/comm/Backend.h"
 #include "dtrain/comm/StoreServer.h"
+#include "dtrain/comm/gloo/GlooCollectives.h"
 #include "dtrain/comm/gloo/GlooWireBytes.h"
 #include "dtrain/util/Clock.h"
 #include "support/ThreadWorld.h"
@@ -252,6 +253,28 @@ TEST(GlooCommunicator, BfloatAllreduceSendsTwoByteChunks) {
           EXPECT_TRUE(at::equal(t, at::full({numel}, 256.0 + 2 * (n - 1), at::kBFloat16))) << "rank " << r;
         }
       }
+    });
+  }
+}
+
+// float16 is reduced by c10d's Gloo where this LibTorch's can (its ring: the float16 bytes), and
+// otherwise by the exchange bfloat16 takes (gloo_reduces_float16); the sums are exact either way.
+TEST(GlooCommunicator, Float16AllreduceIsGloosRingOrTheExchange) {
+  for (int n : {2, 3}) {
+    dtrain::testing::run_world(n, [&](const CommunicatorPtr& comm) {
+      const int r = comm->rank();
+      const std::int64_t numel = 1001;
+      at::Tensor t = at::full({numel}, r == 0 ? 256.0 : 2.0, at::kHalf);
+      const auto before = comm->stats();
+      comm->allreduce(t, ReduceOp::Sum)->wait();
+      const auto sent = difference(comm->stats(), before).ops.at("allreduce").wire_bytes;
+      const std::uint64_t chunk = (numel + n - 1) / n;
+      if (gloo_reduces_float16()) {
+        EXPECT_EQ(sent, gloo_ring_allreduce_bytes(r, n, numel * 2, 2)) << "rank " << r;
+      } else {
+        EXPECT_EQ(sent, 2 * (n - 1) * chunk * 2) << "rank " << r;
+      }
+      EXPECT_TRUE(at::equal(t, at::full({numel}, 256.0 + 2 * (n - 1), at::kHalf))) << "rank " << r;
     });
   }
 }

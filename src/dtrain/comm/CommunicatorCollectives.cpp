@@ -70,6 +70,7 @@ WireCall wire_call(CommOp op, const at::Tensor& t, bool async_op, int root = 0) 
   call.root = root;
   call.async_op = async_op;
   call.bfloat16 = t.scalar_type() == at::kBFloat16;
+  call.float16 = t.scalar_type() == at::kHalf;
   return call;
 }
 

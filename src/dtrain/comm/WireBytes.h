@@ -28,14 +28,15 @@ struct WireCall {
   std::int64_t element_size = 0;
   int root = 0;           // broadcast
   bool async_op = false;  // the mpi backend runs different all-reduce algorithms for the two
-  // The elements are bfloat16, which c10d's Gloo reduces by an exchange of its own (Note
-  // [bfloat16 on Gloo] in c10d/C10dCommunicator.cpp).
+  // The elements are bfloat16 or float16, which c10d's Gloo may reduce by an exchange of its own
+  // (Note [bfloat16 on Gloo] in c10d/C10dCommunicator.cpp).
   bool bfloat16 = false;
+  bool float16 = false;
 
   std::uint64_t bytes() const { return static_cast<std::uint64_t>(numel) * element_size; }
   bool operator==(const WireCall& o) const {
     return op == o.op && numel == o.numel && element_size == o.element_size && root == o.root &&
-           async_op == o.async_op && bfloat16 == o.bfloat16;
+           async_op == o.async_op && bfloat16 == o.bfloat16 && float16 == o.float16;
   }
 };
 

@@ -48,7 +48,9 @@ namespace dtrain::comm {
 // The local reduction sits between the two collectives. Issuing the all-gather later, from a
 // wait(), could order it differently against collectives issued meanwhile on different ranks, so
 // the exchange runs inline: an async_op call returns completed, and a bfloat16 all-reduce on gloo
-// does not overlap with its caller.
+// does not overlap with its caller. LibTorch 2.x's ProcessGroupGloo built against a Gloo without
+// torch's types (Debian's) cannot reduce float16 either, which then takes the same way
+// (C10dCapabilities::reduces_float16).
 
 namespace {
 
@@ -292,7 +294,8 @@ void C10dCommunicator::check_reducible(const at::Tensor& tensor, ReduceOp op, co
 WorkPtr C10dCommunicator::do_allreduce(const at::Tensor& tensor, ReduceOp op, bool async_op) {
   check_reducible(tensor, op, "allreduce");
   if (tensor.numel() == 0) return completed_work();
-  if (tensor.scalar_type() == at::kBFloat16 && !capabilities_.reduces_bfloat16) {
+  if ((tensor.scalar_type() == at::kBFloat16 && !capabilities_.reduces_bfloat16) ||
+      (tensor.scalar_type() == at::kHalf && !capabilities_.reduces_float16)) {
     return allreduce_by_exchange(tensor, op);
   }
   std::vector<at::Tensor> tensors{tensor};
@@ -439,7 +442,9 @@ std::uint64_t C10dCommunicator::wire_bytes(const WireCall& call) const {
   // Operations on empty tensors return before reaching the group.
   if (call.numel == 0 && call.op != CommOp::Barrier) return 0;
   WireCall ran = call;
-  if (call.op == CommOp::Allreduce && call.bfloat16 && !capabilities_.reduces_bfloat16) {
+  const bool exchanged =
+      (call.bfloat16 && !capabilities_.reduces_bfloat16) || (call.float16 && !capabilities_.reduces_float16);
+  if (call.op == CommOp::Allreduce && exchanged) {
     // See Note [bfloat16 on Gloo]: an alltoall of n equal chunks, then an all-gather of one.
     const std::int64_t chunk = (call.numel + size() - 1) / size();
     ran.op = CommOp::Alltoall;

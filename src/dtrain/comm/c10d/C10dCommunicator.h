@@ -36,6 +36,9 @@ struct C10dCapabilities {
   // Reduces bfloat16 natively (NCCL). Otherwise an all-reduce of bfloat16 is an exchange of the
   // 16-bit payloads around a float32 reduction; see Note [bfloat16 on Gloo].
   bool reduces_bfloat16 = true;
+  // Reduces float16 natively; otherwise as bfloat16 above (ProcessGroupGloo of LibTorch 2.x built
+  // against a Gloo without torch's types: gloo_reduces_float16()).
+  bool reduces_float16 = true;
   // How long Work::wait() polls isCompleted(), yielding the core between polls, before it blocks.
   // See Note [Polling before blocking] in C10dCommunicator.cpp.
   std::chrono::microseconds poll_wait{0};

@@ -5,8 +5,10 @@
 
 #include <ATen/ATen.h>
 #include <gloo/allgather.h>
+#include <gloo/config.h>
 #include <gloo/context.h>
 #include <gloo/transport/unbound_buffer.h>
+#include <torch/version.h>
 
 #include <algorithm>
 #include <stdexcept>
@@ -170,6 +172,16 @@ const std::vector<at::ScalarType>& gloo_reduced_dtypes() {
   static const std::vector<at::ScalarType> dtypes{at::kFloat, at::kDouble, at::kHalf, at::kBFloat16,
                                                   at::kChar,  at::kByte,   at::kInt,  at::kLong};
   return dtypes;
+}
+
+bool gloo_reduces_float16() {
+#if TORCH_VERSION_MAJOR < 2
+  return true;
+#elif defined(GLOO_USE_TORCH_DTYPES)
+  return GLOO_USE_TORCH_DTYPES != 0;
+#else
+  return false;
+#endif
 }
 
 std::unique_ptr<::gloo::transport::UnboundBuffer> BufferCache::take(::gloo::Context& context, void* ptr,

@@ -139,6 +139,14 @@ class GlooGroup final : public ::c10d::ProcessGroupGloo {
 // bfloat16 is reduced through dtrain's exchange (Note [bfloat16 on Gloo]).
 const std::vector<at::ScalarType>& gloo_reduced_dtypes();
 
+// Whether c10d's ProcessGroupGloo reduces float16 itself. LibTorch 1.13 does (through Gloo's own
+// float16); 2.x does only when built against a Gloo that uses torch's types (GLOO_USE_TORCH_DTYPES,
+// set in the bundled Gloo of the official builds, not in Debian's system Gloo, whose
+// ProcessGroupGloo throws "Invalid scalar type"). The Gloo headers dtrain is given are taken to be
+// those of the Gloo inside LibTorch; where they do not say so, float16 is all-reduced by the
+// exchange bfloat16 uses (Note [bfloat16 on Gloo]), the same sum rounded once.
+bool gloo_reduces_float16();
+
 // The NativeCollective functions of C10dCapabilities for a GlooGroup; see the Note.
 compat::WorkHandle gloo_reduce_scatter(compat::CollectiveGroup& group, const at::Tensor& input,
                                        const at::Tensor& output, ReduceOp op, bool async_op,

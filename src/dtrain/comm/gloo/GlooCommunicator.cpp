@@ -10,6 +10,7 @@
 #include "dtrain/comm/c10d/C10dCommunicator.h"
 #include "dtrain/comm/c10d/StoreRendezvous.h"
 #include "dtrain/comm/gloo/GlooCollectives.h"
+#include "dtrain/comm/gloo/GlooConnectLines.h"
 #include "dtrain/comm/gloo/GlooWireBytes.h"
 
 namespace dtrain::comm {
@@ -48,6 +49,7 @@ std::unique_ptr<Communicator> connect_gloo(const BackendOptions& options, const 
   capabilities.p2p_completes_without_wait = false;  // Gloo's SendWork/RecvWork finish inside wait()
   capabilities.wire_bytes = gloo_wire_bytes;        // See Note [Gloo's algorithms]
   capabilities.reduces_bfloat16 = false;            // See Note [bfloat16 on Gloo]
+  capabilities.reduces_float16 = gloo_reduces_float16();
   capabilities.reduced_dtypes = gloo_reduced_dtypes();
   capabilities.reduce_scatter = gloo_reduce_scatter;  // See Note [Gloo's native collectives]
   capabilities.allgather = gloo_allgather;
@@ -80,6 +82,7 @@ std::unique_ptr<Communicator> connect_gloo(const BackendOptions& options, const 
     auto gloo_options = ::c10d::ProcessGroupGloo::Options::create(timeout);
     gloo_options->devices = {device};
     gloo_options->threads = threads;
+    const WithoutGlooConnectLines quiet;
     return compat::GroupPtr(
         c10::make_intrusive<GlooGroup>(group_store, group_rank, group_size, gloo_options));
   };
