@@ -77,7 +77,9 @@ TEST_P(Interrupt, SigtermEndsTheRunWithItsResultsAndACheckpoint) {
   const std::int64_t steps = results["steps"];
   EXPECT_EQ(results["stop_reason"], "interrupted by SIGTERM at step " + std::to_string(steps));
   EXPECT_LT(steps, 500 * 1024 / 8 / GetParam());
-  if (GetParam() > 1) EXPECT_EQ(steps % 4, 0) << "several workers stop at a log step";
+  if (GetParam() > 1) {
+    EXPECT_EQ(steps % 4, 0) << "several workers stop at a log step";
+  }
   EXPECT_TRUE(fs::exists(run_dir / "model.pt"));
   char name[64];
   std::snprintf(name, sizeof name, "checkpoint-%012lld.ckpt", static_cast<long long>(steps));

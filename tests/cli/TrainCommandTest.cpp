@@ -128,7 +128,9 @@ TEST_F(TrainCommand, TwoWorkersWithoutABackendLogTheChoiceAndTrain) {
     const std::string all = read_file(run_dir / site / "log.txt");
     const std::string line = "backend auto \u2192 " + expected + ": 2 ranks on one host";
     EXPECT_NE(all.find(line), std::string::npos) << site << ":\n" << all;
-    if (expected == "mpi") EXPECT_NE(all.find("shared memory"), std::string::npos) << all;
+    if (expected == "mpi") {
+      EXPECT_NE(all.find("shared memory"), std::string::npos) << all;
+    }
   }
 }
 

@@ -46,11 +46,14 @@ TEST_F(YamlFile, InvalidUtf8IsRefusedAtItsLine) {
   EXPECT_EQ(error_of(write("utf8.yaml", "name: caf\xc3\xa9-\xe2\x82\xac-\xf0\x9f\x98\x80\n")), "");
 }
 
-// yaml-cpp 0.7's LoadAll never returns on this (Note [Counting documents without LoadAll]).
+// yaml-cpp 0.7's LoadAll never returns on this (Note [Counting documents without LoadAll]). 0.7
+// refuses it as a second document; 0.8 (Debian sid's) parses far enough to find the comma.
 TEST_F(YamlFile, AStreamYamlCppCannotEndIsRefusedNotLoopedOn) {
   const auto path = write("comma.yaml", "train:\n  epochs: 1\n---\n,train:\n");
-  EXPECT_EQ(error_of(path),
-            path + ":4: a second YAML document (after '---'); a configuration is one document");
+  const auto error = error_of(path);
+  EXPECT_TRUE(error == path + ":4: a second YAML document (after '---'); a configuration is one document" ||
+              error == path + ":4: invalid YAML: plain value cannot start with flow indicator character")
+      << error;
 }
 
 TEST_F(YamlFile, ASecondDocumentIsRefusedAtItsLine) {

@@ -6,6 +6,7 @@
 #include <map>
 #include <string>
 
+#include "dtrain/cli/Cli11Compat.h"
 #include "dtrain/cli/Commands.h"
 #include "dtrain/util/Allocator.h"
 
@@ -14,6 +15,7 @@ namespace dtrain::cli {
 int run(int argc, char** argv) {
   util::keep_freed_memory();  // Note [Keeping freed memory]
   CLI::App app{"dtrain: distributed neural-network training on LibTorch"};
+  compat::print_text_as_written(app);
   app.require_subcommand(1);
   std::map<std::string, Run> runs;
   runs["info"] = add_info_command(app);

@@ -21,10 +21,10 @@ Registries& registries() {
 
 }  // namespace
 
-ChoiceSet& registered_choices(const std::string& key) {
+ChoiceSet& registered_choices(std::string_view key) {
   auto& r = registries();
   std::lock_guard<std::mutex> lock(r.mutex);
-  return r.choices[key];
+  return r.choices[std::string(key)];
 }
 
 bool register_choice(const std::string& key, Choice choice) {

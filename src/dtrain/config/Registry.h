@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -21,7 +22,7 @@ namespace dtrain::config {
 
 // The set behind a choice key ("model.name", "optim.name", "optim.scheduler.name", "optim.loss",
 // "data.dataset", "parallel.strategy"); empty until its layer registers.
-ChoiceSet& registered_choices(const std::string& key);
+ChoiceSet& registered_choices(std::string_view key);
 // Adds `choice` under `key`; returns true, for use as a static initialiser.
 bool register_choice(const std::string& key, Choice choice);
 

@@ -3,6 +3,7 @@
 // draws, edge lists, and how nodes are spread over ranks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
