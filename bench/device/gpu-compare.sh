@@ -9,6 +9,10 @@
 #   next call on the same machine, whose build-gpu/ is kept). END [420]: no benchmark run starts after
 #   END - 30 s, and the benchmark is stopped at END + 30 s. gpu_compare.sh's settings pass through
 #   (ROUNDS, STEPS, WORKLOADS, PRECISIONS, MODES, CUDA_GRAPH, RUN_TIMEOUT_S).
+#   CHECKS=1: the same build also makes the train and optim tests, whose GPU cases run first, for at
+#   most CHECKS_S [100] seconds ($OUT/checks.txt): every strategy on the GPU against the CPU, batches
+#   copied ahead, the graph-captured step against the eager one, the fused optimizers and the loss
+#   scaler on the GPU.
 set -uo pipefail  # not -e: a failed step is reported, and the steps that need it stop explicitly
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -33,17 +37,32 @@ unpack_devdeps >"$OUT/deps.txt" 2>&1 || { tail -n 5 "$OUT/deps.txt"; exit 1; }
 step configure
 configure_dtrain build-gpu "-O2 -DNDEBUG"
 
-step "build dtrain until ${BUILD_END}s ($OUT/build.txt)"
-timeout "$(remaining "$BUILD_END")" ninja -C build-gpu -j 16 dtrain >"$OUT/build.txt" 2>&1
+targets=(dtrain)
+[ "${CHECKS:-0}" = 1 ] && targets+=(dtrain_train_tests dtrain_optim_tests)
+step "build ${targets[*]} until ${BUILD_END}s ($OUT/build.txt)"
+timeout "$(remaining "$BUILD_END")" ninja -C build-gpu -k 0 -j 16 "${targets[@]}" >"$OUT/build.txt" 2>&1
 rc=$?
 echo "build rc=$rc"
 grep -E "error|FAILED" "$OUT/build.txt" | head -40
 tail -n 2 "$OUT/build.txt"
-if [ "$rc" != 0 ] || [ ! -x build-gpu/bin/dtrain ]; then
+# A test that failed to build leaves dtrain measurable; a dtrain not built to the end does not.
+if [ ! -x build-gpu/bin/dtrain ] || ! ninja -C build-gpu -n dtrain | grep -q "no work to do"; then
   echo "no dtrain to measure; a second call on this machine continues the build"
   exit 1
 fi
 build-gpu/bin/dtrain info 2>&1 | head -20
+
+if [ "${CHECKS:-0}" = 1 ]; then
+  step "GPU checks, at most ${CHECKS_S:-100}s ($OUT/checks.txt)"
+  {
+    t=build-gpu/tests
+    timeout "${CHECKS_S:-100}" bash -c "
+      $t/optim/dtrain_optim_tests --gtest_filter='*FusedEqualsForeach*:LossScaler.*'
+      $t/train/dtrain_train_tests --gtest_filter='Device.*:Strategies/DeviceStrategies.*:DeviceFeed.*:CudaGraph.*'"
+    echo "checks rc=$?"
+  } >"$OUT/checks.txt" 2>&1
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |rc=|Failure" "$OUT/checks.txt" | head -40
+fi
 
 left=$(remaining "$END")
 budget=$((left - 30))
