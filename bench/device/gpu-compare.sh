@@ -10,16 +10,18 @@
 #   END - 30 s, and the benchmark is stopped at END + 30 s. gpu_compare.sh's settings pass through
 #   (ROUNDS, STEPS, WORKLOADS, PRECISIONS, MODES, CUDA_GRAPH, RUN_TIMEOUT_S).
 #   CHECKS=1: the same build also makes the train and optim tests, whose GPU cases run first, for at
-#   most CHECKS_S [100] seconds ($OUT/checks.txt): every strategy on the GPU against the CPU, batches
-#   copied ahead, the graph-captured step against the eager one, the fused optimizers and the loss
-#   scaler on the GPU.
+#   most CHECKS_S [100] seconds ($OUT/checks.txt), END moving later by as much (run the call with a
+#   limit of 580 s): every strategy on the GPU against the CPU, batches copied ahead, the
+#   graph-captured step against the eager one, the fused optimizers and the loss scaler on the GPU.
 set -uo pipefail  # not -e: a failed step is reported, and the steps that need it stop explicitly
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 exec > >(tee "$OUT/log.txt") 2>&1
 T0=$(date +%s)
 BUILD_END=${BUILD_END:-270}
-END=${END:-420}
+CHECKS=${CHECKS:-0}
+CHECKS_S=${CHECKS_S:-100}
+END=${END:-$((420 + (CHECKS == 1 ? CHECKS_S : 0)))}  # the checks' time added: about 550 s in all
 step() { echo "=== [$(($(date +%s) - T0))s] $*"; }
 remaining() { echo $(($1 - ($(date +%s) - T0))); }
 
@@ -38,7 +40,7 @@ step configure
 configure_dtrain build-gpu "-O2 -DNDEBUG"
 
 targets=(dtrain)
-[ "${CHECKS:-0}" = 1 ] && targets+=(dtrain_train_tests dtrain_optim_tests)
+[ "$CHECKS" = 1 ] && targets+=(dtrain_train_tests dtrain_optim_tests)
 step "build ${targets[*]} until ${BUILD_END}s ($OUT/build.txt)"
 timeout "$(remaining "$BUILD_END")" ninja -C build-gpu -k 0 -j 16 "${targets[@]}" >"$OUT/build.txt" 2>&1
 rc=$?
@@ -52,11 +54,11 @@ if [ ! -x build-gpu/bin/dtrain ] || ! ninja -C build-gpu -n dtrain | grep -q "no
 fi
 build-gpu/bin/dtrain info 2>&1 | head -20
 
-if [ "${CHECKS:-0}" = 1 ]; then
-  step "GPU checks, at most ${CHECKS_S:-100}s ($OUT/checks.txt)"
+if [ "$CHECKS" = 1 ]; then
+  step "GPU checks, at most ${CHECKS_S}s ($OUT/checks.txt)"
   {
     t=build-gpu/tests
-    timeout "${CHECKS_S:-100}" bash -c "
+    timeout "$CHECKS_S" bash -c "
       $t/optim/dtrain_optim_tests --gtest_filter='*FusedEqualsForeach*:LossScaler.*'
       $t/train/dtrain_train_tests --gtest_filter='Device.*:Strategies/DeviceStrategies.*:DeviceFeed.*:CudaGraph.*'"
     echo "checks rc=$?"

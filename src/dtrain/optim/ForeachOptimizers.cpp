@@ -323,93 +323,69 @@ bool ForeachSGD::fused_step(const std::optional<torch::Tensor>& found_inf) {
 #endif
 }
 
-torch::Tensor ForeachAdam::step(LossClosure closure) {
+template <class Base, class ParamState, class Options, bool kDecoupled>
+torch::Tensor ForeachAdamLike<Base, ParamState, Options, kDecoupled>::step(
+    torch::optim::Optimizer::LossClosure closure) {
   torch::NoGradGuard no_grad;
   auto loss = evaluate(closure);
   if (lr_tensor_.defined() &&
-      fused_adam_step<torch::optim::AdamParamState, torch::optim::AdamOptions>(
-          param_groups_, state_, device_steps_, std::nullopt, lr_tensor_, /*decoupled=*/false)) {
+      fused_adam_step<ParamState, Options>(this->param_groups_, this->state_, device_steps_, std::nullopt,
+                                           lr_tensor_, kDecoupled)) {
     return loss;
   }
   settle_step_counts();
   forget_step_counts();
-  for (auto& group : param_groups_) {
-    const auto& options = static_cast<const torch::optim::AdamOptions&>(group.options());
+  for (auto& group : this->param_groups_) {
+    const auto& options = static_cast<const Options&>(group.options());
     auto live = live_parameters(group);
     if (live.params.empty()) continue;
-    // Adam's weight decay is an L2 term added to the gradient.
-    const auto grads = options.weight_decay() != 0
-                           ? at::_foreach_add(live.grads, live.params, options.weight_decay())
-                           : live.grads;
-    adam_update<torch::optim::AdamParamState>(options, state_, live.params, grads);
+    auto grads = live.grads;
+    if (options.weight_decay() != 0) {
+      if constexpr (kDecoupled) {
+        // AdamW's is decoupled: the weights shrink before the moment update.
+        at::_foreach_mul_(live.params, 1 - options.lr() * options.weight_decay());
+      } else {
+        // Adam's weight decay is an L2 term added to the gradient.
+        grads = at::_foreach_add(live.grads, live.params, options.weight_decay());
+      }
+    }
+    adam_update<ParamState>(options, this->state_, live.params, grads);
   }
   return loss;
 }
 
-torch::Tensor ForeachAdamW::step(LossClosure closure) {
+template <class Base, class ParamState, class Options, bool kDecoupled>
+bool ForeachAdamLike<Base, ParamState, Options, kDecoupled>::step_unless(const torch::Tensor& found_inf) {
   torch::NoGradGuard no_grad;
-  auto loss = evaluate(closure);
-  if (lr_tensor_.defined() &&
-      fused_adam_step<torch::optim::AdamWParamState, torch::optim::AdamWOptions>(
-          param_groups_, state_, device_steps_, std::nullopt, lr_tensor_, /*decoupled=*/true)) {
-    return loss;
-  }
-  settle_step_counts();
-  forget_step_counts();
-  for (auto& group : param_groups_) {
-    const auto& options = static_cast<const torch::optim::AdamWOptions&>(group.options());
-    auto live = live_parameters(group);
-    if (live.params.empty()) continue;
-    // AdamW's is decoupled: the weights shrink before the moment update.
-    if (options.weight_decay() != 0)
-      at::_foreach_mul_(live.params, 1 - options.lr() * options.weight_decay());
-    adam_update<torch::optim::AdamWParamState>(options, state_, live.params, live.grads);
-  }
-  return loss;
-}
-
-bool ForeachAdam::step_unless(const torch::Tensor& found_inf) {
-  torch::NoGradGuard no_grad;
-  return fused_adam_step<torch::optim::AdamParamState, torch::optim::AdamOptions>(
-      param_groups_, state_, device_steps_, found_inf, lr_tensor_, /*decoupled=*/false);
-}
-
-bool ForeachAdamW::step_unless(const torch::Tensor& found_inf) {
-  torch::NoGradGuard no_grad;
-  return fused_adam_step<torch::optim::AdamWParamState, torch::optim::AdamWOptions>(
-      param_groups_, state_, device_steps_, found_inf, lr_tensor_, /*decoupled=*/true);
+  return fused_adam_step<ParamState, Options>(this->param_groups_, this->state_, device_steps_, found_inf,
+                                              lr_tensor_, kDecoupled);
 }
 
 // The host's copy of the step counts catches up with the device's; the optimizer's mathematical
 // state is unchanged, hence const (and the cast: LibTorch's state_ is not mutable).
-void ForeachAdam::settle_step_counts() const {
-  settle<torch::optim::AdamParamState>(const_cast<ForeachAdam*>(this)->state_, param_groups_, device_steps_);
+template <class Base, class ParamState, class Options, bool kDecoupled>
+void ForeachAdamLike<Base, ParamState, Options, kDecoupled>::settle_step_counts() const {
+  auto& state = const_cast<ForeachAdamLike*>(this)->state_;
+  settle<ParamState>(state, this->param_groups_, device_steps_);
 }
 
-void ForeachAdamW::settle_step_counts() const {
-  settle<torch::optim::AdamWParamState>(const_cast<ForeachAdamW*>(this)->state_, param_groups_,
-                                        device_steps_);
-}
-
-void ForeachAdam::save(torch::serialize::OutputArchive& archive) const {
+template <class Base, class ParamState, class Options, bool kDecoupled>
+void ForeachAdamLike<Base, ParamState, Options, kDecoupled>::save(
+    torch::serialize::OutputArchive& archive) const {
   settle_step_counts();
-  torch::optim::Adam::save(archive);
+  Base::save(archive);
 }
 
-void ForeachAdamW::save(torch::serialize::OutputArchive& archive) const {
-  settle_step_counts();
-  torch::optim::AdamW::save(archive);
-}
-
-void ForeachAdam::load(torch::serialize::InputArchive& archive) {
-  torch::optim::Adam::load(archive);
+template <class Base, class ParamState, class Options, bool kDecoupled>
+void ForeachAdamLike<Base, ParamState, Options, kDecoupled>::load(torch::serialize::InputArchive& archive) {
+  Base::load(archive);
   forget_step_counts();
 }
 
-void ForeachAdamW::load(torch::serialize::InputArchive& archive) {
-  torch::optim::AdamW::load(archive);
-  forget_step_counts();
-}
+template class ForeachAdamLike<torch::optim::Adam, torch::optim::AdamParamState, torch::optim::AdamOptions,
+                               false>;
+template class ForeachAdamLike<torch::optim::AdamW, torch::optim::AdamWParamState, torch::optim::AdamWOptions,
+                               true>;
 
 void settle_step_counts(const torch::optim::Optimizer& optimizer) {
   if (const auto* adam = dynamic_cast<const ForeachAdam*>(&optimizer)) adam->settle_step_counts();

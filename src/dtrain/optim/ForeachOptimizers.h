@@ -76,12 +76,15 @@ class DeviceStepCounts {
   bool replayed_ = false;
 };
 
-class ForeachAdam : public torch::optim::Adam, public FusedStep {
+// Adam (kDecoupled false: its weight decay an L2 term of the gradient) and AdamW (true: the
+// weights shrink apart from the moments), as ForeachAdam and ForeachAdamW below.
+template <class Base, class ParamState, class Options, bool kDecoupled>
+class ForeachAdamLike : public Base, public FusedStep {
  public:
-  using torch::optim::Adam::Adam;
-  torch::Tensor step(LossClosure closure = nullptr) override;
-  // One fused kernel per group (at::_fused_adam_), counting steps on the device. Cannot: a
-  // LibTorch without the kernel for the parameters' device.
+  using Base::Base;
+  torch::Tensor step(torch::optim::Optimizer::LossClosure closure = nullptr) override;
+  // One fused kernel per group (at::_fused_adam_, at::_fused_adamw_), counting steps on the
+  // device. Cannot: a LibTorch without the kernel for the parameters' device.
   bool step_unless(const torch::Tensor& found_inf) override;
   void save(torch::serialize::OutputArchive& archive) const override;
   void load(torch::serialize::InputArchive& archive) override;
@@ -94,20 +97,14 @@ class ForeachAdam : public torch::optim::Adam, public FusedStep {
   mutable DeviceStepCounts device_steps_;
 };
 
-class ForeachAdamW : public torch::optim::AdamW, public FusedStep {
- public:
-  using torch::optim::AdamW::AdamW;
-  torch::Tensor step(LossClosure closure = nullptr) override;
-  // As ForeachAdam's, with at::_fused_adamw_.
-  bool step_unless(const torch::Tensor& found_inf) override;
-  void save(torch::serialize::OutputArchive& archive) const override;
-  void load(torch::serialize::InputArchive& archive) override;
-  void settle_step_counts() const;
-  void forget_step_counts() { device_steps_.clear(); }
-
- private:
-  mutable DeviceStepCounts device_steps_;
-};
+using ForeachAdam =
+    ForeachAdamLike<torch::optim::Adam, torch::optim::AdamParamState, torch::optim::AdamOptions, false>;
+using ForeachAdamW =
+    ForeachAdamLike<torch::optim::AdamW, torch::optim::AdamWParamState, torch::optim::AdamWOptions, true>;
+extern template class ForeachAdamLike<torch::optim::Adam, torch::optim::AdamParamState,
+                                      torch::optim::AdamOptions, false>;
+extern template class ForeachAdamLike<torch::optim::AdamW, torch::optim::AdamWParamState,
+                                      torch::optim::AdamWOptions, true>;
 
 // settle_step_counts() / forget_step_counts() of `optimizer` where it is ForeachAdam or ForeachAdamW;
 // nothing otherwise.
