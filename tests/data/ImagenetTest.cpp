@@ -450,9 +450,11 @@ TEST(Imagenet, NotAPickleOrNotABatchIsRefused) {
 // Note [One pickle decoder]: a 2 MB file of two million nested tuples is refused, not a crash
 // while its values are freed.
 TEST(Imagenet, ADeeplyNestedPickleIsRefused) {
-  std::vector<std::uint8_t> nested{0x80, 3, ')'};
-  nested.insert(nested.end(), 2000000, 0x85);
-  nested.push_back('.');
+  std::vector<std::uint8_t> nested(3 + 2000000 + 1, 0x85);  // PROTO 3, EMPTY_TUPLE, TUPLE1 x 2e6, STOP
+  nested[0] = 0x80;
+  nested[1] = 3;
+  nested[2] = ')';
+  nested.back() = '.';
   EXPECT_THAT(malformed_error(nested), HasSubstr("the pickle holds a tuple, expected a dict"));
 }
 

@@ -252,7 +252,9 @@ TEST_F(LauncherTest, ErrorFileMessageIsQuotedAsTheRootCause) {
 TEST_F(LauncherTest, RestartsTheJobWithTheNextRestartCount) {
   const std::string script =
       "echo $TORCHELASTIC_RESTART_COUNT >> \"$TEST_DIR/attempts_$RANK\"; "
-      "if [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ] && [ \"$RANK\" = 1 ]; then exit 5; fi; echo done";
+      // Rank 1 fails the first attempt once rank 0 has written it down, before the launcher stops it.
+      "if [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ] && [ \"$RANK\" = 1 ]; then "
+      "until [ -s \"$TEST_DIR/attempts_0\" ]; do :; done; exit 5; fi; echo done";
   auto o = options(2, script);
   o.max_restarts = 3;
   const LaunchResult result = launch(o);
