@@ -222,7 +222,7 @@ TEST(BenchThroughput, JsonLineHasExactlyTheFields) {
   EXPECT_EQ(nlohmann::json::parse(to_json_line(r))["reason"], "needs 2 ranks");
 }
 
-TEST(BenchThroughput, MarkdownHasSeed003sTableAndARowPerPoint) {
+TEST(BenchThroughput, MarkdownIsAThroughputTableWithARowPerPoint) {
   auto point = [](std::string strategy, int workers, double sps) {
     ThroughputResult r;
     r.point = {"mlp", 8, "fp32", workers, std::move(strategy)};

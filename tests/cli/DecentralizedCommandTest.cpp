@@ -110,12 +110,12 @@ TEST_F(DecentralizedCommand, NodesThatDoNotSplitOverTheWorkersAreRefusedBeforeAn
 
 namespace {
 
-// DiNNO's README template, as written there (tests/experiment/data/seed001_template.yaml); its
+// DiNNO's README template, as written there (tests/experiment/data/dinno_template.yaml); its
 // data_dir "../data/" is given MNIST's file names over Debian's Fashion-MNIST, the same IDX format:
 // dtrain downloads nothing.
-const fs::path kSeedTemplate = fs::path(DTRAIN_EXPERIMENT_TEST_DATA) / "seed001_template.yaml";
+const fs::path kDinnoTemplate = fs::path(DTRAIN_EXPERIMENT_TEST_DATA) / "dinno_template.yaml";
 
-TEST_F(DecentralizedCommand, SeedTemplateRunsAsWrittenOnFiveWorkers) {
+TEST_F(DecentralizedCommand, DinnoTemplateRunsAsWrittenOnFiveWorkers) {
   const fs::path fashion = "/usr/share/datasets/fashion-mnist";
   fs::create_directories(dir_ / "data");
   fs::create_directories(dir_ / "experiments");
@@ -123,7 +123,7 @@ TEST_F(DecentralizedCommand, SeedTemplateRunsAsWrittenOnFiveWorkers) {
                            "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"}) {
     fs::create_symlink(fashion / file, dir_ / "data" / file);
   }
-  fs::copy_file(kSeedTemplate, dir_ / "experiments" / "template.yaml");
+  fs::copy_file(kDinnoTemplate, dir_ / "experiments" / "template.yaml");
   const auto cwd = fs::current_path();
   fs::current_path(dir_ / "experiments");  // the authors run it from experiments/
   const auto out =

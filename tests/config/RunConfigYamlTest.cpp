@@ -274,7 +274,7 @@ TEST(RunConfigYaml, SuggestionsForNamesIgnoreCaseAsMatchingDoes) {
                    .c_str());
 }
 
-TEST(RunConfigYaml, RunFolderIsDatedOrSeed000sNamed) {
+TEST(RunConfigYaml, RunFolderIsDatedOrNamed) {
   EXPECT_EQ(RunConfig{}.run_folder, "dated");
   EXPECT_EQ(parse_run_config("run_folder: Named\n").run_folder, "named");
   EXPECT_STREQ(error_of_text("run_folder: seed\n").what(),

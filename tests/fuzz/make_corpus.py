@@ -50,7 +50,7 @@ put("config", "deep.yaml", "a: " + "[" * 64 + "]" * 64 + "\n")
 # ---- experiment files ----
 copy("experiment", "dad.yaml", "configs/experiments/dad.yaml")
 copy("experiment", "optimizer_study.yaml", "configs/experiments/optimizer_study.yaml")
-copy("experiment", "seed001_template.yaml", "configs/experiments/seed001_template.yaml")
+copy("experiment", "dinno_template.yaml", "configs/experiments/dinno_template.yaml")
 put("experiment", "sweep.yaml", "name: s\nbase: quickstart.yaml\nsweep:\n  optim.lr: [0.1, 0.01]\n"
     "  model.hidden: [[8], [16, 8]]\nruns:\n  - {name: a, overrides: [train.epochs=1]}\n  - {name: b}\n")
 put("experiment", "escape.yaml", "name: ../../etc\nout_dir: /tmp\nbase: ../x.yaml\nruns:\n  - {name: ..}\n")

@@ -98,7 +98,7 @@ TEST(ModelFactoryTest, LeNet5MatchesClosedFormParameterCount) {
   EXPECT_TRUE(lenet->parameters()[0].is_contiguous());  // parameters keep their layout
 }
 
-TEST(ModelFactoryTest, MnistNetIsSeedZerosFeedForwardNet) {
+TEST(ModelFactoryTest, MnistNetIsTheDadPapersFeedForwardNet) {
   auto spec = InputSpec::image(1, 28, 28, 10);
   auto net = create_model(named("MNISTNet"), spec);
   const std::int64_t expected = (784 * 2048 + 2048) + (2048 * 1024 + 1024) + 2 * 1024 + (1024 * 512 + 512) +

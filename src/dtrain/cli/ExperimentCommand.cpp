@@ -7,9 +7,9 @@
 
 #include "dtrain/cli/Commands.h"
 #include "dtrain/cli/SelfExe.h"
+#include "dtrain/experiment/DinnoExperiment.h"
 #include "dtrain/experiment/Experiment.h"
 #include "dtrain/experiment/Report.h"
-#include "dtrain/experiment/SeedExperiment.h"
 
 namespace dtrain::cli {
 namespace {
@@ -25,12 +25,12 @@ struct ExperimentArgs {
 
 // What DiNNO's form says besides its result files: the CPU fall-back of use_cuda, and the solo
 // run's accuracies when individual_training.verbose is true.
-void seed_notes_before(const experiment::SeedForm& form) {
+void dinno_notes_before(const experiment::DinnoForm& form) {
   const auto note = experiment::cuda_note(form.use_cuda, torch::cuda::is_available());
   if (!note.empty()) std::cerr << note << "\n";
 }
 
-void seed_notes_after(const experiment::SeedForm& form, const nlohmann::json& results) {
+void dinno_notes_after(const experiment::DinnoForm& form, const nlohmann::json& results) {
   if (form.solo_verbose && results.contains("solo_results"))
     std::cerr << experiment::solo_lines(results["solo_results"]);
 }
@@ -56,14 +56,14 @@ Run add_experiment_command(CLI::App& app) {
     auto spec = experiment::load_experiment(a->file);
     spec.final_overrides = a->sets;
     if (a->nproc > 0) spec.final_overrides.push_back("nproc=" + std::to_string(a->nproc));
-    if (spec.seed_form) seed_notes_before(*spec.seed_form);
+    if (spec.dinno_form) dinno_notes_before(*spec.dinno_form);
     experiment::ExperimentOptions options;
     options.dtrain_executable = self_executable();
     options.directory = a->dir;
     options.fresh = a->fresh;
     options.oversubscribe = a->oversubscribe;
     const auto results = experiment::run_experiment(spec, options);
-    if (spec.seed_form) seed_notes_after(*spec.seed_form, results);
+    if (spec.dinno_form) dinno_notes_after(*spec.dinno_form, results);
     if (results.value("written", true)) {
       const auto report = experiment::write_report(results["directory"].get<std::string>());
       std::cerr << "dtrain experiment: report " << report.string() << "\n";

@@ -1,5 +1,5 @@
 // `dtrain train [CONFIG] [key=value ...] [--nproc N]`: one training run from a YAML file, or from
-// the dAD paper's flags without one (SeedFlags.h). With --nproc (or the config's nproc) and no launcher
+// the dAD paper's flags without one (DadFlags.h). With --nproc (or the config's nproc) and no launcher
 // around it, it starts the workers itself; started by dtrain launch, torchrun, mpirun or srun, or by
 // hand with --rank, it is one worker of the job.
 #include <fmt/format.h>
@@ -14,12 +14,12 @@
 #include <optional>
 
 #include "dtrain/cli/Commands.h"
+#include "dtrain/cli/DadFlags.h"
 #include "dtrain/cli/ElasticWorker.h"
 #include "dtrain/cli/Interrupt.h"
 #include "dtrain/cli/Main.h"
 #include "dtrain/cli/ResumeConfig.h"
 #include "dtrain/cli/RunResults.h"
-#include "dtrain/cli/SeedFlags.h"
 #include "dtrain/cli/SelfExe.h"
 #include "dtrain/comm/Rendezvous.h"
 #include "dtrain/comm/StoreSecret.h"
@@ -60,7 +60,7 @@ struct TrainArgs {
   int master_port = -1;
   int max_restarts = 0;
   bool print_config = false;
-  SeedFlags seed;
+  DadFlags seed;
 };
 
 // The run folder --resume continues, where it is one (it has the config.yaml every run writes):
@@ -85,7 +85,7 @@ config::RunConfig load_config(const TrainArgs& a) {
   overrides.insert(overrides.end(), given.begin(), given.end());
   const auto resumed = resumed_run_folder(a);
   if (!resumed) {
-    if (a.config.empty()) return config::run_config_from_text(kSeedDefaults, kSeedDefaultsSource, overrides);
+    if (a.config.empty()) return config::run_config_from_text(kDadDefaults, kDadDefaultsSource, overrides);
     return config::run_config_from_file(a.config, overrides);
   }
   const auto saved_path = saved_config_path(*resumed);

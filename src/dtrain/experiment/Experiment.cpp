@@ -13,9 +13,9 @@
 
 #include "dtrain/config/Environment.h"
 #include "dtrain/config/RunConfigYaml.h"
+#include "dtrain/experiment/DinnoExperiment.h"
 #include "dtrain/experiment/ExperimentChecks.h"
 #include "dtrain/experiment/ScratchFolder.h"
-#include "dtrain/experiment/SeedExperiment.h"
 #include "dtrain/experiment/WorkerLaunch.h"
 #include "dtrain/io/AtomicFile.h"
 #include "dtrain/io/FileDescriptor.h"
@@ -225,19 +225,19 @@ nlohmann::json run_experiment(const ExperimentSpec& spec, const ExperimentOption
       throw std::invalid_argument(fmt::format("experiment run '{}': nproc: {}", runs[i].name, e.what()));
     }
   }
-  if (!spec.seed_form) return run_all(spec, options, runs, configs, experiment_folder(spec, options));
-  const auto& form = *spec.seed_form;
+  if (!spec.dinno_form) return run_all(spec, options, runs, configs, experiment_folder(spec, options));
+  const auto& form = *spec.dinno_form;
   if (!form.writeout) {
     ScratchFolder scratch("dtrain-experiment-", "experiment");
     auto all = run_all(spec, options, runs, configs, scratch.path());
-    all["problem_results"] = write_seed_results(form, scratch.path());
+    all["problem_results"] = write_dinno_results(form, scratch.path());
     if (all["problem_results"].contains("solo")) all["solo_results"] = all["problem_results"]["solo"];
     all["directory"] = "";
     all["written"] = false;
     return all;
   }
   auto all = run_all(spec, options, runs, configs, experiment_folder(spec, options));
-  const auto seed = write_seed_results(form, all["directory"].get<std::string>());
+  const auto seed = write_dinno_results(form, all["directory"].get<std::string>());
   if (seed.contains("solo")) all["solo_results"] = seed["solo"];
   all["written"] = true;
   return all;

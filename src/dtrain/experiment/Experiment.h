@@ -25,16 +25,16 @@ struct RunSpec {
 // One problem of an experiment file in DiNNO's form: the run that trains it, and the metrics its
 // <problem_name>_results.json holds (forward_pass_count, validation_loss, consensus_error,
 // top1_accuracy, current_epoch).
-struct SeedProblem {
+struct DinnoProblem {
   std::string name;  // problem_name: also the run's folder
   std::vector<std::string> metrics;
 };
 
 // What an experiment file in DiNNO's form (its experiment: and problem_configs:) asks for
-// beyond its runs. See SeedExperiment.h for the translation.
-struct SeedForm {
+// beyond its runs. See DinnoExperiment.h for the translation.
+struct DinnoForm {
   int nodes = 0;  // experiment.graph.num_nodes
-  std::vector<SeedProblem> problems;
+  std::vector<DinnoProblem> problems;
   bool solo = false;          // individual_training.train_solo: a run named "solo" before the problems
   bool solo_verbose = false;  // individual_training.verbose: print each node's validation accuracy
   bool writeout = true;       // false: run in a temporary folder, results on stdout only
@@ -53,11 +53,11 @@ struct ExperimentSpec {
   std::vector<std::string> final_overrides;
   std::string source_text;  // the file as given, saved into the experiment folder
   std::filesystem::path source_path;
-  std::optional<SeedForm> seed_form;  // set when the file is in DiNNO's form
+  std::optional<DinnoForm> dinno_form;  // set when the file is in DiNNO's form
 };
 
 // Reads an experiment file, in dtrain's form (name, out_dir, base, overrides, runs, sweep; `base` is
-// relative to the file's folder) or in DiNNO's (experiment, problem_configs; SeedExperiment.h).
+// relative to the file's folder) or in DiNNO's (experiment, problem_configs; DinnoExperiment.h).
 // Errors name file:line and key.
 ExperimentSpec load_experiment(const std::filesystem::path& path);
 

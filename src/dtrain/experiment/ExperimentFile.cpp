@@ -1,6 +1,6 @@
 // The experiment file (name, out_dir, base, overrides, runs, sweep) read into an ExperimentSpec, and
 // the spec expanded into the runs it stands for; a file in DiNNO's form goes to
-// read_seed_experiment. Errors name file:line and the key.
+// read_dinno_experiment. Errors name file:line and the key.
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
@@ -11,9 +11,9 @@
 
 #include "dtrain/config/ConfigError.h"
 #include "dtrain/config/YamlFile.h"
+#include "dtrain/experiment/DinnoExperiment.h"
+#include "dtrain/experiment/DinnoSection.h"
 #include "dtrain/experiment/Experiment.h"
-#include "dtrain/experiment/SeedExperiment.h"
-#include "dtrain/experiment/SeedSection.h"
 
 namespace dtrain::experiment {
 namespace {
@@ -178,8 +178,8 @@ ExperimentSpec read_experiment(const fs::path& path) {
   spec.source_text = read_text(path);
   const std::string source = path.string();
   const YAML::Node root = config::load_yaml_file(source);
-  if (is_seed_form(root)) {
-    read_seed_experiment(spec, root);
+  if (is_dinno_form(root)) {
+    read_dinno_experiment(spec, root);
     return spec;
   }
   if (!root.IsMap()) reject(source, root, "", "expected a mapping with base, runs and optionally sweep");

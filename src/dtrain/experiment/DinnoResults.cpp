@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include "dtrain/experiment/SeedExperiment.h"
+#include "dtrain/experiment/DinnoExperiment.h"
 #include "dtrain/io/JsonFile.h"
 
 namespace dtrain::experiment {
@@ -67,13 +67,13 @@ std::vector<MetricRecord> evaluations(const std::vector<MetricRecord>& records) 
 
 }  // namespace
 
-const std::vector<std::string>& seed_metric_names() {
+const std::vector<std::string>& dinno_metric_names() {
   static const std::vector<std::string> names{"forward_pass_count", "validation_loss", "consensus_error",
                                               "top1_accuracy", "current_epoch"};
   return names;
 }
 
-json problem_results(const SeedProblem& problem, const std::vector<MetricRecord>& records, int nodes) {
+json problem_results(const DinnoProblem& problem, const std::vector<MetricRecord>& records, int nodes) {
   json out = {{"problem_name", problem.name}, {"rounds", json::array()}, {"bytes", json::array()}};
   for (const auto& metric : problem.metrics) out[metric] = json::array();
   for (const auto& record : evaluations(records)) {
@@ -107,7 +107,7 @@ std::string solo_lines(const json& solo) {
   return out;
 }
 
-json write_seed_results(const SeedForm& form, const fs::path& dir) {
+json write_dinno_results(const DinnoForm& form, const fs::path& dir) {
   json all = json::object();
   if (form.solo) {
     all["solo"] = solo_results(read_metrics(dir / "solo" / "metrics.jsonl"), form.nodes);

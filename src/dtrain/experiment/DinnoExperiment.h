@@ -40,17 +40,17 @@
 namespace dtrain::experiment {
 
 // The metrics a problem may list, in the authors' order.
-const std::vector<std::string>& seed_metric_names();
+const std::vector<std::string>& dinno_metric_names();
 
 // Fills `spec` (its source_path set) from the root of a file in DiNNO's form: name, out_dir,
-// the common overrides, the runs (solo first when asked for) and spec.seed_form. Throws
+// the common overrides, the runs (solo first when asked for) and spec.dinno_form. Throws
 // config::ConfigError naming file:line and the key.
-void read_seed_experiment(ExperimentSpec& spec, const YAML::Node& root);
+void read_dinno_experiment(ExperimentSpec& spec, const YAML::Node& root);
 
 // <problem_name>_results.json from the evaluation records of the problem's run (those that have
 // val/node0/loss): problem_name, rounds (each record's step), bytes (strategy/node_bytes_sent),
 // and each metric the problem lists, per evaluation. `nodes` is the graph's num_nodes.
-nlohmann::json problem_results(const SeedProblem& problem, const std::vector<MetricRecord>& records,
+nlohmann::json problem_results(const DinnoProblem& problem, const std::vector<MetricRecord>& records,
                                int nodes);
 
 // solo_results.json: {"<node>": {validation_loss, validation_accuracy}} from the solo run's last
@@ -62,7 +62,7 @@ std::string solo_lines(const nlohmann::json& solo);
 
 // Every problem's results (and the solo run's) from the runs in `dir`, as {"<problem>": ..., "solo":
 // ...}; written to <dir>/<problem_name>_results.json and solo_results.json when writeout is true.
-nlohmann::json write_seed_results(const SeedForm& form, const std::filesystem::path& dir);
+nlohmann::json write_dinno_results(const DinnoForm& form, const std::filesystem::path& dir);
 
 // The line `dtrain experiment` prints for use_cuda: true ("" for false): dtrain's trainer trains
 // on the CPU, whether or not CUDA is usable (the authors' script falls back to the CPU the same way).

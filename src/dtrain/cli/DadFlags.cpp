@@ -1,6 +1,6 @@
-// The dAD paper's flags as overrides of our keys; see SeedFlags.h. One table row per flag: its name, its
+// The dAD paper's flags as overrides of our keys; see DadFlags.h. One table row per flag: its name, its
 // help (the keys it sets) and the overrides a value stands for.
-#include "dtrain/cli/SeedFlags.h"
+#include "dtrain/cli/DadFlags.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -179,7 +179,7 @@ bool overlap(const std::string& a, const std::string& b) {
 
 }  // namespace
 
-void SeedFlags::add_to(CLI::App& cmd) {
+void DadFlags::add_to(CLI::App& cmd) {
   for (const auto& spec : flag_table()) {
     const std::string flag = spec.flag;
     cmd.add_option_function<std::string>(
@@ -188,12 +188,12 @@ void SeedFlags::add_to(CLI::App& cmd) {
   }
 }
 
-void SeedFlags::set(const std::string& flag, const std::string& value) {
+void DadFlags::set(const std::string& flag, const std::string& value) {
   spec_of(flag);
   given_.emplace_back(flag, value);
 }
 
-std::vector<config::Override> SeedFlags::overrides() const {
+std::vector<config::Override> DadFlags::overrides() const {
   // In table order, whatever the order on the command line: the keys they set do not overlap, but
   // for --num-folds and --k, which agree on data.partition.
   Overrides out;

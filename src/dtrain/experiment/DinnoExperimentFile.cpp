@@ -5,8 +5,8 @@
 
 #include "dtrain/config/ConfigError.h"
 #include "dtrain/config/YamlFile.h"
-#include "dtrain/experiment/SeedExperiment.h"
-#include "dtrain/experiment/SeedSection.h"
+#include "dtrain/experiment/DinnoExperiment.h"
+#include "dtrain/experiment/DinnoSection.h"
 
 namespace dtrain::experiment {
 namespace {
@@ -15,7 +15,7 @@ namespace fs = std::filesystem;
 
 // The seed has no seed: every run starts from this one (train.seed), so that all problems share
 // their initial weights and data split, as the authors' script shares its base model and subsets.
-constexpr const char* kSeedTrainSeed = "0";
+constexpr const char* kDinnoTrainSeed = "0";
 
 // data_dir, taken from the file's folder as the authors' script takes it from experiments/.
 std::string data_root(const fs::path& file, const std::string& data_dir) {
@@ -24,7 +24,7 @@ std::string data_root(const fs::path& file, const std::string& data_dir) {
   return root.string();
 }
 
-void read_graph(SeedSection graph, SeedForm& form, std::vector<std::string>& out) {
+void read_graph(DinnoSection graph, DinnoForm& form, std::vector<std::string>& out) {
   form.nodes = static_cast<int>(graph.count("num_nodes"));
   const auto type = graph.choice("type", {"wheel", "cycle", "complete", "random", "star", "torus", "edges"});
   out.push_back("parallel.graph.type=" + type);
@@ -40,7 +40,7 @@ void read_graph(SeedSection graph, SeedForm& form, std::vector<std::string>& out
   graph.finish();
 }
 
-void read_model(SeedSection model, std::vector<std::string>& out) {
+void read_model(DinnoSection model, std::vector<std::string>& out) {
   out.push_back("model.name=dinnocnn");
   for (const char* key : {"num_filters", "kernel_size", "linear_width"})
     out.push_back(std::string("model.") + key + "=" + std::to_string(model.count(key)));
@@ -49,7 +49,7 @@ void read_model(SeedSection model, std::vector<std::string>& out) {
 
 // individual_training: with train_solo true, a run named "solo" in which every node trains alone
 // on its part of the data (no communication); its keys are checked even when train_solo is false.
-void read_solo(SeedSection solo, SeedForm& form, std::vector<RunSpec>& runs) {
+void read_solo(DinnoSection solo, DinnoForm& form, std::vector<RunSpec>& runs) {
   form.solo = solo.boolean("train_solo");
   RunSpec run{"solo", {"parallel.decentralized.algorithm=individual"}};
   const auto take = [&](const char* key, auto read) {
@@ -71,7 +71,7 @@ void read_solo(SeedSection solo, SeedForm& form, std::vector<RunSpec>& runs) {
   if (form.solo) runs.push_back(std::move(run));
 }
 
-void read_data(SeedSection& exp, const fs::path& file, std::vector<std::string>& out) {
+void read_data(DinnoSection& exp, const fs::path& file, std::vector<std::string>& out) {
   // dataset is dtrain's addition (the authors' script is MNIST only): the same IDX format, so
   // DiNNO's set-up runs on Fashion-MNIST, which Debian packages, unchanged otherwise.
   out.push_back("data.dataset=" + (exp.has("dataset") ? exp.choice("dataset", {"mnist", "fashion-mnist"})
@@ -87,8 +87,8 @@ void read_data(SeedSection& exp, const fs::path& file, std::vector<std::string>&
   out.push_back("optim.loss=nll");
 }
 
-// The experiment: section into spec (name, out_dir, common overrides, the solo run, seed_form).
-void read_experiment_section(ExperimentSpec& spec, SeedSection exp, SeedForm& form) {
+// The experiment: section into spec (name, out_dir, common overrides, the solo run, dinno_form).
+void read_experiment_section(ExperimentSpec& spec, DinnoSection exp, DinnoForm& form) {
   spec.name = exp.text("name");
   if (!is_folder_name(spec.name)) {
     exp.reject("name",
@@ -103,7 +103,7 @@ void read_experiment_section(ExperimentSpec& spec, SeedSection exp, SeedForm& fo
   read_model(exp.section("model", {"num_filters", "kernel_size", "linear_width"}), out);
   out.push_back("parallel.strategy=decentralized");
   read_graph(exp.section("graph", {"num_nodes", "type", "p", "gen_attempts"}), form, out);
-  out.push_back(std::string("train.seed=") + kSeedTrainSeed);
+  out.push_back(std::string("train.seed=") + kDinnoTrainSeed);
   if (exp.has("individual_training")) {
     read_solo(exp.section("individual_training", {"train_solo", "optimizer", "lr", "epochs",
                                                   "train_batch_size", "val_batch_size", "verbose"}),
@@ -114,10 +114,10 @@ void read_experiment_section(ExperimentSpec& spec, SeedSection exp, SeedForm& fo
 
 }  // namespace
 
-void read_seed_experiment(ExperimentSpec& spec, const YAML::Node& root) {
+void read_dinno_experiment(ExperimentSpec& spec, const YAML::Node& root) {
   const std::string source = spec.source_path.string();
-  SeedSection top(source, root, "", {"experiment", "problem_configs"});
-  SeedForm form;
+  DinnoSection top(source, root, "", {"experiment", "problem_configs"});
+  DinnoForm form;
   read_experiment_section(
       spec,
       top.section("experiment", {"name", "data_dir", "output_metadir", "use_cuda", "writeout", "dataset",
@@ -130,7 +130,7 @@ void read_seed_experiment(ExperimentSpec& spec, const YAML::Node& root) {
   }
   spec.runs.insert(spec.runs.end(), problems.begin(), problems.end());
   top.finish();
-  spec.seed_form = std::move(form);
+  spec.dinno_form = std::move(form);
 }
 
 }  // namespace dtrain::experiment

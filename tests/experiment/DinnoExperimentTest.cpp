@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "dtrain/config/ConfigError.h"
+#include "dtrain/experiment/DinnoExperiment.h"
 #include "dtrain/experiment/Experiment.h"
-#include "dtrain/experiment/SeedExperiment.h"
 
 namespace dtrain::experiment {
 namespace {
@@ -24,7 +24,7 @@ using Strings = std::vector<std::string>;
 
 // DiNNO's README template: its two blocks, joined (their "..." elisions left out).
 std::string read_template() {
-  std::ifstream in(fs::path(DTRAIN_EXPERIMENT_TEST_DATA) / "seed001_template.yaml");
+  std::ifstream in(fs::path(DTRAIN_EXPERIMENT_TEST_DATA) / "dinno_template.yaml");
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 const std::string kTemplate = read_template();
@@ -37,7 +37,7 @@ std::string with(std::string text, const std::string& from, const std::string& t
   return text;
 }
 
-class SeedExperimentTest : public ::testing::Test {
+class DinnoExperimentTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = fs::temp_directory_path() / ("dtrain-seed-experiment-test-" + std::to_string(::getpid()) + "-" +
@@ -67,7 +67,7 @@ class SeedExperimentTest : public ::testing::Test {
   fs::path dir_;
 };
 
-TEST_F(SeedExperimentTest, TheTemplateIsOneCadmmRunWithTheCommonSettings) {
+TEST_F(DinnoExperimentTest, TheTemplateIsOneCadmmRunWithTheCommonSettings) {
   const auto spec = load(kTemplate);
   EXPECT_EQ(spec.name, "dist_cnn_cadmm_scaled_v_const");
   EXPECT_EQ(spec.out_dir, "./outputs/");
@@ -93,13 +93,13 @@ TEST_F(SeedExperimentTest, TheTemplateIsOneCadmmRunWithTheCommonSettings) {
     expected.push_back(o);
   }
   EXPECT_EQ(runs[0].overrides, expected);
-  ASSERT_TRUE(spec.seed_form);
-  EXPECT_EQ(spec.seed_form->nodes, 5);
-  EXPECT_TRUE(spec.seed_form->writeout);
-  EXPECT_FALSE(spec.seed_form->solo);
-  EXPECT_FALSE(spec.seed_form->use_cuda);
-  ASSERT_EQ(spec.seed_form->problems.size(), 1u);
-  EXPECT_EQ(spec.seed_form->problems[0].metrics, seed_metric_names());
+  ASSERT_TRUE(spec.dinno_form);
+  EXPECT_EQ(spec.dinno_form->nodes, 5);
+  EXPECT_TRUE(spec.dinno_form->writeout);
+  EXPECT_FALSE(spec.dinno_form->solo);
+  EXPECT_FALSE(spec.dinno_form->use_cuda);
+  ASSERT_EQ(spec.dinno_form->problems.size(), 1u);
+  EXPECT_EQ(spec.dinno_form->problems[0].metrics, dinno_metric_names());
 }
 
 // The tail of a run's overrides after the experiment's common ones.
@@ -108,15 +108,15 @@ Strings own(const ExperimentSpec& spec, const RunSpec& run) {
                  run.overrides.end());
 }
 
-TEST_F(SeedExperimentTest, ThePaperFileIsDinnoDsgtAndDsgdOnACycleOfTen) {
+TEST_F(DinnoExperimentTest, ThePaperFileIsDinnoDsgtAndDsgdOnACycleOfTen) {
   const fs::path paper = fs::path(DTRAIN_EXPERIMENT_TEST_DATA) / "dist_mnist_PAPER.yaml";
   const auto spec = load_experiment(paper);
   EXPECT_EQ(spec.name, "dist_mnist_PAPER");
   EXPECT_EQ(spec.out_dir, "../results/");
-  ASSERT_TRUE(spec.seed_form);
-  EXPECT_TRUE(spec.seed_form->use_cuda);
-  EXPECT_FALSE(spec.seed_form->solo);  // train_solo: False, its other keys checked all the same
-  EXPECT_EQ(spec.seed_form->nodes, 10);
+  ASSERT_TRUE(spec.dinno_form);
+  EXPECT_TRUE(spec.dinno_form->use_cuda);
+  EXPECT_FALSE(spec.dinno_form->solo);  // train_solo: False, its other keys checked all the same
+  EXPECT_EQ(spec.dinno_form->nodes, 10);
   const auto root = fs::absolute(paper.parent_path().parent_path() / "data").lexically_normal().string();
   EXPECT_NE(std::find(spec.overrides.begin(), spec.overrides.end(), "data.root=" + root),
             spec.overrides.end());
@@ -155,7 +155,7 @@ TEST_F(SeedExperimentTest, ThePaperFileIsDinnoDsgtAndDsgdOnACycleOfTen) {
   EXPECT_EQ(own(spec, runs[2]), dsgd);
 }
 
-TEST_F(SeedExperimentTest, TrainSoloAddsTheSoloRunFirst) {
+TEST_F(DinnoExperimentTest, TrainSoloAddsTheSoloRunFirst) {
   const auto spec =
       load(with(kTemplate, "  model:\n",
                 "  individual_training:\n    train_solo: True\n    optimizer: \"adam\"\n    lr: 0.005\n"
@@ -167,8 +167,8 @@ TEST_F(SeedExperimentTest, TrainSoloAddsTheSoloRunFirst) {
   EXPECT_EQ(own(spec, runs[0]),
             (Strings{"parallel.decentralized.algorithm=individual", "optim.name=adam", "optim.lr=0.005",
                      "train.epochs=6", "data.batch_size=100", "data.eval_batch_size=100"}));
-  EXPECT_TRUE(spec.seed_form->solo);
-  EXPECT_TRUE(spec.seed_form->solo_verbose);
+  EXPECT_TRUE(spec.dinno_form->solo);
+  EXPECT_TRUE(spec.dinno_form->solo_verbose);
   // A problem may not take the solo run's folder.
   const auto clash = error(with(with(kTemplate, "  model:\n",
                                      "  individual_training:\n    train_solo: true\n"
@@ -179,7 +179,7 @@ TEST_F(SeedExperimentTest, TrainSoloAddsTheSoloRunFirst) {
   EXPECT_NE(clash.find("problem_name solo"), std::string::npos) << clash;
 }
 
-TEST_F(SeedExperimentTest, AnUnknownKeyNamesItsLineAndTheKeysAllowed) {
+TEST_F(DinnoExperimentTest, AnUnknownKeyNamesItsLineAndTheKeysAllowed) {
   // The README's own misspelling of kernel_size.
   const auto typo = error(with(kTemplate, "kernel_size: 5", "kernal_width: 5"));
   EXPECT_NE(typo.find("e.yaml:15: experiment.model.kernal_width: unknown key"), std::string::npos) << typo;
@@ -208,7 +208,7 @@ TEST_F(SeedExperimentTest, AnUnknownKeyNamesItsLineAndTheKeysAllowed) {
   EXPECT_NE(name.find("e.yaml:2: experiment.name: expected a name"), std::string::npos) << name;
 }
 
-TEST_F(SeedExperimentTest, AnUnknownAlgorithmListsTheKnownOnes) {
+TEST_F(DinnoExperimentTest, AnUnknownAlgorithmListsTheKnownOnes) {
   const auto e = error(with(kTemplate, "alg_name: \"cadmm\"", "alg_name: \"prox-pda\""));
   EXPECT_NE(
       e.find("e.yaml:31: problem_configs.problem1.optimizer_config.alg_name: expected one of cadmm, dinno, "
@@ -223,7 +223,7 @@ TEST_F(SeedExperimentTest, AnUnknownAlgorithmListsTheKnownOnes) {
       << profile;
 }
 
-TEST_F(SeedExperimentTest, MetricsAreTheFiveTheAuthorsDefine) {
+TEST_F(DinnoExperimentTest, MetricsAreTheFiveTheAuthorsDefine) {
   const auto e = error(with(kTemplate, "\"current_epoch\"", "\"validation_as_vector\""));
   EXPECT_NE(
       e.find(
@@ -235,11 +235,11 @@ TEST_F(SeedExperimentTest, MetricsAreTheFiveTheAuthorsDefine) {
   EXPECT_NE(twice.find("e.yaml:29:"), std::string::npos) << twice;
   EXPECT_NE(twice.find("listed twice"), std::string::npos) << twice;
   const auto spec = load(with(kTemplate, "      - \"consensus_error\"\n", ""));
-  EXPECT_EQ(spec.seed_form->problems[0].metrics,
+  EXPECT_EQ(spec.dinno_form->problems[0].metrics,
             (Strings{"forward_pass_count", "validation_loss", "top1_accuracy", "current_epoch"}));
 }
 
-TEST_F(SeedExperimentTest, EvaluateFrequencyMayStandInEitherPlaceButOnce) {
+TEST_F(DinnoExperimentTest, EvaluateFrequencyMayStandInEitherPlaceButOnce) {
   const auto later = load(
       with(kTemplate, "    evaluate_frequency: 20\n", "    metrics_config:\n      evaluate_frequency: 7\n"));
   const auto runs = expand_runs(later);
@@ -255,7 +255,7 @@ TEST_F(SeedExperimentTest, EvaluateFrequencyMayStandInEitherPlaceButOnce) {
   EXPECT_NE(none.find("problem_configs.problem1.evaluate_frequency: missing"), std::string::npos) << none;
 }
 
-TEST_F(SeedExperimentTest, ChocoAndTheDsgdTemplateFormTranslate) {
+TEST_F(DinnoExperimentTest, ChocoAndTheDsgdTemplateFormTranslate) {
   const std::string choco_opt =
       "      alg_name: choco\n      outer_iterations: 10\n      lr: 0.1\n      gamma: 0.5\n"
       "      compressor: topk\n      ratio: 0.1\n";
@@ -283,7 +283,7 @@ TEST_F(SeedExperimentTest, ChocoAndTheDsgdTemplateFormTranslate) {
                      "optim.scheduler.name=constant"}));
 }
 
-TEST_F(SeedExperimentTest, NprocAndSetComeAfterEverythingTheFileSays) {
+TEST_F(DinnoExperimentTest, NprocAndSetComeAfterEverythingTheFileSays) {
   auto spec = load(kTemplate);
   spec.final_overrides = {"train.seed=3", "nproc=5"};
   const auto runs = expand_runs(spec);
@@ -291,7 +291,7 @@ TEST_F(SeedExperimentTest, NprocAndSetComeAfterEverythingTheFileSays) {
   EXPECT_EQ(last, (Strings{"train.seed=3", "nproc=5"}));
 }
 
-TEST_F(SeedExperimentTest, VerboseEvalsFalseTurnsTheConsoleEvalLinesOff) {
+TEST_F(DinnoExperimentTest, VerboseEvalsFalseTurnsTheConsoleEvalLinesOff) {
   const auto spec = load(with(kTemplate, "verbose_evals: True", "verbose_evals: false"));
   EXPECT_EQ(expand_runs(spec)[0].overrides.back(), "train.log_evals=false");
 }

@@ -8,8 +8,8 @@
 
 #include "dtrain/config/ValueText.h"
 #include "dtrain/config/YamlFile.h"
-#include "dtrain/experiment/SeedExperiment.h"
-#include "dtrain/experiment/SeedSection.h"
+#include "dtrain/experiment/DinnoExperiment.h"
+#include "dtrain/experiment/DinnoSection.h"
 
 namespace dtrain::experiment {
 namespace {
@@ -24,7 +24,7 @@ const std::string kAlg = "parallel.decentralized.";
 
 // cadmm and dinno (the same algorithm): the primal learning rate as the template (primal_lr, constant)
 // or the later form (primal_lr_start, primal_lr_finish, lr_decay_type) gives it.
-void read_cadmm(SeedSection& opt, Overrides& out) {
+void read_cadmm(DinnoSection& opt, Overrides& out) {
   out.push_back(kAlg + "algorithm=cadmm");
   out.push_back(kAlg + "rho_init=" + opt.number("rho_init"));
   out.push_back(kAlg + "rho_scaling=" + opt.number("rho_scaling"));
@@ -54,7 +54,7 @@ void read_cadmm(SeedSection& opt, Overrides& out) {
 
 // dsgd: the authors' decaying step alpha_k = alpha_{k-1} (1 - mu alpha_{k-1}) from alpha0, or the
 // template's constant lr.
-void read_dsgd(SeedSection& opt, Overrides& out) {
+void read_dsgd(DinnoSection& opt, Overrides& out) {
   out.insert(out.end(), {kAlg + "algorithm=dsgd", "optim.name=sgd"});
   if (opt.has("lr") && !opt.has("alpha0")) {
     if (opt.has("mu")) opt.reject("mu", "mu decays alpha0; with lr (a constant rate) leave it out");
@@ -69,7 +69,7 @@ void read_dsgd(SeedSection& opt, Overrides& out) {
   out.push_back("optim.scheduler.mu=" + opt.number("mu"));
 }
 
-void read_dsgt(SeedSection& opt, Overrides& out) {
+void read_dsgt(DinnoSection& opt, Overrides& out) {
   out.insert(out.end(), {kAlg + "algorithm=dsgt", "optim.name=sgd", "optim.lr=" + opt.number("alpha")});
   const bool init = opt.has("init_grads") && opt.boolean("init_grads");
   out.push_back(kAlg + "init_grads=" + flag(init));
@@ -77,7 +77,7 @@ void read_dsgt(SeedSection& opt, Overrides& out) {
 
 // choco: ratio belongs to the sparsifying compressors, bits to qbit; either given elsewhere is refused
 // rather than ignored.
-void read_choco(SeedSection& opt, Overrides& out) {
+void read_choco(DinnoSection& opt, Overrides& out) {
   out.insert(out.end(), {kAlg + "algorithm=choco", "optim.name=sgd", "optim.lr=" + opt.number("lr"),
                          kAlg + "consensus_step=" + opt.fraction("gamma")});
   const auto compressor = opt.choice("compressor", {"topk", "randomk", "sign", "qbit", "identity"});
@@ -115,7 +115,7 @@ std::vector<std::string> algorithm_keys(const std::string& alg) {
   return keys;
 }
 
-void read_optimizer(SeedSection& problem, Overrides& out) {
+void read_optimizer(DinnoSection& problem, Overrides& out) {
   const YAML::Node node = problem.node()["optimizer_config"];
   // A const node's missing key is an invalid node, whose Is*() throw YAML::InvalidNode: test each
   // with operator bool first (a missing alg_name is reported by choice() below).
@@ -137,13 +137,13 @@ void read_optimizer(SeedSection& problem, Overrides& out) {
   opt.finish();
 }
 
-std::vector<std::string> read_metrics(SeedSection& problem) {
+std::vector<std::string> read_metrics(DinnoSection& problem) {
   const auto list = problem.required("metrics");
   if (!list.IsSequence() || list.size() == 0)
-    problem.reject("metrics", "expected a non-empty list of " + config::detail::join(seed_metric_names()));
+    problem.reject("metrics", "expected a non-empty list of " + config::detail::join(dinno_metric_names()));
   std::vector<std::string> metrics;
   for (const auto& item : list) {
-    const auto& names = seed_metric_names();
+    const auto& names = dinno_metric_names();
     const std::string name = item.IsScalar() ? item.Scalar() : "";
     if (std::find(names.begin(), names.end(), name) == names.end()) {
       problem.reject_node(item, problem.dotted("metrics"),
@@ -157,7 +157,7 @@ std::vector<std::string> read_metrics(SeedSection& problem) {
 }
 
 // evaluate_frequency: the template's own key, or the later metrics_config.evaluate_frequency.
-std::int64_t read_frequency(SeedSection& problem) {
+std::int64_t read_frequency(DinnoSection& problem) {
   if (problem.has("metrics_config")) {
     if (problem.has("evaluate_frequency"))
       problem.reject("evaluate_frequency", "also given as metrics_config.evaluate_frequency; give it once");
@@ -169,8 +169,8 @@ std::int64_t read_frequency(SeedSection& problem) {
   return problem.count("evaluate_frequency");
 }
 
-RunSpec read_problem(SeedSection problem, SeedForm& form) {
-  SeedProblem p;
+RunSpec read_problem(DinnoSection problem, DinnoForm& form) {
+  DinnoProblem p;
   p.name = problem.text("problem_name");
   if (!is_folder_name(p.name)) {
     problem.reject("problem_name",
@@ -198,7 +198,7 @@ RunSpec read_problem(SeedSection problem, SeedForm& form) {
 
 }  // namespace
 
-std::vector<RunSpec> read_problem_configs(SeedSection problems, SeedForm& form) {
+std::vector<RunSpec> read_problem_configs(DinnoSection problems, DinnoForm& form) {
   std::vector<RunSpec> runs;
   for (const auto& entry : problems.node()) {
     const auto key = config::key_text(problems.source(), entry.first, "problem_configs");

@@ -1,5 +1,5 @@
-// SeedSection: the key-by-key reader of DiNNO's experiment file, with file:line in every error.
-#include "dtrain/experiment/SeedSection.h"
+// DinnoSection: the key-by-key reader of DiNNO's experiment file, with file:line in every error.
+#include "dtrain/experiment/DinnoSection.h"
 
 #include <algorithm>
 #include <cctype>
@@ -19,7 +19,8 @@ std::string lower(std::string s) {
 
 }  // namespace
 
-SeedSection::SeedSection(std::string source, YAML::Node node, std::string path, std::vector<std::string> keys)
+DinnoSection::DinnoSection(std::string source, YAML::Node node, std::string path,
+                           std::vector<std::string> keys)
     : source_(std::move(source)), node_(std::move(node)), path_(std::move(path)), keys_(std::move(keys)) {
   if (!node_.IsMap()) reject_node(node_, path_, "expected a mapping of " + config::detail::join(keys_));
   // Unknown keys first: a misspelt key would otherwise show as the missing one it stands for.
@@ -35,11 +36,11 @@ SeedSection::SeedSection(std::string source, YAML::Node node, std::string path, 
   }
 }
 
-bool SeedSection::has(const std::string& key) const {
+bool DinnoSection::has(const std::string& key) const {
   return node_[key].IsDefined() && !node_[key].IsNull();
 }
 
-YAML::Node SeedSection::required(const std::string& key) {
+YAML::Node DinnoSection::required(const std::string& key) {
   taken_.insert(key);
   if (!has(key)) {
     reject_node(node_, dotted(key),
@@ -49,7 +50,7 @@ YAML::Node SeedSection::required(const std::string& key) {
   return node[key];
 }
 
-std::string SeedSection::scalar(const std::string& key, const char* expected) {
+std::string DinnoSection::scalar(const std::string& key, const char* expected) {
   const auto value = required(key);
   if (!value.IsScalar())
     reject_node(value, dotted(key),
@@ -57,39 +58,39 @@ std::string SeedSection::scalar(const std::string& key, const char* expected) {
   return value.Scalar();
 }
 
-std::string SeedSection::text(const std::string& key) {
+std::string DinnoSection::text(const std::string& key) {
   return scalar(key, "a string");
 }
 
-std::string SeedSection::number(const std::string& key) {
+std::string DinnoSection::number(const std::string& key) {
   const auto s = scalar(key, "a positive number");
   const auto x = config::detail::parse_double(s);
   if (!x || *x <= 0) reject(key, "expected a positive number, found \"" + s + "\"");
   return s;
 }
 
-std::string SeedSection::fraction(const std::string& key) {
+std::string DinnoSection::fraction(const std::string& key) {
   const auto s = scalar(key, "a number in [0, 1]");
   const auto x = config::detail::parse_double(s);
   if (!x || *x < 0 || *x > 1) reject(key, "expected a number in [0, 1], found \"" + s + "\"");
   return s;
 }
 
-std::int64_t SeedSection::count(const std::string& key) {
+std::int64_t DinnoSection::count(const std::string& key) {
   const auto s = scalar(key, "a positive integer");
   const auto n = config::detail::parse_int(s);
   if (!n || *n < 1) reject(key, "expected a positive integer, found \"" + s + "\"");
   return *n;
 }
 
-bool SeedSection::boolean(const std::string& key) {
+bool DinnoSection::boolean(const std::string& key) {
   const auto s = scalar(key, "true or false");
   const auto b = config::detail::parse_bool(s);
   if (!b) reject(key, "expected true or false, found \"" + s + "\"");
   return *b;
 }
 
-std::string SeedSection::choice(const std::string& key, const std::vector<std::string>& allowed) {
+std::string DinnoSection::choice(const std::string& key, const std::vector<std::string>& allowed) {
   const auto s = scalar(key, "a string");
   for (const auto& a : allowed) {
     if (lower(a) == lower(s)) return a;
@@ -97,11 +98,11 @@ std::string SeedSection::choice(const std::string& key, const std::vector<std::s
   reject(key, "expected one of " + config::detail::join(allowed) + ", found \"" + s + "\"");
 }
 
-SeedSection SeedSection::section(const std::string& key, std::vector<std::string> keys) {
-  return SeedSection(source_, required(key), dotted(key), std::move(keys));
+DinnoSection DinnoSection::section(const std::string& key, std::vector<std::string> keys) {
+  return DinnoSection(source_, required(key), dotted(key), std::move(keys));
 }
 
-void SeedSection::finish() const {
+void DinnoSection::finish() const {
   const YAML::Node& node = node_;
   for (const auto& entry : node) {
     const auto key = config::key_text(source_, entry.first, path_);
@@ -110,16 +111,16 @@ void SeedSection::finish() const {
   }
 }
 
-void SeedSection::reject(const std::string& key, const std::string& message) const {
+void DinnoSection::reject(const std::string& key, const std::string& message) const {
   reject_node(node_[key].IsDefined() ? node_[key] : node_, dotted(key), message);
 }
 
-void SeedSection::reject_node(const YAML::Node& at, const std::string& key,
-                              const std::string& message) const {
+void DinnoSection::reject_node(const YAML::Node& at, const std::string& key,
+                               const std::string& message) const {
   throw config::ConfigError(config::yaml_location(source_, at), key, key + ": " + message);
 }
 
-bool is_seed_form(const YAML::Node& root) {
+bool is_dinno_form(const YAML::Node& root) {
   return root.IsMap() && (root["experiment"].IsDefined() || root["problem_configs"].IsDefined());
 }
 

@@ -1,6 +1,6 @@
 // The dAD paper's flags on `dtrain train`, parsed as the command parses them: each reaches its key through
 // the override path, names match without regard to case, and errors name the flag.
-#include "dtrain/cli/SeedFlags.h"
+#include "dtrain/cli/DadFlags.h"
 
 #include <gtest/gtest.h>
 
@@ -22,7 +22,7 @@ namespace {
 config::RunConfig config_of(std::vector<std::string> args, const std::vector<std::string>& overrides = {},
                             const std::string& file = "") {
   CLI::App app;
-  SeedFlags flags;
+  DadFlags flags;
   flags.add_to(app);
   args.insert(args.begin(), "dtrain");
   std::vector<char*> argv;
@@ -33,7 +33,7 @@ config::RunConfig config_of(std::vector<std::string> args, const std::vector<std
   check_no_conflict(all, given);
   all.insert(all.end(), given.begin(), given.end());
   if (!file.empty()) return config::run_config_from_file(file, all);
-  return config::run_config_from_text(kSeedDefaults, kSeedDefaultsSource, all);
+  return config::run_config_from_text(kDadDefaults, kDadDefaultsSource, all);
 }
 
 std::string error_of(const std::vector<std::string>& args, const std::vector<std::string>& overrides = {}) {
@@ -45,7 +45,7 @@ std::string error_of(const std::vector<std::string>& args, const std::vector<std
   return "";
 }
 
-TEST(SeedFlags, WithoutFlagsTheRunFolderIsLogsSlashName) {
+TEST(DadFlags, WithoutFlagsTheRunFolderIsLogsSlashName) {
   const auto c = config_of({});
   EXPECT_EQ(c.out_dir, "logs");
   EXPECT_EQ(c.run_folder, "named");
@@ -55,7 +55,7 @@ TEST(SeedFlags, WithoutFlagsTheRunFolderIsLogsSlashName) {
   EXPECT_TRUE(c == defaults);  // everything else is RunConfig's default
 }
 
-TEST(SeedFlags, EveryFlagReachesItsKey) {
+TEST(DadFlags, EveryFlagReachesItsKey) {
   const auto c = config_of({"--backend",
                             "gloo",
                             "--lr",
@@ -112,7 +112,7 @@ TEST(SeedFlags, EveryFlagReachesItsKey) {
   EXPECT_EQ(c.optim.scheduler.name, "cosine");
 }
 
-TEST(SeedFlags, SeedNamesMatchWithoutRegardToCase) {
+TEST(DadFlags, ThePapersNamesMatchWithoutRegardToCase) {
   const auto c = config_of({"--model", "MNISTNet", "--dataset", "MNIST", "--distributed-mode", "DSGD"});
   EXPECT_EQ(c.model.name, "mnistnet");
   EXPECT_EQ(c.data.dataset, "mnist");
@@ -128,7 +128,7 @@ TEST(SeedFlags, SeedNamesMatchWithoutRegardToCase) {
   }
 }
 
-TEST(SeedFlags, NIsTheTrainingSetSizeWithMinusOneForAll) {
+TEST(DadFlags, NIsTheTrainingSetSizeWithMinusOneForAll) {
   EXPECT_EQ(config_of({"--N", "-1"}).data.subset_size, 0);
   EXPECT_EQ(config_of({"--N", "256"}).data.subset_size, 256);
   for (const char* bad : {"0", "-2", "ten", "12x"}) {
@@ -138,7 +138,7 @@ TEST(SeedFlags, NIsTheTrainingSetSizeWithMinusOneForAll) {
   }
 }
 
-TEST(SeedFlags, ErrorsNameTheFlagAndTheKey) {
+TEST(DadFlags, ErrorsNameTheFlagAndTheKey) {
   EXPECT_EQ(error_of({"--lr", "fast"}), "--lr fast: optim.lr: expected a positive number, found \"fast\"");
   EXPECT_EQ(error_of({"--epochs", "0"}),
             "--epochs 0: train.epochs: expected a positive integer, found \"0\"");
@@ -152,7 +152,7 @@ TEST(SeedFlags, ErrorsNameTheFlagAndTheKey) {
             "\"a/b\"");
 }
 
-TEST(SeedFlags, UnknownModeOrModelListsTheRegisteredNames) {
+TEST(DadFlags, UnknownModeOrModelListsTheRegisteredNames) {
   const auto mode = error_of({"--distributed-mode", "warp"});
   EXPECT_EQ(mode.rfind("--distributed-mode warp: parallel.strategy: expected one of " +
                            config::registered_choices(config::kStrategyKey).list() + "; found \"warp\"",
@@ -168,7 +168,7 @@ TEST(SeedFlags, UnknownModeOrModelListsTheRegisteredNames) {
   EXPECT_EQ(mode.find('\n'), std::string::npos);
 }
 
-TEST(SeedFlags, ModelKwargsArePythonDictsOfModelOptions) {
+TEST(DadFlags, ModelKwargsArePythonDictsOfModelOptions) {
   EXPECT_EQ(config_of({"--model-kwargs", "{\"patch\": 7, 'heads': 2}"}).model.patch, 7);
   EXPECT_EQ(config_of({"--model-kwargs", "{}"}).model.hidden, config::ModelConfig{}.hidden);
   const auto typo = error_of({"--model-kwargs", "{'hiden': [8]}"});
@@ -182,7 +182,7 @@ TEST(SeedFlags, ModelKwargsArePythonDictsOfModelOptions) {
   EXPECT_NE(name.find("--model"), std::string::npos) << name;
 }
 
-TEST(SeedFlags, PositionalModelArgsCannotBeHonoured) {
+TEST(DadFlags, PositionalModelArgsCannotBeHonoured) {
   EXPECT_EQ(config_of({"--model-args", "()"}).model.name, config::ModelConfig{}.name);
   const auto e = error_of({"--model-args", "[784, 10]"});
   EXPECT_EQ(
@@ -192,7 +192,7 @@ TEST(SeedFlags, PositionalModelArgsCannotBeHonoured) {
   EXPECT_NE(e.find("hidden, activation"), std::string::npos) << e;
 }
 
-TEST(SeedFlags, AFlagAndAnOverrideOfTheSameKeyAreAnError) {
+TEST(DadFlags, AFlagAndAnOverrideOfTheSameKeyAreAnError) {
   EXPECT_EQ(error_of({"--lr", "0.1"}, {"optim.lr=0.2"}),
             "--lr 0.1 sets optim.lr, and so does override \"optim.lr=0.2\"; give one of them");
   EXPECT_NE(error_of({"--model-kwargs", "{'hidden': [4]}"}, {"model={name: mlp}"}).find("sets model.hidden"),
@@ -204,7 +204,7 @@ TEST(SeedFlags, AFlagAndAnOverrideOfTheSameKeyAreAnError) {
   EXPECT_DOUBLE_EQ(c.optim.momentum, 0.9);
 }
 
-TEST(SeedFlags, WithAConfigFileFlagsOverrideIt) {
+TEST(DadFlags, WithAConfigFileFlagsOverrideIt) {
   const dtrain::testing::ScratchDir dir;
   const auto path = dir / "seed-flags.yaml";
   std::ofstream(path) << "name: from_file\nout_dir: runs\noptim: {lr: 0.5}\nmodel: {name: lenet5}\n";

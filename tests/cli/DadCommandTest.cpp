@@ -80,7 +80,7 @@ struct Finished {
   std::string err;
 };
 
-class SeedCommand : public ::testing::Test {
+class DadCommand : public ::testing::Test {
  protected:
   // The dAD paper's two-site command, both sites on this host: `extra` after the seed's own flags.
   std::vector<Finished> two_sites(const std::vector<std::string>& extra) {
@@ -161,7 +161,7 @@ void expect_one_line_error(const Finished& f, const std::string& starts) {
   EXPECT_EQ(f.err.find("frame #"), std::string::npos) << f.err;
 }
 
-TEST_F(SeedCommand, TwoSitesWriteLogDirNameSiteFoldersAndARerunNeedsResume) {
+TEST_F(DadCommand, TwoSitesWriteLogDirNameSiteFoldersAndARerunNeedsResume) {
   const auto mnist = write_mnist(512, 64);
   const auto logs = dir_ / "logs";
   const std::vector<std::string> extra{"--log-dir",
@@ -217,7 +217,7 @@ TEST_F(SeedCommand, TwoSitesWriteLogDirNameSiteFoldersAndARerunNeedsResume) {
   EXPECT_EQ(continued["run_dir"], run.string());
 }
 
-TEST_F(SeedCommand, WithoutConfigNprocWorkersShareLogDirNameAndAResumeContinues) {
+TEST_F(DadCommand, WithoutConfigNprocWorkersShareLogDirNameAndAResumeContinues) {
   const auto logs = dir_ / "logs";
   const std::vector<std::string> args{"train",
                                       "--nproc",
@@ -260,7 +260,7 @@ TEST_F(SeedCommand, WithoutConfigNprocWorkersShareLogDirNameAndAResumeContinues)
   EXPECT_EQ(nlohmann::json::parse(read_file(folder / "results.json"))["steps"], 2 * 256 / (16 * 2));
 }
 
-TEST_F(SeedCommand, UnknownModeOrModelIsOneLineNamingTheAcceptedValues) {
+TEST_F(DadCommand, UnknownModeOrModelIsOneLineNamingTheAcceptedValues) {
   using dtrain::config::registered_choices;
   const auto mode = run({"train", "--name", "x", "--log-dir", (dir_ / "logs").string(), "--distributed-mode",
                          "warp", "--model", "MNISTNet", "--dataset", "MNIST"});
@@ -275,7 +275,7 @@ TEST_F(SeedCommand, UnknownModeOrModelIsOneLineNamingTheAcceptedValues) {
   EXPECT_FALSE(fs::exists(dir_ / "logs"));  // refused before any folder was made
 }
 
-TEST_F(SeedCommand, CommandLineMistakesAreOneLineNamingWhatWasWrong) {
+TEST_F(DadCommand, CommandLineMistakesAreOneLineNamingWhatWasWrong) {
   expect_one_line_error(
       run({"trian", "--lr", "0.1"}),
       "unknown command 'trian'; the commands are info, launch, bench, train, experiment, report");
@@ -291,7 +291,7 @@ TEST_F(SeedCommand, CommandLineMistakesAreOneLineNamingWhatWasWrong) {
   EXPECT_EQ(help.code, 0);
 }
 
-TEST_F(SeedCommand, FlagsDtrainCannotHonourAreErrorsSayingWhy) {
+TEST_F(DadCommand, FlagsDtrainCannotHonourAreErrorsSayingWhy) {
   const auto args = run({"train", "--model-args", "[784, 10]"});
   expect_one_line_error(
       args, "--model-args [784, 10]: dtrain's models take named options, not positional arguments");

@@ -17,10 +17,10 @@ namespace dtrain::cli {
 
 // What a configuration holds when `dtrain train` is given no CONFIG: RunConfig's defaults, but the
 // run folder is the dAD paper's <log-dir>/<name>/ with log-dir `logs`.
-inline constexpr const char* kSeedDefaults = "out_dir: logs\nrun_folder: named\n";
-inline constexpr const char* kSeedDefaultsSource = "dtrain train without CONFIG";
+inline constexpr const char* kDadDefaults = "out_dir: logs\nrun_folder: named\n";
+inline constexpr const char* kDadDefaultsSource = "dtrain train without CONFIG";
 
-class SeedFlags {
+class DadFlags {
  public:
   // Adds --backend, --lr, --batch-size, ... to `cmd`; the values given are kept here.
   void add_to(CLI::App& cmd);

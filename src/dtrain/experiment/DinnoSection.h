@@ -16,11 +16,11 @@
 
 namespace dtrain::experiment {
 
-class SeedSection {
+class DinnoSection {
  public:
   // `path` is the section's dotted name ("experiment.graph"); `keys` the keys it may hold, in the
   // order an error lists them.
-  SeedSection(std::string source, YAML::Node node, std::string path, std::vector<std::string> keys);
+  DinnoSection(std::string source, YAML::Node node, std::string path, std::vector<std::string> keys);
 
   bool has(const std::string& key) const;
   // The value of a key that must be there; its absence is an error naming it.
@@ -33,7 +33,7 @@ class SeedSection {
   bool boolean(const std::string& key);
   // One of `allowed` (case as written in `allowed`, compared without case); returns the allowed form.
   std::string choice(const std::string& key, const std::vector<std::string>& allowed);
-  SeedSection section(const std::string& key, std::vector<std::string> keys);
+  DinnoSection section(const std::string& key, std::vector<std::string> keys);
 
   // Throws for the first key of the mapping that was not taken (e.g. primal_lr_finish beside
   // primal_lr).
@@ -57,10 +57,10 @@ class SeedSection {
 };
 
 // Whether a file's root is in DiNNO's form: a mapping with experiment or problem_configs.
-bool is_seed_form(const YAML::Node& root);
+bool is_dinno_form(const YAML::Node& root);
 
 // The runs of problem_configs, one per problem, each with its problem-specific overrides (after the
-// experiment's common ones); the problems are recorded in form.problems. SeedProblems.cpp.
-std::vector<RunSpec> read_problem_configs(SeedSection problems, SeedForm& form);
+// experiment's common ones); the problems are recorded in form.problems. DinnoProblems.cpp.
+std::vector<RunSpec> read_problem_configs(DinnoSection problems, DinnoForm& form);
 
 }  // namespace dtrain::experiment

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "dtrain/experiment/DinnoExperiment.h"
 #include "dtrain/experiment/Experiment.h"
-#include "dtrain/experiment/SeedExperiment.h"
 
 namespace dtrain::experiment {
 namespace {
@@ -27,7 +27,7 @@ std::string read(const fs::path& path) {
   return s.str();
 }
 
-class SeedResultsTest : public ::testing::Test {
+class DinnoResultsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = fs::temp_directory_path() / ("dtrain-seed-results-test-" + std::to_string(::getpid()) + "-" +
@@ -40,17 +40,17 @@ class SeedResultsTest : public ::testing::Test {
   fs::path dir_;
 };
 
-TEST_F(SeedResultsTest, WriteoutFalseLeavesNothingBehind) {
+TEST_F(DinnoResultsTest, WriteoutFalseLeavesNothingBehind) {
   ExperimentSpec spec;
   spec.name = "quiet";
   spec.out_dir = (dir_ / "outputs").string();
   // Refused before any run starts (so no process runs here, and no folder is made at all). A run
   // failing inside the temporary folder is left to the end-to-end runs once the strategy exists.
   spec.runs = {{"p", {"train.epochs=0"}}};
-  spec.seed_form = SeedForm{};
-  spec.seed_form->nodes = 2;
-  spec.seed_form->writeout = false;
-  spec.seed_form->problems = {{"p", {"validation_loss"}}};
+  spec.dinno_form = DinnoForm{};
+  spec.dinno_form->nodes = 2;
+  spec.dinno_form->writeout = false;
+  spec.dinno_form->problems = {{"p", {"validation_loss"}}};
   const auto scratch_folders = [] {
     int n = 0;
     for (const auto& entry : fs::directory_iterator(fs::temp_directory_path()))
@@ -66,7 +66,7 @@ TEST_F(SeedResultsTest, WriteoutFalseLeavesNothingBehind) {
   EXPECT_EQ(scratch_folders(), before);
 }
 
-TEST_F(SeedResultsTest, UseCudaSaysTheProblemsTrainOnTheCpu) {
+TEST_F(DinnoResultsTest, UseCudaSaysTheProblemsTrainOnTheCpu) {
   EXPECT_EQ(cuda_note(false, false), "");
   EXPECT_NE(cuda_note(true, false).find("no CUDA device is usable; the problems train on the CPU"),
             std::string::npos);
@@ -99,8 +99,8 @@ std::vector<MetricRecord> three_node_records() {
   return records;
 }
 
-TEST_F(SeedResultsTest, ResultsHoldEveryListedMetricPerEvaluation) {
-  const SeedProblem problem{
+TEST_F(DinnoResultsTest, ResultsHoldEveryListedMetricPerEvaluation) {
+  const DinnoProblem problem{
       "dinno",
       {"forward_pass_count", "validation_loss", "consensus_error", "top1_accuracy", "current_epoch"}};
   const auto r = problem_results(problem, three_node_records(), 3);
@@ -122,7 +122,7 @@ TEST_F(SeedResultsTest, ResultsHoldEveryListedMetricPerEvaluation) {
   EXPECT_TRUE(few.contains("rounds"));
 }
 
-TEST_F(SeedResultsTest, TheResultFilesAreWrittenBesideTheRuns) {
+TEST_F(DinnoResultsTest, TheResultFilesAreWrittenBesideTheRuns) {
   fs::create_directories(dir_ / "p" / "solo");
   fs::create_directories(dir_ / "p" / "dinno");
   std::ofstream metrics(dir_ / "p" / "dinno" / "metrics.jsonl");
@@ -133,11 +133,11 @@ TEST_F(SeedResultsTest, TheResultFilesAreWrittenBesideTheRuns) {
       << "\n"
       << R"({"step": 10, "val/node0/loss": 0.4, "val/node0/top1": 0.85, "val/node1/loss": 0.2, "val/node1/top1": 0.95})"
       << "\n";
-  SeedForm form;
+  DinnoForm form;
   form.nodes = 2;
   form.solo = true;
   form.problems = {{"dinno", {"validation_loss"}}};
-  const auto all = write_seed_results(form, dir_ / "p");
+  const auto all = write_dinno_results(form, dir_ / "p");
   const auto solo = json::parse(read(dir_ / "p" / "solo_results.json"));
   EXPECT_EQ(solo, json({{"0", {{"validation_loss", 0.4}, {"validation_accuracy", 0.85}}},
                         {"1", {{"validation_loss", 0.2}, {"validation_accuracy", 0.95}}}}));
@@ -147,7 +147,7 @@ TEST_F(SeedResultsTest, TheResultFilesAreWrittenBesideTheRuns) {
   // writeout: false writes nothing.
   fs::remove(dir_ / "p" / "dinno_results.json");
   form.writeout = false;
-  write_seed_results(form, dir_ / "p");
+  write_dinno_results(form, dir_ / "p");
   EXPECT_FALSE(fs::exists(dir_ / "p" / "dinno_results.json"));
 }
 
