@@ -11,7 +11,8 @@
 #   MODES ["local data_parallel"]  DEVICE [cuda]: cpu is a dry run at tiny sizes (gloo, not nccl)
 #   CUDA_GRAPH=1: also dtrain with train.cuda_graph=true (a row "refused" where the binary refuses the key)
 #   BUDGET_S [0: none]: no run starts after this many seconds; the table is printed from what ran
-#   RUN_TIMEOUT_S [120]  PY [python3]: a Python with PyTorch 2.x  JSONL: write every run's row to this file
+#   RUN_TIMEOUT_S [120]  PY [the first of python3, /usr/bin/python3 that imports torch]: a Python with
+#   PyTorch (2.x on a GPU)  JSONL: write every run's row to this file
 # A run that fails prints its last lines on stderr and its cell says why; the script goes on.
 # Rounds are the outer loop and bf16 comes first, so a run cut short by BUDGET_S still has A B for
 # every workload in the precision a GPU trains in.
@@ -27,9 +28,17 @@ MODES=${MODES:-"local data_parallel"}
 DEVICE=${DEVICE:-cuda}
 BUDGET_S=${BUDGET_S:-0}
 RUN_TIMEOUT_S=${RUN_TIMEOUT_S:-120}
-PY=${PY:-python3}
+if [ -z "${PY:-}" ]; then
+  for PY in python3 /usr/bin/python3 ""; do "$PY" -c 'import torch' 2>/dev/null && break; done
+fi
+[ -n "$PY" ] && "$PY" -c 'import torch' 2>/dev/null ||
+  { echo "bench/gpu_compare.sh: ${PY:-python3 or /usr/bin/python3} cannot import torch; set PY to a Python with PyTorch" >&2; exit 2; }
 BACKEND=nccl
 [ "$DEVICE" = cpu ] && BACKEND=gloo
+if [ "$DEVICE" = cuda ] && ! "$PY" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' 2>/dev/null; then
+  echo "bench/gpu_compare.sh: $PY's PyTorch sees no GPU; DEVICE=cpu is a dry run without one" >&2
+  exit 2
+fi
 [ -x "$DTRAIN" ] || { echo "no $DTRAIN; build dtrain first (bench/device/gpu-compare.sh does on a GPU machine)" >&2; exit 2; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
