@@ -2,7 +2,6 @@
 // template and the authors' later dist_mnist_PAPER.yaml translate to the expected overrides, every
 // mistake is refused at its line, and the result files are built from hand-written metrics.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -14,6 +13,7 @@
 #include "dtrain/config/ConfigError.h"
 #include "dtrain/experiment/DinnoExperiment.h"
 #include "dtrain/experiment/Experiment.h"
+#include "support/ScratchDir.h"
 
 namespace dtrain::experiment {
 namespace {
@@ -39,13 +39,7 @@ std::string with(std::string text, const std::string& from, const std::string& t
 
 class DinnoExperimentTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("dtrain-seed-experiment-test-" + std::to_string(::getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_ / "experiments");
-  }
-  void TearDown() override { fs::remove_all(dir_); }
+  void SetUp() override { fs::create_directories(dir_ / "experiments"); }
 
   ExperimentSpec load(const std::string& text) {
     std::ofstream(dir_ / "experiments" / "e.yaml") << text;
@@ -64,7 +58,8 @@ class DinnoExperimentTest : public ::testing::Test {
 
   std::string data_root() const { return (dir_ / "data").string(); }
 
-  fs::path dir_;
+  dtrain::testing::ScratchDir scratch_;
+  const fs::path dir_ = scratch_.path();
 };
 
 TEST_F(DinnoExperimentTest, TheTemplateIsOneCadmmRunWithTheCommonSettings) {

@@ -2,42 +2,29 @@
 // decentralized strategy writes them: <problem_name>_results.json per problem, solo_results.json;
 // writeout: false leaving nothing behind; and the use_cuda line.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "dtrain/experiment/DinnoExperiment.h"
 #include "dtrain/experiment/Experiment.h"
+#include "support/Files.h"
+#include "support/ScratchDir.h"
 
 namespace dtrain::experiment {
 namespace {
 
 namespace fs = std::filesystem;
+using dtrain::testing::read_file;
 using nlohmann::json;
-
-std::string read(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 class DinnoResultsTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("dtrain-seed-results-test-" + std::to_string(::getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  fs::path dir_;
+  dtrain::testing::ScratchDir scratch_;
+  const fs::path dir_ = scratch_.path();
 };
 
 TEST_F(DinnoResultsTest, WriteoutFalseLeavesNothingBehind) {
@@ -138,11 +125,11 @@ TEST_F(DinnoResultsTest, TheResultFilesAreWrittenBesideTheRuns) {
   form.solo = true;
   form.problems = {{"dinno", {"validation_loss"}}};
   const auto all = write_dinno_results(form, dir_ / "p");
-  const auto solo = json::parse(read(dir_ / "p" / "solo_results.json"));
+  const auto solo = json::parse(read_file(dir_ / "p" / "solo_results.json"));
   EXPECT_EQ(solo, json({{"0", {{"validation_loss", 0.4}, {"validation_accuracy", 0.85}}},
                         {"1", {{"validation_loss", 0.2}, {"validation_accuracy", 0.95}}}}));
   EXPECT_EQ(solo_lines(solo), "Node 0 - Validation Acc = 0.8500\nNode 1 - Validation Acc = 0.9500\n");
-  EXPECT_EQ(json::parse(read(dir_ / "p" / "dinno_results.json")), all["dinno"]);
+  EXPECT_EQ(json::parse(read_file(dir_ / "p" / "dinno_results.json")), all["dinno"]);
   EXPECT_EQ(all["dinno"]["validation_loss"][0].size(), 2u);
   // writeout: false writes nothing.
   fs::remove(dir_ / "p" / "dinno_results.json");

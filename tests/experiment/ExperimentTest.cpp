@@ -4,7 +4,6 @@
 // report whose numbers are the runs' own.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -21,18 +20,14 @@
 #include "dtrain/experiment/Report.h"
 #include "dtrain/experiment/ReportPage.h"
 #include "dtrain/io/JsonFile.h"
+#include "support/Files.h"
+#include "support/ScratchDir.h"
 
 namespace dtrain::experiment {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string read(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using dtrain::testing::read_file;
 
 // The message of what `f` throws as E ("" when it throws nothing).
 template <class E, class F>
@@ -48,10 +43,6 @@ std::string error_of(F&& f) {
 class ExperimentTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("dtrain-experiment-test-" + std::to_string(::getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
     std::ofstream(dir_ / "base.yaml")
         << "name: tiny\nnproc: 1\n"
            "data: {dataset: synthetic, synthetic_shape: [1, 6, 6], synthetic_classes: 3,\n"
@@ -61,7 +52,6 @@ class ExperimentTest : public ::testing::Test {
            "parallel: {strategy: local}\n"
            "train: {epochs: 1, log_every_steps: 100, seed: 5}\n";
   }
-  void TearDown() override { fs::remove_all(dir_); }
 
   static ExperimentOptions options() {
     ExperimentOptions o;
@@ -74,7 +64,8 @@ class ExperimentTest : public ::testing::Test {
     return dir_ / name;
   }
 
-  fs::path dir_;
+  dtrain::testing::ScratchDir scratch_;
+  const fs::path dir_ = scratch_.path();
 };
 
 TEST_F(ExperimentTest, SweepIsTheCartesianProductForEveryRun) {
@@ -244,7 +235,7 @@ TEST_F(ExperimentTest, KeepGoingRecordsRefusedAndFailedRunsAndGoesOn) {
   const auto failure = all["runs"][2]["reason"].get<std::string>();
   EXPECT_NE(failure.find("failed with exit code 3"), std::string::npos) << failure;
   EXPECT_EQ(failure.find('\n'), std::string::npos) << failure;
-  EXPECT_NE(read(dir_ / "out" / "exits" / "launch.log").find("dying"), std::string::npos);
+  EXPECT_NE(read_file(dir_ / "out" / "exits" / "launch.log").find("dying"), std::string::npos);
   EXPECT_EQ(all["runs"][3]["results"]["run"], "d");
   EXPECT_TRUE(all["complete"].get<bool>());
   EXPECT_EQ(io::read_json_file(dir_ / "out" / "results.json"), all);
@@ -263,7 +254,7 @@ void expect_self_contained(const fs::path& dir, const std::string& md, const std
   std::set<std::string> figures;
   for (std::size_t at = md.find("](plots/"); at != std::string::npos; at = md.find("](plots/", at + 1)) {
     const auto png = md.substr(at + 8, md.find(')', at) - at - 8);
-    const auto bytes = read(dir / "plots" / png);
+    const auto bytes = read_file(dir / "plots" / png);
     EXPECT_EQ(bytes.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8)) << png;
     EXPECT_NE(html.find("src=\"data:image/png;base64," + base64(bytes) + "\""), std::string::npos) << png;
     figures.insert(png);
@@ -284,7 +275,7 @@ TEST_F(ExperimentTest, RunsShareInitialWeightsAndARerunSkipsFinishedRuns) {
   const auto first = run_experiment(spec, options);
   ASSERT_EQ(first["runs"].size(), 4u);
   const fs::path dir = first["directory"].get<std::string>();
-  EXPECT_EQ(read(dir / "experiment.yaml"), spec.source_text);
+  EXPECT_EQ(read_file(dir / "experiment.yaml"), spec.source_text);
   EXPECT_EQ(io::read_json_file(dir / "results.json"), first);
   EXPECT_TRUE(first["complete"].get<bool>());
   const auto expected = expand_runs(spec);
@@ -322,7 +313,7 @@ TEST_F(ExperimentTest, RunsShareInitialWeightsAndARerunSkipsFinishedRuns) {
 
   // The report: a row per run with that run's numbers (scaling efficiency against the fastest, as
   // all four are one-worker mlp runs), valid PNG figures, and an HTML page that needs no network.
-  const auto md = read(write_report(dir));
+  const auto md = read_file(write_report(dir));
   double fastest = 0;
   for (const auto& run : second["runs"])
     fastest = std::max(fastest, run["results"]["samples_per_second"].get<double>());
@@ -340,7 +331,7 @@ TEST_F(ExperimentTest, RunsShareInitialWeightsAndARerunSkipsFinishedRuns) {
   EXPECT_NE(md.find("| model | batch per worker | fp32, 1 worker (samples/s) |\n|---|---|---|\n| mlp | 8 | "),
             std::string::npos)
       << md;
-  expect_self_contained(dir, md, read(dir / "report.html"),
+  expect_self_contained(dir, md, read_file(dir / "report.html"),
                         {"loss.png", "top1.png", "top5.png", "top1_time.png"});
 }
 
@@ -360,9 +351,9 @@ TEST_F(ExperimentTest, ReportDrawsEpochCurvesScalingAndCommunication) {
   const auto result = run_experiment(spec, options);
   ASSERT_EQ(result["runs"].size(), 2u);
   const fs::path dir = result["directory"].get<std::string>();
-  const auto md = read(write_report(dir));
+  const auto md = read_file(write_report(dir));
   expect_self_contained(
-      dir, md, read(dir / "report.html"),
+      dir, md, read_file(dir / "report.html"),
       {"loss_epoch.png", "top1_epoch.png", "top5_epoch.png", "loss_time.png", "top5_time.png",
        "throughput.png", "training_time.png", "comm_bytes.png", "comm_wait.png"});
   const auto& local = result["runs"][0]["results"];
@@ -391,9 +382,10 @@ TEST_F(ExperimentTest, ReportDrawsEpochCurvesScalingAndCommunication) {
     EXPECT_EQ(epochs, (std::vector<int>{1, 2})) << series;
   }
   // The measured throughput points carry the scaling efficiency; the ideal line is N x one worker.
-  EXPECT_EQ(read(dir / "plots" / "throughput0.dat"),
+  EXPECT_EQ(read_file(dir / "plots" / "throughput0.dat"),
             fmt::format("1 {} \"1.00\"\n2 {} \"{:.2f}\"\n", number(one), number(two), two / (2 * one)));
-  EXPECT_EQ(read(dir / "plots" / "ideal0.dat"), fmt::format("1 {}\n2 {}\n", number(one), number(2 * one)));
+  EXPECT_EQ(read_file(dir / "plots" / "ideal0.dat"),
+            fmt::format("1 {}\n2 {}\n", number(one), number(2 * one)));
   // Communication per step: the local run communicates nothing; dp2 hands its results' bytes over
   // its steps to collectives, at least one all-reduce of every fp32 gradient per step.
   const double bytes_per_step = dp2["comm"]["total"]["bytes"].get<double>() /

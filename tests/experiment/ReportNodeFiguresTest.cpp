@@ -2,32 +2,26 @@
 // folder, the mean over nodes of validation loss, top-1 and consensus error, one line per run,
 // against rounds and against bytes sent.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "dtrain/experiment/ReportFigures.h"
 #include "dtrain/experiment/ReportRuns.h"
 #include "dtrain/experiment/ReportSeries.h"
+#include "support/Files.h"
+#include "support/ScratchDir.h"
 
 namespace dtrain::experiment {
 namespace {
 
 namespace fs = std::filesystem;
+using dtrain::testing::read_file;
 using nlohmann::json;
-
-std::string read(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 // What the report reads of a one-worker run's results.json.
 json results(const std::string& model) {
@@ -40,14 +34,6 @@ ReportRun run(const std::string& name, const json& r, std::vector<MetricRecord> 
 
 class ReportNodeFigures : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("dtrain-report-node-test-" + std::to_string(::getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   void write(const fs::path& relative, const std::string& text) {
     fs::create_directories((dir_ / relative).parent_path());
     std::ofstream(dir_ / relative) << text;
@@ -64,7 +50,8 @@ class ReportNodeFigures : public ::testing::Test {
     write("results.json", json{{"runs", list}, {"complete", true}}.dump());
   }
 
-  fs::path dir_;
+  dtrain::testing::ScratchDir scratch_;
+  const fs::path dir_ = scratch_.path();
 };
 
 // Two decentralized runs of two nodes (DiNNO's problems): one line per run, the mean over nodes.
@@ -99,11 +86,11 @@ TEST_F(ReportNodeFigures, DecentralizedRunsHaveNodeMeanFiguresAgainstRoundsAndBy
                           "node_top1_bytes.png", "consensus_error_bytes.png"}) {
     EXPECT_NE(std::find(pngs.begin(), pngs.end(), png), pngs.end()) << png;
   }
-  EXPECT_EQ(read(plots / "run0_node_loss.dat"), "0 2.5\n20 1.5\n");
-  EXPECT_EQ(read(plots / "run1_node_loss.dat"), "0 4\n");
-  EXPECT_EQ(read(plots / "run0_consensus_error_bytes.dat"), "0 0.5\n2000 0.5\n");
-  EXPECT_EQ(read(plots / "run0_node_top1_bytes.dat"), "0 0.625\n2000 0.625\n");
-  const auto text = read(script.path);
+  EXPECT_EQ(read_file(plots / "run0_node_loss.dat"), "0 2.5\n20 1.5\n");
+  EXPECT_EQ(read_file(plots / "run1_node_loss.dat"), "0 4\n");
+  EXPECT_EQ(read_file(plots / "run0_consensus_error_bytes.dat"), "0 0.5\n2000 0.5\n");
+  EXPECT_EQ(read_file(plots / "run0_node_top1_bytes.dat"), "0 0.625\n2000 0.625\n");
+  const auto text = read_file(script.path);
   EXPECT_NE(
       text.find("plot '" + (plots / "run0_node_loss.dat").string() +
                 "' using 1:2 with linespoints lw 2 title "

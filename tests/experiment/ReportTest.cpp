@@ -2,12 +2,10 @@
 // metrics.jsonl, every computed cell of the tables, the series' points, the data files and script
 // gnuplot is given, and the pages (report.html self-contained, every PNG embedded).
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -17,19 +15,15 @@
 #include "dtrain/experiment/ReportRuns.h"
 #include "dtrain/experiment/ReportSeries.h"
 #include "dtrain/experiment/ReportTables.h"
+#include "support/Files.h"
+#include "support/ScratchDir.h"
 
 namespace dtrain::experiment {
 namespace {
 
 namespace fs = std::filesystem;
+using dtrain::testing::read_file;
 using nlohmann::json;
-
-std::string read(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 // results.json as `dtrain train` writes it, with the fields the report reads.
 json results(const std::string& model, int workers, double samples_per_second) {
@@ -76,14 +70,6 @@ std::vector<ReportRun> scaling_runs() {
 
 class ReportTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("dtrain-report-test-" + std::to_string(::getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   fs::path write(const fs::path& relative, const std::string& text) {
     fs::create_directories((dir_ / relative).parent_path());
     std::ofstream(dir_ / relative) << text;
@@ -101,7 +87,8 @@ class ReportTest : public ::testing::Test {
     write("results.json", json{{"runs", list}, {"complete", true}}.dump());
   }
 
-  fs::path dir_;
+  dtrain::testing::ScratchDir scratch_;
+  const fs::path dir_ = scratch_.path();
 };
 
 TEST_F(ReportTest, ReadsWhatARunRecorded) {
@@ -361,18 +348,18 @@ TEST_F(ReportTest, ThePlotScriptDrawsEveryFigureWithAPointFromItsDataFiles) {
                                             "loss_time.png", "top1_time.png", "throughput.png",
                                             "training_time.png", "comm_bytes.png", "comm_wait.png"}));
   EXPECT_EQ(script.figures[0].caption, "Loss against step");
-  EXPECT_EQ(read(plots / "run0_train_loss.dat"), "1 2.5\n");
-  EXPECT_EQ(read(plots / "run0_val_loss_time.dat"), "2 1.5\n");
-  EXPECT_EQ(read(plots / "run1_train_loss.dat"), "1 2\n");
-  EXPECT_EQ(read(plots / "run1_val_loss.dat"), "");  // written, but not drawn
-  EXPECT_EQ(read(plots / "throughput0.dat"), "1 100 \"1.00\"\n2 180 \"0.90\"\n4 300 \"0.75\"\n");
-  EXPECT_EQ(read(plots / "ideal0.dat"), "1 100\n2 200\n4 400\n");
-  EXPECT_EQ(read(plots / "time0.dat"), "1 8\n2 4.5\n");
-  EXPECT_EQ(read(plots / "ideal_time0.dat"), "1 8\n2 4\n");
-  EXPECT_EQ(read(plots / "comm_bytes.dat"),
+  EXPECT_EQ(read_file(plots / "run0_train_loss.dat"), "1 2.5\n");
+  EXPECT_EQ(read_file(plots / "run0_val_loss_time.dat"), "2 1.5\n");
+  EXPECT_EQ(read_file(plots / "run1_train_loss.dat"), "1 2\n");
+  EXPECT_EQ(read_file(plots / "run1_val_loss.dat"), "");  // written, but not drawn
+  EXPECT_EQ(read_file(plots / "throughput0.dat"), "1 100 \"1.00\"\n2 180 \"0.90\"\n4 300 \"0.75\"\n");
+  EXPECT_EQ(read_file(plots / "ideal0.dat"), "1 100\n2 200\n4 400\n");
+  EXPECT_EQ(read_file(plots / "time0.dat"), "1 8\n2 4.5\n");
+  EXPECT_EQ(read_file(plots / "ideal_time0.dat"), "1 8\n2 4\n");
+  EXPECT_EQ(read_file(plots / "comm_bytes.dat"),
             "\"one (local)\" 0\n\"two (data_parallel)\" 0.8\n\"slow_two (data_parallel)\" 0\n"
             "\"four (data_parallel)\" 0\n\"lenet (data_parallel)\" 0\n");
-  const auto text = read(script.path);
+  const auto text = read_file(script.path);
   EXPECT_EQ(script.path, plots / "plots.gp");
   EXPECT_EQ(text.rfind("set terminal pngcairo", 0), 0u) << text;
   const std::string loss =
@@ -466,8 +453,8 @@ TEST_F(ReportTest, TheReportEmbedsEveryPngItDrew) {
         "{\"step\": 2, \"epoch\": 2, \"wall_time\": 2.0, \"train/loss\": 2.0, \"val/top1\": 0.4}\n");
   const auto md_path = write_report(dir_);
   EXPECT_EQ(md_path, dir_ / "report.md");
-  const auto md = read(md_path);
-  const auto html = read(dir_ / "report.html");
+  const auto md = read_file(md_path);
+  const auto html = read_file(dir_ / "report.html");
   EXPECT_EQ(md.rfind("# dtrain report: " + dir_.filename().string() + "\n", 0), 0u) << md;
   EXPECT_NE(md.find("| two | data_parallel | gloo | 2 | mlp | 10 | 0.5000 | 0.9000 | 1.2500 | 180 | 0.90 |"),
             std::string::npos)
@@ -475,7 +462,7 @@ TEST_F(ReportTest, TheReportEmbedsEveryPngItDrew) {
   std::vector<std::string> pngs;
   for (std::size_t at = md.find("](plots/"); at != std::string::npos; at = md.find("](plots/", at + 1)) {
     const auto png = md.substr(at + 8, md.find(')', at) - at - 8);
-    const auto bytes = read(dir_ / "plots" / png);
+    const auto bytes = read_file(dir_ / "plots" / png);
     EXPECT_EQ(bytes.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8)) << png;
     EXPECT_NE(html.find("src=\"data:image/png;base64," + base64(bytes) + "\""), std::string::npos) << png;
     pngs.push_back(png);
