@@ -60,7 +60,7 @@ struct TrainArgs {
   int master_port = -1;
   int max_restarts = 0;
   bool print_config = false;
-  DadFlags seed;
+  DadFlags dad_flags;
 };
 
 // The run folder --resume continues, where it is one (it has the config.yaml every run writes):
@@ -79,7 +79,7 @@ std::optional<fs::path> resumed_run_folder(const TrainArgs& a) {
 // paper's flags, then key=value overrides; on a resume, checked against the run's saved
 // configuration (Note [What a resume may change]).
 config::RunConfig load_config(const TrainArgs& a) {
-  auto overrides = a.seed.overrides();
+  auto overrides = a.dad_flags.overrides();
   const auto given = config::parse_overrides(a.overrides);
   check_no_conflict(overrides, given);
   overrides.insert(overrides.end(), given.begin(), given.end());
@@ -191,7 +191,7 @@ int launch_workers(const TrainArgs& a, const config::RunConfig& cfg, int nproc,
   // The workers read the configuration as this process did: the dAD paper's flags as the
   // overrides they stand for, validated here already.
   std::vector<std::string> overrides;
-  for (const auto& o : a.seed.overrides()) overrides.push_back(o.key + "=" + o.value);
+  for (const auto& o : a.dad_flags.overrides()) overrides.push_back(o.key + "=" + o.value);
   overrides.insert(overrides.end(), a.overrides.begin(), a.overrides.end());
   options.command = experiment::train_command(self_executable(), a.config, overrides, root, a.resume);
   // The launcher has reported a failure itself.
@@ -527,7 +527,7 @@ Run add_train_command(CLI::App& app) {
   cmd->add_flag("--print-config", a->print_config,
                 "Print the effective configuration (CONFIG, flags and overrides applied, defaults filled in) "
                 "as a run folder's config.yaml holds it, and exit without training");
-  a->seed.add_to(*cmd);
+  a->dad_flags.add_to(*cmd);
   cmd->footer(config_keys_help() + registered_names_help());
   return [a] {
     take_positionals(*a);
