@@ -73,6 +73,45 @@ TEST_F(YamlFile, AnUnterminatedQuoteIsRefusedAtItsLine) {
   EXPECT_EQ(error_of(write("closed.yaml", "name: \"a\\\"b\"\n\"out_dir\": 'it''s'\nx: [\"1\", '2']\n")), "");
 }
 
+// Note [Where an unclosed quote opens]: in a flow collection yaml-cpp fails at the end of the file;
+// the error names the line where the quote opens, past quotes in comments, plain scalars, other
+// quoted scalars and block scalars.
+TEST_F(YamlFile, AnUnterminatedQuoteInAFlowCollectionIsRefusedWhereItOpens) {
+  std::string after;
+  for (int i = 0; i < 20; ++i) after += "k" + std::to_string(i) + ": " + std::to_string(i) + "\n";
+  const std::string before =
+      "# a comment's \" quote\n"         // 1
+      "title: it's \"plain\"\n"          // 2
+      "note: 'say \"hi\", it''s [ok'\n"  // 3
+      "escaped: \"a \\\" [b\"\n"         // 4
+      "text: |\n"                        // 5
+      "  a block's \" quote\n"           // 6
+      "folded: >-\n"                     // 7
+      "  [ \" '\n";                      // 8
+  const auto twice = write("double.yaml", before + "model: {name: mlp, layers: [8, \"abc, 4]}\n" + after);
+  EXPECT_EQ(error_of(twice),
+            twice + ":9: a quoted string that is never closed (no matching \" before the end of the file)");
+  const auto once = write("single.yaml", before + "data:\n  sizes: [1, 'abc, 2]\n" + after);
+  EXPECT_EQ(error_of(once),
+            once + ":10: a quoted string that is never closed (no matching ' before the end of the file)");
+  // Without the stray quote the file is fine; an error before the quote keeps yaml-cpp's line.
+  EXPECT_EQ(error_of(write("fine.yaml", before + "model: {name: mlp, layers: [8, \"abc\", 4]}\n" + after)),
+            "");
+  const auto earlier = write("earlier.yaml", "a: b: c\n" + after + "x: [\"abc\n");
+  EXPECT_EQ(error_of(earlier), earlier + ":1: invalid YAML: illegal map value");
+}
+
+// yaml-cpp takes the end of the file as the closing quote of a scalar after an anchor or a tag too.
+TEST_F(YamlFile, AnUnterminatedQuoteAfterAnAnchorOrTagIsRefusedAtItsLine) {
+  const auto tagged = write("tagged.yaml", "a: 1\nname: !!str \"abc\nb: [1]\n");
+  EXPECT_EQ(error_of(tagged),
+            tagged + ":2: a quoted string that is never closed (no matching \" before the end of the file)");
+  const auto anchored = write("anchored.yaml", "a: 1\nname: &n 'abc\nb: [1]\n");
+  EXPECT_EQ(error_of(anchored),
+            anchored + ":2: a quoted string that is never closed (no matching ' before the end of the file)");
+  EXPECT_EQ(error_of(write("closed.yaml", "a: 1\nname: &n !!str \"abc\"\nb: *n\n")), "");
+}
+
 TEST_F(YamlFile, AFileWithNoSettingsIsRefused) {
   for (const std::string text : {"", "\n\n", "# only a comment\n"}) {
     const auto path = write("empty.yaml", text);

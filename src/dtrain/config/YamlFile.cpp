@@ -60,10 +60,8 @@ std::string at_line(const std::string& source, const std::string& text, std::siz
   return source + ":" + std::to_string(1 + std::count(text.begin(), text.begin() + offset, '\n'));
 }
 
-// Whether the quoted scalar opening at text[open] (' or ") closes before the end of the text.
-// yaml-cpp takes the end of the text as the end of an unterminated quoted scalar, so a file whose
-// last quote is missing would otherwise be read as if it were there.
-bool quote_closes(const std::string& text, std::size_t open) {
+// Where the quoted scalar opening at text[open] (' or ") closes, or npos when nothing closes it.
+std::size_t quote_end(const std::string& text, std::size_t open) {
   const char quote = text[open];
   for (std::size_t i = open + 1; i < text.size(); ++i) {
     if (quote == '"' && text[i] == '\\') {
@@ -72,24 +70,148 @@ bool quote_closes(const std::string& text, std::size_t open) {
       if (quote == '\'' && i + 1 < text.size() && text[i + 1] == '\'') {
         ++i;  // '' inside single quotes is one quote
       } else {
-        return true;
+        return i;
       }
     }
   }
-  return false;
+  return std::string::npos;
+}
+
+[[noreturn]] void refuse_unclosed_quote(const std::string& source, const std::string& text,
+                                        std::size_t open) {
+  throw ConfigError(at_line(source, text, open), "",
+                    std::string("a quoted string that is never closed (no matching ") + text[open] +
+                        " before the end of the file)");
+}
+
+// Whether text[i] ends an indicator such as "- " or ": ": a blank, a line break or the end.
+bool ends_indicator(const std::string& text, std::size_t i) {
+  return i >= text.size() || text[i] == ' ' || text[i] == '\t' || text[i] == '\n' || text[i] == '\r';
+}
+
+// Note [Where an unclosed quote opens]
+// A quoted scalar may span lines, so yaml-cpp reads an unclosed one to the end of the text. In a
+// block mapping it then takes the end as the closing quote (check_quotes below refuses that); in
+// a flow collection ([...], {...}) it fails at the end of the file, "end of sequence flow not
+// found", naming the last line while the mistake may be hundreds of lines up. yaml-cpp's error
+// has no trace of where the scalar began, so the text is scanned for it: a quote opens a scalar
+// only where a node may start (after indentation, "- ", "? ", ": ", '[', '{', ',' or an anchor or
+// tag), never inside a plain scalar (it's), a comment, another quoted scalar (escapes \" and ''
+// included) or a block scalar (| or >, to the first line indented no deeper than its key). The
+// scan is a heuristic, so its answer replaces yaml-cpp's only when yaml-cpp failed at or after the
+// quote: a quote that really is never closed is then the likeliest cause.
+
+// The offset of the quote that opens a quoted scalar never closed, or npos.
+std::size_t unclosed_quote(const std::string& text) {
+  const std::size_t npos = std::string::npos;
+  std::size_t line_start = 0;
+  std::size_t key_column = 0;  // the column of the line's innermost block entry: its key or "- "
+  bool line_entry = true;      // nothing on this line yet but "- " and "? "
+  bool node_start = true;      // a node may begin at the next character
+  int flow = 0;                // how deep in [...] and {...}
+  for (std::size_t i = 0; i < text.size();) {
+    const char c = text[i];
+    const std::size_t column = i - line_start;
+    if (c == '\n') {
+      line_start = ++i;
+      line_entry = node_start = true;
+      continue;
+    }
+    if (c == ' ' || c == '\t' || c == '\r') {
+      ++i;
+      continue;
+    }
+    if (c == '#' && (i == line_start || text[i - 1] == ' ' || text[i - 1] == '\t')) {
+      i = text.find('\n', i);
+      if (i == npos) return npos;
+      continue;
+    }
+    if (column == 0 && (text.compare(i, 3, "---") == 0 || text.compare(i, 3, "...") == 0) &&
+        ends_indicator(text, i + 3)) {
+      i += 3;
+      flow = 0;
+      continue;
+    }
+    if (column == 0 && c == '%') {  // a directive
+      i = text.find('\n', i);
+      if (i == npos) return npos;
+      continue;
+    }
+    if (flow == 0 && line_entry) {
+      if ((c == '-' || c == '?') && ends_indicator(text, i + 1)) {
+        key_column = column;
+        node_start = true;
+        ++i;
+        continue;
+      }
+      if (c != '|' && c != '>') key_column = column;
+      line_entry = false;
+    }
+    if (node_start && (c == '"' || c == '\'')) {
+      const std::size_t end = quote_end(text, i);
+      if (end == npos) return i;
+      i = end + 1;
+      node_start = false;
+    } else if (node_start && flow == 0 && (c == '|' || c == '>')) {
+      // A block scalar: its header line, then every line blank or indented deeper than its key.
+      for (i = text.find('\n', i); i != npos; i = text.find('\n', i + 1)) {
+        std::size_t indent = i + 1;
+        while (indent < text.size() && text[indent] == ' ') ++indent;
+        if (indent < text.size() && text[indent] != '\n' && text[indent] != '\r' &&
+            indent - (i + 1) <= key_column) {
+          break;
+        }
+      }
+      if (i == npos) return npos;
+    } else if (node_start && (c == '&' || c == '!')) {  // an anchor or a tag: the node follows
+      while (i < text.size() && !ends_indicator(text, i) && !(flow > 0 && std::strchr(",[]{}", text[i]))) ++i;
+    } else if (c == '[' || c == '{') {
+      if (node_start || flow > 0) {
+        ++flow;
+        node_start = true;
+      } else {
+        node_start = false;  // inside a plain scalar
+      }
+      ++i;
+    } else if ((c == ']' || c == '}') && flow > 0) {
+      --flow;
+      node_start = false;
+      ++i;
+    } else if (c == ',' && flow > 0) {
+      node_start = true;
+      ++i;
+    } else if (c == ':' && (ends_indicator(text, i + 1) ||
+                            (flow > 0 && std::strchr(",[]{}\"'", text[i + 1]) != nullptr))) {
+      node_start = true;  // in a flow collection a value may follow ':' at once, as in {"a":"b"}
+      ++i;
+    } else {
+      node_start = false;
+      ++i;
+    }
+  }
+  return npos;
+}
+
+// The offset of the node itself at or after `pos`, past the anchor and tag a node's mark starts
+// with (&a !!str "text").
+std::size_t past_properties(const std::string& text, std::size_t pos) {
+  while (pos < text.size() && (text[pos] == '&' || text[pos] == '!')) {
+    while (pos < text.size() && !ends_indicator(text, pos)) ++pos;
+    while (pos < text.size() && ends_indicator(text, pos)) ++pos;
+  }
+  return pos;
 }
 
 // Throws naming the line of the first quoted scalar in `node` that is not closed.
 void check_quotes(const YAML::Node& node, const std::string& text, const std::string& source) {
   if (node.IsScalar()) {
     const auto mark = node.Mark();
-    if (node.Tag() == "!" && !mark.is_null() && mark.pos >= 0 &&
-        static_cast<std::size_t>(mark.pos) < text.size()) {
-      const auto pos = static_cast<std::size_t>(mark.pos);
-      if ((text[pos] == '"' || text[pos] == '\'') && !quote_closes(text, pos)) {
-        throw ConfigError(at_line(source, text, pos), "",
-                          std::string("a quoted string that is never closed (no matching ") + text[pos] +
-                              " before the end of the file)");
+    if (!mark.is_null() && mark.pos >= 0 && static_cast<std::size_t>(mark.pos) < text.size()) {
+      // A plain scalar never starts with a quote, so one here opens a quoted scalar.
+      const auto pos = past_properties(text, static_cast<std::size_t>(mark.pos));
+      if (pos < text.size() && (text[pos] == '"' || text[pos] == '\'') &&
+          quote_end(text, pos) == std::string::npos) {
+        refuse_unclosed_quote(source, text, pos);
       }
     }
   } else if (node.IsSequence()) {
@@ -215,6 +337,12 @@ YAML::Node parse_yaml(const std::string& text, const std::string& source) {
     if (empty) return YAML::Node();
     document = YAML::Load(text);
   } catch (const YAML::Exception& e) {
+    // See Note [Where an unclosed quote opens].
+    const std::size_t open = unclosed_quote(text);
+    if (open != std::string::npos && !e.mark.is_null() && e.mark.pos >= 0 &&
+        open <= static_cast<std::size_t>(e.mark.pos)) {
+      refuse_unclosed_quote(source, text, open);
+    }
     const std::string where = e.mark.is_null() ? source : source + ":" + std::to_string(e.mark.line + 1);
     throw ConfigError(where, "", "invalid YAML: " + e.msg);
   }

@@ -29,6 +29,7 @@ struct Job {
   std::vector<std::unique_ptr<RankLog>> logs;
   int first_rank = 0;
   std::unique_ptr<NodeStore> store;  // none under mpirun, which brings its own rendezvous
+  int threads = 1;                   // intra-op threads per worker, see Note [Launchers that share a host]
   pid_t launcher_pid = -1;
 
   RankLog& log_of(int rank) const { return *logs[static_cast<size_t>(rank - first_rank)]; }

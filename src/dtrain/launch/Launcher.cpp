@@ -6,10 +6,11 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <sched.h>
+#include <poll.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/cuda.h>
 
 #include <algorithm>
@@ -55,13 +56,6 @@ bool only_loopback_name(const std::string& address) {
   }
   ::freeaddrinfo(found);
   return all_loopback;
-}
-
-int usable_cores() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (::sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
-  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
 }
 
 void validate(const LaunchOptions& o) {
@@ -185,6 +179,17 @@ class Launcher {
     LaunchResult result;
     prepare();
     result.log_dir = job_.log_dir;
+    const HostShare mine{shared_cores_id(), local_workers(job_.options)};
+    const auto shares = host_shares(mine);
+    if (!shares) {
+      result.signal = job_.signals.take();
+      result.exit_code = 128 + *result.signal;
+      result.failure =
+          fmt::format("dtrain launch: received {} before the workers started\n", signal_name(*result.signal));
+      diagnostics_.write(result.failure);
+      return result;
+    }
+    job_.threads = threads_per_worker(job_.options, usable_cores(), mine.cores, *shares);
     const int max_restarts = job_.options.max_restarts;
     for (int attempt = 0;; ++attempt) {
       const AttemptOutcome outcome = run_attempt(job_, attempt);
@@ -232,6 +237,56 @@ class Launcher {
       diagnostics_.write(
           fmt::format("dtrain launch: rendezvous store at {}:{}\n", options.master_addr, job_.store->port()));
     }
+  }
+
+  // Every node's share of its host (see Note [Launchers that share a host]), this node's said
+  // first: once every node has said its share, or for an elastic job those said by now. Nullopt
+  // when a signal came first, left for the caller to take.
+  std::optional<std::vector<HostShare>> host_shares(const HostShare& mine) {
+    NodeStore* store = job_.store.get();
+    if (store == nullptr || !store->shared()) return std::vector<HostShare>{mine};
+    const LaunchOptions& options = job_.options;
+    std::vector<std::optional<HostShare>> said(static_cast<size_t>(options.nnodes));
+    std::vector<int> missing;
+    const auto deadline = util::Clock::now() + options.rendezvous_timeout;
+    try {
+      store->register_share(options.node_rank, mine);
+      for (;;) {
+        missing.clear();
+        for (int node = 0; node < options.nnodes; ++node) {
+          auto& share = said[static_cast<size_t>(node)];
+          if (!share) share = store->share_of(node);
+          if (!share) missing.push_back(node);
+        }
+        if (missing.empty() || options.elastic() || util::Clock::now() >= deadline) break;
+        if (signal_pending()) return std::nullopt;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    } catch (const std::exception& e) {
+      // Node 0's launcher, and with it the store, is gone.
+      throw std::runtime_error(
+          fmt::format("dtrain launch: lost the rendezvous store at {}:{} before the "
+                      "workers started: {}",
+                      options.master_addr, store->port(), e.what()));
+    }
+    if (!missing.empty() && !options.elastic()) {
+      throw std::runtime_error(fmt::format(
+          "dtrain launch: node(s) {} of --nnodes {} did not join within the rendezvous timeout ({} s); start "
+          "every node with the same --nnodes, --master-addr and --master-port, or give a longer --timeout",
+          fmt::join(missing, ", "), options.nnodes,
+          std::chrono::duration_cast<std::chrono::seconds>(options.rendezvous_timeout).count()));
+    }
+    std::vector<HostShare> shares;
+    for (const auto& share : said) {
+      if (share) shares.push_back(*share);
+    }
+    return shares;
+  }
+
+  // Whether a signal waits to be taken, without taking it.
+  bool signal_pending() const {
+    pollfd fd{job_.signals.fd(), POLLIN, 0};
+    return ::poll(&fd, 1, 0) > 0 && (fd.revents & POLLIN) != 0;
   }
 
   // Note [Exit barrier]

@@ -1,10 +1,12 @@
 // NodeStore over comm's StoreServer and StoreClient: a failure is one key per attempt,
-// "<rank> <exit code>", set only by the first node to fail.
+// "<rank> <exit code>", set only by the first node to fail; a node's share of its host is one key
+// per node, "<workers> <cores>".
 #include "dtrain/launch/NodeStore.h"
 
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <stdexcept>
 #include <vector>
 
@@ -19,6 +21,10 @@ std::string failure_key(int attempt) {
 
 std::string done_key(int attempt, int node_rank) {
   return fmt::format("/dtrain_launch/attempt_{}/done_{}", attempt, node_rank);
+}
+
+std::string share_key(int node_rank) {
+  return fmt::format("/dtrain_launch/share_{}", node_rank);
 }
 
 }  // namespace
@@ -71,6 +77,20 @@ bool NodeStore::all_done(int attempt, int nnodes) {
   std::vector<std::string> keys;
   for (int node = 0; node < nnodes; ++node) keys.push_back(done_key(attempt, node));
   return client_->check(keys);
+}
+
+void NodeStore::register_share(int node_rank, const HostShare& share) {
+  client_->set(share_key(node_rank), fmt::format("{} {}", share.workers, share.cores));
+}
+
+std::optional<HostShare> NodeStore::share_of(int node_rank) {
+  if (!client_->check({share_key(node_rank)})) return std::nullopt;
+  const std::string value = client_->get(share_key(node_rank));
+  const auto space = value.find(' ');
+  HostShare share;
+  share.workers = std::atoi(value.substr(0, space).c_str());
+  share.cores = space == std::string::npos ? std::string() : value.substr(space + 1);
+  return share;
 }
 
 }  // namespace dtrain::launch

@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "dtrain/comm/StoreClient.h"
 #include "dtrain/comm/StoreServer.h"
@@ -17,6 +18,13 @@ namespace dtrain::launch {
 struct NodeFailure {
   int rank = -1;
   int exit_code = 1;
+};
+
+// One launcher's registration, see Note [Launchers that share a host]: the cores its workers run
+// on (shared_cores_id() in WorkerEnvironment.h) and how many workers it starts on them.
+struct HostShare {
+  std::string cores;
+  int workers = 0;
 };
 
 class NodeStore {
@@ -44,6 +52,12 @@ class NodeStore {
   // cannot be reached.
   void announce_done(int attempt, int node_rank);
   bool all_done(int attempt, int nnodes);
+
+  // Note [Launchers that share a host]: node `node_rank`'s share of its host, said once before its
+  // workers start; and a node's share, or nullopt while it has said none. Throw std::runtime_error
+  // when the store cannot be reached.
+  void register_share(int node_rank, const HostShare& share);
+  std::optional<HostShare> share_of(int node_rank);
 
  private:
   std::unique_ptr<comm::StoreServer> server_;

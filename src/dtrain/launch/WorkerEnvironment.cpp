@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <fstream>
 #include <thread>
 #include <utility>
 
@@ -15,13 +16,6 @@
 
 namespace dtrain::launch {
 namespace {
-
-int available_cores() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
-  return std::max(1u, std::thread::hardware_concurrency());
-}
 
 // This host's name, for the ids of elastic members ("host" when it has none).
 std::string this_host() {
@@ -36,7 +30,37 @@ int first_rank(const LaunchOptions& options) {
   return options.backend == "mpi" ? 0 : options.node_rank * options.nproc_per_node;
 }
 
-int threads_per_worker(const LaunchOptions& options) {
+int local_workers(const LaunchOptions& options) {
+  return options.backend == "mpi" ? options.nnodes * options.nproc_per_node : options.nproc_per_node;
+}
+
+int usable_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
+
+std::string shared_cores_id() {
+  std::string machine;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> machine;
+  if (machine.empty()) machine = this_host();
+  std::string cpus;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) != 0) return machine;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (!CPU_ISSET(cpu, &set)) continue;
+    int last = cpu;
+    while (last + 1 < CPU_SETSIZE && CPU_ISSET(last + 1, &set)) ++last;
+    cpus += (cpus.empty() ? "" : ",") + (last == cpu ? std::to_string(cpu) : fmt::format("{}-{}", cpu, last));
+    cpu = last;
+  }
+  return machine + "/" + cpus;
+}
+
+int threads_per_worker(const LaunchOptions& options, int cores, const std::string& on,
+                       const std::vector<HostShare>& shares) {
   if (options.threads > 0) return options.threads;
   const auto user = options.environment.find("OMP_NUM_THREADS");
   if (user != options.environment.end()) {
@@ -46,9 +70,12 @@ int threads_per_worker(const LaunchOptions& options) {
     } catch (const std::exception&) {
     }
   }
-  const int local =
-      options.backend == "mpi" ? options.nnodes * options.nproc_per_node : options.nproc_per_node;
-  return std::max(1, available_cores() / local);
+  int workers = 0;
+  for (const auto& share : shares) {
+    if (share.cores == on) workers += std::max(0, share.workers);
+  }
+  if (workers == 0) workers = local_workers(options);
+  return std::max(1, cores / workers);
 }
 
 std::string error_file(const std::string& log_dir, int rank) {
@@ -79,7 +106,7 @@ comm::Environment torchrun_environment(const Job& job, int attempt, int local_ra
   // The secret's path only, never the secret (comm/StoreSecret.h).
   if (!options.secret_file.empty()) env[comm::kSecretFileVariable] = options.secret_file;
   env["TORCHELASTIC_ERROR_FILE"] = error_file(job.log_dir, rank);
-  env["OMP_NUM_THREADS"] = std::to_string(threads_per_worker(options));
+  env["OMP_NUM_THREADS"] = std::to_string(job.threads);
   if (options.elastic()) {
     env[kElasticVariable] = fmt::format("{}:{}", options.min_nnodes * options.nproc_per_node,
                                         options.nnodes * options.nproc_per_node);
@@ -101,13 +128,13 @@ std::vector<std::string> mpirun_arguments(const Job& job, int attempt) {
   const LaunchOptions& options = job.options;
   const int nproc = options.nproc_per_node;
   std::vector<std::string> args{options.mpirun, "-n", std::to_string(nproc)};
-  if (nproc > available_cores()) args.push_back("--oversubscribe");
+  if (nproc > usable_cores()) args.push_back("--oversubscribe");
   args.push_back("--tag-output");
   // Which node runs each rank, for a failure report (MpiOutputDemux reads it and keeps it out of
   // the launcher's stderr).
   args.push_back("--display-map");
   for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
-           {"OMP_NUM_THREADS", std::to_string(threads_per_worker(options))},
+           {"OMP_NUM_THREADS", std::to_string(job.threads)},
            {"TORCHELASTIC_RESTART_COUNT", std::to_string(attempt)},
            {"TORCHELASTIC_MAX_RESTARTS", std::to_string(options.max_restarts)},
            {"TORCHELASTIC_RUN_ID", options.run_id}}) {
@@ -131,7 +158,7 @@ comm::Environment mpirun_environment(const Job& job) {
                           "DTRAIN_STORE", "TORCHELASTIC_ERROR_FILE", kStatusRelayVariable}) {
     env.erase(key);
   }
-  env["OMP_NUM_THREADS"] = std::to_string(threads_per_worker(job.options));
+  env["OMP_NUM_THREADS"] = std::to_string(job.threads);
   if (::geteuid() == 0) {
     env["OMPI_ALLOW_RUN_AS_ROOT"] = "1";
     env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1";
