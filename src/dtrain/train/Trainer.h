@@ -72,7 +72,7 @@ class Trainer {
   // expects a Trainer built from the same config (another world size or strategy continues where
   // the mathematics allows). Both are collective: call them on every rank; save_state is not when
   // `gather` is false, for a rank whose peers are gone (Note [Elastic workers] in
-  // cli/ElasticWorker.h): it then keeps this rank's random state, which stands for every rank's,
+  // run/ElasticWorker.h): it then keeps this rank's random state, which stands for every rank's,
   // and this rank's counts of the epoch's training metrics instead of their sum.
   void save_state(io::Checkpoint& checkpoint, bool gather = true) const;
   void load_state(const io::Checkpoint& checkpoint);

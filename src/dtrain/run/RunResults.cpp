@@ -1,5 +1,5 @@
 // See RunResults.h.
-#include "dtrain/cli/RunResults.h"
+#include "dtrain/run/RunResults.h"
 
 #include <fmt/format.h>
 #include <torch/version.h>
@@ -9,7 +9,7 @@
 #include "dtrain/config/RunConfigYaml.h"
 #include "dtrain/io/JsonFile.h"
 
-namespace dtrain::cli {
+namespace dtrain::run {
 namespace {
 
 nlohmann::json comm_json(const comm::CommStats& stats) {
@@ -120,4 +120,4 @@ void record_failure(const io::RunDir& run, const std::string& message, int exit_
   }
 }
 
-}  // namespace dtrain::cli
+}  // namespace dtrain::run

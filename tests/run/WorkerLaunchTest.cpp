@@ -1,6 +1,6 @@
 // WorkerLaunch: the launcher's options and the worker command line that dtrain train, dtrain
 // experiment and dtrain bench throughput share, taken from the run's configuration.
-#include "dtrain/experiment/WorkerLaunch.h"
+#include "dtrain/run/WorkerLaunch.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 
 #include "dtrain/config/RunConfigYaml.h"
 
-namespace dtrain::experiment {
+namespace dtrain::run {
 namespace {
 
 using Command = std::vector<std::string>;
@@ -49,4 +49,4 @@ TEST(WorkerLaunch, OneRankOfAStrategyWithoutCollectivesConnectsNothing) {
 }
 
 }  // namespace
-}  // namespace dtrain::experiment
+}  // namespace dtrain::run

@@ -4,11 +4,11 @@
 
 #include <string>
 
-#include "dtrain/cli/ElasticWorker.h"
 #include "dtrain/io/RunDir.h"
+#include "dtrain/run/ElasticWorker.h"
 #include "support/ScratchDir.h"
 
-namespace dtrain::cli {
+namespace dtrain::run {
 namespace {
 
 TEST(ElasticWorker, ReadsItsSettingsFromTheLaunchersVariables) {
@@ -90,4 +90,4 @@ TEST(ElasticWorker, MembershipLinesCountTheStepsEachGenerationTrainsAgain) {
 }
 
 }  // namespace
-}  // namespace dtrain::cli
+}  // namespace dtrain::run

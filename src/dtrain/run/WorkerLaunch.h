@@ -15,7 +15,7 @@
 #include "dtrain/config/RunConfig.h"
 #include "dtrain/launch/Launcher.h"
 
-namespace dtrain::experiment {
+namespace dtrain::run {
 
 // parallel.timeout_s: the rendezvous and every collective.
 std::chrono::milliseconds rendezvous_timeout(const config::RunConfig& cfg);
@@ -42,4 +42,4 @@ std::vector<std::string> train_command(const std::string& executable, const std:
 comm::CommunicatorPtr connect_worker(const config::RunConfig& cfg, const comm::RendezvousInfo& rendezvous,
                                      std::string* backend_line = nullptr);
 
-}  // namespace dtrain::experiment
+}  // namespace dtrain::run

@@ -1,4 +1,4 @@
-// The dtrain tool's command line as a library call; see Main.h.
+// The dtrain tool's command line as a library call (cli::run, declared in Main.h).
 #include "dtrain/cli/Main.h"
 
 #include <exception>

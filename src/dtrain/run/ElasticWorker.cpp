@@ -1,5 +1,5 @@
 // See ElasticWorker.h, Note [Elastic workers].
-#include "dtrain/cli/ElasticWorker.h"
+#include "dtrain/run/ElasticWorker.h"
 
 #include <fmt/format.h>
 #include <torch/torch.h>
@@ -13,7 +13,7 @@
 #include "dtrain/train/Trainer.h"
 #include "dtrain/util/Clock.h"
 
-namespace dtrain::cli {
+namespace dtrain::run {
 namespace {
 
 std::string variable(const comm::Environment& env, const char* name) {
@@ -166,4 +166,4 @@ nlohmann::json generations_json(const io::RunDir& run) {
   return all;
 }
 
-}  // namespace dtrain::cli
+}  // namespace dtrain::run

@@ -17,7 +17,7 @@
 
 #include "dtrain/train/Callback.h"
 
-namespace dtrain::cli {
+namespace dtrain::run {
 
 // Installs the handlers while it lives; the previous ones come back after.
 class InterruptHandlers {
@@ -29,9 +29,6 @@ class InterruptHandlers {
 
   // The last signal received while they were installed, or 0.
   static int received();
-
- private:
-  struct sigaction previous_[3]{};
 };
 
 // Stops the trainer at the first step (alone) or log step (several workers, agreed) after a signal.
@@ -47,4 +44,4 @@ class StopOnInterrupt final : public train::Callback {
   int signal_ = 0;
 };
 
-}  // namespace dtrain::cli
+}  // namespace dtrain::run

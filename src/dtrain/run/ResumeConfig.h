@@ -19,14 +19,23 @@
 #include <string>
 #include <vector>
 
+#include "dtrain/config/Overrides.h"
 #include "dtrain/config/RunConfig.h"
 
-namespace dtrain::cli {
+namespace dtrain::run {
 
 struct ResumeChange {
   std::string key;  // dotted, e.g. "train.epochs"
   nlohmann::json was, now;
 };
+
+// The configuration a run starts with: `config_file`, or without one the resumed run's own
+// config.yaml, or else `default_text` (read as `default_source`); then `overrides`. On a resume
+// (`resume` names a run folder, its checkpoints/ or a checkpoint) it is checked against the run's
+// saved configuration, so a key a resume may not change is refused before anything starts.
+config::RunConfig load_run_config(const std::string& config_file,
+                                  const std::vector<config::Override>& overrides, const std::string& resume,
+                                  const std::string& default_text, const std::string& default_source);
 
 // The keys that differ between the run's saved configuration and `config`. Throws
 // std::invalid_argument naming the first key that may not change on a resume (and where each value
@@ -44,4 +53,4 @@ std::string describe(const std::vector<ResumeChange>& changes);
 void record_resume(const std::filesystem::path& run_folder, const std::string& checkpoint, std::int64_t step,
                    const std::vector<ResumeChange>& changes);
 
-}  // namespace dtrain::cli
+}  // namespace dtrain::run

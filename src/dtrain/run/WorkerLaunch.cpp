@@ -1,10 +1,10 @@
 // The launcher's options and the worker's communicator for a run of a configuration.
-#include "dtrain/experiment/WorkerLaunch.h"
+#include "dtrain/run/WorkerLaunch.h"
 
 #include "dtrain/comm/Backend.h"
 #include "dtrain/parallel/Registry.h"
 
-namespace dtrain::experiment {
+namespace dtrain::run {
 
 std::chrono::milliseconds rendezvous_timeout(const config::RunConfig& cfg) {
   return std::chrono::milliseconds(static_cast<std::int64_t>(cfg.parallel.timeout_s * 1000));
@@ -53,4 +53,4 @@ comm::CommunicatorPtr connect_worker(const config::RunConfig& cfg, const comm::R
   return comm::connect(backend, rendezvous);
 }
 
-}  // namespace dtrain::experiment
+}  // namespace dtrain::run

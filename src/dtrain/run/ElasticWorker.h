@@ -43,7 +43,7 @@
 #include "dtrain/train/Callback.h"
 #include "dtrain/train/PeerRecovery.h"
 
-namespace dtrain::cli {
+namespace dtrain::run {
 
 // What `dtrain launch --nnodes MIN:MAX` tells each worker it starts (launch/Launcher.h).
 using launch::kElasticIdVariable;
@@ -123,4 +123,4 @@ void record_generation(const io::RunDir& run, const Generation& generation, std:
 // Those lines, as results.json's "generations".
 nlohmann::json generations_json(const io::RunDir& run);
 
-}  // namespace dtrain::cli
+}  // namespace dtrain::run

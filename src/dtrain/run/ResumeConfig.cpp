@@ -1,16 +1,20 @@
 // See ResumeConfig.h, Note [What a resume may change].
-#include "dtrain/cli/ResumeConfig.h"
+#include "dtrain/run/ResumeConfig.h"
 
 #include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <stdexcept>
 
+#include "dtrain/config/Registry.h"
 #include "dtrain/config/RunConfigYaml.h"
+#include "dtrain/config/Schema.h"
+#include "dtrain/run/RunFolder.h"
 
-namespace dtrain::cli {
+namespace dtrain::run {
 namespace {
 
 // Keys (or, ending in '.', sections) a resume may change. name, out_dir and run_folder decide where
@@ -69,10 +73,66 @@ std::string text(const nlohmann::json& value) {
   return value.is_null() ? "(not set)" : value.dump();
 }
 
+// The strategy `overrides` choose, canonical, or "" where they choose none.
+std::string strategy_chosen(const std::vector<config::Override>& overrides) {
+  std::string chosen;
+  for (const auto& o : overrides) {
+    if (o.key != config::kStrategyKey || o.remove) continue;
+    try {
+      const auto node = YAML::Load(o.value);
+      if (!node.IsScalar()) continue;
+      const auto* choice = config::registered_choices(config::kStrategyKey).find(node.as<std::string>());
+      chosen = choice ? choice->name : "";
+    } catch (const YAML::Exception&) {
+      chosen.clear();  // the reader names the malformed value itself
+    }
+  }
+  return chosen;
+}
+
+// Note [A resume under another strategy]
+// A run folder's config.yaml holds the sections of the strategy that ran, its defaults written out
+// (parallel.data_parallel: {bucket_mb: 25, ...}). A resume from it that chooses another strategy
+// (`--resume DIR parallel.strategy=local`) would be refused for a section the user never wrote, so
+// the saved sections the chosen strategy does not read are taken out first, as `parallel.<name>=null`
+// on the command line would; a section this resume's own overrides give is still checked.
+std::vector<config::Override> without_unread_sections(const std::vector<config::Override>& overrides) {
+  const auto strategy = strategy_chosen(overrides);
+  if (strategy.empty()) return overrides;
+  const auto* chosen = config::registered_choices(config::kStrategyKey).find(strategy);
+  std::vector<config::Override> out;
+  for (const auto& [name, make] : config::registered_sections("parallel")) {
+    if (std::find(chosen->sections.begin(), chosen->sections.end(), name) != chosen->sections.end()) continue;
+    config::Override removal;
+    removal.key = "parallel." + name;
+    removal.text = "~parallel." + name;
+    removal.remove = true;
+    out.push_back(removal);
+  }
+  out.insert(out.end(), overrides.begin(), overrides.end());
+  return out;
+}
+
 }  // namespace
 
 std::filesystem::path saved_config_path(const std::filesystem::path& run_folder) {
   return run_folder / "config.yaml";
+}
+
+config::RunConfig load_run_config(const std::string& config_file,
+                                  const std::vector<config::Override>& overrides, const std::string& resume,
+                                  const std::string& default_text, const std::string& default_source) {
+  const auto resumed = resumed_run_folder(resume);
+  if (!resumed) {
+    if (config_file.empty()) return config::run_config_from_text(default_text, default_source, overrides);
+    return config::run_config_from_file(config_file, overrides);
+  }
+  const auto saved_path = saved_config_path(*resumed);
+  const auto cfg = config_file.empty()
+                       ? config::run_config_from_file(saved_path.string(), without_unread_sections(overrides))
+                       : config::run_config_from_file(config_file, overrides);
+  (void)resume_changes(config::run_config_from_file(saved_path.string(), {}), cfg, saved_path);
+  return cfg;
 }
 
 std::vector<ResumeChange> resume_changes(const config::RunConfig& saved, const config::RunConfig& config,
@@ -127,4 +187,4 @@ void record_resume(const std::filesystem::path& run_folder, const std::string& c
   }
 }
 
-}  // namespace dtrain::cli
+}  // namespace dtrain::run

@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <string>
 
-namespace dtrain::cli {
+namespace dtrain::run {
 
 // Note [Exit codes]
 // 0  success.
@@ -54,4 +54,4 @@ auto checking_inputs(Check&& check) -> decltype(check()) {
   }
 }
 
-}  // namespace dtrain::cli
+}  // namespace dtrain::run

@@ -1,9 +1,9 @@
-#include "dtrain/cli/SelfExe.h"
+#include "dtrain/run/SelfExe.h"
 
 #include <filesystem>
 #include <stdexcept>
 
-namespace dtrain::cli {
+namespace dtrain::run {
 
 std::string self_executable() {
   std::error_code error;
@@ -13,4 +13,4 @@ std::string self_executable() {
   return path.string();
 }
 
-}  // namespace dtrain::cli
+}  // namespace dtrain::run

@@ -1,12 +1,12 @@
 // See ExitCodes.h.
-#include "dtrain/cli/ExitCodes.h"
+#include "dtrain/run/ExitCodes.h"
 
 #include <c10/util/Exception.h>
 
 #include "dtrain/comm/Work.h"
 #include "dtrain/config/ConfigError.h"
 
-namespace dtrain::cli {
+namespace dtrain::run {
 
 std::string error_message(const std::exception& e) {
   if (const auto* torch_error = dynamic_cast<const c10::Error*>(&e))
@@ -26,4 +26,4 @@ void rethrow_as_usage_error(const std::exception& e) {
   throw UsageError(error_message(e));
 }
 
-}  // namespace dtrain::cli
+}  // namespace dtrain::run

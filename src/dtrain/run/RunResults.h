@@ -11,7 +11,7 @@
 #include "dtrain/io/RunDir.h"
 #include "dtrain/train/Trainer.h"
 
-namespace dtrain::cli {
+namespace dtrain::run {
 
 nlohmann::json results_json(const config::RunConfig& cfg, const train::Trainer& trainer,
                             const train::TrainResult& r, const io::RunDir& run, const std::string& backend);
@@ -25,4 +25,4 @@ std::string per_class_csv(const train::EvalMetrics& m, const std::vector<std::st
 // reported matters more than this file.
 void record_failure(const io::RunDir& run, const std::string& message, int exit_code);
 
-}  // namespace dtrain::cli
+}  // namespace dtrain::run
