@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <atomic>
+#include <fstream>
 #include <string>
 
 #include "dtrain/io/Checkpoint.h"
@@ -73,6 +74,30 @@ TEST(RunTrain, ARefusedSettingIsTheExitStatusOfAUsageError) {
     if (train(config, options, communicator) == 2) ++usage;
   });
   EXPECT_EQ(usage.load(), 2);
+}
+
+// results.json counts epochs as the metrics files do: a run stopped within its first epoch trained
+// in epoch 1, and completed none.
+TEST(RunTrain, ResultsNameTheEpochTheMetricsName) {
+  testing::ScratchDir dir;
+  TrainOptions options;
+  options.run_dir = (dir / "run").string();
+  auto config = tiny_run("local");
+  config.nproc = 1;
+  config.train.max_steps = 3;  // of 8 an epoch
+  ASSERT_EQ(train(config, options), 0);
+  const auto results = io::read_json_file(dir / "run" / "results.json");
+  EXPECT_EQ(results.at("steps"), 3);
+  EXPECT_EQ(results.at("epochs"), 1);
+  EXPECT_EQ(results.at("epochs_completed"), 0);
+  std::ifstream metrics(dir / "run" / "metrics.jsonl");
+  nlohmann::json last_eval;
+  for (std::string line; std::getline(metrics, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("val/top1")) last_eval = j;
+  }
+  ASSERT_FALSE(last_eval.is_null());
+  EXPECT_EQ(last_eval.at("epoch"), results.at("epochs"));
 }
 
 }  // namespace

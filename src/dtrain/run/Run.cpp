@@ -125,6 +125,22 @@ void write_config(io::RunDir& run, const config::RunConfig& cfg, io::Logger& log
   logger.info(fmt::format("run folder {}", run.root().string()));
 }
 
+// Rank 0's results.json (and per_class.csv), also printed as the run's last line on stdout.
+void write_results(const config::RunConfig& cfg, const train::Trainer& trainer,
+                   const train::TrainResult& result, const io::RunDir& run, bool elastic, bool interrupted) {
+  const auto& communicator = trainer.communicator();
+  auto j = results_json(cfg, trainer, result, run, communicator ? communicator->backend() : "none");
+  if (elastic) j["generations"] = generations_json(run);
+  if (interrupted) j["status"] = "interrupted";
+  const auto by_class = per_class_csv(result.final_eval, trainer.datasets().class_names);
+  if (!by_class.empty()) {
+    io::write_file_atomic(run.root() / "per_class.csv", by_class);
+    j["per_class"] = "per_class.csv";
+  }
+  io::write_json_file(run.results_path(), j);
+  std::cout << j.dump() << std::endl;
+}
+
 // The training itself, in a worker whose run folder and log are ready.
 // `elastic`: the generation of an elastic job this run is (Note [Elastic workers]), or null.
 int train_in(const TrainOptions& given, const config::RunConfig& cfg,
@@ -195,18 +211,7 @@ int train_in(const TrainOptions& given, const config::RunConfig& cfg,
     end_generation(*elastic, trainer, kAdmitReason, *logger);
     return kExitSuccess;
   }
-  if (rank == 0) {
-    auto j = results_json(cfg, trainer, result, run, communicator ? communicator->backend() : "none");
-    if (elastic) j["generations"] = generations_json(run);
-    if (interrupt->signal() != 0) j["status"] = "interrupted";
-    const auto by_class = per_class_csv(result.final_eval, trainer.datasets().class_names);
-    if (!by_class.empty()) {
-      io::write_file_atomic(run.root() / "per_class.csv", by_class);
-      j["per_class"] = "per_class.csv";
-    }
-    io::write_json_file(run.results_path(), j);
-    std::cout << j.dump() << std::endl;
-  }
+  if (rank == 0) write_results(cfg, trainer, result, run, elastic != nullptr, interrupt->signal() != 0);
   if (interrupt->signal() != 0) {
     logger->info(result.stop_reason + "; checkpoint, model.pt and results.json written");
     return 128 + interrupt->signal();  // Note [Exit codes]: a run ended by signal N

@@ -74,7 +74,9 @@ nlohmann::json results_json(const config::RunConfig& cfg, const train::Trainer& 
   j["backend"] = backend;
   j["world_size"] = trainer.world_size();
   j["steps"] = r.steps;
-  j["epochs"] = r.epochs_completed;
+  // As the metrics files count epochs: a run stopped within its first epoch trained in epoch 1.
+  j["epochs"] = r.epochs_reached;
+  j["epochs_completed"] = r.epochs_completed;
   j["final"] = metrics_json(r.final_eval);
   // A run stopped (train.max_steps) before its first epoch ended has no epoch's training metrics.
   if (r.last_train.samples > 0) j["train_last_epoch"] = metrics_json(r.last_train);

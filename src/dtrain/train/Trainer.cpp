@@ -412,6 +412,7 @@ TrainResult Trainer::fit() {
   if (last_eval_step_ != step_ || !has_eval_) run_evaluation();
   result.steps = step_;
   result.epochs_completed = epoch_;
+  result.epochs_reached = epoch_batch_ > 0 ? epoch_ + 1 : epoch_;
   result.skipped_steps = std::llround(skipped_steps_.take());
   result.loss_scale = loss_scale_;
   result.final_eval = last_eval_.metrics;
