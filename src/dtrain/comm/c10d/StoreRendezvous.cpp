@@ -9,11 +9,11 @@
 #include <thread>
 #include <vector>
 
-#include "dtrain/comm/HostName.h"
-#include "dtrain/comm/StoreConnection.h"
-#include "dtrain/comm/StoreSecret.h"
-#include "dtrain/comm/StoreServer.h"
 #include "dtrain/comm/Work.h"
+#include "dtrain/comm/rendezvous/HostName.h"
+#include "dtrain/comm/store/StoreConnection.h"
+#include "dtrain/comm/store/StoreSecret.h"
+#include "dtrain/comm/store/StoreServer.h"
 
 namespace dtrain::comm {
 

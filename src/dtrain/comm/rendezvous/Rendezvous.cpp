@@ -1,7 +1,7 @@
 // resolve_rendezvous(): explicit options > torchrun > OpenMPI > Slurm > one process, field by
 // field, with every malformed value reported by the variable or option it came from; and
 // launcher_of(), which of the launchers' environments is there to read.
-#include "dtrain/comm/Rendezvous.h"
+#include "dtrain/comm/rendezvous/Rendezvous.h"
 
 #include <fmt/format.h>
 
@@ -11,7 +11,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "dtrain/comm/StoreSecret.h"
+#include "dtrain/comm/store/StoreSecret.h"
 
 namespace dtrain::comm {
 
