@@ -70,6 +70,7 @@ struct CollectiveInfo {
   WireForm wire;
 };
 
+// op, name, collective, reduces, peer, peer_label, tensors, wire
 inline constexpr std::array<CollectiveInfo, 9> kCollectives{{
     {CommOp::Allreduce, "allreduce", true, true, nullptr, nullptr, TensorShape::InPlace,
      WireForm::RingAllreduce},

@@ -458,7 +458,7 @@ CallFingerprint Communicator::fingerprint(CommOp op, const at::Tensor* tensor, i
     call.numel = tensor->numel();
   }
   call.root = peer;
-  call.reduce = reduce;
+  call.reduce = row.reduces ? reduce : -1;
   if (row.collective) call.seq = ++collectives_;
   return call;
 }
