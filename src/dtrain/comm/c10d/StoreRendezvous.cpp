@@ -1,5 +1,6 @@
-// The store side of connecting: open or host the store (comm/StoreServer, or torchrun's TCPStore), then a
-// join barrier through keys "joined/<rank>" so that a timeout can say which ranks are missing.
+// The store side of connecting: open or host the store (comm/store/StoreServer, or torchrun's
+// TCPStore), then a join barrier through keys "joined/<rank>" so that a timeout can say which ranks
+// are missing.
 #include "dtrain/comm/c10d/StoreRendezvous.h"
 
 #include <fmt/format.h>
