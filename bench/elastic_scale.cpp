@@ -27,8 +27,8 @@
 
 #include "BenchCommon.h"
 #include "dtrain/comm/Backend.h"
-#include "dtrain/comm/ElasticMembership.h"
-#include "dtrain/comm/StoreServer.h"
+#include "dtrain/comm/rendezvous/ElasticMembership.h"
+#include "dtrain/comm/store/StoreServer.h"
 #include "dtrain/config/RunConfig.h"
 #include "dtrain/io/Checkpoint.h"
 #include "dtrain/models/ModelFactory.h"

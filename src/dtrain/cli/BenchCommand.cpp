@@ -21,11 +21,11 @@
 #include "dtrain/cli/BenchData.h"
 #include "dtrain/cli/BenchThroughput.h"
 #include "dtrain/cli/Commands.h"
-#include "dtrain/run/SelfExe.h"
 #include "dtrain/comm/Backend.h"
-#include "dtrain/comm/Rendezvous.h"
+#include "dtrain/comm/rendezvous/Rendezvous.h"
 #include "dtrain/config/Environment.h"
 #include "dtrain/launch/Launcher.h"
+#include "dtrain/run/SelfExe.h"
 #include "dtrain/util/Clock.h"
 #include "dtrain/util/EnumNames.h"
 

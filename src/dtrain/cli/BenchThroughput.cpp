@@ -22,7 +22,7 @@
 #include <stdexcept>
 
 #include "dtrain/cli/Commands.h"
-#include "dtrain/comm/Rendezvous.h"
+#include "dtrain/comm/rendezvous/Rendezvous.h"
 #include "dtrain/config/Environment.h"
 #include "dtrain/config/Overrides.h"
 #include "dtrain/config/Registry.h"

@@ -18,12 +18,12 @@
 #include <sstream>
 
 #include "dtrain/cli/Commands.h"
-#include "dtrain/run/SelfExe.h"
-#include "dtrain/comm/StoreSecret.h"
+#include "dtrain/comm/store/StoreSecret.h"
 #include "dtrain/config/Environment.h"
 #include "dtrain/config/ValueText.h"
 #include "dtrain/launch/HostLaunch.h"
 #include "dtrain/launch/Launcher.h"
+#include "dtrain/run/SelfExe.h"
 
 namespace dtrain::cli {
 namespace {

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "dtrain/comm/Rendezvous.h"
+#include "dtrain/comm/rendezvous/Rendezvous.h"
 
 namespace dtrain::launch {
 
@@ -22,7 +22,7 @@ struct LaunchOptions {
   // it; 127.0.0.1 on a single node, reachable from this host alone).
   std::string master_addr = "127.0.0.1";
   int master_port = 0;
-  // A file holding the store's shared secret (comm/StoreSecret.h): the store refuses whoever cannot
+  // A file holding the store's shared secret (comm/store/StoreSecret.h): the store refuses whoever cannot
   // prove it, and workers get the path as DTRAIN_SECRET_FILE. "" = anyone who reaches the port joins.
   std::string secret_file;  // 0 on a single node: a free port, so two jobs can share a host
   int max_restarts = 0;

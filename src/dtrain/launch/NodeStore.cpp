@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "dtrain/comm/StoreSecret.h"
+#include "dtrain/comm/store/StoreSecret.h"
 
 namespace dtrain::launch {
 namespace {

@@ -3,7 +3,7 @@
 // starts from and ends with.
 //
 // Note [Elastic workers]
-// An elastic worker trains in generations (Note [Membership rounds] in comm/ElasticMembership.h).
+// An elastic worker trains in generations (Note [Membership rounds] in comm/rendezvous/ElasticMembership.h).
 // Each generation it joins a round, connects a communicator of the round's size under the round's
 // store prefix, recovers the training state from a peer (Note [Recovering from a peer]), and trains
 // until one of three things ends the generation:
@@ -33,8 +33,8 @@
 #include <optional>
 #include <string>
 
-#include "dtrain/comm/ElasticMembership.h"
-#include "dtrain/comm/Rendezvous.h"
+#include "dtrain/comm/rendezvous/ElasticMembership.h"
+#include "dtrain/comm/rendezvous/Rendezvous.h"
 #include "dtrain/config/RunConfig.h"
 #include "dtrain/io/Checkpoint.h"
 #include "dtrain/io/Logger.h"

@@ -9,9 +9,9 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
-#include "dtrain/comm/Rendezvous.h"
-#include "dtrain/comm/StoreSecret.h"
 #include "dtrain/comm/Work.h"
+#include "dtrain/comm/rendezvous/Rendezvous.h"
+#include "dtrain/comm/store/StoreSecret.h"
 #include "dtrain/config/Environment.h"
 #include "dtrain/config/RunConfigYaml.h"
 #include "dtrain/io/AtomicFile.h"

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "dtrain/comm/Communicator.h"
-#include "dtrain/comm/Rendezvous.h"
+#include "dtrain/comm/rendezvous/Rendezvous.h"
 #include "dtrain/config/RunConfig.h"
 #include "dtrain/io/Checkpoint.h"
 #include "dtrain/io/Logger.h"

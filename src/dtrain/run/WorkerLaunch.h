@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "dtrain/comm/Communicator.h"
-#include "dtrain/comm/Rendezvous.h"
+#include "dtrain/comm/rendezvous/Rendezvous.h"
 #include "dtrain/config/RunConfig.h"
 #include "dtrain/launch/Launcher.h"
 

@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "dtrain/comm/StoreClient.h"
+#include "dtrain/comm/store/StoreClient.h"
 
 namespace dtrain::comm {
 

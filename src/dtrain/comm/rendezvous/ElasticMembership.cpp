@@ -1,5 +1,5 @@
 // See ElasticMembership.h, Note [Membership rounds].
-#include "dtrain/comm/ElasticMembership.h"
+#include "dtrain/comm/rendezvous/ElasticMembership.h"
 
 #include <fmt/format.h>
 

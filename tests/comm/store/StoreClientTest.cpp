@@ -8,8 +8,8 @@
 #include <string>
 #include <thread>
 
-#include "dtrain/comm/StoreClient.h"
-#include "dtrain/comm/StoreServer.h"
+#include "dtrain/comm/store/StoreClient.h"
+#include "dtrain/comm/store/StoreServer.h"
 
 namespace dtrain::comm {
 namespace {

@@ -1,5 +1,5 @@
 // Reading the store's secret file, with the checks that keep a secret secret.
-#include "dtrain/comm/StoreSecret.h"
+#include "dtrain/comm/store/StoreSecret.h"
 
 #include <fmt/format.h>
 #include <sys/stat.h>

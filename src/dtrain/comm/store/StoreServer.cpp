@@ -1,7 +1,7 @@
 // StoreServer: one thread accepts, one thread per connection serves it. Requests are answered at
 // once (a key that is not set yet is answered "not found"): waiting is the client's, which polls,
 // so no thread blocks on a key and a client that gives up leaves nothing behind here.
-#include "dtrain/comm/StoreServer.h"
+#include "dtrain/comm/store/StoreServer.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -22,7 +22,7 @@
 #include <stdexcept>
 #include <thread>
 
-#include "dtrain/comm/StoreWire.h"
+#include "dtrain/comm/store/StoreWire.h"
 
 namespace dtrain::comm {
 

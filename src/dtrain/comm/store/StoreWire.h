@@ -1,4 +1,4 @@
-// The wire of dtrain's rendezvous store (comm/StoreServer, comm/StoreClient): sockets with
+// The wire of dtrain's rendezvous store (comm/store/StoreServer, comm/store/StoreClient): sockets with
 // deadlines, length-prefixed fields, the request codes, and the shared-secret handshake that a
 // connection passes before any key is read or written. Internal to comm/.
 #pragma once

@@ -8,8 +8,8 @@
 #include <thread>
 #include <vector>
 
-#include "dtrain/comm/ElasticMembership.h"
-#include "dtrain/comm/StoreServer.h"
+#include "dtrain/comm/rendezvous/ElasticMembership.h"
+#include "dtrain/comm/store/StoreServer.h"
 
 namespace dtrain::comm {
 namespace {

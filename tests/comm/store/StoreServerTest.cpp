@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "dtrain/comm/StoreServer.h"
+#include "dtrain/comm/store/StoreServer.h"
 
 namespace dtrain::comm {
 namespace {

@@ -1,7 +1,7 @@
 // resolve_rendezvous(): explicit options > torchrun > OpenMPI > Slurm > one process, field by
 // field, with every malformed value reported by the variable or option it came from; and
 // launcher_of(), which of the launchers' environments is there to read.
-#include "dtrain/comm/Rendezvous.h"
+#include "dtrain/comm/rendezvous/Rendezvous.h"
 
 #include <fmt/format.h>
 
@@ -11,7 +11,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "dtrain/comm/StoreSecret.h"
+#include "dtrain/comm/store/StoreSecret.h"
 
 namespace dtrain::comm {
 
@@ -166,7 +166,7 @@ void offer_torchrun(const Environment& env, Offers& o, RendezvousInfo& info) {
   const std::string* use_agent = find(env, "TORCHELASTIC_USE_AGENT_STORE");
   if (!use_agent || !truthy(*use_agent)) return;
   info.agent_store = true;
-  // dtrain launch's store is dtrain's own (comm/StoreServer); torchrun's is c10d's TCPStore.
+  // dtrain launch's store is dtrain's own (comm/store/StoreServer); torchrun's is c10d's TCPStore.
   const std::string* store = find(env, "DTRAIN_STORE");
   info.dtrain_store = store && *store == "dtrain";
   info.restart_count = env_int(env, "TORCHELASTIC_RESTART_COUNT").value_or(0);

@@ -1,12 +1,12 @@
 // StoreServer: hosts the rendezvous key-value store in this process, as torchrun's agent and
 // `dtrain launch` do, so that workers connect with agent_store = true. Tests use it to run ranks
-// as threads. StoreClient (comm/StoreClient.h) connects to it.
+// as threads. StoreClient (comm/store/StoreClient.h) connects to it.
 //
 // Our own server rather than c10d's TCPStore, whose server in LibTorch 1.13 always listens on
 // every interface (its options have no address) and lets anyone who connects read and write every
 // key: this one listens only on the address it is given (127.0.0.1 for a one-host job) and, given
 // a secret, refuses a connection that does not prove it knows it before reading any request
-// (Note [Store handshake] in comm/StoreWire.h).
+// (Note [Store handshake] in comm/store/StoreWire.h).
 #pragma once
 
 #include <chrono>

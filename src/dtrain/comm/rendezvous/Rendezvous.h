@@ -47,10 +47,10 @@ struct RendezvousInfo {
   // torchrun (TORCHELASTIC_USE_AGENT_STORE=True) or `dtrain launch` already host the TCPStore:
   // every worker connects as a client and prefixes keys with store_prefix.
   bool agent_store = false;
-  // Whether the store is dtrain's (comm/StoreServer: hosted by rank 0 or `dtrain launch`, which
+  // Whether the store is dtrain's (comm/store/StoreServer: hosted by rank 0 or `dtrain launch`, which
   // sets DTRAIN_STORE=dtrain) rather than torchrun's c10d TCPStore, which takes no secret.
   bool dtrain_store = true;
-  // A file holding the store's shared secret (DTRAIN_SECRET_FILE), see comm/StoreSecret.h; "" = none.
+  // A file holding the store's shared secret (DTRAIN_SECRET_FILE), see comm/store/StoreSecret.h; "" = none.
   std::string secret_file;
   std::string store_prefix;
   int restart_count = 0;

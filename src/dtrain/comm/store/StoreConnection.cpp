@@ -1,7 +1,7 @@
 // StoreConnection: connect with retries, the client's half of the handshake, and one request at a
 // time. get() and wait() poll (Get/Check with a growing pause) rather than park on the server, so
 // a timed-out wait leaves no late reply on the connection to be mistaken for the next one.
-#include "dtrain/comm/StoreConnection.h"
+#include "dtrain/comm/store/StoreConnection.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

@@ -1,5 +1,5 @@
 // getaddrinfo on the rendezvous host; see HostName.h.
-#include "dtrain/comm/HostName.h"
+#include "dtrain/comm/rendezvous/HostName.h"
 
 #include <netdb.h>
 #include <sys/socket.h>

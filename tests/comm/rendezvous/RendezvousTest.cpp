@@ -4,7 +4,7 @@
 
 #include <stdexcept>
 
-#include "dtrain/comm/Rendezvous.h"
+#include "dtrain/comm/rendezvous/Rendezvous.h"
 
 namespace dtrain::comm {
 namespace {

@@ -1,6 +1,6 @@
 // Socket helpers with deadlines (poll before every read and write, so that no peer can hold a
 // thread past its deadline) and the handshake's HMAC-SHA256 through OpenSSL.
-#include "dtrain/comm/StoreWire.h"
+#include "dtrain/comm/store/StoreWire.h"
 
 #include <arpa/inet.h>
 #include <fmt/format.h>

@@ -19,11 +19,11 @@
 
 #include "dtrain/comm/Backend.h"
 #include "dtrain/comm/C10dCompat.h"
-#include "dtrain/comm/Rendezvous.h"
-#include "dtrain/comm/StoreClient.h"
-#include "dtrain/comm/StoreConnection.h"
-#include "dtrain/comm/StoreSecret.h"
-#include "dtrain/comm/StoreServer.h"
+#include "dtrain/comm/rendezvous/Rendezvous.h"
+#include "dtrain/comm/store/StoreClient.h"
+#include "dtrain/comm/store/StoreConnection.h"
+#include "dtrain/comm/store/StoreSecret.h"
+#include "dtrain/comm/store/StoreServer.h"
 #include "support/ScratchDir.h"
 #include "support/ThreadWorld.h"
 

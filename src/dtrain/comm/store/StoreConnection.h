@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "dtrain/comm/C10dCompat.h"
-#include "dtrain/comm/StoreWire.h"
+#include "dtrain/comm/store/StoreWire.h"
 
 namespace dtrain::comm {
 

@@ -1,11 +1,11 @@
 // StoreClient over StoreConnection, with string keys and values.
-#include "dtrain/comm/StoreClient.h"
+#include "dtrain/comm/store/StoreClient.h"
 
 #include <fmt/format.h>
 
 #include <stdexcept>
 
-#include "dtrain/comm/StoreConnection.h"
+#include "dtrain/comm/store/StoreConnection.h"
 
 namespace dtrain::comm {
 namespace {
