@@ -27,11 +27,6 @@ Strategies& strategies() {
 }  // namespace
 
 bool register_strategy(StrategyInfo info) {
-  if (info.capabilities.elastic == Elasticity::Fixed && info.capabilities.fixed_because.empty()) {
-    throw std::logic_error(fmt::format(
-        "strategy {}: capabilities.fixed_because is empty; say why an elastic job cannot change its size",
-        info.name));
-  }
   std::vector<std::string> sections;
   if (!info.options_section.empty()) sections.push_back(info.options_section);
   sections.insert(sections.end(), info.extra_sections.begin(), info.extra_sections.end());

@@ -28,8 +28,8 @@ enum class Elasticity {
 struct StrategyCapabilities {
   Elasticity elastic = Elasticity::Fixed;
   // With Elasticity::Fixed: why, one line naming what a member holds ("each member holds its own
-  // graph nodes"); register_strategy refuses an empty one.
-  std::string fixed_because{};
+  // graph nodes").
+  std::string fixed_because = "its registration does not declare that it can";
   // train.cuda_graph: its whole step is GPU work that a captured graph can replay (no communication
   // through dtrain's communicator, whose host-side work a replay would skip).
   bool cuda_graph = false;
