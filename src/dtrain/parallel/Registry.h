@@ -36,8 +36,8 @@ struct StrategyCapabilities {
   // train.precision: fp16, a loss scale whose skipped steps every rank agrees on; create_strategy
   // refuses fp16 for a strategy that does not declare it.
   bool fp16 = false;
-  // optim.name: lbfgs, its closure evaluated as often on every rank as in one process (Note
-  // [Distributed L-BFGS]). A strategy without it refuses lbfgs itself, where it sees the optimizer.
+  // optim.name: lbfgs, its closure evaluated as often on every rank as in one process, see
+  // Note [Distributed L-BFGS]. A strategy without it refuses lbfgs itself, where it sees the optimizer.
   bool lbfgs = false;
   // Its all-reduce travels as parallel.<options_section>.compression says (none, fp16, bf16, or
   // powersgd with powersgd_rank); a report sets that wire beside the precision.
