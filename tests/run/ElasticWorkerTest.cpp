@@ -5,6 +5,7 @@
 #include <string>
 
 #include "dtrain/io/RunDir.h"
+#include "dtrain/parallel/Registry.h"
 #include "dtrain/run/ElasticWorker.h"
 #include "support/ScratchDir.h"
 
@@ -35,26 +36,45 @@ TEST(ElasticWorker, ReadsItsSettingsFromTheLaunchersVariables) {
   EXPECT_THROW(elastic_member_id({}), std::invalid_argument);
 }
 
+// Every registered strategy as its registration declares it: an elastic one is accepted, and holds
+// the whole state when it says so; a fixed one is refused naming itself, its reason and the way out.
 TEST(ElasticWorker, StrategiesWhoseStateNoPeerHoldsAreRefusedByName) {
   config::RunConfig cfg;
-  for (const auto* strategy : {"data_parallel", "zero"}) {
-    cfg.parallel.strategy = strategy;
-    EXPECT_NO_THROW(check_elastic(cfg)) << strategy;
-  }
-  cfg.parallel.strategy = "zero";
-  EXPECT_FALSE(holds_whole_state(cfg));
-  cfg.parallel.strategy = "data_parallel";
-  EXPECT_TRUE(holds_whole_state(cfg));
-  for (const auto* strategy : {"pipeline", "decentralized", "local"}) {
-    cfg.parallel.strategy = strategy;
+  for (const auto& info : parallel::registered_strategies()) {
+    const auto& can = info.capabilities;
+    cfg.parallel.strategy = info.name;
+    EXPECT_EQ(holds_whole_state(cfg), can.elastic == parallel::Elasticity::WholeState) << info.name;
+    if (can.elastic != parallel::Elasticity::Fixed) {
+      EXPECT_NO_THROW(check_elastic(cfg)) << info.name;
+      continue;
+    }
     try {
       check_elastic(cfg);
-      FAIL() << strategy << " was accepted";
+      FAIL() << info.name << " was accepted";
     } catch (const std::invalid_argument& e) {
       const std::string what = e.what();
-      EXPECT_NE(what.find(std::string("parallel.strategy ") + strategy), std::string::npos) << what;
+      EXPECT_NE(what.find("parallel.strategy " + info.name), std::string::npos) << what;
+      EXPECT_NE(what.find(can.fixed_because), std::string::npos) << what;
       EXPECT_NE(what.find("--max-restarts"), std::string::npos) << what;
     }
+  }
+  // The built-in strategies' declarations, and the line a refused one prints.
+  const auto elastic = [](const char* name) { return parallel::find_strategy(name).capabilities.elastic; };
+  EXPECT_EQ(elastic("data_parallel"), parallel::Elasticity::WholeState);
+  EXPECT_EQ(elastic("zero"), parallel::Elasticity::ShardedState);
+  for (const auto* name : {"pipeline", "decentralized", "local", "dad", "rankdad"}) {
+    EXPECT_EQ(elastic(name), parallel::Elasticity::Fixed) << name;
+  }
+  cfg.parallel.strategy = "pipeline";
+  try {
+    check_elastic(cfg);
+    FAIL() << "pipeline was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "dtrain launch --nnodes MIN:MAX: parallel.strategy pipeline cannot change size while it runs: "
+              "each member holds its own stages, which another number of members splits otherwise; elastic "
+              "jobs run data_parallel or zero; give a fixed --nnodes and --max-restarts to restart from the "
+              "checkpoint at the new size");
   }
 }
 

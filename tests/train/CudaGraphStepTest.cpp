@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "dtrain/parallel/Registry.h"
 #include "dtrain/train/CudaGraphStep.h"
 #include "dtrain/train/Trainer.h"
 #include "train/TrainTestUtil.h"
@@ -45,6 +46,16 @@ TEST(CudaGraph, EachSettingAGraphCannotHoldIsRefusedByName) {
   auto data_parallel = graphed_config();
   data_parallel.parallel.strategy = "data_parallel";
   expect_refused(data_parallel, "only parallel.strategy: local's step is captured; data_parallel's");
+  // Every strategy as its registration declares: refused by name unless its step can be captured.
+  for (const auto& info : parallel::registered_strategies()) {
+    auto c = graphed_config();
+    c.parallel.strategy = info.name;
+    if (info.capabilities.cuda_graph) {
+      EXPECT_EQ(refusal(c).find("step is captured"), std::string::npos) << info.name << ": " << refusal(c);
+    } else {
+      expect_refused(c, "'s step is captured; " + info.name + "'s communication");
+    }
+  }
 
   auto lbfgs = graphed_config();
   lbfgs.optim.name = "lbfgs";

@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "dtrain/config/ValueText.h"
+#include "dtrain/parallel/Registry.h"
 #include "dtrain/train/Trainer.h"
 #include "dtrain/util/Clock.h"
 
@@ -60,21 +61,20 @@ std::string elastic_member_id(const comm::Environment& env) {
 }
 
 bool holds_whole_state(const config::RunConfig& cfg) {
-  return cfg.parallel.strategy == "data_parallel";
+  return parallel::find_strategy(cfg.parallel.strategy).capabilities.elastic ==
+         parallel::Elasticity::WholeState;
 }
 
 void check_elastic(const config::RunConfig& cfg) {
   const auto& s = cfg.parallel.strategy;
-  if (s == "data_parallel" || s == "zero") return;
+  const auto& can = parallel::find_strategy(s).capabilities;
+  if (can.elastic != parallel::Elasticity::Fixed) return;
   throw std::invalid_argument(fmt::format(
       "dtrain launch --nnodes MIN:MAX: parallel.strategy {} cannot change size while it runs: {}; elastic "
-      "jobs "
-      "run data_parallel or zero; give a fixed --nnodes and --max-restarts to restart from the checkpoint at "
-      "the new size",
-      s,
-      s == "pipeline" ? "each member holds its own stages, which another number of members splits otherwise"
-      : s == "decentralized" ? "each member holds its own graph nodes"
-                             : "its members train models of their own"));
+      "jobs run {}; give a fixed --nnodes and --max-restarts to restart from the checkpoint at the new size",
+      s, can.fixed_because, parallel::strategies_that([](const parallel::StrategyInfo& info) {
+        return info.capabilities.elastic != parallel::Elasticity::Fixed;
+      })));
 }
 
 void AdmitWaiting::on_step_end(train::Trainer& trainer, const train::StepEvent& event) {

@@ -23,7 +23,8 @@
 // a failure the next generation continues from the latest checkpoint on disk (the run folder's, as
 // a restart does). Strategies whose state is split by stage (pipeline) or per graph node
 // (decentralized) are refused: they restart from the checkpoint at the new size with a fixed
-// --nnodes and --max-restarts.
+// --nnodes and --max-restarts. Which of the three a strategy is, and why a refused one is, its
+// registration declares (parallel::Elasticity in parallel/Registry.h).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -56,10 +57,11 @@ std::optional<comm::ElasticOptions> elastic_options(const comm::Environment& env
 std::string elastic_member_id(const comm::Environment& env);
 
 // Refuses, naming the strategy and the rule, a configuration an elastic job cannot keep across a
-// size change (see the Note).
+// size change (see the Note): a strategy whose registration declares Elasticity::Fixed, with its
+// reason (parallel/Registry.h, StrategyCapabilities).
 void check_elastic(const config::RunConfig& cfg);
-// Whether every member holds the whole training state (data_parallel), so that a survivor can hand
-// it on; zero's members hold shards.
+// Whether every member holds the whole training state (Elasticity::WholeState), so that a survivor
+// can hand it on; with Elasticity::ShardedState the members hold shards.
 bool holds_whole_state(const config::RunConfig& cfg);
 
 // The stop reason of a generation ended to admit a waiting member.

@@ -12,6 +12,7 @@
 
 #include "dtrain/optim/ForeachOptimizers.h"
 #include "dtrain/optim/FusedKernels.h"
+#include "dtrain/parallel/Registry.h"
 #include "dtrain/parallel/ReplicaStrategy.h"
 
 #ifdef DTRAIN_WITH_CUDA
@@ -47,8 +48,10 @@ void check_cuda_graph(const config::RunConfig& config, int world_size) {
     refuse("a CUDA graph replays GPU kernels; set train.device: cuda (this run is on " + config.train.device +
            ")");
   }
-  if (config.parallel.strategy != "local") {
-    refuse("only parallel.strategy: local's step is captured; " + config.parallel.strategy +
+  if (!parallel::find_strategy(config.parallel.strategy).capabilities.cuda_graph) {
+    const auto captured = parallel::strategies_that(
+        [](const parallel::StrategyInfo& info) { return info.capabilities.cuda_graph; });
+    refuse("only parallel.strategy: " + captured + "'s step is captured; " + config.parallel.strategy +
            "'s communication runs through dtrain's communicator, whose work on the host a replay would skip");
   }
   if (config.optim.name == "lbfgs") {
