@@ -88,7 +88,7 @@ class CallsItselfNccl final : public dtrain::testing::InProcessCommunicator {
 TEST(StrategyRegistry, TaggedPointToPointStrategiesRefuseNcclAndStayOffItOnAGpu) {
   for (const auto* strategy : {"pipeline", "decentralized"}) {
     EXPECT_TRUE(find_strategy(strategy).tagged_point_to_point) << strategy;
-    EXPECT_FALSE(collectives_on_gpu("cuda", strategy)) << strategy;
+    EXPECT_FALSE(collectives_on_gpu(config::Device::Cuda, strategy)) << strategy;
     auto hub = std::make_shared<dtrain::testing::Hub>(2);
     const auto cfg = config_with({std::string("parallel.strategy=") + strategy});
     try {
@@ -101,8 +101,8 @@ TEST(StrategyRegistry, TaggedPointToPointStrategiesRefuseNcclAndStayOffItOnAGpu)
   }
   for (const auto* strategy : {"local", "data_parallel", "dad", "rankdad", "zero"}) {
     EXPECT_FALSE(find_strategy(strategy).tagged_point_to_point) << strategy;
-    EXPECT_TRUE(collectives_on_gpu("cuda", strategy)) << strategy;
-    EXPECT_FALSE(collectives_on_gpu("cpu", strategy)) << strategy;
+    EXPECT_TRUE(collectives_on_gpu(config::Device::Cuda, strategy)) << strategy;
+    EXPECT_FALSE(collectives_on_gpu(config::Device::Cpu, strategy)) << strategy;
   }
 }
 

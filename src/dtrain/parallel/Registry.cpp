@@ -54,8 +54,8 @@ const StrategyInfo& find_strategy(const std::string& name) {
       fmt::format("unknown parallel.strategy '{}'; expected one of {}", name, names.list()));
 }
 
-bool collectives_on_gpu(const std::string& device, const std::string& strategy) {
-  return device == "cuda" && !find_strategy(strategy).tagged_point_to_point;
+bool collectives_on_gpu(config::Device device, const std::string& strategy) {
+  return device == config::Device::Cuda && !find_strategy(strategy).tagged_point_to_point;
 }
 
 int data_holders(const config::ParallelConfig& parallel, int world) {

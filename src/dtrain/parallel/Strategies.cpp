@@ -33,7 +33,7 @@ StrategyContext context_of(Training training, const std::string& name) {
 StrategyContext checked(StrategyContext context) {
   config::RunConfig run;
   run.parallel = context.parallel;
-  run.train.precision = optim::to_string(context.precision);
+  run.train.precision = context.precision;
   try {
     context.parallel = config::parse_run_config(config::to_yaml(run), "the strategy's options").parallel;
   } catch (const config::ConfigError& e) {
