@@ -111,31 +111,6 @@ void describe_optim(OptionVisitor& v, OptimConfig& o) {
   v.section("scheduler", [&] { describe_scheduler(v, o.scheduler); });
 }
 
-void describe_parallel(OptionVisitor& v, ParallelConfig& p) {
-  v.choice("strategy", p.strategy, registered(kStrategyKey),
-           "How workers share the training (Strategies below; each one's options are parallel.<strategy>.*)");
-  v.choice("backend", p.backend, kBackendNames, "Communication backend; auto picks from the job's layout");
-  v.integer("accumulation_steps", p.accumulation_steps, at_least(1),
-            "Micro-batches per optimizer step; communicate on the last only");
-  v.number("timeout_s", p.timeout_s, kPositive, "Seconds the rendezvous and every collective may take");
-  v.integer("poll_wait_us", p.poll_wait_us, at_least(0),
-            "Microseconds a collective is polled for before the wait blocks");
-  v.integer("gloo_threads", p.gloo_threads, at_least(1), "gloo: worker threads of the process group");
-  v.choice("debug", p.debug, kDebugModeNames,
-           "detail: compare every collective between ranks before it runs (TORCH_DISTRIBUTED_DEBUG=DETAIL)");
-  // Each strategy's own section; only those the chosen strategy reads apply (read after `strategy`).
-  const Choice* chosen = registered(kStrategyKey).find(p.strategy);
-  for (const auto& name : p.options.names()) {
-    const bool used =
-        chosen && std::find(chosen->sections.begin(), chosen->sections.end(), name) != chosen->sections.end();
-    const std::string unused = "options of strategy " + name + ", but parallel.strategy is " + p.strategy +
-                               "; remove the section (on the command line: parallel." + name +
-                               "=null) or set parallel.strategy: " + name;
-    v.section(
-        name.c_str(), [&] { p.options.at(name).describe(v); }, used ? nullptr : unused.c_str());
-  }
-}
-
 void describe_train(OptionVisitor& v, TrainConfig& t) {
   v.integer("epochs", t.epochs, at_least(1), "Passes over the training set");
   v.integer("max_steps", t.max_steps, at_least(0),
@@ -175,6 +150,31 @@ void describe_train(OptionVisitor& v, TrainConfig& t) {
 }
 
 }  // namespace
+
+void describe_parallel(OptionVisitor& v, ParallelConfig& p) {
+  v.choice("strategy", p.strategy, registered(kStrategyKey),
+           "How workers share the training (Strategies below; each one's options are parallel.<strategy>.*)");
+  v.choice("backend", p.backend, kBackendNames, "Communication backend; auto picks from the job's layout");
+  v.integer("accumulation_steps", p.accumulation_steps, at_least(1),
+            "Micro-batches per optimizer step; communicate on the last only");
+  v.number("timeout_s", p.timeout_s, kPositive, "Seconds the rendezvous and every collective may take");
+  v.integer("poll_wait_us", p.poll_wait_us, at_least(0),
+            "Microseconds a collective is polled for before the wait blocks");
+  v.integer("gloo_threads", p.gloo_threads, at_least(1), "gloo: worker threads of the process group");
+  v.choice("debug", p.debug, kDebugModeNames,
+           "detail: compare every collective between ranks before it runs (TORCH_DISTRIBUTED_DEBUG=DETAIL)");
+  // Each strategy's own section; only those the chosen strategy reads apply (read after `strategy`).
+  const Choice* chosen = registered(kStrategyKey).find(p.strategy);
+  for (const auto& name : p.options.names()) {
+    const bool used =
+        chosen && std::find(chosen->sections.begin(), chosen->sections.end(), name) != chosen->sections.end();
+    const std::string unused = "options of strategy " + name + ", but parallel.strategy is " + p.strategy +
+                               "; remove the section (on the command line: parallel." + name +
+                               "=null) or set parallel.strategy: " + name;
+    v.section(
+        name.c_str(), [&] { p.options.at(name).describe(v); }, used ? nullptr : unused.c_str());
+  }
+}
 
 void describe_run(OptionVisitor& v, RunConfig& c) {
   v.text("name", c.name, Text::Name, "The run's name, which its folder is named after");
