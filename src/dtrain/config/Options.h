@@ -89,8 +89,7 @@ class EnumField {
  public:
   template <class Enum, std::size_t N>
   EnumField(Enum& value, const util::EnumNames<Enum, N>& names)
-      : address_(&value),
-        get_([&value, &names] { return names.name(value); }),
+      : get_([&value, &names] { return names.name(value); }),
         set_([&value, &names](const std::string& name) { value = names.parse(name, "value"); }) {
     for (const auto& entry : names.entries) allowed_.add(Choice(entry.second));
   }
@@ -99,10 +98,8 @@ class EnumField {
   // Sets the value named `name`, one of allowed()'s names exactly.
   void set(const std::string& name) const { set_(name); }
   const ChoiceSet& allowed() const { return allowed_; }
-  const void* address() const { return address_; }
 
  private:
-  const void* address_;
   std::function<std::string()> get_;
   std::function<void(const std::string&)> set_;
   ChoiceSet allowed_;
