@@ -118,11 +118,11 @@ TEST(StrategyRegistry, TaggedPointToPointStrategiesRefuseNcclAndStayOffItOnAGpu)
   for (const auto& info : registered_strategies()) {
     const auto& strategy = info.name;
     if (!info.tagged_point_to_point) {
-      EXPECT_TRUE(collectives_on_gpu("cuda", strategy)) << strategy;
-      EXPECT_FALSE(collectives_on_gpu("cpu", strategy)) << strategy;
+      EXPECT_TRUE(collectives_on_gpu(config::Device::Cuda, strategy)) << strategy;
+      EXPECT_FALSE(collectives_on_gpu(config::Device::Cpu, strategy)) << strategy;
       continue;
     }
-    EXPECT_FALSE(collectives_on_gpu("cuda", strategy)) << strategy;
+    EXPECT_FALSE(collectives_on_gpu(config::Device::Cuda, strategy)) << strategy;
     auto hub = std::make_shared<dtrain::testing::Hub>(2);
     const auto cfg = config_with({"parallel.strategy=" + strategy});
     try {

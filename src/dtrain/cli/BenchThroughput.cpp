@@ -243,8 +243,8 @@ std::vector<ThroughputPoint> expand_points(const BenchThroughputOptions& o) {
   std::vector<std::string> precisions;
   for (const auto& name : parse_name_list("--precisions", o.precisions)) {
     try {
-      precisions.push_back(
-          config::parse_run_config("", kSource, {"train.precision=" + name}).train.precision);
+      precisions.push_back(config::kPrecisionNames.name(
+          config::parse_run_config("", kSource, {"train.precision=" + name}).train.precision));
     } catch (const std::exception& e) {
       throw std::invalid_argument(fmt::format("--precisions: '{}': {}", name, one_line(e.what())));
     }

@@ -72,8 +72,8 @@ std::string strategies_that(const std::function<bool(const StrategyInfo&)>& has)
   return text;
 }
 
-bool collectives_on_gpu(const std::string& device, const std::string& strategy) {
-  return device == "cuda" && !find_strategy(strategy).tagged_point_to_point;
+bool collectives_on_gpu(config::Device device, const std::string& strategy) {
+  return device == config::Device::Cuda && !find_strategy(strategy).tagged_point_to_point;
 }
 
 int data_holders(const config::ParallelConfig& parallel, int world) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "dtrain/config/Registry.h"
+#include "dtrain/config/RunConfig.h"
 #include "dtrain/parallel/Strategy.h"
 
 namespace dtrain::parallel {
@@ -99,7 +100,7 @@ std::string strategies_that(const std::function<bool(const StrategyInfo&)>& has)
 // Whether a job on `device` (train.device) running `strategy` hands its communicator CUDA tensors
 // for NCCL, where built (comm::BackendLayout::cuda): on a GPU, unless the strategy exchanges tagged
 // point-to-point messages; those cross through host memory over gloo or mpi.
-bool collectives_on_gpu(const std::string& device, const std::string& strategy);
+bool collectives_on_gpu(config::Device device, const std::string& strategy);
 
 // The data holders of parallel.strategy for `world` ranks (StrategyInfo::data_holders).
 int data_holders(const config::ParallelConfig& parallel, int world);

@@ -36,7 +36,7 @@ fs::path run_folder_of(const fs::path& resume) {
 }
 
 io::RunDir new_run_folder(const TrainOptions& options, const config::RunConfig& cfg, int world) {
-  if (cfg.run_folder == "named") {
+  if (cfg.run_folder == config::RunFolder::Named) {
     return io::RunDir::create_named(cfg.out_dir, cfg.name, world,
                                     resumes_in(options.resume, fs::path(cfg.out_dir) / cfg.name));
   }
@@ -53,7 +53,7 @@ io::RunDir open_run_folder(const TrainOptions& options, const config::RunConfig&
   if (const auto resumed = resumed_run_folder(options.resume)) {
     return io::RunDir::open(*resumed, rank, world);  // a resume continues in the run's own folder
   }
-  if (communicator && world > 1 && cfg.run_folder == "named") {
+  if (communicator && world > 1 && cfg.run_folder == config::RunFolder::Named) {
     return io::RunDir::create_named_shared(*communicator, cfg.out_dir, cfg.name,
                                            resumes_in(options.resume, fs::path(cfg.out_dir) / cfg.name));
   }

@@ -15,9 +15,10 @@ launch::LaunchOptions worker_launch(const config::RunConfig& cfg, int nproc,
                                     const comm::Environment& environment) {
   launch::LaunchOptions options;
   options.nproc_per_node = nproc;
+  // The launcher and comm/ name backends by text, comm's own names, which parallel.backend's are.
   options.backend = launch::start_method_for(
-      cfg.parallel.backend, nproc, parallel::collectives_on_gpu(cfg.train.device, cfg.parallel.strategy),
-      environment);
+      config::kBackendNames.name(cfg.parallel.backend), nproc,
+      parallel::collectives_on_gpu(cfg.train.device, cfg.parallel.strategy), environment);
   options.threads = cfg.train.threads;
   options.log_dir = (run_dir / "launch").string();
   options.rendezvous_timeout = rendezvous_timeout(cfg);
@@ -43,13 +44,14 @@ comm::CommunicatorPtr connect_worker(const config::RunConfig& cfg, const comm::R
   }
   comm::BackendOptions backend;
   // See Note [Choosing a backend].
-  backend.name = comm::resolve_backend(cfg.parallel.backend, rendezvous,
+  backend.name = comm::resolve_backend(config::kBackendNames.name(cfg.parallel.backend), rendezvous,
                                        parallel::collectives_on_gpu(cfg.train.device, cfg.parallel.strategy),
                                        backend_line);
   backend.timeout = rendezvous_timeout(cfg);
   backend.poll_wait = std::chrono::microseconds(cfg.parallel.poll_wait_us);
   backend.gloo_threads = cfg.parallel.gloo_threads;
-  backend.debug = cfg.parallel.debug == "detail" ? comm::DebugMode::Detail : comm::DebugMode::Off;
+  backend.debug =
+      cfg.parallel.debug == config::DebugMode::Detail ? comm::DebugMode::Detail : comm::DebugMode::Off;
   return comm::connect(backend, rendezvous);
 }
 
