@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "dtrain/config/ConfigError.h"
+#include "dtrain/config/RunConfigYaml.h"
 #include "dtrain/experiment/DinnoExperiment.h"
 #include "dtrain/experiment/Experiment.h"
 #include "support/ScratchDir.h"
@@ -276,6 +277,21 @@ TEST_F(DinnoExperimentTest, ChocoAndTheDsgdTemplateFormTranslate) {
   EXPECT_EQ(Strings(dsgd.begin() + 2, dsgd.begin() + 6),
             (Strings{"parallel.decentralized.algorithm=dsgd", "optim.name=sgd", "optim.lr=0.01",
                      "optim.scheduler.name=constant"}));
+}
+
+// A problem's run is written into <output_metadir>/<date>_<name>/<problem_name>/, and its
+// config.yaml says so: `dtrain train` without a config file starts from the dAD paper's defaults
+// (out_dir: logs, run_folder: named), which the experiment's out_dir override replaces.
+TEST_F(DinnoExperimentTest, AProblemsRunRecordsTheExperimentFolderAsItsOutDir) {
+  const auto spec = load(kTemplate);
+  const auto run = expand_runs(spec)[0];
+  const auto folder = fs::path(spec.out_dir) / "20250101-120000_dist_cnn_cadmm_scaled_v_const";
+  const auto overrides = worker_overrides(run, folder);
+  EXPECT_EQ(Strings(overrides.begin(), overrides.end() - 1), run.overrides);
+  EXPECT_EQ(overrides.back(), "out_dir=" + folder.string());
+  const auto cfg =
+      config::parse_run_config("out_dir: logs\nrun_folder: named\n", "<the dAD paper's defaults>", overrides);
+  EXPECT_EQ(cfg.out_dir, folder.string());
 }
 
 TEST_F(DinnoExperimentTest, NprocAndSetComeAfterEverythingTheFileSays) {

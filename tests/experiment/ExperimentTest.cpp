@@ -1,7 +1,8 @@
 // Experiments: sweep expansion, file errors, the checks that runs are comparable, a caller's own
 // workers that the runner keeps going past when they refuse or fail, and tiny experiments through
-// the real binary: identical initial weights across runs, a rerun that skips finished runs, and a
-// report whose numbers are the runs' own.
+// the real binary: identical initial weights across runs, each run's config.yaml naming the
+// experiment folder as its out_dir, a rerun that skips finished runs, and a report whose numbers are
+// the runs' own.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "dtrain/config/ConfigError.h"
+#include "dtrain/config/RunConfigYaml.h"
 #include "dtrain/experiment/Experiment.h"
 #include "dtrain/experiment/ExperimentChecks.h"
 #include "dtrain/experiment/Report.h"
@@ -149,6 +151,18 @@ FinishedRun finished_run(const std::string& name, const std::string& model, std:
   run.results = {
       {"world_size", workers}, {"initial_parameter_hash", weights}, {"data_partition_hash", partition}};
   return run;
+}
+
+// A run's workers write into <experiment folder>/<run> and are told that folder as out_dir (quoted
+// where YAML would read the path as something else), after the run's own overrides.
+TEST_F(ExperimentTest, WorkersAreToldTheExperimentFolderAsTheirOutDir) {
+  const RunSpec run{"dp2", {"nproc=2", "out_dir=elsewhere"}};
+  const auto overrides = worker_overrides(run, "runs/20250101-120000_scaling");
+  EXPECT_EQ(overrides, (std::vector<std::string>{"nproc=2", "out_dir=elsewhere",
+                                                 "out_dir=runs/20250101-120000_scaling"}));
+  const fs::path odd = dir_ / "a: [b" / "20250101-120000_scaling";
+  const auto cfg = config::parse_run_config("", "<test>", worker_overrides(run, odd));
+  EXPECT_EQ(cfg.out_dir, odd.string());
 }
 
 TEST_F(ExperimentTest, RunsOfOneModelMustStartFromTheSameWeights) {
@@ -297,6 +311,11 @@ TEST_F(ExperimentTest, RunsShareInitialWeightsAndARerunSkipsFinishedRuns) {
   EXPECT_EQ(first["runs"][2]["results"]["config"]["optim"]["name"], "adam");
   EXPECT_EQ(first["runs"][2]["results"]["config"]["optim"]["lr"], 0.01);
   EXPECT_EQ(first["runs"][0]["results"]["config"]["optim"]["name"], "sgd");
+  // Each run's config.yaml names the folder its run folder is in, where the base file says nothing.
+  for (const auto& run : expected) {
+    EXPECT_EQ(config::load_run_config((dir / run.name / "config.yaml").string()).out_dir, dir.string())
+        << run.name;
+  }
 
   // Interrupt one run (its results are gone): the same command finishes only that one.
   fs::remove(dir / expected[1].name / "results.json");

@@ -1,7 +1,7 @@
 // What the report reads of a results.json's timing: the time blocked on the strategy's
 // communication, from step_time.comm_s (the per-step mean) since results carry the step time
 // split, and from comm_wait_seconds in results written before; the step table of the dAD paper's
-// comparison.
+// comparison; the bytes graph nodes sent, and the kind of training a run's scaling is measured in.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -49,6 +49,31 @@ TEST(ReportRuns, ResultsWrittenBeforeTheStepTimeSplitStillRead) {
   const auto run = parse_run_results(results);
   EXPECT_DOUBLE_EQ(run.comm_wait_seconds, 0.2);
   EXPECT_DOUBLE_EQ(comm_wait_ms_per_step(run), 5.0);
+}
+
+// DiNNO's template on one rank: five nodes exchange in memory, so comm.total.bytes is 0, and the
+// strategy's count of what each node sent is what the report reads for them.
+TEST(ReportRuns, GraphNodesTrafficComesFromTheStrategysNodeBytes) {
+  const json results{
+      {"strategy", "decentralized"},
+      {"world_size", 1},
+      {"steps", 30},
+      {"comm", {{"total", {{"calls", 0}, {"bytes", 0}, {"wire_bytes", 0}, {"wait_seconds", 0.0}}}}},
+      {"strategy_metrics", {{"node_bytes_sent", 10920960.0}, {"consensus_error", 0.125}}},
+      {"config", {{"parallel", {{"decentralized", {{"algorithm", "dsgd"}}}}}}}};
+  const auto run = parse_run_results(results);
+  ASSERT_TRUE(run.node_bytes_sent.has_value());
+  EXPECT_EQ(*run.node_bytes_sent, 10920960.0);
+  EXPECT_DOUBLE_EQ(*node_sent_mb_per_step(run), 0.364032);
+  EXPECT_EQ(comm_mb_per_step(run), 0.0);
+  EXPECT_EQ(run.kind, "decentralized dsgd");
+  // A strategy that counts no node traffic has none; an exact strategy is of no kind beyond its model.
+  const auto dp = parse_run_results(json{{"strategy", "data_parallel"}, {"steps", 30}});
+  EXPECT_FALSE(dp.node_bytes_sent.has_value());
+  EXPECT_FALSE(node_sent_mb_per_step(dp).has_value());
+  EXPECT_EQ(dp.kind, "");
+  EXPECT_EQ(parse_run_results(json{{"strategy", "rankdad"}}).kind, "rankdad");
+  EXPECT_EQ(parse_run_results(json{{"strategy", "no_such_strategy"}}).kind, "no_such_strategy");
 }
 
 }  // namespace

@@ -212,6 +212,50 @@ TEST_F(ReportTest, ScalingEfficiencyIsThroughputOverNTimesTheBestOneWorkerThroug
   EXPECT_FALSE(scaling_efficiency(runs[4].results, one_worker).has_value());
 }
 
+// A decentralized run of one algorithm as results.json records it: the algorithm under
+// config.parallel.decentralized.
+json decentralized(const std::string& algorithm, int workers, double samples_per_second) {
+  auto r = results("dinnocnn", workers, samples_per_second);
+  r["strategy"] = "decentralized";
+  r["config"]["parallel"] = {{"decentralized", {{"algorithm", algorithm}}}};
+  return r;
+}
+
+// Note [The scaling reference]: DiNNO's template on one worker (vanilla_cadmm, vanilla_dsgd) is two
+// references, one per algorithm; a dsgd run on 5 workers scales against the one-worker dsgd run,
+// and neither cadmm's one-worker run nor a local run of the same model is a reference for dsgd or
+// for choco, which has none. data_parallel still scales against local (both exact).
+TEST_F(ReportTest, ScalingEfficiencyComparesOnlyRunsOfTheSameKind) {
+  const std::vector<ReportRun> runs{run("vanilla_cadmm", decentralized("cadmm", 1, 400)),
+                                    run("vanilla_dsgd", decentralized("dsgd", 1, 100)),
+                                    run("dsgd_w5", decentralized("dsgd", 5, 450)),
+                                    run("choco_w5", decentralized("choco", 5, 300)),
+                                    run("local", results("dinnocnn", 1, 1000)),
+                                    run("dp2", results("dinnocnn", 2, 1800))};
+  EXPECT_EQ(runs[0].results.kind, "decentralized cadmm");
+  EXPECT_EQ(runs[4].results.kind, "");
+  EXPECT_EQ(runs[5].results.kind, "");
+  EXPECT_EQ(scaling_series_key(runs[1].results), "dinnocnn (decentralized dsgd)");
+  EXPECT_EQ(one_worker_throughput(runs),
+            (std::map<std::string, double>{{"dinnocnn", 1000},
+                                           {"dinnocnn (decentralized cadmm)", 400},
+                                           {"dinnocnn (decentralized dsgd)", 100}}));
+  const auto table = run_table(runs);
+  ASSERT_EQ(table.size(), 7u);
+  ASSERT_EQ(table[0][10], "scaling eff.");
+  EXPECT_EQ(table[1][10], "1.00");  // vanilla_cadmm against itself
+  EXPECT_EQ(table[2][10], "1.00");  // vanilla_dsgd against itself, not 100 / 400
+  EXPECT_EQ(table[3][10], "0.90");  // 450 / (5 x 100)
+  EXPECT_EQ(table[4][10], "");      // no one-worker choco run
+  EXPECT_EQ(table[6][10], "0.90");  // 1800 / (2 x 1000)
+  EXPECT_TRUE(scaling_warnings(runs).empty());
+  const auto series = scaling_series(runs);
+  ASSERT_EQ(series.size(), 3u);
+  EXPECT_EQ(series[2].key, "dinnocnn (decentralized dsgd)");
+  EXPECT_EQ(series[2].model, "dinnocnn");
+  EXPECT_EQ(series[2].efficiency, (std::vector<double>{1.0, 0.9}));
+}
+
 // Note [Scaling efficiency above 1]: nothing is flagged in a fair study; a run above 1 is, naming its
 // reference and the cause that holds: another batch, another precision, or a slower reference.
 TEST_F(ReportTest, AScalingEfficiencyAboveOneIsFlaggedWithItsCause) {
@@ -254,7 +298,7 @@ TEST_F(ReportTest, TheRunTableHasEveryRunsNumbers) {
   EXPECT_EQ(table[0],
             (std::vector<std::string>{"run", "strategy", "backend", "workers", "model", "steps", "test top-1",
                                       "test top-5", "test loss", "samples/s", "scaling eff.",
-                                      "payload MB/step", "wait ms/step", "train s"}));
+                                      "payload MB/step", "comm ms/step", "train s"}));
   EXPECT_EQ(table[1], (std::vector<std::string>{"one", "local", "none", "1", "mlp", "10", "0.5000", "0.9000",
                                                 "1.2500", "100", "1.00", "0.000", "0.000", "8.00"}));
   EXPECT_EQ(table[2],
@@ -265,6 +309,43 @@ TEST_F(ReportTest, TheRunTableHasEveryRunsNumbers) {
   EXPECT_EQ(table[4][10], "0.75");  // 300 / (4 x 100)
   EXPECT_EQ(table[5][0], "lenet");
   EXPECT_EQ(table[5][10], "");  // no one-worker lenet5 run
+}
+
+// Graph nodes on one rank exchange in memory: the rank hands nothing to collectives (payload 0), but
+// the strategy counts what each node sent (strategy_metrics.node_bytes_sent), and the table shows
+// it per step in a column of its own; runs that count no node traffic leave it empty.
+TEST_F(ReportTest, TheRunTableShowsWhatGraphNodesSentWhereTheStrategyCountsIt) {
+  auto nodes = decentralized("cadmm", 1, 400);
+  nodes["steps"] = 30;
+  nodes["strategy_metrics"] = {{"node_bytes_sent", 10920960.0}, {"consensus_error", 0.125}};
+  const auto table = run_table({run("vanilla_cadmm", nodes), run("two", results("mlp", 2, 180))});
+  ASSERT_EQ(table.size(), 3u);
+  EXPECT_EQ(table[0],
+            (std::vector<std::string>{"run", "strategy", "backend", "workers", "model", "steps", "test top-1",
+                                      "test top-5", "test loss", "samples/s", "scaling eff.",
+                                      "payload MB/step", "node sent MB/step", "comm ms/step", "train s"}));
+  EXPECT_EQ(table[1][11], "0.000");  // payload: nothing crossed a rank's links
+  EXPECT_EQ(table[1][12], "0.364");  // 10,920,960 bytes per node over 30 steps
+  EXPECT_EQ(table[2][12], "");
+  EXPECT_EQ(table[2].size(), table[0].size());
+}
+
+// The run table's time column is the step's communication phase (step_time.comm_s) and is named
+// after it, as the step table's "comm ms": comm.total.wait_seconds, the results' "wait", is another
+// quantity (every wait on the strategy's collectives).
+TEST_F(ReportTest, TheRunTablesCommColumnIsTheStepsCommunicationPhase) {
+  auto r = results("mlp", 2, 180);
+  r["steps"] = 40;
+  r["step_time"] = {{"forward_s", 0.004}, {"backward_s", 0.006}, {"comm_s", 0.0025}, {"update_s", 0.001}};
+  r["comm"]["total"]["wait_seconds"] = 0.5;  // 12.5 ms per step: not what the column shows
+  const auto table = run_table({run("two", r)});
+  ASSERT_EQ(table.size(), 2u);
+  EXPECT_EQ(table[0][12], "comm ms/step");
+  EXPECT_EQ(table[1][12], "2.500");
+  for (const auto& header : table[0]) EXPECT_EQ(header.find("wait"), std::string::npos) << header;
+  const auto steps = step_table({run("two", r)});
+  EXPECT_EQ(steps[0][7], "comm ms");
+  EXPECT_EQ(steps[1][7], "2.50");
 }
 
 TEST_F(ReportTest, TheThroughputTableIsModelAndBatchAgainstPrecisionAndWorkers) {

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <unistd.h>
+#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <chrono>
@@ -102,7 +103,8 @@ launch::LaunchResult launch_run(const ExperimentSpec& spec, const ExperimentOpti
     job.command = options.worker_command(index, run, run_dir);
   } else {
     const bool interrupted = fs::exists(run_dir / "checkpoints" / "latest");
-    job.command = run::train_command(options.dtrain_executable, spec.base.string(), run.overrides, run_dir,
+    job.command = run::train_command(options.dtrain_executable, spec.base.string(),
+                                     worker_overrides(run, run_dir.parent_path()), run_dir,
                                      interrupted ? run_dir.string() : "");
   }
   if (!options.workers_output_to_file) return launch::launch(job);
@@ -213,6 +215,15 @@ nlohmann::json run_all(const ExperimentSpec& spec, const ExperimentOptions& opti
 }
 
 }  // namespace
+
+std::vector<std::string> worker_overrides(const RunSpec& run, const fs::path& experiment_dir) {
+  auto overrides = run.overrides;
+  // Quoted where YAML would read the path as something else (a ": " or a leading "[" in it).
+  YAML::Emitter out_dir;
+  out_dir << experiment_dir.string();
+  overrides.push_back(std::string("out_dir=") + out_dir.c_str());
+  return overrides;
+}
 
 nlohmann::json run_experiment(const ExperimentSpec& spec, const ExperimentOptions& options) {
   // Every run's configuration is checked before anything is made.

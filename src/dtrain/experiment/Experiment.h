@@ -69,6 +69,12 @@ bool is_folder_name(const std::string& name);
 // are "<run>" or "<run>/<key>=<value>,..." made filesystem-safe.
 std::vector<RunSpec> expand_runs(const ExperimentSpec& spec);
 
+// The overrides `dtrain train` gets for a run whose folder is <experiment_dir>/<run.name>: the run's
+// own, then out_dir=<experiment_dir>. The workers write into that folder (--run-dir) whatever
+// out_dir says, so without it the config.yaml a run records would name another place: the base
+// file's out_dir, or for a file in DiNNO's form (no base file) the dAD paper's default, logs.
+std::vector<std::string> worker_overrides(const RunSpec& run, const std::filesystem::path& experiment_dir);
+
 // How one run ended.
 struct RunOutcome {
   std::string status = "ok";  // ok | refused (its configuration or strategy said no) | failed

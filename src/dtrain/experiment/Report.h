@@ -1,9 +1,9 @@
 // Reports: report.md and a self-contained report.html (PNG plots embedded) for a run folder or an
 // experiment folder, with learning curves (train and validation loss, top-1 and top-5 against step,
 // epoch and wall time), throughput and training time against workers with the ideal lines and the
-// scaling efficiency, communication bytes and waiting time per step by run, a table of every run
-// (accuracy, throughput, scaling efficiency, communication per step) and, for sweeps, a throughput
-// table of model x batch against workers. Plots are drawn by gnuplot.
+// scaling efficiency, communication bytes and time (the step's communication phase) per step by run, a
+// table of every run (accuracy, throughput, scaling efficiency, communication per step) and, for sweeps, a
+// throughput table of model x batch against workers. Plots are drawn by gnuplot.
 //
 // The pieces: ReportRuns.h reads the runs, ReportTables.h and ReportSeries.h compute what is shown,
 // ReportFigures.h draws the figures with gnuplot (Gnuplot.h), ReportPage.h writes the pages.

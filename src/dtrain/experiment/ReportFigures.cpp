@@ -221,7 +221,7 @@ std::string throughput_text(const ScalingSeries& s) {
   return out.str();
 }
 
-// Throughput and training time against workers, per model, with the ideal lines (N x one
+// Throughput and training time against workers, per series (model and kind), with the ideal lines (N x one
 // worker's throughput, one worker's time / N); the measured points carry their scaling efficiency.
 void scaling_figures(ScriptWriter& writer, const std::vector<ReportRun>& runs) {
   std::vector<Curve> throughput, time;
@@ -229,17 +229,17 @@ void scaling_figures(ScriptWriter& writer, const std::vector<ReportRun>& runs) {
   for (std::size_t i = 0; i < all.size(); ++i) {
     const auto& s = all[i];
     const auto measured = writer.data(fmt::format("throughput{}.dat", i), throughput_text(s));
-    throughput.push_back({measured, s.model + " measured", "linespoints"});
+    throughput.push_back({measured, s.key + " measured", "linespoints"});
     throughput.push_back({writer.data(fmt::format("ideal{}.dat", i), points_text(s.ideal)),
-                          s.model + " ideal (N x 1 worker)", "lines dashtype 2"});
-    throughput.push_back({measured, s.model + " scaling efficiency", "labels offset 0,1.2 notitle"});
+                          s.key + " ideal (N x 1 worker)", "lines dashtype 2"});
+    throughput.push_back({measured, s.key + " scaling efficiency", "labels offset 0,1.2 notitle"});
     if (!s.time.empty()) {
-      time.push_back({writer.data(fmt::format("time{}.dat", i), points_text(s.time)), s.model + " measured",
+      time.push_back({writer.data(fmt::format("time{}.dat", i), points_text(s.time)), s.key + " measured",
                       "linespoints"});
     }
     if (!s.ideal_time.empty()) {
       time.push_back({writer.data(fmt::format("ideal_time{}.dat", i), points_text(s.ideal_time)),
-                      s.model + " ideal (1 worker / N)", "lines dashtype 2"});
+                      s.key + " ideal (1 worker / N)", "lines dashtype 2"});
     }
   }
   writer.add("set xtics 1\nset yrange [0:*]\n");
@@ -250,7 +250,8 @@ void scaling_figures(ScriptWriter& writer, const std::vector<ReportRun>& runs) {
   writer.add("set xtics autofreq\nset autoscale y\n");
 }
 
-// Communication per step by run: bytes each rank hands to collectives, and time blocked on them.
+// Communication per step by run: bytes each rank hands to collectives, and the step's communication
+// phase (step_time.comm_s), named as the run table's "comm ms/step".
 void comm_figures(ScriptWriter& writer, const std::vector<ReportRun>& runs) {
   std::ostringstream bytes, wait;
   for (const auto& bar : comm_bars(runs)) {
@@ -267,11 +268,11 @@ void comm_figures(ScriptWriter& writer, const std::vector<ReportRun>& runs) {
                                      "set ylabel 'MB per step per rank'\nset key off\nset grid y\n"
                                      "plot '{}' using 0:2:xtic(1) with boxes lc rgb '#4477aa'\n",
                                      q(writer.png_path("comm_bytes.png")), bytes_title, q(bytes_path)));
-  const std::string wait_title = "Waiting for communication per step by run (strategy)";
+  const std::string wait_title = "Communication phase of the step by run (strategy): comm ms/step";
   writer.figure_commands(
       "comm_wait.png", wait_title,
       fmt::format("set output '{}'\nset title '{}'\n"
-                  "set ylabel 'ms per step'\nplot '{}' using 0:2:xtic(1) with boxes lc rgb "
+                  "set ylabel 'comm ms per step'\nplot '{}' using 0:2:xtic(1) with boxes lc rgb "
                   "'#cc6677'\n",
                   q(writer.png_path("comm_wait.png")), wait_title, q(wait_path)));
 }

@@ -32,6 +32,23 @@ MetricRecord metric_record(const json& line) {
   return record;
 }
 
+// RunResults::kind of a run of `strategy` whose config.parallel is `parallel`. A strategy this build
+// does not know is a kind of its own.
+std::string training_kind(const std::string& strategy, const json& parallel) {
+  if (strategy.empty()) return "";
+  try {
+    const auto& info = parallel::find_strategy(strategy);
+    if (info.exact) return "";
+    const auto& options = member(parallel, info.options_section.c_str());
+    const auto algorithm = options.find("algorithm");
+    return algorithm != options.end() && algorithm->is_string()
+               ? info.name + " " + algorithm->get<std::string>()
+               : info.name;
+  } catch (const std::invalid_argument&) {
+    return strategy;
+  }
+}
+
 }  // namespace
 
 RunResults parse_run_results(const json& r) {
@@ -69,6 +86,11 @@ RunResults parse_run_results(const json& r) {
                               ? step_time.value("comm_s", 0.0) * static_cast<double>(out.steps)
                               : r.value("comm_wait_seconds", 0.0);
   out.comm_bytes = member(member(r, "comm"), "total").value("bytes", 0.0);
+  const auto& strategy_metrics = member(r, "strategy_metrics");
+  const auto node_bytes = strategy_metrics.find("node_bytes_sent");
+  if (node_bytes != strategy_metrics.end() && node_bytes->is_number())
+    out.node_bytes_sent = node_bytes->get<double>();
+  out.kind = training_kind(out.strategy, member(member(r, "config"), "parallel"));
   if (step_time.contains("forward_s")) {
     out.step_time =
         RunResults::StepSplit{step_time.value("forward_s", 0.0), step_time.value("backward_s", 0.0),

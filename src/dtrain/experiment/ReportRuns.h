@@ -29,10 +29,20 @@ struct RunResults {
   double loss = 0;                 // final.loss
   double samples_per_second = 0;   // samples_per_second: the whole job's training throughput
   double train_seconds = 0;        // train_seconds: training time without evaluation
-  // step_time.comm_s x steps: time blocked on the strategy's collectives over the run (results
-  // written before step_time existed: comm_wait_seconds).
+  // step_time.comm_s x steps: the training steps' communication phase over the run (results
+  // written before step_time existed: comm_wait_seconds). The report's "comm ms/step"; not
+  // comm.total.wait_seconds, which counts every wait on the strategy's collectives.
   double comm_wait_seconds = 0;
   double comm_bytes = 0;  // comm.total.bytes: bytes each rank handed to collectives
+  // strategy_metrics.node_bytes_sent: what each graph node sent its neighbours over the run (mean
+  // over nodes), whichever rank hosts it; none for a strategy that does not count node traffic. Nodes
+  // on one rank exchange in memory, so comm_bytes leaves their traffic out.
+  std::optional<double> node_bytes_sent;
+  // Beside the model, which one-worker runs this run's scaling efficiency may be measured against
+  // (Note [The scaling reference] in ReportTables.h): "" for a strategy that computes one process's
+  // mathematics (parallel::StrategyInfo::exact) or for results that name no strategy; otherwise the
+  // strategy and, where its options name one, its algorithm ("decentralized cadmm").
+  std::string kind;
   // step_time: the per-step mean of the training step's phases, in seconds; absent from results
   // written before the split existed.
   struct StepSplit {

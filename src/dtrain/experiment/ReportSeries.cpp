@@ -15,12 +15,14 @@ double field(const MetricRecord& record, const std::string& key) {
   return it == record.end() ? 0.0 : it->second;
 }
 
-// One model's series from the best (highest throughput, shortest time) run at each worker count.
-ScalingSeries model_scaling(const std::vector<ReportRun>& runs, const std::string& model, double one_worker) {
+// One series' points from the best (highest throughput, shortest time) run at each worker count.
+ScalingSeries series_scaling(const std::vector<ReportRun>& runs, const std::string& key, double one_worker) {
   std::map<int, double> best_rate, best_time;  // workers -> samples/s, seconds
+  std::string model;
   for (const auto& run : runs) {
     const auto& r = run.results;
-    if (r.model != model) continue;
+    if (scaling_series_key(r) != key) continue;
+    model = r.model;
     auto& rate = best_rate[r.world_size];
     rate = std::max(rate, r.samples_per_second);
     const auto it = best_time.find(r.world_size);
@@ -30,6 +32,7 @@ ScalingSeries model_scaling(const std::vector<ReportRun>& runs, const std::strin
   }
   ScalingSeries series;
   series.model = model;
+  series.key = key;
   for (const auto& [w, rate] : best_rate) {
     series.throughput.push_back({static_cast<double>(w), rate});
     series.efficiency.push_back(scaling_efficiency(rate, w, one_worker));
@@ -91,8 +94,8 @@ bool has_node_metrics(const std::vector<ReportRun>& runs) {
 
 std::vector<ScalingSeries> scaling_series(const std::vector<ReportRun>& runs) {
   std::vector<ScalingSeries> out;
-  for (const auto& [model, one_worker] : one_worker_throughput(runs)) {
-    out.push_back(model_scaling(runs, model, one_worker));
+  for (const auto& [key, one_worker] : one_worker_throughput(runs)) {
+    out.push_back(series_scaling(runs, key, one_worker));
   }
   return out;
 }

@@ -28,9 +28,11 @@ std::vector<Point> node_mean_curve(const ReportRun& run, const std::string& x_ke
 // Whether any run recorded per-node evaluations (val/node0/loss).
 bool has_node_metrics(const std::vector<ReportRun>& runs);
 
-// One model's throughput and training time against workers.
+// One series' throughput and training time against workers: the runs of one model and one kind of
+// training (Note [The scaling reference] in ReportTables.h).
 struct ScalingSeries {
   std::string model;
+  std::string key;                 // scaling_series_key: the model, with its kind where it has one
   std::vector<Point> throughput;   // (workers, best samples/s), workers ascending
   std::vector<double> efficiency;  // the scaling efficiency of each throughput point
   std::vector<Point> ideal;        // (workers, workers x best one-worker samples/s)
@@ -38,14 +40,14 @@ struct ScalingSeries {
   std::vector<Point> ideal_time;   // (workers, one worker's training seconds / workers); empty without it
 };
 
-// For every model with a one-worker run, in name order.
+// For every series with a one-worker run, in the order of their keys.
 std::vector<ScalingSeries> scaling_series(const std::vector<ReportRun>& runs);
 
 // One bar per run: "<run> (<strategy>)" and its communication per step.
 struct CommBar {
   std::string label;
   double mb_per_step = 0;
-  double wait_ms_per_step = 0;
+  double wait_ms_per_step = 0;  // comm_wait_ms_per_step: the step's communication phase
 };
 
 std::vector<CommBar> comm_bars(const std::vector<ReportRun>& runs);

@@ -14,26 +14,44 @@ std::int64_t steps_or_one(const RunResults& run) {
   return std::max<std::int64_t>(1, run.steps);
 }
 
-std::vector<std::string> run_row(const ReportRun& run, const std::map<std::string, double>& one_worker) {
+// `node_column`: some run of the table counts node traffic (node sent MB/step).
+std::vector<std::string> run_row(const ReportRun& run, const std::map<std::string, double>& one_worker,
+                                 bool node_column) {
   const auto& r = run.results;
   const auto efficiency = scaling_efficiency(r, one_worker);
-  return {run.name, r.strategy, r.backend, std::to_string(r.world_size), r.model,
-          std::to_string(steps_or_one(r)), fmt::format("{:.4f}", r.top1), fmt::format("{:.4f}", r.top5),
-          fmt::format("{:.4f}", r.loss), fmt::format("{:.0f}", r.samples_per_second),
-          efficiency ? fmt::format("{:.2f}", *efficiency) : "", fmt::format("{:.3f}", comm_mb_per_step(r)),
-          fmt::format("{:.3f}", comm_wait_ms_per_step(r)),
-          // Wall time of training (the distributed-optimizer study compares optimizers by it): without
-          // evaluation.
-          fmt::format("{:.2f}", r.train_seconds)};
+  std::vector<std::string> row{run.name, r.strategy, r.backend, std::to_string(r.world_size), r.model};
+  row.push_back(std::to_string(steps_or_one(r)));
+  for (const double metric : {r.top1, r.top5, r.loss}) row.push_back(fmt::format("{:.4f}", metric));
+  row.push_back(fmt::format("{:.0f}", r.samples_per_second));
+  row.push_back(efficiency ? fmt::format("{:.2f}", *efficiency) : "");
+  row.push_back(fmt::format("{:.3f}", comm_mb_per_step(r)));
+  if (node_column) {
+    const auto node_sent = node_sent_mb_per_step(r);
+    row.push_back(node_sent ? fmt::format("{:.3f}", *node_sent) : "");
+  }
+  row.push_back(fmt::format("{:.3f}", comm_wait_ms_per_step(r)));
+  // Wall time of training (the distributed-optimizer study compares optimizers by it): without
+  // evaluation.
+  row.push_back(fmt::format("{:.2f}", r.train_seconds));
+  return row;
+}
+
+bool counts_node_traffic(const std::vector<ReportRun>& runs) {
+  return std::any_of(runs.begin(), runs.end(),
+                     [](const ReportRun& run) { return run.results.node_bytes_sent.has_value(); });
 }
 
 }  // namespace
+
+std::string scaling_series_key(const RunResults& run) {
+  return run.kind.empty() ? run.model : run.model + " (" + run.kind + ")";
+}
 
 std::map<std::string, double> one_worker_throughput(const std::vector<ReportRun>& runs) {
   std::map<std::string, double> best;
   for (const auto& run : runs) {
     if (run.results.world_size != 1) continue;
-    auto& rate = best[run.results.model];
+    auto& rate = best[scaling_series_key(run.results)];
     rate = std::max(rate, run.results.samples_per_second);
   }
   return best;
@@ -45,17 +63,17 @@ double scaling_efficiency(double samples_per_second, int workers, double one_wor
 
 std::optional<double> scaling_efficiency(const RunResults& run,
                                          const std::map<std::string, double>& one_worker) {
-  const auto base = one_worker.find(run.model);
+  const auto base = one_worker.find(scaling_series_key(run));
   if (base == one_worker.end() || base->second <= 0) return std::nullopt;
   return scaling_efficiency(run.samples_per_second, run.world_size, base->second);
 }
 
 std::vector<std::string> scaling_warnings(const std::vector<ReportRun>& runs) {
-  // The reference of each model: the fastest one-worker run (as one_worker_throughput takes it).
+  // The reference of each series: the fastest one-worker run (as one_worker_throughput takes it).
   std::map<std::string, const ReportRun*> reference;
   for (const auto& run : runs) {
     if (run.results.world_size != 1) continue;
-    auto& best = reference[run.results.model];
+    auto& best = reference[scaling_series_key(run.results)];
     if (!best || run.results.samples_per_second > best->results.samples_per_second) best = &run;
   }
   const auto one_worker = one_worker_throughput(runs);
@@ -63,7 +81,7 @@ std::vector<std::string> scaling_warnings(const std::vector<ReportRun>& runs) {
   for (const auto& run : runs) {
     const auto efficiency = scaling_efficiency(run.results, one_worker);
     if (!efficiency || *efficiency <= 1.0 || run.results.world_size < 2) continue;
-    const auto& ref = reference.at(run.results.model)->results;
+    const auto& ref = reference.at(scaling_series_key(run.results))->results;
     const auto& r = run.results;
     std::string cause;
     if (ref.batch_size != r.batch_size) {
@@ -81,13 +99,18 @@ std::vector<std::string> scaling_warnings(const std::vector<ReportRun>& runs) {
         fmt::format("Scaling efficiency {:.2f} for {} is above 1, which {} workers cannot reach: its "
                     "one-worker reference "
                     "({}) is not a fair one: {}.",
-                    *efficiency, run.name, r.world_size, reference.at(run.results.model)->name, cause));
+                    *efficiency, run.name, r.world_size, reference.at(scaling_series_key(r))->name, cause));
   }
   return out;
 }
 
 double comm_mb_per_step(const RunResults& run) {
   return run.comm_bytes / steps_or_one(run) / 1e6;
+}
+
+std::optional<double> node_sent_mb_per_step(const RunResults& run) {
+  if (!run.node_bytes_sent) return std::nullopt;
+  return *run.node_bytes_sent / steps_or_one(run) / 1e6;
 }
 
 double comm_wait_ms_per_step(const RunResults& run) {
@@ -101,10 +124,13 @@ std::vector<int> worker_counts(const std::vector<ReportRun>& runs) {
 }
 
 Table run_table(const std::vector<ReportRun>& runs) {
+  const bool node_column = counts_node_traffic(runs);
   Table table{{"run", "strategy", "backend", "workers", "model", "steps", "test top-1", "test top-5",
-               "test loss", "samples/s", "scaling eff.", "payload MB/step", "wait ms/step", "train s"}};
+               "test loss", "samples/s", "scaling eff.", "payload MB/step"}};
+  if (node_column) table[0].push_back("node sent MB/step");
+  table[0].insert(table[0].end(), {"comm ms/step", "train s"});
   const auto one_worker = one_worker_throughput(runs);
-  for (const auto& run : runs) table.push_back(run_row(run, one_worker));
+  for (const auto& run : runs) table.push_back(run_row(run, one_worker, node_column));
   return table;
 }
 

@@ -4,7 +4,7 @@
 // ranks and as data_parallel with the same state and continues as if never interrupted; the bytes
 // memory_footprint() reports are ZeRO's accounting with the padding; during a step, stages 2 and 3
 // hold whole gradients (and stage 3 gathered parameters) of at most two units at once, counted by
-// the CPU allocator; and what zero refuses.
+// the CPU allocator; the layout note's units among the model's stages; and what zero refuses.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -387,6 +387,22 @@ TEST(Zero, RefusesWhatItCannotHonourNamingTheKey) {
     } catch (const std::invalid_argument& e) {
       EXPECT_NE(std::string(e.what()).find("model.freeze"), std::string::npos) << e.what();
     }
+  });
+}
+
+// The layout note counts units and stages as the model's summary line does ("mlp: ... in 4 stages"):
+// mlp [31] is Flatten, Linear, ReLU, Linear, so 2 units (the stages with parameters) of 4 stages.
+TEST(Zero, TheLayoutNoteCountsUnitsAmongTheModelsStages) {
+  const auto cfg = zero_config(2, "adam");
+  const auto model = testing::build_model(cfg, 7);
+  ASSERT_EQ(model->stages().size(), 4u);
+  std::vector<models::NetworkPtr> models{model, testing::build_model(cfg, 7), testing::build_model(cfg, 7)};
+  dtrain::testing::run_world(3, [&](comm::CommunicatorPtr comm) {
+    auto strategy = testing::build_strategy(cfg, models[comm->rank()], comm);
+    EXPECT_EQ(strategy->metrics().at("zero/units"), 2.0);
+    EXPECT_EQ(strategy->notes().at("zero/layout"),
+              "stage 2: 24655 parameters in 2 units (one per model stage with parameters, of the model's 4 "
+              "stages), padded to 24657 (2 padding elements); 8219 elements per rank's shard");
   });
 }
 

@@ -301,10 +301,13 @@ std::map<std::string, std::string> ZeroStrategy::notes() const {
     padded += unit.layout.padded;
     shard += unit.layout.shard;
   }
+  // A unit is a model stage with parameters (plan_units): the model's summary line counts all of its
+  // stages ("in 12 stages"), activations and pooling included, so the note names both counts.
   return {{"zero/layout",
-           fmt::format("stage {}: {} parameters in {} units (one per model stage), padded to {} ({} padding "
-                       "elements); {} elements per rank's shard",
-                       options_.stage, numel, units_.size(), padded, padded - numel, shard)}};
+           fmt::format("stage {}: {} parameters in {} units (one per model stage with parameters, of the "
+                       "model's {} stages), padded to {} ({} padding elements); {} elements per rank's shard",
+                       options_.stage, numel, units_.size(), unit_of_stage_.size(), padded, padded - numel,
+                       shard)}};
 }
 
 MemoryFootprint ZeroStrategy::memory_footprint() const {

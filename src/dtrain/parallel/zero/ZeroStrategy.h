@@ -47,7 +47,8 @@ class ZeroStrategy final : public Strategy {
   // "zero/units": the units (stages with parameters); stages 2 and 3, "zero/overlapped": of which
   // reduce-scattered during the last backward (the rest were launched after it).
   std::map<std::string, double> metrics() override;
-  // "zero/layout": the units, the parameters, the padding and the shard per rank.
+  // "zero/layout": the units (model stages with parameters) against the model's stages, the
+  // parameters, the padding and the shard per rank.
   std::map<std::string, std::string> notes() const override;
   // What this rank holds: see Note [ZeRO's accounting].
   MemoryFootprint memory_footprint() const override;
