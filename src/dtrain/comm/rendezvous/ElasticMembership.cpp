@@ -4,9 +4,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <numeric>
-#include <sstream>
+#include <charconv>
 #include <stdexcept>
+#include <string_view>
 #include <thread>
 #include <utility>
 
@@ -20,11 +20,15 @@ std::string record(const std::string& id, int previous_rank) {
   return fmt::format("{} {}", previous_rank, id);
 }
 
-std::pair<int, std::string> parse_record(const std::string& text) {
+// Parsed in place: every member reads every record of its round.
+std::pair<int, std::string_view> parse_record(std::string_view text) {
   const auto space = text.find(' ');
-  if (space == std::string::npos)
-    throw std::runtime_error("elastic membership: malformed record '" + text + "'");
-  return {std::stoi(text.substr(0, space)), text.substr(space + 1)};
+  int previous = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + std::min(space, text.size()), previous);
+  if (space == std::string_view::npos || error != std::errc() || end != text.data() + space) {
+    throw std::runtime_error("elastic membership: malformed record '" + std::string(text) + "'");
+  }
+  return {previous, text.substr(space + 1)};
 }
 
 }  // namespace
@@ -45,7 +49,10 @@ std::string ElasticMembership::prefix(int generation) const {
 }
 
 int ElasticMembership::lead(const std::string& round) {
+  // The leader alone polls, the arrival counter every 10 ms: one request whatever the number
+  // arriving, where a wake-up per arrival would cost one per member.
   const auto start = Clock::now();
+  const auto deadline = start + options_.timeout;
   auto last_change = start;
   std::int64_t seen = store_.add(round + "arrivals", 0);
   for (;;) {
@@ -65,21 +72,30 @@ int ElasticMembership::lead(const std::string& round) {
     if (now_seen != seen) last_change = Clock::now();
     seen = now_seen;
   }
-  const int members = static_cast<int>(std::min<std::int64_t>(seen, options_.max_members));
-  // Those who arrived up to now are in; a later arrival reads the count and moves on.
-  const auto closed = store_.set_if_absent(round + "closed", std::to_string(members));
-  const int count = std::stoi(closed);
-  std::vector<std::pair<std::pair<int, int>, std::string>> order;  // ((survivor order, arrival), record)
-  for (int i = 0; i < count; ++i) {
-    const auto text = store_.get(round + "member/" + std::to_string(i));
-    const auto [previous, id] = parse_record(text);
-    order.push_back({{previous >= 0 ? previous : options_.max_members + i, i}, text});
+  // Those who arrived up to now are in; a later arrival reads the count and moves on. Each writes
+  // its record just after taking its number: the leader waits for them all in one request and
+  // reads them in one more, up to the round's deadline, so that a member killed between the two
+  // steps is left out instead of stalling the round.
+  const auto admitted = static_cast<int>(std::min<std::int64_t>(seen, options_.max_members));
+  std::vector<std::string> keys;
+  keys.reserve(static_cast<std::size_t>(admitted));
+  for (int i = 0; i < admitted; ++i) keys.push_back(round + "member/" + std::to_string(i));
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  store_.wait_until(keys, std::max(left, options_.last_call), /*any=*/false);
+  const auto records = store_.multi_get(keys);
+  std::vector<std::pair<std::pair<int, int>, const std::string*>> order;  // ((survivor order, arrival), record)
+  for (int i = 0; i < admitted; ++i) {
+    const auto& text = records[static_cast<std::size_t>(i)];
+    if (!text) continue;  // never written: the member died after arriving
+    const int previous = parse_record(*text).first;
+    order.push_back({{previous >= 0 ? previous : options_.max_members + i, i}, &*text});
   }
   std::sort(order.begin(), order.end());
   std::string list;
-  for (const auto& entry : order) list += entry.second + "\n";
+  for (const auto& entry : order) list += *entry.second + "\n";
+  // The list before the count: a member woken by the count finds the list there.
   store_.set(round + "members", list);
-  return count;
+  return std::stoi(store_.set_if_absent(round + "closed", std::to_string(admitted)));
 }
 
 Membership ElasticMembership::join(int generation, int previous_rank) {
@@ -98,41 +114,38 @@ Membership ElasticMembership::join(int generation, int previous_rank) {
     Membership m;
     m.rank = -1;
     m.generation = g;
-    m.world_size = count;
     m.store_prefix = round + "pg/";
-    std::istringstream lines(store_.get(round + "members"));
-    for (std::string line; std::getline(lines, line);) {
-      const auto [previous, id] = parse_record(line);
+    const std::string list = store_.get(round + "members");
+    m.members.reserve(static_cast<std::size_t>(count));
+    m.previous_ranks.reserve(static_cast<std::size_t>(count));
+    for (std::size_t begin = 0; begin < list.size();) {
+      const auto end = std::min(list.find('\n', begin), list.size());
+      const auto [previous, id] = parse_record(std::string_view(list).substr(begin, end - begin));
       if (id == id_) m.rank = static_cast<int>(m.members.size());
-      m.members.push_back(id);
+      m.members.emplace_back(id);
       m.previous_ranks.push_back(previous);
+      begin = end + 1;
     }
-    if (static_cast<int>(m.members.size()) != count || m.rank < 0) {
-      throw std::runtime_error(
-          fmt::format("elastic membership: generation {} lists {} members, not {} with {}", g,
-                      m.members.size(), count, id_));
-    }
+    // Left out, its record having come after the leader stopped waiting: late, as above.
+    if (m.rank < 0) continue;
+    m.world_size = static_cast<int>(m.members.size());
     return m;
   }
 }
 
 int ElasticMembership::wait_closed(const std::string& round) {
-  // Every waiting member polls the one store: from 5 ms, backing off to 100 ms, so that a thousand
-  // of them ask a few thousand times a second, not a hundred thousand; whether the run finished is
-  // asked every fourth time.
-  const auto deadline = Clock::now() + options_.timeout;
-  auto pause = std::chrono::milliseconds(5);
-  for (int poll = 0; !store_.check({round + "closed"}); ++poll) {
-    if (poll % 4 == 3) throw_if_finished();
-    if (Clock::now() >= deadline) {
-      throw std::runtime_error(
-          fmt::format("elastic membership: the round {} did not close within {} s", round,
-                      std::chrono::duration_cast<std::chrono::seconds>(options_.timeout).count()));
-    }
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::milliseconds(100));
+  // One Wait request parks this member on the server until the leader writes the count or the run
+  // finishes (Note [Store waits] in comm/store/StoreWire.h): no polling, so the members waiting
+  // cost the store nothing until the round closes.
+  const std::string closed = round + "closed";
+  const std::string finished = fmt::format("elastic/{}/finished", options_.run_id);
+  if (store_.wait_until({closed, finished}, options_.timeout, /*any=*/true)) {
+    const auto values = store_.multi_get({closed, finished});
+    if (values[0]) return std::stoi(*values[0]);
+    throw_if_finished();
   }
-  return std::stoi(store_.get(round + "closed"));
+  throw std::runtime_error(fmt::format("elastic membership: the round {} did not close within {} s", round,
+                                       std::chrono::duration_cast<std::chrono::seconds>(options_.timeout).count()));
 }
 
 void ElasticMembership::mark_finished() {
