@@ -127,6 +127,32 @@ TEST(ElasticMembership, AMemberWaitingWhenTheRunFinishesLearnsItAndStops) {
   }
 }
 
+// A member that takes its arrival number and dies before writing its record: the leader waits for
+// the record no longer than the round's timeout (parallel.timeout_s) and closes without it.
+TEST(ElasticMembership, AMemberKilledMidRoundDoesNotStallTheRoundPastTheTimeout) {
+  StoreServer server;
+  auto o = options(2, 3);
+  o.timeout = 2s;
+  const auto start = std::chrono::steady_clock::now();
+  auto a = join_async(server.port(), o, "a", 0, -1);
+  StoreClient store("127.0.0.1", server.port(), 20s);
+  while (store.add("elastic/test/g0/arrivals", 0) < 1) std::this_thread::sleep_for(1ms);
+  {
+    StoreClient killed("127.0.0.1", server.port(), 20s);
+    killed.add("elastic/test/g0/arrivals", 1);  // arrived, and gone before its record
+  }
+  auto b = join_async(server.port(), o, "b", 0, -1);
+  const auto ma = a.get();
+  const auto mb = b.get();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, o.timeout + 1s);
+  EXPECT_EQ(ma.world_size, 2);
+  EXPECT_EQ(mb.world_size, 2);
+  EXPECT_EQ(ma.members, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(mb.members, ma.members);
+  EXPECT_EQ(ma.rank, 0);
+  EXPECT_EQ(mb.rank, 1);
+}
+
 TEST(ElasticMembership, RefusesMinAboveMax) {
   StoreServer server;
   StoreClient store("127.0.0.1", server.port(), 20s);

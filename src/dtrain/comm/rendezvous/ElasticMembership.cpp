@@ -139,7 +139,10 @@ int ElasticMembership::wait_closed(const std::string& round) {
   // cost the store nothing until the round closes.
   const std::string closed = round + "closed";
   const std::string finished = fmt::format("elastic/{}/finished", options_.run_id);
-  if (store_.wait_until({closed, finished}, options_.timeout, /*any=*/true)) {
+  // The leader may close up to the timeout after its own arrival, and a little later when it waited
+  // for a dead member's record (lead()): a member allows for that beyond its own timeout.
+  const auto allowed = options_.timeout + options_.last_call + std::chrono::seconds(1);
+  if (store_.wait_until({closed, finished}, allowed, /*any=*/true)) {
     const auto values = store_.multi_get({closed, finished});
     if (values[0]) return std::stoi(*values[0]);
     throw_if_finished();
