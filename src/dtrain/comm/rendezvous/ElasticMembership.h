@@ -6,8 +6,13 @@
 // "elastic/<run id>/g<g>/": each worker that wants to train takes an arrival number with one atomic
 // add and writes its record (its id and its rank in the generation it comes from, -1 for a new
 // one) under that number. The first to arrive leads the round: it closes it as soon as MAX have
-// arrived, or once at least MIN have and nobody new has come for `last_call`, by writing the
-// member count and every record in rank order; the others read that one key. Ranks keep the
+// arrived, or once at least MIN have and nobody new has come for `last_call` (it alone polls the
+// counter, every 10 ms), by waiting for the admitted arrivals' records in one request, reading them
+// in one more (MultiGet), and writing every record in rank order, then the member count. The
+// others each park one Wait on the count (Note [Store waits] in comm/store/StoreWire.h), woken
+// together by that one write, and read the list: a round costs the store a few requests a member
+// and no polling, whatever the number waiting. A member killed between its arrival and its record
+// is left out once the round's timeout passes, rather than stalling the round. Ranks keep the
 // survivors' order (by their previous rank) and put newcomers after them in arrival order, so a
 // job that loses a member renumbers as little as it can. A worker that arrives after the round
 // closed is late: it goes on to generation g+1, whose first arrival the running generation sees
