@@ -104,7 +104,8 @@ Membership ElasticMembership::join(int generation, int previous_rank) {
     const auto arrival = store_.add(round + "arrivals", 1) - 1;
     store_.set(round + "member/" + std::to_string(arrival), record(id_, previous_rank));
     if (arrival == 0) lead(round);
-    const int count = wait_closed(round);
+    std::string list;
+    const int count = wait_closed(round, list);
     if (count == 0) {
       throw std::runtime_error(fmt::format(
           "elastic membership: generation {} closed with fewer than {} members (the leader's timeout)", g,
@@ -115,13 +116,12 @@ Membership ElasticMembership::join(int generation, int previous_rank) {
     m.rank = -1;
     m.generation = g;
     m.store_prefix = round + "pg/";
-    const std::string list = store_.get(round + "members");
     m.members.reserve(static_cast<std::size_t>(count));
     m.previous_ranks.reserve(static_cast<std::size_t>(count));
     for (std::size_t begin = 0; begin < list.size();) {
       const auto end = std::min(list.find('\n', begin), list.size());
       const auto [previous, id] = parse_record(std::string_view(list).substr(begin, end - begin));
-      if (id == id_) m.rank = static_cast<int>(m.members.size());
+      if (m.rank < 0 && id == id_) m.rank = static_cast<int>(m.members.size());
       m.members.emplace_back(id);
       m.previous_ranks.push_back(previous);
       begin = end + 1;
@@ -133,7 +133,7 @@ Membership ElasticMembership::join(int generation, int previous_rank) {
   }
 }
 
-int ElasticMembership::wait_closed(const std::string& round) {
+int ElasticMembership::wait_closed(const std::string& round, std::string& list) {
   // One Wait request parks this member on the server until the leader writes the count or the run
   // finishes (Note [Store waits] in comm/store/StoreWire.h): no polling, so the members waiting
   // cost the store nothing until the round closes.
@@ -143,8 +143,12 @@ int ElasticMembership::wait_closed(const std::string& round) {
   // for a dead member's record (lead()): a member allows for that beyond its own timeout.
   const auto allowed = options_.timeout + options_.last_call + std::chrono::seconds(1);
   if (store_.wait_until({closed, finished}, allowed, /*any=*/true)) {
-    const auto values = store_.multi_get({closed, finished});
-    if (values[0]) return std::stoi(*values[0]);
+    // The leader writes the list before the count: one request reads both.
+    auto values = store_.multi_get({closed, finished, round + "members"});
+    if (values[0]) {
+      if (values[2]) list = std::move(*values[2]);
+      return std::stoi(*values[0]);
+    }
     throw_if_finished();
   }
   throw std::runtime_error(fmt::format("elastic membership: the round {} did not close within {} s", round,

@@ -80,9 +80,9 @@ class ElasticMembership {
   std::string prefix(int generation) const;
   // As the round's leader: waits for its members and closes it; returns the member count.
   int lead(const std::string& round);
-  // The round's member count once its leader has closed it; throws JobFinished when the run ends
-  // first, std::runtime_error after the timeout.
-  int wait_closed(const std::string& round);
+  // The round's member count once its leader has closed it, and its member list, read with it;
+  // throws JobFinished when the run ends first, std::runtime_error after the timeout.
+  int wait_closed(const std::string& round, std::string& list);
   void throw_if_finished();
 
   StoreClient& store_;
