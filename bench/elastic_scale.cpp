@@ -56,8 +56,9 @@ std::string membership(int members, std::chrono::milliseconds last_call) {
   options.run_id = fmt::format("bench{}", members);
   const auto job = dtrain::testing::simulate_elastic_job(members, options, "elastic-scale-bench-secret");
   if (!job.error.empty()) throw std::runtime_error(fmt::format("{} members: {}", members, job.error));
-  const double per_connection =
-      job.store.connections == 0 ? 0.0 : static_cast<double>(job.store.connection_bytes) / job.store.connections;
+  const double per_connection = job.store.connections == 0
+                                    ? 0.0
+                                    : static_cast<double>(job.store.connection_bytes) / job.store.connections;
   std::printf("%s\n", fmt::format("{{\"bench\": \"membership\", \"members\": {}, \"rendezvous_s\": {:.3f}, "
                                   "\"change_s\": {:.3f}, \"last_call_s\": {:.3f}, \"store_connections\": {}, "
                                   "\"store_bytes_per_connection\": {:.0f}, \"store_value_bytes\": {}}}",

@@ -26,8 +26,8 @@
 namespace dtrain::testing {
 
 struct ElasticSimulation {
-  double rendezvous_s = 0.0;  // from the start of the members' threads to the last one's generation 0
-  double change_s = 0.0;      // from the loss to the last survivor's generation 1 (last call included)
+  double rendezvous_s = 0.0;     // from the start of the members' threads to the last one's generation 0
+  double change_s = 0.0;         // from the loss to the last survivor's generation 1 (last call included)
   comm::StoreServerStats store;  // once every member is connected
   // Per member: its rank and world size in generation 0 and 1 (-1 for the lost one).
   struct Member {
@@ -75,7 +75,8 @@ inline std::string read_all(int fd) {
         comm::ElasticMembership membership(store, options, "member-" + std::to_string(m));
         int rank0 = -1, world0 = 0;
         {
-          const auto g0 = comm::ElasticMembership(store, full, "member-" + std::to_string(m)).join(0, -1);  // its list of every member freed at once
+          const auto g0 = comm::ElasticMembership(store, full, "member-" + std::to_string(m))
+                              .join(0, -1);  // its list of every member freed at once
           rank0 = g0.rank;
           world0 = g0.world_size;
         }
@@ -111,8 +112,8 @@ inline std::string read_all(int fd) {
 
 // `members` members in processes of at most `per_process` threads. options.max_members is
 // `members`; generation 1 (one member short) closes after options.last_call.
-inline ElasticSimulation simulate_elastic_job(int members, comm::ElasticOptions options, const std::string& secret,
-                                              int per_process = 2500) {
+inline ElasticSimulation simulate_elastic_job(int members, comm::ElasticOptions options,
+                                              const std::string& secret, int per_process = 2500) {
   using Clock = std::chrono::steady_clock;
   options.max_members = members;
   ElasticSimulation result;
@@ -163,7 +164,8 @@ inline ElasticSimulation simulate_elastic_job(int members, comm::ElasticOptions 
     }
   }
   if (watch.check({"sim/failed"})) result.error = watch.get("sim/failed");
-  if (result.error.empty() && result.change_s == 0.0) result.error = "the job did not finish within the timeout";
+  if (result.error.empty() && result.change_s == 0.0)
+    result.error = "the job did not finish within the timeout";
   if (!result.error.empty()) watch.set("sim/change", "1");  // release the members still waiting
   for (const auto& c : children) {
     const std::string lines = detail::read_all(c.report);

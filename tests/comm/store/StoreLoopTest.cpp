@@ -64,7 +64,8 @@ TEST(StoreLoop, GarbageAfterTheGreetingIsRefusedAndClosed) {
   ::close(fd);
   const auto lines = refusals(server, 1);
   ASSERT_EQ(lines.size(), 1u);
-  EXPECT_NE(lines[0].find("unknown request code 71; not a dtrain store client"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find("unknown request code 71; not a dtrain store client"), std::string::npos)
+      << lines[0];
   member.set("k", "v");
   EXPECT_EQ(member.get("k"), "v");
 }

@@ -24,7 +24,8 @@ std::string record(const std::string& id, int previous_rank) {
 std::pair<int, std::string_view> parse_record(std::string_view text) {
   const auto space = text.find(' ');
   int previous = 0;
-  const auto [end, error] = std::from_chars(text.data(), text.data() + std::min(space, text.size()), previous);
+  const auto [end, error] =
+      std::from_chars(text.data(), text.data() + std::min(space, text.size()), previous);
   if (space == std::string_view::npos || error != std::errc() || end != text.data() + space) {
     throw std::runtime_error("elastic membership: malformed record '" + std::string(text) + "'");
   }
@@ -83,7 +84,8 @@ int ElasticMembership::lead(const std::string& round) {
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
   store_.wait_until(keys, std::max(left, options_.last_call), /*any=*/false);
   const auto records = store_.multi_get(keys);
-  std::vector<std::pair<std::pair<int, int>, const std::string*>> order;  // ((survivor order, arrival), record)
+  std::vector<std::pair<std::pair<int, int>, const std::string*>>
+      order;  // ((survivor order, arrival), record)
   for (int i = 0; i < admitted; ++i) {
     const auto& text = records[static_cast<std::size_t>(i)];
     if (!text) continue;  // never written: the member died after arriving
@@ -151,8 +153,9 @@ int ElasticMembership::wait_closed(const std::string& round, std::string& list) 
     }
     throw_if_finished();
   }
-  throw std::runtime_error(fmt::format("elastic membership: the round {} did not close within {} s", round,
-                                       std::chrono::duration_cast<std::chrono::seconds>(options_.timeout).count()));
+  throw std::runtime_error(
+      fmt::format("elastic membership: the round {} did not close within {} s", round,
+                  std::chrono::duration_cast<std::chrono::seconds>(options_.timeout).count()));
 }
 
 void ElasticMembership::mark_finished() {

@@ -173,7 +173,8 @@ std::string StoreChannel::get(const std::string& key, std::chrono::milliseconds 
   if (wait_until({key}, timeout)) {
     if (auto value = try_get(key)) return *value;
   }
-  throw std::runtime_error(fmt::format("store at {}: get {}: not set within {} ms", address_, key, timeout.count()));
+  throw std::runtime_error(
+      fmt::format("store at {}: get {}: not set within {} ms", address_, key, timeout.count()));
 }
 
 std::vector<std::optional<std::string>> StoreChannel::multi_get(const std::vector<std::string>& keys) {
@@ -235,7 +236,8 @@ std::int64_t StoreChannel::num_keys() {
   });
 }
 
-bool StoreChannel::wait_until(const std::vector<std::string>& keys, std::chrono::milliseconds timeout, bool any) {
+bool StoreChannel::wait_until(const std::vector<std::string>& keys, std::chrono::milliseconds timeout,
+                              bool any) {
   wire::Message m;
   m.u8(code(wire::Request::Wait)).u8(any ? 1 : 0).u32(static_cast<std::uint32_t>(keys.size()));
   for (const auto& key : keys) m.field(key);

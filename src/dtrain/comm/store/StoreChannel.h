@@ -29,7 +29,8 @@ class StoreChannel {
   // naming host:port when no store answers, StoreRefused when the store asks for a secret this side
   // lacks, rejects this side's, or asks for none while this side has one. `timeout` also bounds
   // get() and wait().
-  StoreChannel(const std::string& host, int port, std::chrono::milliseconds timeout, const std::string& secret);
+  StoreChannel(const std::string& host, int port, std::chrono::milliseconds timeout,
+               const std::string& secret);
   ~StoreChannel();
   StoreChannel(const StoreChannel&) = delete;
   StoreChannel& operator=(const StoreChannel&) = delete;

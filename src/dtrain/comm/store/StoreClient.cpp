@@ -6,7 +6,8 @@
 namespace dtrain::comm {
 
 struct StoreClient::Impl {
-  explicit Impl(const std::string& host, int port, std::chrono::milliseconds timeout, const std::string& secret)
+  explicit Impl(const std::string& host, int port, std::chrono::milliseconds timeout,
+                const std::string& secret)
       : channel(host, port, timeout, secret) {}
   StoreChannel channel;
 };
@@ -46,7 +47,8 @@ void StoreClient::wait(const std::vector<std::string>& keys, std::chrono::millis
   impl_->channel.wait(keys, timeout);
 }
 
-bool StoreClient::wait_until(const std::vector<std::string>& keys, std::chrono::milliseconds timeout, bool any) {
+bool StoreClient::wait_until(const std::vector<std::string>& keys, std::chrono::milliseconds timeout,
+                             bool any) {
   return impl_->channel.wait_until(keys, timeout, any);
 }
 

@@ -155,7 +155,7 @@ struct StoreServer::Impl {
     std::string peer;
     bool proven = false;  // passed the handshake (or none was asked)
     wire::Digest challenge{};
-    std::string in;  // bytes read and not yet answered
+    std::string in;                                 // bytes read and not yet answered
     std::deque<std::pair<Bytes, std::size_t>> out;  // replies not yet sent, and how far each is
     std::size_t out_bytes = 0;
     bool writing = false;  // EPOLLOUT armed
@@ -339,7 +339,8 @@ void StoreServer::Impl::accept_from(int listener) {
     } else {
       c.challenge = wire::random_digest();
       greeting.raw(c.challenge.data(), c.challenge.size());
-      c.handshake_deadline = Clock::now() + std::min<std::chrono::milliseconds>(timeout, std::chrono::seconds(30));
+      c.handshake_deadline =
+          Clock::now() + std::min<std::chrono::milliseconds>(timeout, std::chrono::seconds(30));
     }
     send(c, bytes_of(greeting));
     if (flush(c)) arm(c);
@@ -368,7 +369,8 @@ void StoreServer::Impl::on_event(Connection& c, std::uint32_t events) {
   const auto it = connections.find(id);
   if (it == connections.end()) return;
   if (ended) {
-    if (!c.proven) refuse(c.peer, "it did not answer the secret challenge (a client without the job's secret?)");
+    if (!c.proven)
+      refuse(c.peer, "it did not answer the secret challenge (a client without the job's secret?)");
     close(c);
     return;
   }
@@ -587,9 +589,11 @@ void StoreServer::Impl::answer_wait(Connection& c, Reader& in, std::vector<std::
 
 bool StoreServer::Impl::satisfied(const Connection& c) const {
   if (c.wait_any) {
-    return std::any_of(c.wait_keys.begin(), c.wait_keys.end(), [&](const auto& k) { return data.count(k) > 0; });
+    return std::any_of(c.wait_keys.begin(), c.wait_keys.end(),
+                       [&](const auto& k) { return data.count(k) > 0; });
   }
-  return std::all_of(c.wait_keys.begin(), c.wait_keys.end(), [&](const auto& k) { return data.count(k) > 0; });
+  return std::all_of(c.wait_keys.begin(), c.wait_keys.end(),
+                     [&](const auto& k) { return data.count(k) > 0; });
 }
 
 // Waiting for all keys needs a wake-up only from the first one missing; for any, from each.
@@ -749,8 +753,8 @@ StoreServerStats StoreServer::Impl::stats() {
   return s;
 }
 
-StoreServer::StoreServer(const std::string& host, int port, std::chrono::milliseconds timeout, std::string secret,
-                         int expected_members)
+StoreServer::StoreServer(const std::string& host, int port, std::chrono::milliseconds timeout,
+                         std::string secret, int expected_members)
     : impl_(std::make_unique<Impl>()) {
   impl_->host = host;
   impl_->secret = std::move(secret);
