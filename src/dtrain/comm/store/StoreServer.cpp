@@ -68,7 +68,8 @@ namespace {
 using Bytes = std::shared_ptr<const std::string>;
 
 Bytes bytes_of(const wire::Message& m) {
-  return std::make_shared<const std::string>(m.data().begin(), m.data().end());
+  const auto& data = m.data();
+  return std::make_shared<const std::string>(reinterpret_cast<const char*>(data.data()), data.size());
 }
 
 // Reads a request's fields from the bytes gathered so far: Short until they are all there, Bad when
@@ -549,12 +550,21 @@ Reader::State StoreServer::Impl::answer(Connection& c, Reader& in) {
         const auto it = data.find(key);
         found.push_back(it == data.end() ? nullptr : it->second);
       }
+      // A large value (a round's member list) goes out as the store holds it, shared, not copied
+      // into the reply; small ones (a member's record) are copied, to send few pieces.
       for (const auto& v : found) {
         if (v == nullptr) {
           reply.u8(0);
-        } else {
-          reply.u8(1).u32(static_cast<std::uint32_t>(v->size())).raw(v->data(), v->size());
+          continue;
         }
+        reply.u8(1).u32(static_cast<std::uint32_t>(v->size()));
+        if (v->size() < 4096) {
+          reply.raw(v->data(), v->size());
+          continue;
+        }
+        send(c, bytes_of(reply));
+        send(c, v);
+        reply = wire::Message();
       }
       send(c, bytes_of(reply));
       return Reader::Ok;
