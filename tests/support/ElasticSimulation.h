@@ -73,23 +73,17 @@ inline std::string read_all(int fd) {
         auto full = options;
         full.min_members = total;
         comm::ElasticMembership membership(store, options, "member-" + std::to_string(m));
-        int rank0 = -1, world0 = 0;
-        {
-          const auto g0 = comm::ElasticMembership(store, full, "member-" + std::to_string(m))
-                              .join(0, -1);  // its list of every member freed at once
-          rank0 = g0.rank;
-          world0 = g0.world_size;
-        }
+        const auto g0 = comm::ElasticMembership(store, full, "member-" + std::to_string(m)).join(0, -1);
         if (store.add("sim/joined", 1) == total) store.set("sim/joined-all", "1");
         store.wait({"sim/change"}, options.timeout);
         int rank1 = -1, world1 = 0;
-        if (rank0 != total / 2) {
-          const auto g1 = membership.join(1, rank0);
+        if (g0.rank != total / 2) {
+          const auto g1 = membership.join(g0);
           rank1 = g1.rank;
           world1 = g1.world_size;
           if (store.add("sim/changed", 1) == total - 1) store.set("sim/changed-all", "1");
         }
-        line = std::to_string(m) + " " + std::to_string(rank0) + " " + std::to_string(world0) + " " +
+        line = std::to_string(m) + " " + std::to_string(g0.rank) + " " + std::to_string(g0.world_size) + " " +
                std::to_string(rank1) + " " + std::to_string(world1) + "\n";
       } catch (const std::exception& e) {
         line = std::to_string(m) + " error " + e.what() + "\n";
