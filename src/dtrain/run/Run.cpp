@@ -286,7 +286,8 @@ int run_elastic_worker(const TrainOptions& a, const config::RunConfig& cfg, cons
     Generation g;
     g.membership = &membership;
     try {
-      g.members = membership.join(generation, rank);
+      // A member of the generation before reads only what changed (Note [Membership rounds]).
+      g.members = rank >= 0 ? membership.join(previous.members) : membership.join(generation, rank);
     } catch (const comm::JobFinished& e) {
       std::cerr << "dtrain: " << e.what() << "\n";
       return kExitSuccess;

@@ -1,6 +1,7 @@
 // Membership rounds on a real store, members as threads (Note [Membership rounds]).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <future>
 #include <memory>
@@ -125,6 +126,73 @@ TEST(ElasticMembership, AMemberWaitingWhenTheRunFinishesLearnsItAndStops) {
     EXPECT_NE(std::string(e.what()).find("finished before this worker was admitted"), std::string::npos)
         << e.what();
   }
+}
+
+// Survivors that kept their generation's Membership read only what changed (Note [Membership
+// rounds]) and build the same list that a newcomer reads whole.
+TEST(ElasticMembership, SurvivorsBuildTheNewListFromTheChangeAlone) {
+  StoreServer server;
+  const auto o = options(3, 3);
+  std::vector<std::future<Membership>> first;
+  for (const auto* id : {"a", "b", "c"}) first.push_back(join_async(server.port(), o, id, 0, -1));
+  std::vector<Membership> g0;
+  for (auto& f : first) g0.push_back(f.get());
+  // "b" is lost; "a" and "c" come back with their Membership, "d" is new.
+  auto survive = [&](const Membership& previous, const std::string& id) {
+    return std::async(std::launch::async, [=, port = server.port()] {
+      StoreClient store("127.0.0.1", port, 20s);
+      ElasticMembership membership(store, o, id);
+      return membership.join(previous);
+    });
+  };
+  auto a = survive(g0[0], "a");
+  auto c = survive(g0[2], "c");
+  auto d = join_async(server.port(), o, "d", 1, -1);
+  const auto ma = a.get();
+  const auto mc = c.get();
+  const auto md = d.get();
+  // The reference: the survivors in their old order, then the newcomer.
+  std::vector<std::pair<int, std::string>> survivors{{g0[0].rank, "a"}, {g0[2].rank, "c"}};
+  std::sort(survivors.begin(), survivors.end());
+  const std::vector<std::string> members{survivors[0].second, survivors[1].second, "d"};
+  const std::vector<int> previous{survivors[0].first, survivors[1].first, -1};
+  for (const auto* m : {&ma, &mc, &md}) {
+    EXPECT_EQ(m->generation, 1);
+    EXPECT_EQ(m->world_size, 3);
+    EXPECT_EQ(m->members, members);
+    EXPECT_EQ(m->previous_ranks, previous);
+  }
+  EXPECT_EQ(ma.members[static_cast<std::size_t>(ma.rank)], "a");
+  EXPECT_EQ(mc.members[static_cast<std::size_t>(mc.rank)], "c");
+  EXPECT_EQ(md.rank, 2);
+  StoreClient store("127.0.0.1", server.port(), 20s);
+  EXPECT_TRUE(store.check({"elastic/test/g1/change"})) << "the leader wrote no change";
+}
+
+// A member that takes its arrival number and dies before writing its record: the leader waits for
+// the record no longer than the round's timeout (parallel.timeout_s) and closes without it.
+TEST(ElasticMembership, AMemberKilledMidRoundDoesNotStallTheRoundPastTheTimeout) {
+  StoreServer server;
+  auto o = options(2, 3);
+  o.timeout = 2s;
+  const auto start = std::chrono::steady_clock::now();
+  auto a = join_async(server.port(), o, "a", 0, -1);
+  StoreClient store("127.0.0.1", server.port(), 20s);
+  while (store.add("elastic/test/g0/arrivals", 0) < 1) std::this_thread::sleep_for(1ms);
+  {
+    StoreClient killed("127.0.0.1", server.port(), 20s);
+    killed.add("elastic/test/g0/arrivals", 1);  // arrived, and gone before its record
+  }
+  auto b = join_async(server.port(), o, "b", 0, -1);
+  const auto ma = a.get();
+  const auto mb = b.get();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, o.timeout + 1s);
+  EXPECT_EQ(ma.world_size, 2);
+  EXPECT_EQ(mb.world_size, 2);
+  EXPECT_EQ(ma.members, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(mb.members, ma.members);
+  EXPECT_EQ(ma.rank, 0);
+  EXPECT_EQ(mb.rank, 1);
 }
 
 TEST(ElasticMembership, RefusesMinAboveMax) {

@@ -6,10 +6,19 @@
 // "elastic/<run id>/g<g>/": each worker that wants to train takes an arrival number with one atomic
 // add and writes its record (its id and its rank in the generation it comes from, -1 for a new
 // one) under that number. The first to arrive leads the round: it closes it as soon as MAX have
-// arrived, or once at least MIN have and nobody new has come for `last_call`, by writing the
-// member count and every record in rank order; the others read that one key. Ranks keep the
+// arrived, or once at least MIN have and nobody new has come for `last_call` (it alone polls the
+// counter, every 10 ms), by waiting for the admitted arrivals' records in one request, reading them
+// in one more (MultiGet), and writing every record in rank order, then the member count. The
+// others each park one Wait on the count (Note [Store waits] in comm/store/StoreWire.h), woken
+// together by that one write, and read the list: a round costs the store a few requests a member
+// and no polling, whatever the number waiting. A member killed between its arrival and its record
+// is left out once the round's timeout passes, rather than stalling the round. Ranks keep the
 // survivors' order (by their previous rank) and put newcomers after them in arrival order, so a
-// job that loses a member renumbers as little as it can. A worker that arrives after the round
+// job that loses a member renumbers as little as it can. Every member reading the whole list makes a
+// round's work grow as N²; so when every survivor's record names its rank in generation g-1 (checked
+// against g-1's list), the leader also writes the change: g-1's size, the ranks lost, and the
+// newcomers' records. A member that kept g-1's Membership (join(previous)) reads that change and
+// builds the list from its own copy; anyone else reads the whole list. A worker that arrives after the round
 // closed is late: it goes on to generation g+1, whose first arrival the running generation sees
 // with one store read (someone_waiting) and admits at its next step boundary. Fewer than MIN by the
 // timeout is an error naming both counts. The store's host (node 0's launcher) is the one member
@@ -17,6 +26,7 @@
 #pragma once
 
 #include <chrono>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -61,6 +71,11 @@ class ElasticMembership {
   // had `previous_rank` in the generation before (-1: new). Throws std::runtime_error naming the
   // counts when fewer than min_members arrive within the timeout.
   Membership join(int generation, int previous_rank);
+  // The same as join(previous.generation + 1, previous.rank), for a member of `previous`: when its
+  // round's leader can describe the new list as `previous`'s less the members lost plus the
+  // newcomers, this member reads that change alone instead of the whole list (Note [Membership
+  // rounds]).
+  Membership join(const Membership& previous);
 
   // Whether some worker waits in the round after `generation` (one store read).
   bool someone_waiting(int generation);
@@ -73,11 +88,13 @@ class ElasticMembership {
 
  private:
   std::string prefix(int generation) const;
-  // As the round's leader: waits for its members and closes it; returns the member count.
-  int lead(const std::string& round);
-  // The round's member count once its leader has closed it; throws JobFinished when the run ends
-  // first, std::runtime_error after the timeout.
-  int wait_closed(const std::string& round);
+  Membership join(int generation, int previous_rank, const Membership* previous);
+  // As the leader of generation g's round: waits for its members and closes it; returns the count.
+  int lead(int generation);
+  // The round's member count once its leader has closed it, and the value of `list_key` (the list
+  // or its change), read with it; throws JobFinished when the run ends first, std::runtime_error
+  // after the timeout.
+  int wait_closed(const std::string& round, const std::string& list_key, std::optional<std::string>& list);
   void throw_if_finished();
 
   StoreClient& store_;

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,8 @@ class StoreClient {
   std::string set_if_absent(const std::string& key, const std::string& value);
   // The value of `key`, waiting for it to be set.
   std::string get(const std::string& key);
+  // The values of `keys` (nothing for a key not set), in one request, without waiting.
+  std::vector<std::optional<std::string>> multi_get(const std::vector<std::string>& keys);
   // Adds `delta` to the counter `key` (0 when absent) and returns the sum, atomically: of several
   // callers each gets a different value. add(key, 0) reads it.
   std::int64_t add(const std::string& key, std::int64_t delta);
@@ -35,6 +38,9 @@ class StoreClient {
   bool check(const std::vector<std::string>& keys);
   // Until every key is set; throws std::runtime_error naming the keys still missing after `timeout`.
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
+  // Until one of `keys` is set (any) or all of them; false after `timeout`. The server wakes the
+  // waiter when the key is written (Note [Store waits] in comm/store/StoreWire.h): no polling.
+  bool wait_until(const std::vector<std::string>& keys, std::chrono::milliseconds timeout, bool any);
 
  private:
   struct Impl;

@@ -1,28 +1,19 @@
 // StoreConnection: a connection to a StoreServer as a c10d::Store, so that c10d's process groups
 // (ProcessGroupGloo's rendezvous sets, gets and waits through it) and PrefixStore use it like
 // c10d's own TCPStore client. It passes the handshake of Note [Store handshake] before anything
-// else. Internal to comm/: StoreClient is the interface for other layers.
+// else. It adapts a StoreChannel, which holds the socket and the protocol. Internal to comm/:
+// StoreClient is the interface for other layers.
 #pragma once
 
 #include <chrono>
 #include <memory>
-#include <mutex>
-#include <optional>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "dtrain/comm/C10dCompat.h"
-#include "dtrain/comm/store/StoreWire.h"
+#include "dtrain/comm/store/StoreChannel.h"
 
 namespace dtrain::comm {
-
-// The store answered but the handshake failed: a secret is missing, wrong, or not asked for. Says
-// what to fix; waiting longer would not help.
-class StoreRefused : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
 
 class StoreConnection : public compat::CloneableStore<StoreConnection> {
  public:
@@ -47,24 +38,17 @@ class StoreConnection : public compat::CloneableStore<StoreConnection> {
   void wait(const std::vector<std::string>& keys) override;
   void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override;
 
-  const std::string& address() const { return address_; }
+  const std::string& address() const { return channel_->address(); }
 
   // A new connection to the same store, with the same secret (c10d's Store::clone() where this
   // LibTorch has it: c10d clones a store for threads of its own, such as NCCL's monitor).
   c10::intrusive_ptr<::c10d::Store> clone_connection();
 
  private:
-  // Sends one request and reads its reply under the lock; throws naming the store and `what`.
-  template <typename Read>
-  auto request(const std::string& what, const wire::Message& message, Read&& read);
-  std::optional<std::string> try_get(const std::string& key);
-
   std::string host_;
   int port_;
   std::string secret_;
-  std::string address_;
-  int fd_ = -1;
-  std::mutex mutex_;
+  std::unique_ptr<StoreChannel> channel_;
   std::shared_ptr<void> keep_alive_;
 };
 

@@ -10,20 +10,39 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <vector>
 
 namespace dtrain::comm {
 
+// What the server holds, for benchmarks and logs. connection_bytes counts the server's own memory
+// for its open connections (their state, buffers and waits), not the kernel's socket buffers.
+struct StoreServerStats {
+  std::size_t connections = 0;
+  std::size_t connection_bytes = 0;
+  std::size_t keys = 0;
+  std::size_t value_bytes = 0;
+};
+
+// Makes sure this process may hold `descriptors` open files (RLIMIT_NOFILE), raising its soft
+// limit toward the hard one when it is lower. Throws std::runtime_error naming both limits, the
+// number needed for `what`, and how to raise the hard limit, when even that is too low.
+void reserve_descriptors(std::size_t descriptors, const std::string& what);
+
 class StoreServer {
  public:
   // Listens on every address `host` resolves to (one for an IP address) and on nothing else; port
   // 0 binds a free port, port() tells which. An empty `secret` lets anyone who reaches the port in.
-  // `timeout` bounds a connecting peer's handshake. Throws std::runtime_error naming host:port when
-  // it cannot listen there (the port is taken, or the address is not one of this host's).
+  // `timeout` bounds a connecting peer's handshake, a request's bytes once it has begun, and a
+  // reply the peer does not read. `expected_members` (0: not known) is the number of connections
+  // to expect: the file-descriptor limit is checked for them at the start (reserve_descriptors).
+  // Throws std::runtime_error naming host:port when it cannot listen there (the port is taken, or
+  // the address is not one of this host's) or the descriptor limit is too low.
   explicit StoreServer(const std::string& host = "127.0.0.1", int port = 0,
-                       std::chrono::milliseconds timeout = std::chrono::minutes(5), std::string secret = {});
+                       std::chrono::milliseconds timeout = std::chrono::minutes(5), std::string secret = {},
+                       int expected_members = 0);
   ~StoreServer();
   StoreServer(const StoreServer&) = delete;
   StoreServer& operator=(const StoreServer&) = delete;
@@ -33,6 +52,9 @@ class StoreServer {
   // One line per refused connection, naming the peer and why ("wrong secret", ...); each is also
   // written to stderr as it happens.
   std::vector<std::string> refusals() const;
+
+  // Asked of the server's loop, so it waits for the loop's turn.
+  StoreServerStats stats() const;
 
  private:
   struct Impl;

@@ -34,7 +34,24 @@ enum class Request : std::uint8_t {
   CompareSet = 5,  // key, expected, desired -> value (c10d::Store::compareSet's rule)
   Delete = 6,      // key -> u8 deleted
   NumKeys = 7,     // -> i64
+  // Added after the first protocol (Note [Store waits]); a client of that protocol never sends them.
+  Wait = 8,      // u8 any, u32 count, keys, i64 timeout ms -> u8 1 set / 0 timed out
+  MultiGet = 9,  // u32 count, keys -> for each key: u8 found [, value]
 };
+inline constexpr std::uint8_t kLastRequest = 9;
+
+// Note [Store waits]
+// A client that needs a key which is not set yet sends Wait with the keys, whether all or any of
+// them must be set, and how long it will wait. The server answers at once when the keys are
+// there; otherwise it parks the connection on the first missing key (on every key, for any) and
+// answers 1 when a Set, Add or CompareSet writes the key that completes it, or 0 at the given
+// timeout. So a member waiting for a round costs the server nothing until the round closes, and
+// the close is one write that wakes every waiter: no polling, whatever the number waiting. The
+// server always answers a Wait by its deadline, so a client that times out reads its 0 and the
+// connection stays in step. The greeting still says DTSTORE1: clients of the first protocol,
+// which never send codes 8 and 9, are served unchanged; a client that sends them to a server of
+// the first protocol is refused as "unknown request code", so a job's store and its members come
+// from one dtrain build.
 
 // Largest key or value accepted, so that a length field cannot make the server allocate without bound.
 inline constexpr std::uint32_t kMaxField = 64u << 20;
@@ -59,6 +76,7 @@ class Message {
   bool send(int fd, Clock::time_point deadline) const {
     return send_all(fd, data_.data(), data_.size(), deadline);
   }
+  const std::vector<std::uint8_t>& data() const { return data_; }
 
  private:
   std::vector<std::uint8_t> data_;
