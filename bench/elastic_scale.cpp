@@ -1,14 +1,16 @@
 // Elastic jobs at cluster scale, simulated on this machine, and peer recovery against the disk
 // (docs/faults-and-security.md, "Elastic jobs"). Prints one JSON line per measurement.
-//   membership: N members (threads, each its own connection to a StoreServer that requires the
-//     shared secret) rendezvous in generation 0 (connect, handshake, join), then N-1 of them (one
-//     lost) agree on generation 1; seconds for each, N = 16 .. --max-members, doubling by 4.
-//     Generation 1 closes after the round's last call (--last-call-ms), which is part of the time.
+//   membership: N members (threads of a few forked processes, each its own connection to a
+//     StoreServer that requires the shared secret; tests/support/ElasticSimulation.h) rendezvous
+//     in generation 0 (connect, handshake, join), then N-1 of them (one lost) agree on generation
+//     1; seconds for each and the store's memory per connection, N = 16 .. --max-members by 4 and
+//     --max-members itself, as JSON lines and a table. Generation 1 closes after the round's last
+//     call (--last-call-ms), which is part of the time.
 //   recovery: the state of a resnet18 (CIFAR stem) with SGD momentum, taken by a second rank from
 //     the first over gloo on loopback (train::recover_from_peer: serialize, broadcast, read), against
 //     Checkpoint::load of the same state from a file, from the page cache and from the disk (the
 //     file's pages dropped first); --repeats of each, alternated, medians.
-//   elastic_scale [--max-members 1024] [--last-call-ms 200] [--repeats 5]
+//   elastic_scale [--max-members 10000] [--last-call-ms 200] [--repeats 5]
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <torch/torch.h>
@@ -27,69 +29,45 @@
 
 #include "BenchCommon.h"
 #include "dtrain/comm/Backend.h"
-#include "dtrain/comm/ElasticMembership.h"
-#include "dtrain/comm/StoreServer.h"
+#include "dtrain/comm/rendezvous/ElasticMembership.h"
+#include "dtrain/comm/store/StoreServer.h"
 #include "dtrain/config/RunConfig.h"
 #include "dtrain/io/Checkpoint.h"
 #include "dtrain/models/ModelFactory.h"
 #include "dtrain/train/PeerRecovery.h"
+#include "support/ElasticSimulation.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using dtrain::comm::ElasticMembership;
 using dtrain::comm::ElasticOptions;
-using dtrain::comm::StoreClient;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-void membership(int members, std::chrono::milliseconds last_call) {
-  const std::string secret = "elastic-scale-bench-secret";
-  dtrain::comm::StoreServer server("127.0.0.1", 0, std::chrono::minutes(2), secret);
+// One size of the simulated job (support/ElasticSimulation.h); prints its JSON line and returns
+// its row of the table.
+std::string membership(int members, std::chrono::milliseconds last_call) {
   ElasticOptions options;
   options.min_members = members / 2;
-  options.max_members = members;
   options.last_call = last_call;
   options.timeout = std::chrono::minutes(2);
   options.run_id = fmt::format("bench{}", members);
-  std::vector<int> ranks(static_cast<std::size_t>(members), -1);
-  std::atomic<int> joined{0};
-  std::promise<void> go;
-  auto start_signal = go.get_future().share();
-  Clock::time_point start, rendezvous_done, change_start;
-  std::vector<std::thread> threads;
-  // Generation 0: everyone; generation 1: all but the last member, as after a loss.
-  std::atomic<bool> change{false};
-  std::promise<void> go_change;
-  auto change_signal = go_change.get_future().share();
-  for (int m = 0; m < members; ++m) {
-    threads.emplace_back([&, m] {
-      start_signal.wait();
-      StoreClient store("127.0.0.1", server.port(), options.timeout, secret);
-      ElasticMembership membership(store, options, fmt::format("member-{}", m));
-      const auto first = membership.join(0, -1);
-      ranks[static_cast<std::size_t>(m)] = first.rank;
-      if (++joined == members) rendezvous_done = Clock::now();
-      change_signal.wait();
-      if (m == members - 1) return;  // lost
-      membership.join(1, first.rank);
-    });
-  }
-  start = Clock::now();
-  go.set_value();
-  while (joined.load() < members) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  const double rendezvous = std::chrono::duration<double>(rendezvous_done - start).count();
-  change_start = Clock::now();
-  go_change.set_value();
-  for (auto& t : threads) t.join();
-  const double agreed = seconds_since(change_start);
+  const auto job = dtrain::testing::simulate_elastic_job(members, options, "elastic-scale-bench-secret");
+  if (!job.error.empty()) throw std::runtime_error(fmt::format("{} members: {}", members, job.error));
+  const double per_connection = job.store.connections == 0
+                                    ? 0.0
+                                    : static_cast<double>(job.store.connection_bytes) / job.store.connections;
   std::printf("%s\n", fmt::format("{{\"bench\": \"membership\", \"members\": {}, \"rendezvous_s\": {:.3f}, "
-                                  "\"change_s\": {:.3f}, \"last_call_s\": {:.3f}}}",
-                                  members, rendezvous, agreed, last_call.count() / 1000.0)
+                                  "\"change_s\": {:.3f}, \"last_call_s\": {:.3f}, \"store_connections\": {}, "
+                                  "\"store_bytes_per_connection\": {:.0f}, \"store_value_bytes\": {}}}",
+                                  members, job.rendezvous_s, job.change_s, last_call.count() / 1000.0,
+                                  job.store.connections, per_connection, job.store.value_bytes)
                           .c_str());
   std::fflush(stdout);
+  return fmt::format("| {:>7} | {:>14.3f} | {:>10.3f} | {:>22.0f} |", members, job.rendezvous_s, job.change_s,
+                     per_connection);
 }
 
 // Writes the file's dirty pages and drops its pages from the page cache, so that the next read
@@ -184,9 +162,20 @@ void recovery(int repeats) {
 int main(int argc, char** argv) {
   try {
     const bench::Flags flags(argc, argv);
-    const int max_members = std::stoi(flags.get("max-members", "1024"));
+    const int max_members = std::stoi(flags.get("max-members", "10000"));
     const auto last_call = std::chrono::milliseconds(std::stoi(flags.get("last-call-ms", "200")));
-    for (int n = 16; n <= max_members; n *= 4) membership(n, last_call);
+    // The store and a watching client in this process: a descriptor a member, and some to spare.
+    dtrain::comm::reserve_descriptors(static_cast<std::size_t>(max_members) + 128, "elastic_scale's store");
+    std::vector<int> sizes;
+    for (int n = 16; n < max_members; n *= 4) sizes.push_back(n);
+    sizes.push_back(max_members);
+    std::vector<std::string> rows;
+    for (int n : sizes) rows.push_back(membership(n, last_call));
+    std::printf("\n| members | rendezvous (s) | change (s) | store bytes/connection |\n");
+    std::printf("|--------:|---------------:|-----------:|-----------------------:|\n");
+    for (const auto& row : rows) std::printf("%s\n", row.c_str());
+    std::printf("(change includes the round's last call, %.3f s)\n\n", last_call.count() / 1000.0);
+    std::fflush(stdout);
     recovery(std::stoi(flags.get("repeats", "5")));
     return 0;
   } catch (const std::exception& e) {

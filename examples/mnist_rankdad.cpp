@@ -9,9 +9,9 @@
 #include <cstdlib>
 #include <string>
 
-#include "dtrain/cli/Main.h"
 #include "dtrain/models/ModelFactory.h"
 #include "dtrain/parallel/dad/DadOptions.h"
+#include "dtrain/run/Run.h"
 
 // The model: 784 -> 512 -> 256 -> 10, ReLU between; every Linear layer's gradient is rank-dAD's.
 DTRAIN_REGISTER_MODEL(catalyst_mlp, {"catalyst-mlp", "an MLP of one's own: 784-512-256-10"},
@@ -37,5 +37,5 @@ int main(int argc, char** argv) {
   if (argc <= 2) config.data.subset_size = 6000;
   config.parallel.strategy = "rankdad";
   config.parallel.options.get<dtrain::parallel::DadOptions>("dad").rank = 2;
-  return dtrain::cli::train(config);
+  return dtrain::run::train(config);
 }

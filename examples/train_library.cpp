@@ -1,5 +1,5 @@
 // The trainer as a library: a model, a data set and a loss of your own, and the run's configuration
-// in code. dtrain::cli::train gives what `dtrain train` gives: any strategy by name, the run folder
+// in code. dtrain::run::train gives what `dtrain train` gives: any strategy by name, the run folder
 // (config.yaml, log, metrics.jsonl and .csv, TensorBoard, checkpoints, model.pt, results.json),
 // resuming (TrainOptions::resume). Each process is one worker; start them with any launcher:
 //   dtrain launch --nproc-per-node 2 -- example_train_library [STRATEGY]    (default zero)
@@ -7,10 +7,10 @@
 
 #include <memory>
 
-#include "dtrain/cli/Main.h"
 #include "dtrain/data/UserDataset.h"
 #include "dtrain/models/ModelFactory.h"
 #include "dtrain/optim/Loss.h"
+#include "dtrain/run/Run.h"
 
 namespace {
 
@@ -67,5 +67,5 @@ int main(int argc, char** argv) {
   config.optim.momentum = 0.9;
   config.train.epochs = 3;
   config.parallel.strategy = argc > 1 ? argv[1] : "zero";
-  return dtrain::cli::train(config);
+  return dtrain::run::train(config);
 }

@@ -186,7 +186,7 @@ TEST_F(DadCommand, TwoSitesWriteLogDirNameSiteFoldersAndARerunNeedsResume) {
   const auto cfg = dtrain::config::load_run_config((run / "config.yaml").string());
   EXPECT_EQ(cfg.name, "rankdad_mnist");
   EXPECT_EQ(cfg.out_dir, logs.string());
-  EXPECT_EQ(cfg.run_folder, "named");
+  EXPECT_EQ(cfg.run_folder, dtrain::config::RunFolder::Named);
   EXPECT_EQ(cfg.parallel.strategy, "rankdad");
   EXPECT_EQ(cfg.model.name, "mnistnet");
   EXPECT_EQ(cfg.data.dataset, "mnist");

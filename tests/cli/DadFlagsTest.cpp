@@ -48,10 +48,10 @@ std::string error_of(const std::vector<std::string>& args, const std::vector<std
 TEST(DadFlags, WithoutFlagsTheRunFolderIsLogsSlashName) {
   const auto c = config_of({});
   EXPECT_EQ(c.out_dir, "logs");
-  EXPECT_EQ(c.run_folder, "named");
+  EXPECT_EQ(c.run_folder, config::RunFolder::Named);
   config::RunConfig defaults;
   defaults.out_dir = "logs";
-  defaults.run_folder = "named";
+  defaults.run_folder = config::RunFolder::Named;
   EXPECT_TRUE(c == defaults);  // everything else is RunConfig's default
 }
 
@@ -90,13 +90,13 @@ TEST(DadFlags, EveryFlagReachesItsKey) {
                             "Cosine",
                             "--model-args",
                             "[]"});
-  EXPECT_EQ(c.parallel.backend, "gloo");
+  EXPECT_EQ(c.parallel.backend, config::Backend::Gloo);
   EXPECT_DOUBLE_EQ(c.optim.lr, 0.25);
   EXPECT_EQ(c.data.batch_size, 48);
   EXPECT_EQ(c.train.epochs, 3);
   EXPECT_EQ(c.name, "rankdad_mnist");
   EXPECT_EQ(c.out_dir, "out/logs");
-  EXPECT_EQ(c.run_folder, "named");
+  EXPECT_EQ(c.run_folder, config::RunFolder::Named);
   EXPECT_EQ(c.parallel.strategy, "data_parallel");
   EXPECT_EQ(c.data.partition, "kfold");
   EXPECT_EQ(c.data.num_folds, 4);
@@ -104,7 +104,7 @@ TEST(DadFlags, EveryFlagReachesItsKey) {
   EXPECT_EQ(c.data.subset_size, 1000);
   EXPECT_EQ(c.model.name, "mlp");
   EXPECT_EQ(c.model.hidden, (std::vector<int>{1024, 512}));
-  EXPECT_EQ(c.model.activation, "tanh");
+  EXPECT_EQ(c.model.activation, config::Activation::Tanh);
   EXPECT_DOUBLE_EQ(c.model.dropout, 0.25);
   EXPECT_EQ(c.data.dataset, "fashion-mnist");
   EXPECT_EQ(c.optim.loss, "cross_entropy");
@@ -212,8 +212,9 @@ TEST(DadFlags, WithAConfigFileFlagsOverrideIt) {
   EXPECT_DOUBLE_EQ(c.optim.lr, 0.125);
   EXPECT_EQ(c.name, "from_flag");
   EXPECT_EQ(c.model.name, "lenet5");
-  EXPECT_EQ(c.run_folder, "dated");  // the file's layout, until --log-dir asks for the seed's
-  EXPECT_EQ(config_of({"--log-dir", "l"}, {}, path.string()).run_folder, "named");
+  EXPECT_EQ(c.run_folder,
+            config::RunFolder::Dated);  // the file's layout, until --log-dir asks for the seed's
+  EXPECT_EQ(config_of({"--log-dir", "l"}, {}, path.string()).run_folder, config::RunFolder::Named);
 }
 
 }  // namespace

@@ -118,4 +118,58 @@ TEST_F(ResumeConfig, KeepCheckpointsLeavesTheNewestN) {
   EXPECT_NE(resumed.err.find("at step 8"), std::string::npos) << resumed.err;
 }
 
+// Note [What a run records]: --nproc is the configuration's nproc, in config.yaml, results.json and
+// --print-config; a resume goes on with the workers that ran, exactly where the run stopped.
+TEST_F(ResumeConfig, TheNprocFlagIsRecordedAndAResumeKeepsIt) {
+  const std::string flags = " parallel.strategy=data_parallel nproc=2 --nproc 1";
+  const auto printed = run("train " + cfg_.string() + flags + " --print-config", dir_.path());
+  ASSERT_EQ(printed.exit_code, 0) << printed.err;
+  EXPECT_NE(printed.out.find("nproc: 1\n"), std::string::npos) << printed.out;
+  const auto first = run("train " + cfg_.string() + flags + " train.checkpoint_every_steps=4", dir_.path());
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  const auto results = last_json_line(first.out);
+  const std::string run_dir = results["run_dir"];
+  EXPECT_EQ(results["config"]["nproc"], 1);
+  EXPECT_EQ(results["world_size"], 1);
+  EXPECT_NE(read_file(fs::path(run_dir) / "config.yaml").find("nproc: 1\n"), std::string::npos);
+
+  const auto resumed = run("train --resume " + run_dir + " train.epochs=2", dir_.path());
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  const auto after = last_json_line(resumed.out);
+  EXPECT_EQ(after["world_size"], 1);
+  EXPECT_EQ(after["strategy"], "data_parallel");
+  EXPECT_EQ(after["steps"], 16);
+  EXPECT_NE(resumed.err.find("at step 8: train.epochs 1 -> 2"), std::string::npos) << resumed.err;
+}
+
+// A resume that would train nothing is refused, naming both numbers, and leaves the folder as it was.
+TEST_F(ResumeConfig, MaxStepsBelowTheResumedStepIsRefused) {
+  const auto first = run("train " + cfg_.string(), dir_.path());
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  const std::string run_dir = last_json_line(first.out)["run_dir"];
+  const auto config = read_file(fs::path(run_dir) / "config.yaml");
+  const auto results = read_file(fs::path(run_dir) / "results.json");
+  const auto refused = run("train --resume " + run_dir + " train.max_steps=5", dir_.path());
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_NE(refused.err.find("train.max_steps 5 is below step 8"), std::string::npos) << refused.err;
+  EXPECT_EQ(read_file(fs::path(run_dir) / "config.yaml"), config);
+  EXPECT_EQ(read_file(fs::path(run_dir) / "results.json"), results);
+}
+
+// Note [A resume under another strategy]: the sections the saved strategy wrote with their defaults
+// do not stand in the way of a resume under another strategy.
+TEST_F(ResumeConfig, AResumeMayChangeTheStrategy) {
+  const auto first = run("train " + cfg_.string() + " parallel.strategy=data_parallel", dir_.path());
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  const std::string run_dir = last_json_line(first.out)["run_dir"];
+  ASSERT_NE(read_file(fs::path(run_dir) / "config.yaml").find("data_parallel:"), std::string::npos);
+  const auto resumed =
+      run("train --resume " + run_dir + " parallel.strategy=local train.epochs=2", dir_.path());
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  const auto after = last_json_line(resumed.out);
+  EXPECT_EQ(after["strategy"], "local");
+  EXPECT_EQ(after["steps"], 16);
+  EXPECT_EQ(read_file(fs::path(run_dir) / "config.yaml").find("data_parallel:"), std::string::npos);
+}
+
 }  // namespace

@@ -18,9 +18,9 @@
 
 #include "comm/CommunicatorConformance.h"
 #include "dtrain/comm/Backend.h"
-#include "dtrain/comm/StoreServer.h"
 #include "dtrain/comm/gloo/GlooCollectives.h"
 #include "dtrain/comm/gloo/GlooWireBytes.h"
+#include "dtrain/comm/store/StoreServer.h"
 #include "dtrain/util/Clock.h"
 #include "support/ThreadWorld.h"
 

@@ -275,8 +275,8 @@ TEST(RunConfigYaml, SuggestionsForNamesIgnoreCaseAsMatchingDoes) {
 }
 
 TEST(RunConfigYaml, RunFolderIsDatedOrNamed) {
-  EXPECT_EQ(RunConfig{}.run_folder, "dated");
-  EXPECT_EQ(parse_run_config("run_folder: Named\n").run_folder, "named");
+  EXPECT_EQ(RunConfig{}.run_folder, RunFolder::Dated);
+  EXPECT_EQ(parse_run_config("run_folder: Named\n").run_folder, RunFolder::Named);
   EXPECT_STREQ(error_of_text("run_folder: seed\n").what(),
                "x.yaml:1: run_folder: expected one of dated, named; found \"seed\"");
   // <out_dir>/<name>/ must be a folder of out_dir's own.

@@ -143,6 +143,8 @@ TEST_F(ReportTest, DataParallelWireCompressionJoinsThePrecision) {
   // One worker sends nothing, and other strategies do not read data_parallel's options.
   EXPECT_EQ(parse_run_results(results("data_parallel", 1, {{"compression", "fp16"}})).precision, "bf16");
   EXPECT_EQ(parse_run_results(results("dad", 2, {{"compression", "fp16"}})).precision, "bf16");
+  // A strategy this build does not register (a run of another build) is read without a wire.
+  EXPECT_EQ(parse_run_results(results("not_registered", 2, {{"compression", "fp16"}})).precision, "bf16");
 }
 
 TEST_F(ReportTest, FieldsAResultsFileLacksTakeTheirDefaults) {

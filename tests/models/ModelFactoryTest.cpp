@@ -48,15 +48,15 @@ TEST(ModelFactoryTest, MlpMatchesClosedFormParameterCountAndShape) {
 
 TEST(ModelFactoryTest, MlpActivationsAndUnknownActivation) {
   auto spec = InputSpec::image(1, 8, 8, 4);
-  for (const std::string activation : {"relu", "tanh", "gelu", "sigmoid"}) {
+  for (const auto& [activation, name] : dtrain::config::kActivationNames.entries) {
     auto config = named("mlp");
     config.hidden = {16};
     config.activation = activation;
-    EXPECT_EQ(create_model(config, spec)->forward(images(spec, 2)).sizes(), torch::IntArrayRef({2, 4}));
+    EXPECT_EQ(create_model(config, spec)->forward(images(spec, 2)).sizes(), torch::IntArrayRef({2, 4}))
+        << name;
   }
-  auto config = named("mlp");
-  config.activation = "swish";
-  EXPECT_THROW(create_model(config, spec), std::invalid_argument);
+  // An unknown name is refused where the configuration is read, before any model is built.
+  EXPECT_THROW(dtrain::config::kActivationNames.parse("swish", "model.activation"), std::invalid_argument);
 }
 
 TEST(ModelFactoryTest, LeNet5MatchesClosedFormParameterCount) {
@@ -120,19 +120,18 @@ TEST(ModelFactoryTest, ResNet18BothStems) {
   expect_gradients_for_every_parameter(*resnet, images(cifar, 2));
 
   auto config = named("resnet18");
-  config.stem = "imagenet";
+  config.stem = dtrain::config::Stem::Imagenet;
   auto folder = InputSpec::image(3, 64, 64, 1000);
   auto imagenet = create_model(config, folder);
   EXPECT_EQ(parameter_count(*imagenet), 11689512);
   EXPECT_EQ(imagenet->forward(images(folder, 2)).sizes(), torch::IntArrayRef({2, 1000}));
 
-  config.stem = "tiny";
-  EXPECT_THROW(create_model(config, folder), std::invalid_argument);
+  EXPECT_THROW(dtrain::config::kStemNames.parse("tiny", "model.stem"), std::invalid_argument);
 }
 
 TEST(ModelFactoryTest, ResNet50MatchesTorchvisionCount) {
   auto config = named("resnet50");
-  config.stem = "imagenet";
+  config.stem = dtrain::config::Stem::Imagenet;
   auto spec = InputSpec::image(3, 32, 32, 1000);
   auto resnet = create_model(config, spec);
   EXPECT_EQ(parameter_count(*resnet), 25557032);  // torchvision.models.resnet50()
@@ -192,7 +191,7 @@ TEST(ModelFactoryTest, TransformerClassifierOnImagesAndTokens) {
 
 TEST(ModelFactoryTest, TransformerLanguageModelIsCausal) {
   auto config = named("transformer");
-  config.task = "lm";
+  config.task = dtrain::config::Task::Lm;
   config.dim = 32;
   config.depth = 2;
   config.heads = 4;
@@ -217,10 +216,9 @@ TEST(ModelFactoryTest, TransformerLanguageModelIsCausal) {
   expect_gradients_for_every_parameter(*lm, tokens);
 
   EXPECT_THROW(create_model(config, InputSpec::image(1, 28, 28, 10)), std::invalid_argument);
-  config.task = "seq2seq";
-  EXPECT_THROW(create_model(config, text), std::invalid_argument);
+  EXPECT_THROW(dtrain::config::kTaskNames.parse("seq2seq", "model.task"), std::invalid_argument);
   // A classifier on a text set without classes says which task fits.
-  config.task = "classifier";
+  config.task = dtrain::config::Task::Classifier;
   try {
     create_model(config, text);
     ADD_FAILURE() << "a classifier on unlabelled tokens was built";

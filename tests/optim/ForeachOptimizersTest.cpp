@@ -62,9 +62,9 @@ class ForeachEqualsPerTensor : public ::testing::TestWithParam<config::OptimConf
 
 TEST_P(ForeachEqualsPerTensor, SameWeightsAfterManySteps) {
   auto per_tensor_config = GetParam();
-  per_tensor_config.foreach = "false";
+  per_tensor_config.foreach = config::AutoBool::False;
   auto foreach_config = GetParam();
-  foreach_config.foreach = "true";
+  foreach_config.foreach = config::AutoBool::True;
   auto a = parameters(7);
   auto b = parameters(7);
   auto per_tensor = create_optimizer(a, per_tensor_config);
@@ -152,7 +152,7 @@ void set_gradients_on(const std::vector<torch::Tensor>& params, int step) {
 // overflows, a checkpoint of dtrain's named state and a resume. False where this LibTorch has no
 // such kernel on `device`, having checked that the fused step then declines and touches nothing.
 bool fused_matches_foreach(config::OptimConfig config, const torch::Device& device) {
-  config.foreach = "true";
+  config.foreach = config::AutoBool::True;
   auto a = parameters_on(7, device);
   auto b = parameters_on(7, device);
   auto reference = create_optimizer(a, config);
@@ -254,7 +254,7 @@ INSTANTIATE_TEST_SUITE_P(Optimizers, FusedEqualsForeach,
 
 TEST(ForeachOptimizers, AutoIsPerTensorOnTheCpu) {
   auto config = with("sgd", 0.9, false, 0.0);
-  EXPECT_EQ(config.foreach, "auto");
+  EXPECT_EQ(config.foreach, config::AutoBool::Auto);
   auto optimizer = create_optimizer(parameters(1), config);
   EXPECT_EQ(dynamic_cast<ForeachSGD*>(optimizer.get()), nullptr);
 }
@@ -262,7 +262,7 @@ TEST(ForeachOptimizers, AutoIsPerTensorOnTheCpu) {
 TEST(ForeachOptimizers, LbfgsRefusesForeachByName) {
   auto config = with("lbfgs", 0.0, false, 0.0);
   config.lr = 1.0;
-  config.foreach = "true";
+  config.foreach = config::AutoBool::True;
   try {
     create_optimizer(parameters(1), config);
     FAIL() << "lbfgs accepted optim.foreach: true";

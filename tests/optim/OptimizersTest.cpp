@@ -156,10 +156,10 @@ TEST(OptimizersTest, UnknownNamesAndImpossibleOptionsThrow) {
   EXPECT_THROW(create_optimizer({x}, named("sgd", 0.0)), std::invalid_argument);
   // A line search only L-BFGS has is refused elsewhere rather than ignored.
   auto sgd_search = named("sgd", 0.1);
-  sgd_search.lbfgs_line_search = "strong_wolfe";
+  sgd_search.lbfgs_line_search = config::LineSearch::StrongWolfe;
   EXPECT_THROW(create_optimizer({x}, sgd_search), std::invalid_argument);
   auto searching = named("lbfgs", 1.0);
-  searching.lbfgs_line_search = "strong_wolfe";
+  searching.lbfgs_line_search = config::LineSearch::StrongWolfe;
   EXPECT_NO_THROW(create_optimizer({x}, searching));
 }
 

@@ -10,7 +10,9 @@
 
 #include "dtrain/config/RunConfigYaml.h"
 #include "dtrain/io/Checkpoint.h"
+#include "dtrain/parallel/Registry.h"
 #include "parallel/ParallelTestUtil.h"
+#include "parallel/decentralized/DecentralizedTestUtil.h"
 #include "support/ThreadWorld.h"
 
 namespace dtrain::parallel {
@@ -102,20 +104,38 @@ TEST_P(DistributedLbfgs, EqualsOneProcessOnTheUnionBatchAndCountsTheSameEvaluati
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Strategies, DistributedLbfgs,
-                         ::testing::Values(LbfgsCase{"data_parallel", "none"},
-                                           LbfgsCase{"data_parallel", "strong_wolfe"},
-                                           LbfgsCase{"dad", "strong_wolfe"}),
-                         case_name);
+// The strategies that declare lbfgs and communicate, as their registrations say.
+std::vector<std::string> distributed_lbfgs_strategies(bool exact_only) {
+  std::vector<std::string> names;
+  for (const auto& info : registered_strategies()) {
+    if (info.capabilities.lbfgs && info.needs_communicator && (info.exact || !exact_only))
+      names.push_back(info.name);
+  }
+  return names;
+}
+
+// Every exact one, with and without the line search.
+std::vector<LbfgsCase> exact_cases() {
+  std::vector<LbfgsCase> cases;
+  for (const auto& strategy : distributed_lbfgs_strategies(/*exact_only=*/true)) {
+    for (const char* line_search : {"none", "strong_wolfe"}) cases.push_back({strategy, line_search});
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, DistributedLbfgs, ::testing::ValuesIn(exact_cases()), case_name);
 
 // In float32 too, where one process and two ranks round differently, the ranks stay identical to
 // each other bit for bit (the reductions leave the same bits everywhere), evaluate as often, and
-// rank-dAD's approximate gradients keep its ranks together just the same.
+// approximate strategies (rank-dAD) keep their ranks together just the same: every strategy that
+// declares lbfgs and communicates, exact or not.
 TEST(DistributedLbfgsFloat32, RanksStayBitwiseIdentical) {
   torch::manual_seed(7);
   const auto inputs = torch::randn({kSteps, kRanks * kPerRankBatch, 1, 28, 28});
   const auto targets = torch::randint(0, 10, {kSteps, kRanks * kPerRankBatch});
-  for (const std::string strategy : {"data_parallel", "rankdad"}) {
+  const auto strategies = distributed_lbfgs_strategies(/*exact_only=*/false);
+  ASSERT_FALSE(strategies.empty());
+  for (const auto& strategy : strategies) {
     const auto cfg = config_of(strategy, "strong_wolfe");
     std::vector<models::NetworkPtr> models;
     for (int r = 0; r < kRanks; ++r) models.push_back(testing::build_model(cfg, 11 + r));
@@ -146,6 +166,34 @@ TEST(DistributedLbfgsFloat32, RanksStayBitwiseIdentical) {
     const auto start =
         values(testing::build_strategy(local, testing::build_model(local, 11), nullptr)->model_state());
     EXPECT_GT(testing::max_relative_difference(runs[0].end, start), 1e-3) << strategy;
+  }
+}
+
+// A strategy that does not declare lbfgs refuses it when it is built, naming the setting: the
+// declaration the sweeps above read holds both ways.
+TEST(DistributedLbfgsRefusal, StrategiesThatDoNotDeclareItRefuseIt) {
+  for (const auto& info : registered_strategies()) {
+    if (info.capabilities.lbfgs) continue;
+    auto cfg = info.name == "decentralized" ? testing::decentralized_config("dsgd", "complete", kRanks)
+                                            : config_of(info.name, "strong_wolfe");
+    cfg.optim.name = "lbfgs";
+    cfg.optim.momentum = 0.0;
+    std::vector<std::string> errors(kRanks);
+    dtrain::testing::run_world(
+        kRanks,
+        [&](comm::CommunicatorPtr comm) {
+          const int r = comm->rank();
+          try {
+            testing::build_strategy(cfg, testing::build_model(cfg, 3), comm);
+          } catch (const std::invalid_argument& e) {
+            errors[r] = e.what();
+          }
+        },
+        dtrain::testing::WorldOptions::on("gloo"));
+    for (int r = 0; r < kRanks; ++r) {
+      EXPECT_NE(errors[r].find("optim.name: lbfgs"), std::string::npos)
+          << info.name << " rank " << r << ": " << (errors[r].empty() ? "accepted lbfgs" : errors[r]);
+    }
   }
 }
 

@@ -7,11 +7,14 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <string>
+#include <vector>
 
 #include "dtrain/io/Checkpoint.h"
 #include "dtrain/models/Linear.h"
 #include "dtrain/optim/Autocast.h"
 #include "dtrain/parallel/MixedPrecision.h"
+#include "dtrain/parallel/Registry.h"
 #include "dtrain/parallel/dad/DadStrategy.h"
 #include "dtrain/parallel/data_parallel/DataParallelStrategy.h"
 #include "dtrain/parallel/decentralized/DecentralizedStrategy.h"
@@ -220,9 +223,16 @@ TEST(MixedPrecisionStep, Fp16StepIsFp32StepUpToHalfRoundingAndOverflowSkips) {
   EXPECT_FALSE(same(snapshot(*fp16_model), before));
 }
 
+// Every fp16 strategy that runs without a communicator (one process: local, decentralized's nodes).
 TEST(MixedPrecisionStep, ResumeContinuesWithTheSavedScale) {
-  for (const std::string strategy : {"local", "decentralized"}) {
-    auto cfg = strategy == "local" ? mlp_config() : testing::decentralized_config("dsgd", "complete", 1);
+  std::vector<std::string> strategies;
+  for (const auto& info : registered_strategies()) {
+    if (info.capabilities.fp16 && !info.needs_communicator) strategies.push_back(info.name);
+  }
+  ASSERT_FALSE(strategies.empty());
+  for (const auto& strategy : strategies) {
+    auto cfg = strategy == "decentralized" ? testing::decentralized_config("dsgd", "complete", 1)
+                                           : mlp_config(strategy);
     auto first = make_strategy(cfg, build_model(cfg, 2), nullptr, Precision::Fp16);
     first->train_step(batch_of(1));
     EXPECT_TRUE(first->train_step(batch_of(2, 8, kOverflowingInputs)).skipped) << strategy;
@@ -249,9 +259,17 @@ TEST(MixedPrecisionStep, ResumeContinuesWithTheSavedScale) {
   }
 }
 
-// Every strategy on 2 ranks over gloo: rank 1's batch overflows, rank 0's does not. Every rank
-// must skip (its parameters untouched, the scale halved), then step again on clean batches.
+// Every strategy that declares fp16, on 2 ranks: rank 1's batch overflows, rank 0's does not. Every
+// rank must skip (its parameters untouched, the scale halved), then step again on clean batches.
 class OneRanksOverflow : public ::testing::TestWithParam<std::string> {};
+
+std::vector<std::string> fp16_strategies() {
+  std::vector<std::string> names;
+  for (const auto& info : registered_strategies()) {
+    if (info.capabilities.fp16) names.push_back(info.name);
+  }
+  return names;
+}
 
 TEST_P(OneRanksOverflow, SkipsTheStepOnEveryRank) {
   const auto strategy = GetParam();
@@ -289,8 +307,8 @@ TEST_P(OneRanksOverflow, SkipsTheStepOnEveryRank) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Strategies, OneRanksOverflow,
-                         ::testing::Values("local", "data_parallel", "dad", "rankdad", "decentralized"));
+INSTANTIATE_TEST_SUITE_P(Strategies, OneRanksOverflow, ::testing::ValuesIn(fp16_strategies()),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 // The agreement is a collective of its own, not a side effect of averaged gradients: an fp16
 // data_parallel step makes exactly the fp32 step's calls plus one all-reduce of one flag.

@@ -85,12 +85,46 @@ class CallsItselfNccl final : public dtrain::testing::InProcessCommunicator {
   std::string backend() const override { return "nccl"; }
 };
 
+// What the built-in strategies declare, which the checks outside parallel/ and the sweeps over
+// registered strategies read (elastic: tests/run/ElasticWorkerTest.cpp).
+TEST(StrategyRegistry, BuiltInStrategiesDeclareWhatTheyCanDo) {
+  struct Declared {
+    const char* name;
+    bool cuda_graph, fp16, lbfgs, wire_compression;
+  };
+  for (const auto& d :
+       {Declared{"local", true, true, true, false}, Declared{"data_parallel", false, true, true, true},
+        Declared{"dad", false, true, true, false}, Declared{"rankdad", false, true, true, false},
+        Declared{"zero", false, true, false, false}, Declared{"pipeline", false, true, false, false},
+        Declared{"decentralized", false, true, false, false}}) {
+    const auto& can = find_strategy(d.name).capabilities;
+    EXPECT_EQ(can.cuda_graph, d.cuda_graph) << d.name;
+    EXPECT_EQ(can.fp16, d.fp16) << d.name;
+    EXPECT_EQ(can.lbfgs, d.lbfgs) << d.name;
+    EXPECT_EQ(can.wire_compression, d.wire_compression) << d.name;
+  }
+  EXPECT_EQ(strategy_info("ddp"), &find_strategy("data_parallel"));  // aliases resolve
+  EXPECT_EQ(strategy_info("not_registered"), nullptr);
+}
+
+// Every registered strategy as it declares tagged_point_to_point; pipeline and decentralized do.
 TEST(StrategyRegistry, TaggedPointToPointStrategiesRefuseNcclAndStayOffItOnAGpu) {
   for (const auto* strategy : {"pipeline", "decentralized"}) {
     EXPECT_TRUE(find_strategy(strategy).tagged_point_to_point) << strategy;
-    EXPECT_FALSE(collectives_on_gpu("cuda", strategy)) << strategy;
+  }
+  for (const auto* strategy : {"local", "data_parallel", "dad", "rankdad", "zero"}) {
+    EXPECT_FALSE(find_strategy(strategy).tagged_point_to_point) << strategy;
+  }
+  for (const auto& info : registered_strategies()) {
+    const auto& strategy = info.name;
+    if (!info.tagged_point_to_point) {
+      EXPECT_TRUE(collectives_on_gpu(config::Device::Cuda, strategy)) << strategy;
+      EXPECT_FALSE(collectives_on_gpu(config::Device::Cpu, strategy)) << strategy;
+      continue;
+    }
+    EXPECT_FALSE(collectives_on_gpu(config::Device::Cuda, strategy)) << strategy;
     auto hub = std::make_shared<dtrain::testing::Hub>(2);
-    const auto cfg = config_with({std::string("parallel.strategy=") + strategy});
+    const auto cfg = config_with({"parallel.strategy=" + strategy});
     try {
       make(cfg, mlp(cfg, 1), std::make_shared<CallsItselfNccl>(hub, 0));
       FAIL() << strategy << " accepted nccl";
@@ -98,11 +132,6 @@ TEST(StrategyRegistry, TaggedPointToPointStrategiesRefuseNcclAndStayOffItOnAGpu)
       EXPECT_NE(std::string(e.what()).find("use parallel.backend: gloo or mpi"), std::string::npos)
           << e.what();
     }
-  }
-  for (const auto* strategy : {"local", "data_parallel", "dad", "rankdad", "zero"}) {
-    EXPECT_FALSE(find_strategy(strategy).tagged_point_to_point) << strategy;
-    EXPECT_TRUE(collectives_on_gpu("cuda", strategy)) << strategy;
-    EXPECT_FALSE(collectives_on_gpu("cpu", strategy)) << strategy;
   }
 }
 

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "dtrain/comm/Backend.h"
-#include "dtrain/comm/StoreServer.h"
+#include "dtrain/comm/store/StoreServer.h"
 #include "support/InProcessCommunicator.h"
 
 namespace dtrain::testing {

@@ -32,7 +32,7 @@ config::RunConfig resnet(const std::string& strategy, const std::string& channel
   c.train.epochs = 1;
   c.train.max_steps = 1;
   c.parallel.strategy = strategy;
-  c.train.channels_last = channels_last;
+  c.train.channels_last = config::kAutoBoolNames.parse(channels_last, "train.channels_last");
   return c;
 }
 
@@ -87,7 +87,9 @@ TEST(ChannelsLast, GradientsEqualTheDefaultOrderInFloat64) {
     torch::manual_seed(5);
     auto net = models::create_model(model_config, input);
     net->to(torch::kDouble);
-    EXPECT_EQ(apply_channels_last(*net, setting, torch::Device(torch::kCPU)), setting == "true");
+    EXPECT_EQ(apply_channels_last(*net, config::kAutoBoolNames.parse(setting, "train.channels_last"),
+                                  torch::Device(torch::kCPU)),
+              setting == "true");
     torch::nn::functional::cross_entropy(net->forward(x), y).backward();
     std::map<std::string, torch::Tensor> g;
     for (const auto& p : net->named_parameters()) {
@@ -120,7 +122,7 @@ TEST(ChannelsLast, DataParallelOnTwoRanksStepsAsTheDefaultOrderDoes) {
 
 TEST(ChannelsLast, AModelWithoutConvolutionsRefusesItByName) {
   auto config = testing::small_trainer_config("channels-last");
-  config.train.channels_last = "true";
+  config.train.channels_last = config::AutoBool::True;
   try {
     Trainer trainer(config, nullptr);
     FAIL() << "an mlp accepted train.channels_last: true";

@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "dtrain/parallel/Registry.h"
 #include "dtrain/train/CudaGraphStep.h"
 #include "dtrain/train/Trainer.h"
 #include "train/TrainTestUtil.h"
@@ -16,7 +17,7 @@ config::RunConfig graphed_config() {
   auto c = testing::small_trainer_config("graph");
   c.optim.name = "sgd";
   c.optim.momentum = 0.9;
-  c.train.device = "cuda";
+  c.train.device = config::Device::Cuda;
   c.train.cuda_graph = true;
   return c;
 }
@@ -39,23 +40,33 @@ void expect_refused(const config::RunConfig& c, const std::string& fragment, int
 
 TEST(CudaGraph, EachSettingAGraphCannotHoldIsRefusedByName) {
   auto cpu = graphed_config();
-  cpu.train.device = "cpu";
+  cpu.train.device = config::Device::Cpu;
   expect_refused(cpu, "set train.device: cuda (this run is on cpu)");
 
   auto data_parallel = graphed_config();
   data_parallel.parallel.strategy = "data_parallel";
   expect_refused(data_parallel, "only parallel.strategy: local's step is captured; data_parallel's");
+  // Every strategy as its registration declares: refused by name unless its step can be captured.
+  for (const auto& info : parallel::registered_strategies()) {
+    auto c = graphed_config();
+    c.parallel.strategy = info.name;
+    if (info.capabilities.cuda_graph) {
+      EXPECT_EQ(refusal(c).find("step is captured"), std::string::npos) << info.name << ": " << refusal(c);
+    } else {
+      expect_refused(c, "'s step is captured; " + info.name + "'s communication");
+    }
+  }
 
   auto lbfgs = graphed_config();
   lbfgs.optim.name = "lbfgs";
   expect_refused(lbfgs, "lbfgs evaluates the model again inside its step");
 
   auto per_tensor = graphed_config();
-  per_tensor.optim.foreach = "false";
+  per_tensor.optim.foreach = config::AutoBool::False;
   expect_refused(per_tensor, "optim.foreach: false");
 
   auto fp16 = graphed_config();
-  fp16.train.precision = "fp16";
+  fp16.train.precision = config::Precision::Fp16;
   expect_refused(fp16, "fp16 on several workers", /*world_size=*/2);
 
   auto off = graphed_config();
@@ -87,7 +98,7 @@ TEST(CudaGraph, ReplayedStepsEqualEagerStepsOnAGpu) {
       auto cfg = graphed_config();
       cfg.optim.name = optimizer;
       if (optimizer != "sgd") cfg.optim.lr = 1e-3;
-      cfg.train.precision = precision;
+      cfg.train.precision = config::kPrecisionNames.parse(precision, "train.precision");
       cfg.train.max_steps = 20 + CudaGraphStep::kWarmupSteps;
       cfg.optim.scheduler.name = "cosine";
       auto eager_cfg = cfg;

@@ -23,7 +23,7 @@ config::RunConfig config_for(const std::string& equalize) {
   c.data.synthetic_size = 120;
   c.data.batch_size = 8;
   c.data.drop_last = false;
-  c.data.equalize = equalize;
+  c.data.equalize = config::kEqualizeNames.parse(equalize, "data.equalize");
   c.optim.name = "sgd";
   c.parallel.strategy = "data_parallel";
   c.train.epochs = 2;

@@ -104,7 +104,7 @@ TEST(Trainer, JoinEndsUnevenSharesTogetherWithOneProcessesWeights) {
   config.data.synthetic_size = 41;
   config.data.batch_size = 4;
   config.data.drop_last = false;
-  config.data.equalize = "join";
+  config.data.equalize = config::Equalize::Join;
   config.optim.name = "sgd";
   config.optim.lr = 0.05;
   config.parallel.strategy = "recording_join";
@@ -157,7 +157,7 @@ TEST(Trainer, JoinEndsUnevenSharesTogetherWithOneProcessesWeights) {
 
 TEST(Trainer, JoinRefusesAStrategyWithoutShadowSteps) {
   auto config = testing::small_trainer_config("join-refused");
-  config.data.equalize = "join";
+  config.data.equalize = config::Equalize::Join;
   config.parallel.strategy = "zero";
   dtrain::testing::run_world(2, [&](std::shared_ptr<comm::Communicator> comm) {
     try {

@@ -22,7 +22,7 @@ namespace {
 
 config::RunConfig small_config(const std::string& precision) {
   auto c = testing::small_trainer_config("precision-test");
-  c.train.precision = precision;
+  c.train.precision = config::kPrecisionNames.parse(precision, "train.precision");
   return c;
 }
 

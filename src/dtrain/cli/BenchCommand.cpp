@@ -21,11 +21,11 @@
 #include "dtrain/cli/BenchData.h"
 #include "dtrain/cli/BenchThroughput.h"
 #include "dtrain/cli/Commands.h"
-#include "dtrain/cli/SelfExe.h"
 #include "dtrain/comm/Backend.h"
-#include "dtrain/comm/Rendezvous.h"
+#include "dtrain/comm/rendezvous/Rendezvous.h"
 #include "dtrain/config/Environment.h"
 #include "dtrain/launch/Launcher.h"
+#include "dtrain/run/SelfExe.h"
 #include "dtrain/util/Clock.h"
 #include "dtrain/util/EnumNames.h"
 
@@ -55,7 +55,7 @@ std::invalid_argument bad_size(const std::string& item) {
 
 // The worker's command line: the launcher's own arguments without --nproc.
 std::vector<std::string> worker_command(const BenchCommOptions& o) {
-  return {self_executable(),
+  return {run::self_executable(),
           "bench",
           "comm",
           "--backend",

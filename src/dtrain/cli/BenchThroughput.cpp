@@ -22,18 +22,18 @@
 #include <stdexcept>
 
 #include "dtrain/cli/Commands.h"
-#include "dtrain/cli/SelfExe.h"
-#include "dtrain/comm/Rendezvous.h"
+#include "dtrain/comm/rendezvous/Rendezvous.h"
 #include "dtrain/config/Environment.h"
 #include "dtrain/config/Overrides.h"
 #include "dtrain/config/Registry.h"
 #include "dtrain/config/RunConfigYaml.h"
 #include "dtrain/experiment/Experiment.h"
 #include "dtrain/experiment/ScratchFolder.h"
-#include "dtrain/experiment/WorkerLaunch.h"
 #include "dtrain/io/JsonFile.h"
 #include "dtrain/launch/Launcher.h"
 #include "dtrain/parallel/Registry.h"
+#include "dtrain/run/SelfExe.h"
+#include "dtrain/run/WorkerLaunch.h"
 #include "dtrain/train/Trainer.h"
 
 namespace dtrain::cli {
@@ -111,7 +111,7 @@ bool sets_key(const std::vector<std::string>& overrides, const std::string& key)
 // The worker's command line: this point alone, with the overrides that apply to its strategy.
 std::vector<std::string> worker_command(const BenchThroughputOptions& o, const ThroughputPoint& p,
                                         const fs::path& out) {
-  std::vector<std::string> command{self_executable(),
+  std::vector<std::string> command{run::self_executable(),
                                    "bench",
                                    "throughput",
                                    "--models",
@@ -243,8 +243,8 @@ std::vector<ThroughputPoint> expand_points(const BenchThroughputOptions& o) {
   std::vector<std::string> precisions;
   for (const auto& name : parse_name_list("--precisions", o.precisions)) {
     try {
-      precisions.push_back(
-          config::parse_run_config("", kSource, {"train.precision=" + name}).train.precision);
+      precisions.push_back(config::kPrecisionNames.name(
+          config::parse_run_config("", kSource, {"train.precision=" + name}).train.precision));
     } catch (const std::exception& e) {
       throw std::invalid_argument(fmt::format("--precisions: '{}': {}", name, one_line(e.what())));
     }
@@ -407,7 +407,7 @@ int run_throughput_worker(const BenchThroughputOptions& o) {
   const auto& p = points.front();
   const auto cfg = point_config(o, p);
   comm::RendezvousOptions rv;
-  rv.timeout = experiment::rendezvous_timeout(cfg);
+  rv.timeout = run::rendezvous_timeout(cfg);
   const auto rendezvous = comm::resolve_rendezvous(rv, config::process_environment());
   nlohmann::json report{{"rank", rendezvous.rank}};
   auto finish = [&](const std::string& status, const std::string& reason) {
@@ -423,7 +423,7 @@ int run_throughput_worker(const BenchThroughputOptions& o) {
 
   comm::CommunicatorPtr communicator;
   try {
-    communicator = experiment::connect_worker(cfg, rendezvous);
+    communicator = run::connect_worker(cfg, rendezvous);
   } catch (const std::exception& e) {
     return finish("failed", one_line(e.what()));
   }

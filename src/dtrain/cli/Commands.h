@@ -8,9 +8,19 @@
 #include <functional>
 #include <string>
 
-#include "dtrain/cli/ExitCodes.h"
+#include "dtrain/run/ExitCodes.h"
 
 namespace dtrain::cli {
+
+// The exit statuses and the sorting of errors into them are the run's (run/ExitCodes.h); every
+// command returns them.
+using run::checking_inputs;
+using run::error_message;
+using run::exit_code_for;
+using run::kExitFailure;
+using run::kExitSuccess;
+using run::kExitUsage;
+using run::UsageError;
 
 using Run = std::function<int()>;
 

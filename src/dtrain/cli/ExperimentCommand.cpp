@@ -6,7 +6,7 @@
 #include <iostream>
 
 #include "dtrain/cli/Commands.h"
-#include "dtrain/cli/SelfExe.h"
+#include "dtrain/run/SelfExe.h"
 #include "dtrain/experiment/DinnoExperiment.h"
 #include "dtrain/experiment/Experiment.h"
 #include "dtrain/experiment/Report.h"
@@ -58,7 +58,7 @@ Run add_experiment_command(CLI::App& app) {
     if (a->nproc > 0) spec.final_overrides.push_back("nproc=" + std::to_string(a->nproc));
     if (spec.dinno_form) dinno_notes_before(*spec.dinno_form);
     experiment::ExperimentOptions options;
-    options.dtrain_executable = self_executable();
+    options.dtrain_executable = run::self_executable();
     options.directory = a->dir;
     options.fresh = a->fresh;
     options.oversubscribe = a->oversubscribe;

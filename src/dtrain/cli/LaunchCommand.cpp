@@ -18,12 +18,12 @@
 #include <sstream>
 
 #include "dtrain/cli/Commands.h"
-#include "dtrain/cli/SelfExe.h"
-#include "dtrain/comm/StoreSecret.h"
+#include "dtrain/comm/store/StoreSecret.h"
 #include "dtrain/config/Environment.h"
 #include "dtrain/config/ValueText.h"
 #include "dtrain/launch/HostLaunch.h"
 #include "dtrain/launch/Launcher.h"
+#include "dtrain/run/SelfExe.h"
 
 namespace dtrain::cli {
 namespace {
@@ -213,7 +213,7 @@ int run_on_hosts(const LaunchArgs& args) {
         "hosts "
         "-- dtrain train config.yaml");
   }
-  options.remote_dtrain = self_executable();
+  options.remote_dtrain = run::self_executable();
   options.working_directory = std::filesystem::current_path().string();
   options.master_port = args.master_port == 0 ? 29500 : args.master_port;
   options.launch_flags = {"--max-restarts", std::to_string(args.max_restarts),

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "dtrain/comm/Communicator.h"
-#include "dtrain/comm/Rendezvous.h"
+#include "dtrain/comm/rendezvous/Rendezvous.h"
 
 namespace dtrain::comm {
 

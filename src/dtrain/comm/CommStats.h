@@ -10,6 +10,8 @@
 #include <mutex>
 #include <string>
 
+#include "dtrain/comm/Collectives.h"
+
 namespace dtrain::comm {
 
 struct OpStats {
@@ -23,7 +25,7 @@ struct OpStats {
 };
 
 struct CommStats {
-  std::map<std::string, OpStats> ops;  // keyed by operation name: "allreduce", "broadcast", ...
+  std::map<std::string, OpStats> ops;  // keyed by operation name (kCollectives): "allreduce", ...
 
   OpStats total() const;
   CommStats& operator+=(const CommStats& other);
@@ -53,7 +55,8 @@ class CommStatsRecorder {
   void reset();
 
  private:
-  static constexpr std::size_t kSlots = 16;  // the Communicator has 8 operations
+  static constexpr std::size_t kSlots = 16;
+  static_assert(kSlots >= kCollectives.size(), "a slot for each of the Communicator's operations");
   struct Slot {
     std::atomic<const char*> name{nullptr};
     std::atomic<std::uint64_t> calls{0};

@@ -449,16 +449,17 @@ std::uint64_t Communicator::wire_bytes_of(const WireCall& call) {
   return memo.bytes;
 }
 
-CallFingerprint Communicator::collective(const char* op, const at::Tensor* tensor, int root, int reduce) {
+CallFingerprint Communicator::fingerprint(CommOp op, const at::Tensor* tensor, int peer, int reduce) {
+  const CollectiveInfo& row = collective_info(op);
   CallFingerprint call;
-  call.op = op;
+  call.op = row.name;
   if (tensor) {
     call.dtype = tensor->scalar_type();
     call.numel = tensor->numel();
   }
-  call.root = root;
-  call.reduce = reduce;
-  call.seq = ++collectives_;
+  call.root = peer;
+  call.reduce = row.reduces ? reduce : -1;
+  if (row.collective) call.seq = ++collectives_;
   return call;
 }
 

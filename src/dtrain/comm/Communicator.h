@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "dtrain/comm/Collectives.h"
 #include "dtrain/comm/CommStats.h"
 #include "dtrain/comm/FlightRecorder.h"
 #include "dtrain/comm/ReduceOp.h"
@@ -133,7 +134,9 @@ class Communicator {
  private:
   WorkPtr track(const CallFingerprint& call, std::uint64_t bytes, std::uint64_t wire_bytes, bool async_op,
                 c10::function_ref<WorkPtr()> start);
-  CallFingerprint collective(const char* op, const at::Tensor* tensor, int root = -1, int reduce = -1);
+  // The call as kCollectives' row for `op` names it; a collective gets the next number on this
+  // communicator. `peer` is broadcast's root or send's and recv's peer.
+  CallFingerprint fingerprint(CommOp op, const at::Tensor* tensor, int peer = -1, int reduce = -1);
   // wire_bytes(call), remembered for the last call of each operation: a backend's model (OpenMPI's
   // algorithm choice, for one) is worth not re-deriving for the same call again and again.
   std::uint64_t wire_bytes_of(const WireCall& call);
@@ -165,7 +168,7 @@ class Communicator {
     std::uint64_t bytes = 0;
     bool known = false;
   };
-  std::array<WireMemo, 8> wire_memo_{};  // by CommOp
+  std::array<WireMemo, kCollectives.size()> wire_memo_{};  // by CommOp
 };
 
 using CommunicatorPtr = std::shared_ptr<Communicator>;

@@ -1,6 +1,7 @@
-// The communicator's collectives and point-to-point calls: each checks its arguments, names
-// itself for the collective checks (Note [Collective checks]) and the flight recorder, and hands
-// the call to the backend through track(); split() makes a subgroup.
+// The communicator's collectives and point-to-point calls: each checks its arguments against its
+// row of kCollectives (Note [One row per operation] in Collectives.h), names itself for the
+// collective checks (Note [Collective checks]) and the flight recorder, and hands the call to the
+// backend through track(); split() makes a subgroup.
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <fmt/format.h>
@@ -53,13 +54,43 @@ void check_peer(const Communicator& c, int peer, const char* op, const char* wha
   }
 }
 
-CallFingerprint point_to_point(const char* op, const at::Tensor& tensor, int peer) {
-  CallFingerprint call;
-  call.op = op;
-  call.dtype = tensor.scalar_type();
-  call.numel = tensor.numel();
-  call.root = peer;
-  return call;
+// The element counts row.tensors asks of an input and an output.
+void check_sizes(const Communicator& c, const CollectiveInfo& row, const at::Tensor& input,
+                 const at::Tensor& output) {
+  const std::int64_t n = c.size();
+  std::string error;
+  if (row.tensors == TensorShape::GatherInto && output.numel() != input.numel() * n) {
+    error = fmt::format("output has {} elements; expected world size {} x input's {}", output.numel(), n,
+                        input.numel());
+  } else if (row.tensors == TensorShape::ScatterFrom && input.numel() != output.numel() * n) {
+    error = fmt::format("input has {} elements; expected world size {} x output's {}", input.numel(), n,
+                        output.numel());
+  } else if (row.tensors == TensorShape::EqualChunks &&
+             (input.numel() != output.numel() || input.numel() % n != 0)) {
+    error = fmt::format(
+        "input ({}) and output ({}) must have the same number of elements, divisible by world size {}",
+        input.numel(), output.numel(), n);
+  }
+  if (!error.empty()) throw CommError(c.rank(), c.size(), row.name, error);
+}
+
+// What `row` asks of a call's tensors (`output` null for one in place) and its peer, in the order
+// a caller meets the errors: each tensor, the two against each other, their sizes, the peer.
+void check_call(const Communicator& c, const CollectiveInfo& row, const at::Tensor* input,
+                const at::Tensor* output, int peer = -1) {
+  if (input && !output) check_tensor(c, *input, row.name, "tensor");
+  if (input && output) {
+    check_tensor(c, *input, row.name, "input");
+    check_tensor(c, *output, row.name, "output");
+    check_same(c, *input, *output, row.name);
+    check_sizes(c, row, *input, *output);
+  }
+  if (row.peer) {
+    check_peer(c, peer, row.name, row.peer);
+    if (!row.collective && peer == c.rank()) {
+      throw CommError(c.rank(), c.size(), row.name, fmt::format("{} is this rank itself", row.peer));
+    }
+  }
 }
 
 WireCall wire_call(CommOp op, const at::Tensor& t, bool async_op, int root = 0) {
@@ -77,11 +108,11 @@ WireCall wire_call(CommOp op, const at::Tensor& t, bool async_op, int root = 0) 
 }  // namespace
 
 WorkPtr Communicator::allreduce(const at::Tensor& tensor, ReduceOp op, bool async_op) {
-  check_tensor(*this, tensor, "allreduce", "tensor");
+  constexpr CommOp kOp = CommOp::Allreduce;
+  check_call(*this, collective_info(kOp), &tensor, nullptr);
   if (size_ == 1) return completed_work();
-  const auto b = nbytes(tensor);
-  return track(collective("allreduce", &tensor, -1, static_cast<int>(op)), b,
-               wire_bytes_of(wire_call(CommOp::Allreduce, tensor, async_op)), async_op, [&] {
+  return track(fingerprint(kOp, &tensor, -1, static_cast<int>(op)), nbytes(tensor),
+               wire_bytes_of(wire_call(kOp, tensor, async_op)), async_op, [&] {
                  if (!staging_device(tensor)) return do_allreduce(tensor, op, async_op);
                  Staging s;
                  const auto t = stage(tensor, true, true, s);
@@ -90,20 +121,14 @@ WorkPtr Communicator::allreduce(const at::Tensor& tensor, ReduceOp op, bool asyn
 }
 
 WorkPtr Communicator::allgather(const at::Tensor& input, const at::Tensor& output, bool async_op) {
-  check_tensor(*this, input, "allgather", "input");
-  check_tensor(*this, output, "allgather", "output");
-  check_same(*this, input, output, "allgather");
-  if (output.numel() != input.numel() * size_) {
-    fail("allgather", fmt::format("output has {} elements; expected world size {} x input's {}",
-                                  output.numel(), size_, input.numel()));
-  }
+  constexpr CommOp kOp = CommOp::Allgather;
+  check_call(*this, collective_info(kOp), &input, &output);
   if (size_ == 1) {
     output.view({-1}).copy_(input.view({-1}));
     return completed_work();
   }
-  const auto b = nbytes(output);
-  return track(collective("allgather", &input), b,
-               wire_bytes_of(wire_call(CommOp::Allgather, input, async_op)), async_op, [&] {
+  return track(fingerprint(kOp, &input), nbytes(output), wire_bytes_of(wire_call(kOp, input, async_op)),
+               async_op, [&] {
                  if (!staging_device(input) && !staging_device(output))
                    return do_allgather(input, output, async_op);
                  Staging s;
@@ -114,12 +139,11 @@ WorkPtr Communicator::allgather(const at::Tensor& input, const at::Tensor& outpu
 }
 
 WorkPtr Communicator::broadcast(const at::Tensor& tensor, int root, bool async_op) {
-  check_tensor(*this, tensor, "broadcast", "tensor");
-  check_peer(*this, root, "broadcast", "root");
+  constexpr CommOp kOp = CommOp::Broadcast;
+  check_call(*this, collective_info(kOp), &tensor, nullptr, root);
   if (size_ == 1) return completed_work();
-  const auto b = nbytes(tensor);
-  return track(collective("broadcast", &tensor, root), b,
-               wire_bytes_of(wire_call(CommOp::Broadcast, tensor, async_op, root)), async_op, [&] {
+  return track(fingerprint(kOp, &tensor, root), nbytes(tensor),
+               wire_bytes_of(wire_call(kOp, tensor, async_op, root)), async_op, [&] {
                  if (!staging_device(tensor)) return do_broadcast(tensor, root, async_op);
                  Staging s;
                  const auto t = stage(tensor, rank_ == root, rank_ != root, s);
@@ -129,20 +153,14 @@ WorkPtr Communicator::broadcast(const at::Tensor& tensor, int root, bool async_o
 
 WorkPtr Communicator::reduce_scatter(const at::Tensor& input, const at::Tensor& output, ReduceOp op,
                                      bool async_op) {
-  check_tensor(*this, input, "reduce_scatter", "input");
-  check_tensor(*this, output, "reduce_scatter", "output");
-  check_same(*this, input, output, "reduce_scatter");
-  if (input.numel() != output.numel() * size_) {
-    fail("reduce_scatter", fmt::format("input has {} elements; expected world size {} x output's {}",
-                                       input.numel(), size_, output.numel()));
-  }
+  constexpr CommOp kOp = CommOp::ReduceScatter;
+  check_call(*this, collective_info(kOp), &input, &output);
   if (size_ == 1) {
     output.view({-1}).copy_(input.view({-1}));
     return completed_work();
   }
-  const auto b = nbytes(input);
-  return track(collective("reduce_scatter", &input, -1, static_cast<int>(op)), b,
-               wire_bytes_of(wire_call(CommOp::ReduceScatter, input, async_op)), async_op, [&] {
+  return track(fingerprint(kOp, &input, -1, static_cast<int>(op)), nbytes(input),
+               wire_bytes_of(wire_call(kOp, input, async_op)), async_op, [&] {
                  if (!staging_device(input) && !staging_device(output)) {
                    return do_reduce_scatter(input, output, op, async_op);
                  }
@@ -154,21 +172,13 @@ WorkPtr Communicator::reduce_scatter(const at::Tensor& input, const at::Tensor& 
 }
 
 WorkPtr Communicator::alltoall(const at::Tensor& input, const at::Tensor& output, bool async_op) {
-  check_tensor(*this, input, "alltoall", "input");
-  check_tensor(*this, output, "alltoall", "output");
-  check_same(*this, input, output, "alltoall");
-  if (input.numel() != output.numel() || input.numel() % size_ != 0) {
-    fail("alltoall",
-         fmt::format("input ({}) and output ({}) must have the same number of elements, divisible by "
-                     "world size {}",
-                     input.numel(), output.numel(), size_));
-  }
+  constexpr CommOp kOp = CommOp::Alltoall;
+  check_call(*this, collective_info(kOp), &input, &output);
   if (size_ == 1) {
     output.view({-1}).copy_(input.view({-1}));
     return completed_work();
   }
-  const auto b = nbytes(input);
-  return track(collective("alltoall", &input), b, wire_bytes_of(wire_call(CommOp::Alltoall, input, async_op)),
+  return track(fingerprint(kOp, &input), nbytes(input), wire_bytes_of(wire_call(kOp, input, async_op)),
                async_op, [&] {
                  if (!staging_device(input) && !staging_device(output))
                    return do_alltoall(input, output, async_op);
@@ -180,12 +190,10 @@ WorkPtr Communicator::alltoall(const at::Tensor& input, const at::Tensor& output
 }
 
 WorkPtr Communicator::send(const at::Tensor& tensor, int dst, int tag, bool async_op) {
-  check_tensor(*this, tensor, "send", "tensor");
-  check_peer(*this, dst, "send", "destination");
-  if (dst == rank_) fail("send", "destination is this rank itself");
-  const auto b = nbytes(tensor);
-  return track(point_to_point("send", tensor, dst), b,
-               wire_bytes_of(wire_call(CommOp::Send, tensor, async_op)), async_op, [&] {
+  constexpr CommOp kOp = CommOp::Send;
+  check_call(*this, collective_info(kOp), &tensor, nullptr, dst);
+  return track(fingerprint(kOp, &tensor, dst), nbytes(tensor),
+               wire_bytes_of(wire_call(kOp, tensor, async_op)), async_op, [&] {
                  if (!staging_device(tensor)) return do_send(tensor, dst, tag, async_op);
                  Staging s;
                  const auto t = stage(tensor, true, false, s);
@@ -194,11 +202,10 @@ WorkPtr Communicator::send(const at::Tensor& tensor, int dst, int tag, bool asyn
 }
 
 WorkPtr Communicator::recv(const at::Tensor& tensor, int src, int tag, bool async_op) {
-  check_tensor(*this, tensor, "recv", "tensor");
-  check_peer(*this, src, "recv", "source");
-  if (src == rank_) fail("recv", "source is this rank itself");
-  return track(point_to_point("recv", tensor, src), nbytes(tensor),
-               wire_bytes_of(wire_call(CommOp::Recv, tensor, async_op)), async_op, [&] {
+  constexpr CommOp kOp = CommOp::Recv;
+  check_call(*this, collective_info(kOp), &tensor, nullptr, src);
+  return track(fingerprint(kOp, &tensor, src), nbytes(tensor),
+               wire_bytes_of(wire_call(kOp, tensor, async_op)), async_op, [&] {
                  if (!staging_device(tensor)) return do_recv(tensor, src, tag, async_op);
                  Staging s;
                  const auto t = stage(tensor, false, true, s);
@@ -210,19 +217,20 @@ WorkPtr Communicator::barrier(bool async_op) {
   if (size_ == 1) return completed_work();
   WireCall call;
   call.async_op = async_op;
-  return track(collective("barrier", nullptr), 0, wire_bytes_of(call), async_op,
+  return track(fingerprint(CommOp::Barrier, nullptr), 0, wire_bytes_of(call), async_op,
                [&] { return do_barrier(async_op); });
 }
 
 std::unique_ptr<Communicator> Communicator::split(const std::vector<int>& ranks) {
-  if (ranks.empty()) fail("split", "the rank list is empty");
+  const CollectiveInfo& row = collective_info(CommOp::Split);
+  if (ranks.empty()) fail(row.name, "the rank list is empty");
   for (std::size_t i = 0; i < ranks.size(); ++i) {
-    check_peer(*this, ranks[i], "split", "rank");
-    if (i > 0 && ranks[i] <= ranks[i - 1]) fail("split", "ranks must be sorted and distinct");
+    check_peer(*this, ranks[i], row.name, row.peer);
+    if (i > 0 && ranks[i] <= ranks[i - 1]) fail(row.name, "ranks must be sorted and distinct");
   }
   // Every rank of this communicator takes part, so a split counts as a collective; its fingerprint
   // carries the number of ranks in the list (not the list itself).
-  CallFingerprint call = collective("split", nullptr);
+  CallFingerprint call = fingerprint(CommOp::Split, nullptr);
   call.numel = static_cast<std::int64_t>(ranks.size());
   const auto t0 = Clock::now();
   const std::size_t slot = recorder_.start(call);
@@ -238,7 +246,7 @@ std::unique_ptr<Communicator> Communicator::split(const std::vector<int>& ranks)
   } catch (const std::exception& e) {
     const auto report = failure_report(e.what(), seconds_since(t0));
     recorder_.finish(slot, false);
-    fail("split", e.what() + report);
+    fail(row.name, e.what() + report);
   }
 }
 

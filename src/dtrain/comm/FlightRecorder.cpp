@@ -5,19 +5,16 @@
 
 #include <cstring>
 
+#include "dtrain/comm/Collectives.h"
+
 namespace dtrain::comm {
 namespace {
 
-// The operations a fingerprint may name, in a fixed order: the wire form sends the index.
-constexpr std::array<const char*, 10> kOps{"allreduce", "allgather", "broadcast", "reduce_scatter",
-                                           "alltoall",  "barrier",   "split",     "send",
-                                           "recv",      "?"};
-
+// A fingerprint's operation as its wire form sends it: its row in kCollectives, and past the last
+// row for a name no row has ("?").
 std::int64_t op_index(const char* op) {
-  for (std::size_t i = 0; i + 1 < kOps.size(); ++i) {
-    if (std::strcmp(kOps[i], op) == 0) return static_cast<std::int64_t>(i);
-  }
-  return static_cast<std::int64_t>(kOps.size() - 1);
+  const CollectiveInfo* row = find_collective(op);
+  return static_cast<std::int64_t>(row ? static_cast<std::size_t>(row->op) : kCollectives.size());
 }
 
 std::string dtype_name(c10::ScalarType t) {
@@ -56,8 +53,8 @@ std::string describe(const CallFingerprint& c) {
     add(std::to_string(c.numel));
   }
   if (c.reduce >= 0) add(to_string(static_cast<ReduceOp>(c.reduce)));
-  const bool p2p = std::strcmp(c.op, "send") == 0 || std::strcmp(c.op, "recv") == 0;
-  if (c.root >= 0) add(fmt::format("{} {}", p2p ? (c.op[0] == 's' ? "to" : "from") : "root", c.root));
+  const CollectiveInfo* row = find_collective(c.op);
+  if (c.root >= 0) add(fmt::format("{} {}", row && row->peer_label ? row->peer_label : "root", c.root));
   if (c.seq >= 0) add(fmt::format("#{}", c.seq));
   return fmt::format("{}({})", c.op, args);
 }
@@ -71,8 +68,8 @@ std::array<std::int64_t, kFingerprintWords> encode(const CallFingerprint& c) {
 
 CallFingerprint decode(const std::int64_t* w) {
   CallFingerprint c;
-  const auto index = w[0] >= 0 && w[0] < static_cast<std::int64_t>(kOps.size()) ? w[0] : kOps.size() - 1;
-  c.op = kOps[static_cast<std::size_t>(index)];
+  const bool known = w[0] >= 0 && w[0] < static_cast<std::int64_t>(kCollectives.size());
+  c.op = known ? kCollectives[static_cast<std::size_t>(w[0])].name : "?";
   c.dtype = static_cast<c10::ScalarType>(w[1]);
   c.numel = w[2];
   c.root = static_cast<int>(w[3]);

@@ -21,7 +21,7 @@ namespace dtrain::comm {
 // elements of this rank's input, the root (broadcast), the reduction and the collective's number
 // on this communicator. Send and recv are not collectives: they carry the peer and no number.
 struct CallFingerprint {
-  const char* op = "";                                 // "allreduce", ... (a string literal)
+  const char* op = "";                                 // a row's name in kCollectives: "allreduce", ...
   c10::ScalarType dtype = c10::ScalarType::Undefined;  // Undefined: barrier and split
   std::int64_t numel = 0;
   int root = -1;          // broadcast's root; send/recv's peer; -1 otherwise
@@ -36,7 +36,7 @@ struct CallFingerprint {
 std::string describe(const CallFingerprint& call);
 
 // A fixed-size record of a fingerprint for the exchange of parallel.debug: detail (int64 words);
-// op names are sent as their index in the list of operations.
+// op names are sent as their row's CommOp (Collectives.h).
 inline constexpr int kFingerprintWords = 7;
 std::array<std::int64_t, kFingerprintWords> encode(const CallFingerprint& call);
 CallFingerprint decode(const std::int64_t* words);

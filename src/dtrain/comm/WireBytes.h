@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "dtrain/comm/Collectives.h"
+
 namespace dtrain::comm {
 
 // Note [Wire bytes]
@@ -15,9 +17,9 @@ namespace dtrain::comm {
 // algorithm it assumes and where it comes from beside its model: gloo/GlooWireBytes.h (c10d's
 // ProcessGroupGloo over Gloo's algorithms: exact), mpi/MpiWireBytes.h (dtrain's own all-reduce:
 // exact; OpenMPI 4.1's tuned and libnbc choices under default MCA settings), nccl (NCCL picks ring
-// or tree at run time: the ring's figure, an estimate).
-
-enum class CommOp { Allreduce, Allgather, Broadcast, ReduceScatter, Alltoall, Send, Recv, Barrier };
+// or tree at run time: the ring's figure, an estimate). What the plain algorithm sends is each
+// operation's WireForm in kCollectives (Collectives.h); a backend's model answers for the
+// operations its algorithm runs otherwise and hands the rest to plain_wire_bytes.
 
 struct WireCall {
   CommOp op = CommOp::Barrier;
@@ -39,5 +41,8 @@ struct WireCall {
            async_op == o.async_op && bfloat16 == o.bfloat16 && float16 == o.float16;
   }
 };
+
+// What `rank` of `size` sends for `call` under the plain algorithm of its row's WireForm.
+std::uint64_t plain_wire_bytes(const WireCall& call, int rank, int size);
 
 }  // namespace dtrain::comm

@@ -1,7 +1,7 @@
 // The process environment, read once, for the layers below that must not call getenv themselves.
 #pragma once
 
-#include "dtrain/comm/Rendezvous.h"
+#include "dtrain/comm/rendezvous/Rendezvous.h"
 
 namespace dtrain::config {
 

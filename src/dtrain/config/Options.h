@@ -17,6 +17,8 @@
 #include <utility>
 #include <vector>
 
+#include "dtrain/util/EnumNames.h"
+
 namespace dtrain::config {
 
 struct IntRange {
@@ -80,6 +82,29 @@ class ChoiceSet {
   std::vector<Choice> choices_;
 };
 
+// An enum option seen through its names table (util/EnumNames.h): visitors read and write it by
+// the spelling YAML gives it, and match it as the closed set of those names, so it reads, writes
+// and fails exactly as a choice() over the same names would.
+class EnumField {
+ public:
+  template <class Enum, std::size_t N>
+  EnumField(Enum& value, const util::EnumNames<Enum, N>& names)
+      : get_([&value, &names] { return names.name(value); }),
+        set_([&value, &names](const std::string& name) { value = names.parse(name, "value"); }) {
+    for (const auto& entry : names.entries) allowed_.add(Choice(entry.second));
+  }
+  // The value's name: "bf16".
+  std::string name() const { return get_(); }
+  // Sets the value named `name`, one of allowed()'s names exactly.
+  void set(const std::string& name) const { set_(name); }
+  const ChoiceSet& allowed() const { return allowed_; }
+
+ private:
+  std::function<std::string()> get_;
+  std::function<void(const std::string&)> set_;
+  ChoiceSet allowed_;
+};
+
 // Visits every option of a struct. Readers assign, writers read (they never modify), and key
 // collectors and comparisons only look at the addresses. `help` is the option's line in
 // `dtrain train --help`, which lists every key from this same description.
@@ -93,6 +118,12 @@ class OptionVisitor {
   virtual void boolean(const char* key, bool& value, const char* help = "") = 0;
   virtual void choice(const char* key, std::string& value, const ChoiceSet& allowed,
                       const char* help = "") = 0;
+  // A closed set of names held as an enum; choice() below builds the field from its names table.
+  virtual void enum_choice(const char* key, const EnumField& value, const char* help = "") = 0;
+  template <class Enum, std::size_t N>
+  void choice(const char* key, Enum& value, const util::EnumNames<Enum, N>& names, const char* help = "") {
+    enum_choice(key, EnumField(value, names), help);
+  }
   virtual void text(const char* key, std::string& value, Text rule, const char* help = "") = 0;
   virtual void int_list(const char* key, std::vector<int>& value, std::int64_t min, bool allow_empty,
                         const char* help = "") = 0;

@@ -9,8 +9,64 @@
 #include <vector>
 
 #include "dtrain/config/Options.h"
+#include "dtrain/util/EnumNames.h"
 
 namespace dtrain::config {
+
+// The closed sets of names a key may hold, as enums, each with its one table of YAML spellings
+// (the order is the order `dtrain train --help` and the reader's errors list them in). The reader
+// turns the text into the enum; code above config/ compares enums, never the text.
+
+enum class Equalize { Pad, Drop, Join };  // data.equalize
+inline constexpr util::EnumNames<Equalize, 3> kEqualizeNames{
+    {{{Equalize::Pad, "pad"}, {Equalize::Drop, "drop"}, {Equalize::Join, "join"}}}};
+
+enum class Activation { Relu, Tanh, Gelu, Sigmoid };  // model.activation
+inline constexpr util::EnumNames<Activation, 4> kActivationNames{{{{Activation::Relu, "relu"},
+                                                                   {Activation::Tanh, "tanh"},
+                                                                   {Activation::Gelu, "gelu"},
+                                                                   {Activation::Sigmoid, "sigmoid"}}}};
+
+enum class Stem { Cifar, Imagenet };  // model.stem
+inline constexpr util::EnumNames<Stem, 2> kStemNames{
+    {{{Stem::Cifar, "cifar"}, {Stem::Imagenet, "imagenet"}}}};
+
+enum class Task { Classifier, Lm };  // model.task
+inline constexpr util::EnumNames<Task, 2> kTaskNames{{{{Task::Classifier, "classifier"}, {Task::Lm, "lm"}}}};
+
+enum class LineSearch { None, StrongWolfe };  // optim.lbfgs_line_search
+inline constexpr util::EnumNames<LineSearch, 2> kLineSearchNames{
+    {{{LineSearch::None, "none"}, {LineSearch::StrongWolfe, "strong_wolfe"}}}};
+
+// optim.foreach, train.cudnn_benchmark, train.channels_last: on, off, or decided from the device.
+enum class AutoBool { Auto, True, False };
+inline constexpr util::EnumNames<AutoBool, 3> kAutoBoolNames{
+    {{{AutoBool::Auto, "auto"}, {AutoBool::True, "true"}, {AutoBool::False, "false"}}}};
+
+enum class Backend { Auto, Gloo, Mpi, Nccl };  // parallel.backend
+inline constexpr util::EnumNames<Backend, 4> kBackendNames{
+    {{{Backend::Auto, "auto"}, {Backend::Gloo, "gloo"}, {Backend::Mpi, "mpi"}, {Backend::Nccl, "nccl"}}}};
+
+enum class DebugMode { Off, Detail };  // parallel.debug
+inline constexpr util::EnumNames<DebugMode, 2> kDebugModeNames{
+    {{{DebugMode::Off, "off"}, {DebugMode::Detail, "detail"}}}};
+
+enum class Device { Cpu, Cuda };  // train.device
+inline constexpr util::EnumNames<Device, 2> kDeviceNames{{{{Device::Cpu, "cpu"}, {Device::Cuda, "cuda"}}}};
+
+enum class Precision { Fp32, Bf16, Fp16 };  // train.precision
+inline constexpr util::EnumNames<Precision, 3> kPrecisionNames{
+    {{{Precision::Fp32, "fp32"}, {Precision::Bf16, "bf16"}, {Precision::Fp16, "fp16"}}}};
+
+enum class MatmulPrecision { Highest, High, Medium };  // train.float32_matmul_precision
+inline constexpr util::EnumNames<MatmulPrecision, 3> kMatmulPrecisionNames{
+    {{{MatmulPrecision::Highest, "highest"},
+      {MatmulPrecision::High, "high"},
+      {MatmulPrecision::Medium, "medium"}}}};
+
+enum class RunFolder { Dated, Named };  // run_folder
+inline constexpr util::EnumNames<RunFolder, 2> kRunFolderNames{
+    {{{RunFolder::Dated, "dated"}, {RunFolder::Named, "named"}}}};
 
 struct DataConfig {
   // registered by data/: fashion-mnist, mnist, cifar10, cifar100, image-folder, synthetic, text
@@ -35,7 +91,7 @@ struct DataConfig {
   // Ranks whose shares differ in size: pad (every rank draws the largest share's batches, repeating
   // its own samples; torch's DistributedSampler) | drop (the smallest share's) | join (each its own;
   // ranks that run out shadow the others' steps with zero gradients: parallel: Note [Join])
-  std::string equalize = "pad";
+  Equalize equalize = Equalize::Pad;
   bool normalize = true;        // per-channel mean/std of the data set
   int random_crop_padding = 0;  // 0 = no random crop
   bool horizontal_flip = false;
@@ -59,15 +115,15 @@ struct ModelConfig {
   // registered by models/: mlp, mnistnet, lenet5, resnet18, resnet50, vit, transformer
   std::string name = "lenet5";
   std::vector<int> hidden{256, 128};  // mlp
-  std::string activation = "relu";    // mlp: relu | tanh | gelu | sigmoid
-  std::string stem = "cifar";         // resnet: cifar | imagenet
+  Activation activation = Activation::Relu;  // mlp: relu | tanh | gelu | sigmoid
+  Stem stem = Stem::Cifar;                   // resnet: cifar | imagenet
   int patch = 4;                      // vit
   int dim = 64;                       // vit, transformer
   int depth = 2;                      // vit, transformer
   int heads = 4;                      // vit, transformer
   double mlp_ratio = 2.0;             // vit, transformer
   double dropout = 0.0;
-  std::string task = "classifier";  // transformer: classifier | lm
+  Task task = Task::Classifier;  // transformer: classifier | lm
   // dinnocnn (DiNNO's CNN): one ReLU convolution, 2x2 max pool, two linear layers
   int num_filters = 3;
   int kernel_size = 5;
@@ -103,10 +159,10 @@ struct OptimConfig {
   double eps = 1e-8;
   int lbfgs_history = 10;
   int lbfgs_max_iter = 20;
-  std::string lbfgs_line_search = "none";  // none | strong_wolfe
+  LineSearch lbfgs_line_search = LineSearch::None;  // none | strong_wolfe
   // sgd, adam, adamw: one multi-tensor update per operation (true) or one per tensor (false);
   // auto: true for parameters on a GPU (optim/ForeachOptimizers.h)
-  std::string foreach = "auto";
+  AutoBool foreach = AutoBool::Auto;
   std::string loss = "cross_entropy";  // registered by optim/: cross_entropy, nll, mse
   SchedulerConfig scheduler;
 };
@@ -114,7 +170,7 @@ struct OptimConfig {
 struct ParallelConfig {
   // registered by parallel/, one folder each: local, data_parallel
   std::string strategy = "data_parallel";
-  std::string backend = "auto";       // auto | gloo | mpi | nccl (comm: Note [Choosing a backend])
+  Backend backend = Backend::Auto;    // auto | gloo | mpi | nccl (comm: Note [Choosing a backend])
   int accumulation_steps = 1;         // micro-batches per optimizer step; communicate on the last only
   double timeout_s = 300.0;           // rendezvous and every collective
   std::int64_t poll_wait_us = 50000;  // wait for a collective polling this long, then block
@@ -122,7 +178,7 @@ struct ParallelConfig {
   // off | detail: compare every collective's fingerprint between ranks before it runs, and report a
   // mismatch naming both ranks and calls instead of hanging (TORCH_DISTRIBUTED_DEBUG=DETAIL; comm:
   // Note [Collective checks])
-  std::string debug = "off";
+  DebugMode debug = DebugMode::Off;
   // Each strategy's own options, parallel.<strategy>.*, registered with the strategy
   // (e.g. parallel.data_parallel.bucket_mb): options.get<T>("data_parallel").
   SectionSet options{"parallel"};
@@ -144,10 +200,10 @@ struct TrainConfig {
   int keep_checkpoints = 0;         // the newest N checkpoint files are kept; 0 = every one
   std::uint64_t seed = 0;
   int threads = 0;             // intra-op threads per worker; 0 = cores / local workers
-  std::string device = "cpu";  // cpu | cuda
+  Device device = Device::Cpu;  // cpu | cuda
   // fp32 | bf16 (CPU autocast) | fp16 (fp16 numerics with dynamic loss scaling; README "Mixed
   // precision"). Master weights and optimizer state stay float32.
-  std::string precision = "fp32";
+  Precision precision = Precision::Fp32;
   // Read each step's loss on the host at the step's end (per-step times are then the device's, as
   // with CUDA_LAUNCH_BLOCKING); false: only where something is logged, evaluated or checkpointed
   // (util/DeviceScalar.h, Note [Reading a step's figures]). The figures are the same either way.
@@ -155,12 +211,12 @@ struct TrainConfig {
   // train.device cuda: cuDNN's autotuner (auto: on, torch.backends.cudnn.benchmark) and the
   // precision of float32 matrix products (highest: no TF32, PyTorch's default; high, medium: TF32).
   // cuDNN's convolutions use TF32 as PyTorch's default has it.
-  std::string cudnn_benchmark = "auto";  // auto | true | false
-  std::string float32_matmul_precision = "highest";
+  AutoBool cudnn_benchmark = AutoBool::Auto;  // auto | true | false
+  MatmulPrecision float32_matmul_precision = MatmulPrecision::Highest;
   // Convolutional models' 4-D weights and image batches in channels-last (NHWC) order
   // (model.to(memory_format=torch.channels_last)); auto: on a GPU, where cuDNN's NHWC kernels are
   // faster under autocast; true on the CPU too (oneDNN), refused for a model with no 4-D weights.
-  std::string channels_last = "auto";  // auto | true | false
+  AutoBool channels_last = AutoBool::Auto;  // auto | true | false
   // train.device cuda: capture the step in a CUDA graph after a few eager steps and replay it
   // (train/CudaGraphStep.h, Note [Capturing the step in a CUDA graph]); local strategy, sgd.
   bool cuda_graph = false;
@@ -171,7 +227,7 @@ struct RunConfig {
   std::string out_dir = "runs";  // where run folders are made
   // dated: <out_dir>/<YYYYmmdd-HHMMSS>_<name>/, a new folder every run; named: the dAD paper's
   // <out_dir>/<name>/, refused when an earlier run left it, unless --resume continues that run.
-  std::string run_folder = "dated";
+  RunFolder run_folder = RunFolder::Dated;
   int nproc = 1;  // workers started by `dtrain train --nproc` (the config's default)
   DataConfig data;
   ModelConfig model;

@@ -34,6 +34,7 @@ class TreeWriter : public OptionVisitor {
   void choice(const char* key, std::string& value, const ChoiceSet&, const char*) override {
     put(key, value);
   }
+  void enum_choice(const char* key, const EnumField& value, const char*) override { put(key, value.name()); }
   void text(const char* key, std::string& value, Text, const char*) override { put(key, value); }
 
  protected:
@@ -123,9 +124,15 @@ class JsonWriter final : public TreeWriter {
   std::vector<nlohmann::json*> stack_;
 };
 
+// An enum option's value by its name; dereferenced as the pointers beside it are, for operator==.
+struct EnumName {
+  std::string name;
+  const std::string& operator*() const { return name; }
+};
+
 using FieldPtr = std::variant<const int*, const std::int64_t*, const std::uint64_t*, const double*,
                               const bool*, const std::string*, const std::vector<int>*,
-                              const std::vector<std::int64_t>*, const std::vector<std::string>*>;
+                              const std::vector<std::int64_t>*, const std::vector<std::string>*, EnumName>;
 
 // Every field's address, or every dotted key, in description order; every section counts.
 class FieldCollector final : public OptionVisitor {
@@ -140,6 +147,10 @@ class FieldCollector final : public OptionVisitor {
   void boolean(const char* key, bool& value, const char*) override { add(key, &value); }
   void choice(const char* key, std::string& value, const ChoiceSet&, const char*) override {
     add(key, &value);
+  }
+  void enum_choice(const char* key, const EnumField& value, const char*) override {
+    keys.push_back(prefix_ + key);
+    fields.emplace_back(EnumName{value.name()});
   }
   void text(const char* key, std::string& value, Text, const char*) override { add(key, &value); }
   void int_list(const char* key, std::vector<int>& value, std::int64_t, bool, const char*) override {
@@ -186,6 +197,10 @@ class HelpCollector final : public OptionVisitor {
   void choice(const char* key, std::string& value, const ChoiceSet& allowed, const char* help) override {
     add(key, value, help);
     keys.back().allowed = allowed.list();
+  }
+  void enum_choice(const char* key, const EnumField& value, const char* help) override {
+    add(key, value.name(), help);
+    keys.back().allowed = value.allowed().list();
   }
   void text(const char* key, std::string& value, Text, const char* help) override { add(key, value, help); }
   void int_list(const char* key, std::vector<int>& value, std::int64_t, bool, const char* help) override {

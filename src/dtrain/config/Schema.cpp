@@ -1,5 +1,5 @@
 // The description of every RunConfig key. Lists of names that another layer owns come from
-// config/Registry.h; the few closed sets that only config/ interprets are here.
+// config/Registry.h; the closed sets are the enums' names tables in RunConfig.h.
 #include "dtrain/config/Schema.h"
 
 #include <algorithm>
@@ -10,19 +10,6 @@
 
 namespace dtrain::config {
 namespace {
-
-const ChoiceSet kActivations{"relu", "tanh", "gelu", "sigmoid"};
-const ChoiceSet kStems{"cifar", "imagenet"};
-const ChoiceSet kTasks{"classifier", "lm"};
-const ChoiceSet kBackends{"auto", "gloo", "mpi", "nccl"};
-const ChoiceSet kDebugModes{"off", "detail"};
-const ChoiceSet kEqualize{"pad", "drop", "join"};
-const ChoiceSet kDevices{"cpu", "cuda"};
-const ChoiceSet kPrecisions{"fp32", "bf16", "fp16"};
-const ChoiceSet kLineSearches{"none", "strong_wolfe"};
-const ChoiceSet kAutoBool{"auto", "true", "false"};
-const ChoiceSet kMatmulPrecisions{"highest", "high", "medium"};
-const ChoiceSet kRunFolders{"dated", "named"};
 
 // A registered set; an empty one means the layer that owns it is not linked into this program.
 const ChoiceSet& registered(const char* key) {
@@ -55,7 +42,7 @@ void describe_data(OptionVisitor& v, DataConfig& d) {
   v.integer("batch_size", d.batch_size, at_least(1), "Training samples per batch, per worker");
   v.integer("eval_batch_size", d.eval_batch_size, at_least(1), "Evaluation samples per batch, per worker");
   v.boolean("drop_last", d.drop_last, "Drop each epoch's last, incomplete batch");
-  v.choice("equalize", d.equalize, kEqualize,
+  v.choice("equalize", d.equalize, kEqualizeNames,
            "Shares of unequal size: pad (repeat samples, as DistributedSampler), drop, or join");
   v.boolean("normalize", d.normalize, "Normalise each channel by the data set's mean and std");
   v.integer("random_crop_padding", d.random_crop_padding, at_least(0),
@@ -77,15 +64,15 @@ void describe_data(OptionVisitor& v, DataConfig& d) {
 void describe_model(OptionVisitor& v, ModelConfig& m) {
   v.choice("name", m.name, registered(kModelKey), "The model (Models below)");
   v.int_list("hidden", m.hidden, 1, /*allow_empty=*/true, "mlp: widths of the hidden layers");
-  v.choice("activation", m.activation, kActivations, "mlp: the activation between layers");
-  v.choice("stem", m.stem, kStems, "resnet: cifar (3x3 convolution) or imagenet (7x7 and max pool)");
+  v.choice("activation", m.activation, kActivationNames, "mlp: the activation between layers");
+  v.choice("stem", m.stem, kStemNames, "resnet: cifar (3x3 convolution) or imagenet (7x7 and max pool)");
   v.integer("patch", m.patch, at_least(1), "vit: patch size in pixels");
   v.integer("dim", m.dim, at_least(1), "vit, transformer: embedding width");
   v.integer("depth", m.depth, at_least(1), "vit, transformer: number of blocks");
   v.integer("heads", m.heads, at_least(1), "vit, transformer: attention heads");
   v.number("mlp_ratio", m.mlp_ratio, kPositive, "vit, transformer: MLP width as a multiple of dim");
   v.number("dropout", m.dropout, kUnitOpen, "Dropout probability");
-  v.choice("task", m.task, kTasks, "transformer: classifier, or lm (next-character prediction)");
+  v.choice("task", m.task, kTaskNames, "transformer: classifier, or lm (next-character prediction)");
   v.integer("num_filters", m.num_filters, at_least(1), "dinnocnn: filters of its convolution");
   v.integer("kernel_size", m.kernel_size, at_least(1), "dinnocnn: kernel size of its convolution");
   v.integer("linear_width", m.linear_width, at_least(1), "dinnocnn: width of its hidden linear layer");
@@ -117,36 +104,11 @@ void describe_optim(OptionVisitor& v, OptimConfig& o) {
   v.number("eps", o.eps, kPositive, "adam, adamw: added to the denominator");
   v.integer("lbfgs_history", o.lbfgs_history, at_least(1), "lbfgs: update pairs kept");
   v.integer("lbfgs_max_iter", o.lbfgs_max_iter, at_least(1), "lbfgs: iterations per step");
-  v.choice("lbfgs_line_search", o.lbfgs_line_search, kLineSearches, "lbfgs: line search");
-  v.choice("foreach", o.foreach, kAutoBool,
+  v.choice("lbfgs_line_search", o.lbfgs_line_search, kLineSearchNames, "lbfgs: line search");
+  v.choice("foreach", o.foreach, kAutoBoolNames,
            "sgd, adam, adamw: multi-tensor updates (auto: on for parameters on a GPU, as PyTorch's foreach)");
   v.choice("loss", o.loss, registered(kLossKey), "The loss (Losses below)");
   v.section("scheduler", [&] { describe_scheduler(v, o.scheduler); });
-}
-
-void describe_parallel(OptionVisitor& v, ParallelConfig& p) {
-  v.choice("strategy", p.strategy, registered(kStrategyKey),
-           "How workers share the training (Strategies below; each one's options are parallel.<strategy>.*)");
-  v.choice("backend", p.backend, kBackends, "Communication backend; auto picks from the job's layout");
-  v.integer("accumulation_steps", p.accumulation_steps, at_least(1),
-            "Micro-batches per optimizer step; communicate on the last only");
-  v.number("timeout_s", p.timeout_s, kPositive, "Seconds the rendezvous and every collective may take");
-  v.integer("poll_wait_us", p.poll_wait_us, at_least(0),
-            "Microseconds a collective is polled for before the wait blocks");
-  v.integer("gloo_threads", p.gloo_threads, at_least(1), "gloo: worker threads of the process group");
-  v.choice("debug", p.debug, kDebugModes,
-           "detail: compare every collective between ranks before it runs (TORCH_DISTRIBUTED_DEBUG=DETAIL)");
-  // Each strategy's own section; only those the chosen strategy reads apply (read after `strategy`).
-  const Choice* chosen = registered(kStrategyKey).find(p.strategy);
-  for (const auto& name : p.options.names()) {
-    const bool used =
-        chosen && std::find(chosen->sections.begin(), chosen->sections.end(), name) != chosen->sections.end();
-    const std::string unused = "options of strategy " + name + ", but parallel.strategy is " + p.strategy +
-                               "; remove the section (on the command line: parallel." + name +
-                               "=null) or set parallel.strategy: " + name;
-    v.section(
-        name.c_str(), [&] { p.options.at(name).describe(v); }, used ? nullptr : unused.c_str());
-  }
 }
 
 void describe_train(OptionVisitor& v, TrainConfig& t) {
@@ -171,17 +133,17 @@ void describe_train(OptionVisitor& v, TrainConfig& t) {
   v.integer("seed", t.seed, IntRange{0, std::numeric_limits<std::int64_t>::max()},
             "Random seed of weights, data order and augmentation");
   v.integer("threads", t.threads, at_least(0), "Intra-op threads per worker (0 = cores / local workers)");
-  v.choice("device", t.device, kDevices, "cpu or cuda");
-  v.choice("precision", t.precision, kPrecisions,
+  v.choice("device", t.device, kDeviceNames, "cpu or cuda");
+  v.choice("precision", t.precision, kPrecisionNames,
            "fp32, bf16 (autocast), or fp16 (dynamic loss scaling); master weights stay fp32");
   v.boolean(
       "sync_every_step", t.sync_every_step,
       "Wait for the device at every step's end (per-step times; slower on a GPU); false: at log points");
-  v.choice("cudnn_benchmark", t.cudnn_benchmark, kAutoBool,
+  v.choice("cudnn_benchmark", t.cudnn_benchmark, kAutoBoolNames,
            "cuda: cuDNN's autotuner picks each convolution's fastest algorithm (auto: on)");
-  v.choice("float32_matmul_precision", t.float32_matmul_precision, kMatmulPrecisions,
+  v.choice("float32_matmul_precision", t.float32_matmul_precision, kMatmulPrecisionNames,
            "cuda: highest (no TF32, PyTorch's default), high or medium (TF32 matrix products)");
-  v.choice("channels_last", t.channels_last, kAutoBool,
+  v.choice("channels_last", t.channels_last, kAutoBoolNames,
            "Convolutional models' weights and image batches in channels-last order (auto: on a GPU)");
   v.boolean("cuda_graph", t.cuda_graph,
             "cuda: capture the step in a CUDA graph and replay it (local strategy; sgd, adam or adamw)");
@@ -189,10 +151,35 @@ void describe_train(OptionVisitor& v, TrainConfig& t) {
 
 }  // namespace
 
+void describe_parallel(OptionVisitor& v, ParallelConfig& p) {
+  v.choice("strategy", p.strategy, registered(kStrategyKey),
+           "How workers share the training (Strategies below; each one's options are parallel.<strategy>.*)");
+  v.choice("backend", p.backend, kBackendNames, "Communication backend; auto picks from the job's layout");
+  v.integer("accumulation_steps", p.accumulation_steps, at_least(1),
+            "Micro-batches per optimizer step; communicate on the last only");
+  v.number("timeout_s", p.timeout_s, kPositive, "Seconds the rendezvous and every collective may take");
+  v.integer("poll_wait_us", p.poll_wait_us, at_least(0),
+            "Microseconds a collective is polled for before the wait blocks");
+  v.integer("gloo_threads", p.gloo_threads, at_least(1), "gloo: worker threads of the process group");
+  v.choice("debug", p.debug, kDebugModeNames,
+           "detail: compare every collective between ranks before it runs (TORCH_DISTRIBUTED_DEBUG=DETAIL)");
+  // Each strategy's own section; only those the chosen strategy reads apply (read after `strategy`).
+  const Choice* chosen = registered(kStrategyKey).find(p.strategy);
+  for (const auto& name : p.options.names()) {
+    const bool used =
+        chosen && std::find(chosen->sections.begin(), chosen->sections.end(), name) != chosen->sections.end();
+    const std::string unused = "options of strategy " + name + ", but parallel.strategy is " + p.strategy +
+                               "; remove the section (on the command line: parallel." + name +
+                               "=null) or set parallel.strategy: " + name;
+    v.section(
+        name.c_str(), [&] { p.options.at(name).describe(v); }, used ? nullptr : unused.c_str());
+  }
+}
+
 void describe_run(OptionVisitor& v, RunConfig& c) {
   v.text("name", c.name, Text::Name, "The run's name, which its folder is named after");
   v.text("out_dir", c.out_dir, Text::NonEmpty, "Where run folders are made");
-  v.choice("run_folder", c.run_folder, kRunFolders,
+  v.choice("run_folder", c.run_folder, kRunFolderNames,
            "dated: <out_dir>/<date-time>_<name>/, new every run; named: <out_dir>/<name>/, once");
   v.integer("nproc", c.nproc, at_least(1), "Local workers dtrain train starts (--nproc overrides it)");
   v.section("data", [&] { describe_data(v, c.data); });

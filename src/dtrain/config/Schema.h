@@ -19,5 +19,7 @@ inline constexpr const char* kStrategyKey = "parallel.strategy";
 
 // Visits every option of `config`, sections in the order of RunConfig.h. Writers must not modify.
 void describe_run(OptionVisitor& visitor, RunConfig& config);
+// The parallel section alone (keys relative to `parallel`), as describe_run visits it.
+void describe_parallel(OptionVisitor& visitor, ParallelConfig& parallel);
 
 }  // namespace dtrain::config

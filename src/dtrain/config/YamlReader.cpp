@@ -102,6 +102,13 @@ void YamlReader::choice(const char* key, std::string& out, const ChoiceSet& allo
   out = *canonical;
 }
 
+// The text is read and checked as any choice; only its canonical name reaches the enum.
+void YamlReader::enum_choice(const char* key, const EnumField& value, const char* help) {
+  std::string name = value.name();
+  choice(key, name, value.allowed(), help);
+  value.set(name);
+}
+
 void YamlReader::text(const char* key, std::string& out, Text rule, const char*) {
   const auto node = value(key);
   if (!node) return;

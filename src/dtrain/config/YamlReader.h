@@ -33,6 +33,7 @@ class YamlReader final : public OptionVisitor {
   void number(const char* key, double& value, Range range, const char*) override;
   void boolean(const char* key, bool& value, const char*) override;
   void choice(const char* key, std::string& value, const ChoiceSet& allowed, const char*) override;
+  void enum_choice(const char* key, const EnumField& value, const char* help) override;
   void text(const char* key, std::string& value, Text rule, const char*) override;
   void int_list(const char* key, std::vector<int>& value, std::int64_t min, bool allow_empty,
                 const char*) override {

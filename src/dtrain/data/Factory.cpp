@@ -269,15 +269,30 @@ int loader_threads(const config::DataConfig& data, bool for_gpu) {
   return for_gpu ? 2 : 0;
 }
 
+namespace {
+
+// data.equalize as the sampler's mode; join: each rank its own share, the trainer keeping the ranks
+// in step (parallel: Note [Join]).
+Equalize equalize_of(config::Equalize equalize) {
+  switch (equalize) {
+    case config::Equalize::Pad:
+      return Equalize::pad;
+    case config::Equalize::Drop:
+      return Equalize::drop;
+    case config::Equalize::Join:
+      return Equalize::none;
+  }
+  throw std::logic_error("data.equalize: a value with no sampler mode");
+}
+
+}  // namespace
+
 SamplerOptions train_sampler_options(const config::DataConfig& data) {
   SamplerOptions o;
   o.batch_size = data.batch_size;
   o.shuffle = true;
   o.drop_last = data.drop_last;
-  // join: each rank its own share; the trainer keeps the ranks in step (parallel: Note [Join]).
-  o.equalize = data.equalize == "join"   ? Equalize::none
-               : data.equalize == "drop" ? Equalize::drop
-                                         : Equalize::pad;
+  o.equalize = equalize_of(data.equalize);
   return o;
 }
 

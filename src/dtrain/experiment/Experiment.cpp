@@ -17,13 +17,13 @@
 #include "dtrain/experiment/DinnoExperiment.h"
 #include "dtrain/experiment/ExperimentChecks.h"
 #include "dtrain/experiment/ScratchFolder.h"
-#include "dtrain/experiment/WorkerLaunch.h"
 #include "dtrain/io/AtomicFile.h"
 #include "dtrain/io/FileDescriptor.h"
 #include "dtrain/io/JsonFile.h"
 #include "dtrain/io/RunDir.h"
 #include "dtrain/launch/Launcher.h"
 #include "dtrain/parallel/Registry.h"
+#include "dtrain/run/WorkerLaunch.h"
 
 namespace dtrain::experiment {
 namespace {
@@ -96,16 +96,16 @@ std::string one_line(const std::string& text) {
 launch::LaunchResult launch_run(const ExperimentSpec& spec, const ExperimentOptions& options,
                                 std::size_t index, const RunSpec& run, const config::RunConfig& cfg,
                                 const fs::path& run_dir, const comm::Environment& environment) {
-  auto job = worker_launch(cfg, cfg.nproc, run_dir, environment);
+  auto job = run::worker_launch(cfg, cfg.nproc, run_dir, environment);
   job.oversubscribe = options.oversubscribe;
   job.output_fd = 2;  // the runs' result lines stay off the experiment's stdout
   if (options.worker_command) {
     job.command = options.worker_command(index, run, run_dir);
   } else {
     const bool interrupted = fs::exists(run_dir / "checkpoints" / "latest");
-    job.command = train_command(options.dtrain_executable, spec.base.string(),
-                                worker_overrides(run, run_dir.parent_path()), run_dir,
-                                interrupted ? run_dir.string() : "");
+    job.command = run::train_command(options.dtrain_executable, spec.base.string(),
+                                     worker_overrides(run, run_dir.parent_path()), run_dir,
+                                     interrupted ? run_dir.string() : "");
   }
   if (!options.workers_output_to_file) return launch::launch(job);
   fs::create_directories(run_dir);

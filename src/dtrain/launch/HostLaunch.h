@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "dtrain/comm/Rendezvous.h"
+#include "dtrain/comm/rendezvous/Rendezvous.h"
 #include "dtrain/launch/Hostfile.h"
 
 namespace dtrain::launch {

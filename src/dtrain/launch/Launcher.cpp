@@ -22,8 +22,8 @@
 #include <thread>
 
 #include "dtrain/comm/Backend.h"
-#include "dtrain/comm/HostName.h"
-#include "dtrain/comm/StoreSecret.h"
+#include "dtrain/comm/rendezvous/HostName.h"
+#include "dtrain/comm/store/StoreSecret.h"
 #include "dtrain/launch/Attempt.h"
 #include "dtrain/launch/Job.h"
 #include "dtrain/launch/WorkerEnvironment.h"

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "dtrain/comm/Rendezvous.h"
+#include "dtrain/comm/rendezvous/Rendezvous.h"
 
 namespace dtrain::launch {
 
@@ -22,12 +22,12 @@ struct LaunchOptions {
   // it; 127.0.0.1 on a single node, reachable from this host alone).
   std::string master_addr = "127.0.0.1";
   int master_port = 0;
-  // A file holding the store's shared secret (comm/StoreSecret.h): the store refuses whoever cannot
+  // A file holding the store's shared secret (comm/store/StoreSecret.h): the store refuses whoever cannot
   // prove it, and workers get the path as DTRAIN_SECRET_FILE. "" = anyone who reaches the port joins.
   std::string secret_file;  // 0 on a single node: a free port, so two jobs can share a host
   int max_restarts = 0;
   // --nnodes MIN:MAX (min_nnodes = MIN, nnodes = MAX): an elastic job, whose workers agree on their
-  // membership themselves (Note [Elastic workers] in cli/ElasticWorker.h). A worker that fails is
+  // membership themselves (Note [Elastic workers] in run/ElasticWorker.h). A worker that fails is
   // replaced by a new one (up to max_restarts times on this node), which joins at the next step
   // boundary; the other nodes' workers go on. 0: a job of exactly nnodes nodes.
   int min_nnodes = 0;
@@ -56,7 +56,7 @@ struct LaunchOptions {
   std::optional<bool> status_line;
 };
 
-// What an elastic job's launcher tells each worker it starts (cli/ElasticWorker.h reads them):
+// What an elastic job's launcher tells each worker it starts (run/ElasticWorker.h reads them):
 // "MIN:MAX" members, the worker's id in the job, and the rounds' last call in milliseconds.
 inline constexpr const char* kElasticVariable = "DTRAIN_ELASTIC";
 inline constexpr const char* kElasticIdVariable = "DTRAIN_ELASTIC_ID";

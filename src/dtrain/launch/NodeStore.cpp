@@ -10,7 +10,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "dtrain/comm/StoreSecret.h"
+#include "dtrain/comm/store/StoreSecret.h"
 
 namespace dtrain::launch {
 namespace {
@@ -36,8 +36,10 @@ NodeStore::NodeStore(const LaunchOptions& options) {
                                  : comm::read_secret_file(options.secret_file, "--secret-file");
   try {
     if (host) {
+      // Every node's launcher and every worker (elastic workers hold a connection each) may connect.
+      const int members = options.nnodes * (options.nproc_per_node + 1);
       server_ = std::make_unique<comm::StoreServer>(options.master_addr, options.master_port,
-                                                    options.rendezvous_timeout, secret);
+                                                    options.rendezvous_timeout, secret, members);
     }
     port_ = host ? server_->port() : options.master_port;
     if (options.nnodes > 1) {

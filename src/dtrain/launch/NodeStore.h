@@ -8,8 +8,8 @@
 #include <optional>
 #include <string>
 
-#include "dtrain/comm/StoreClient.h"
-#include "dtrain/comm/StoreServer.h"
+#include "dtrain/comm/store/StoreClient.h"
+#include "dtrain/comm/store/StoreServer.h"
 #include "dtrain/launch/Launcher.h"
 
 namespace dtrain::launch {

@@ -10,7 +10,7 @@
 #include <variant>
 #include <vector>
 
-#include "dtrain/comm/Rendezvous.h"
+#include "dtrain/comm/rendezvous/Rendezvous.h"
 
 namespace dtrain::launch {
 

@@ -12,7 +12,7 @@
 #include <thread>
 #include <utility>
 
-#include "dtrain/comm/StoreSecret.h"
+#include "dtrain/comm/store/StoreSecret.h"
 
 namespace dtrain::launch {
 namespace {
@@ -103,7 +103,7 @@ comm::Environment torchrun_environment(const Job& job, int attempt, int local_ra
   env["TORCHELASTIC_RUN_ID"] = options.run_id;
   env["TORCHELASTIC_USE_AGENT_STORE"] = "True";
   env["DTRAIN_STORE"] = "dtrain";  // comm::RendezvousInfo::dtrain_store: our store, not torchrun's
-  // The secret's path only, never the secret (comm/StoreSecret.h).
+  // The secret's path only, never the secret (comm/store/StoreSecret.h).
   if (!options.secret_file.empty()) env[comm::kSecretFileVariable] = options.secret_file;
   env["TORCHELASTIC_ERROR_FILE"] = error_file(job.log_dir, rank);
   env["OMP_NUM_THREADS"] = std::to_string(job.threads);

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "dtrain/comm/Rendezvous.h"
+#include "dtrain/comm/rendezvous/Rendezvous.h"
 #include "dtrain/launch/Job.h"
 
 namespace dtrain::launch {

@@ -112,20 +112,15 @@ NetworkPtr build_resnet(const config::ModelConfig& config, const InputSpec& inpu
 
   torch::nn::Sequential layers;
   const auto channels = input.sample_shape[0];
-  if (config.stem == "cifar") {
+  if (config.stem == config::Stem::Cifar) {
     layers->push_back(conv(channels, 64, 3, 1));
     layers->push_back(torch::nn::BatchNorm2d(64));
     layers->push_back(torch::nn::ReLU());
-  } else if (config.stem == "imagenet") {
+  } else {  // imagenet
     layers->push_back(conv(channels, 64, 7, 2));
     layers->push_back(torch::nn::BatchNorm2d(64));
     layers->push_back(torch::nn::ReLU());
     layers->push_back(torch::nn::MaxPool2d(torch::nn::MaxPool2dOptions(3).stride(2).padding(1)));
-  } else {
-    throw std::invalid_argument(fmt::format(
-        "model.stem: expected cifar (3x3, for 32x32 images) or imagenet (7x7 + max pool), found '{}'; set "
-        "model.stem",
-        config.stem));
   }
   std::int64_t in = 64;
   for (std::size_t stage = 0; stage < blocks.size(); ++stage) {

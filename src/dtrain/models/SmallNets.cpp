@@ -40,13 +40,18 @@ void require_classes(const std::string& model, const InputSpec& input) {
 
 namespace {
 
-torch::nn::AnyModule activation_by_name(const std::string& name) {
-  if (name == "relu") return torch::nn::AnyModule(torch::nn::ReLU());
-  if (name == "tanh") return torch::nn::AnyModule(torch::nn::Tanh());
-  if (name == "gelu") return torch::nn::AnyModule(torch::nn::GELU());
-  if (name == "sigmoid") return torch::nn::AnyModule(torch::nn::Sigmoid());
-  throw std::invalid_argument(fmt::format(
-      "model.activation: expected one of relu, tanh, gelu, sigmoid, found '{}'; set model.activation", name));
+torch::nn::AnyModule activation_module(config::Activation activation) {
+  switch (activation) {
+    case config::Activation::Relu:
+      return torch::nn::AnyModule(torch::nn::ReLU());
+    case config::Activation::Tanh:
+      return torch::nn::AnyModule(torch::nn::Tanh());
+    case config::Activation::Gelu:
+      return torch::nn::AnyModule(torch::nn::GELU());
+    case config::Activation::Sigmoid:
+      return torch::nn::AnyModule(torch::nn::Sigmoid());
+  }
+  throw std::logic_error("model.activation: a value with no module");
 }
 
 std::int64_t flat_size(const InputSpec& input) {
@@ -69,11 +74,9 @@ NetworkPtr build_mlp(const config::ModelConfig& config, const InputSpec& input) 
           "model.hidden: expected positive layer widths, found {}; e.g. model.hidden: [256, 128]", hidden));
     }
     layers->push_back(Linear(width, hidden));
-    layers->push_back(activation_by_name(config.activation));
+    layers->push_back(activation_module(config.activation));
     width = hidden;
   }
-  // Validate the activation even for a network without hidden layers (a linear model).
-  if (config.hidden.empty()) activation_by_name(config.activation);
   if (config.dropout > 0.0) layers->push_back(torch::nn::Dropout(config.dropout));
   layers->push_back(Linear(width, input.num_classes));
   return std::make_shared<Network>("mlp", layers);

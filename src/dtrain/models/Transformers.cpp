@@ -70,7 +70,7 @@ NetworkPtr build_vit(const config::ModelConfig& config, const InputSpec& input) 
 }
 
 NetworkPtr build_transformer(const config::ModelConfig& config, const InputSpec& input) {
-  if (config.task == "lm") {
+  if (config.task == config::Task::Lm) {
     if (!input.is_tokens() || input.seq_len <= 0) {
       throw std::invalid_argument(
           fmt::format("transformer (task lm): expected token inputs with a vocabulary and a sequence length, "
@@ -84,10 +84,6 @@ NetworkPtr build_transformer(const config::ModelConfig& config, const InputSpec&
     push_blocks(layers, options, config.depth);
     layers->push_back(LanguageModelHead(config.dim, input.vocab_size));
     return std::make_shared<Network>("transformer-lm", layers);
-  }
-  if (config.task != "classifier") {
-    throw std::invalid_argument(
-        fmt::format("model.task: expected classifier or lm, found '{}'; set model.task", config.task));
   }
   if (input.is_tokens() && input.num_classes <= 0) {
     throw std::invalid_argument(

@@ -10,13 +10,9 @@
 #include <stdexcept>
 
 #include "dtrain/optim/FusedKernels.h"
-#include "dtrain/util/EnumNames.h"
 
 namespace dtrain::optim {
 namespace {
-
-constexpr util::EnumNames<Precision, 3> kPrecisionNames{
-    {{{Precision::Fp32, "fp32"}, {Precision::Bf16, "bf16"}, {Precision::Fp16, "fp16"}}}};
 
 torch::Tensor field(const std::map<std::string, torch::Tensor>& state, const std::string& name) {
   const auto it = state.find(name);
@@ -30,11 +26,11 @@ torch::Tensor field(const std::map<std::string, torch::Tensor>& state, const std
 }  // namespace
 
 std::string to_string(Precision precision) {
-  return kPrecisionNames.name(precision);
+  return config::kPrecisionNames.name(precision);
 }
 
 Precision parse_precision(const std::string& name) {
-  return kPrecisionNames.parse(name, "precision");
+  return config::kPrecisionNames.parse(name, "precision");
 }
 
 LossScaler::LossScaler(LossScalerOptions options) : options_(options) {

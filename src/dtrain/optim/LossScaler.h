@@ -11,11 +11,14 @@
 #include <string>
 #include <vector>
 
+#include "dtrain/config/RunConfig.h"
+
 namespace dtrain::optim {
 
-// train.precision. Parameters (the master weights) and the optimizer state are float32 in every
-// mode; only the forward and backward computation changes.
-enum class Precision { Fp32, Bf16, Fp16 };
+// train.precision, the configuration's own enum (its names are config::kPrecisionNames).
+// Parameters (the master weights) and the optimizer state are float32 in every mode; only the
+// forward and backward computation changes.
+using Precision = config::Precision;
 std::string to_string(Precision precision);
 // "fp32", "bf16", "fp16"; throws std::invalid_argument listing them otherwise.
 Precision parse_precision(const std::string& name);

@@ -36,14 +36,14 @@ void validate_common(const config::OptimConfig& config, const std::string& name)
                 config.momentum, config.nesterov, name));
   }
   require(
-      name != "lbfgs" || config.foreach != "true",
+      name != "lbfgs" || config.foreach != config::AutoBool::True,
       "optim.foreach: true applies to sgd, adam and adamw; lbfgs updates one tensor at a time; remove it or "
       "set optim.foreach: auto");
   if (name != "lbfgs") {
-    require(config.lbfgs_line_search == "none",
+    require(config.lbfgs_line_search == config::LineSearch::None,
             fmt::format("optim.lbfgs_line_search: applies to lbfgs only, found {} with {}; remove it or set "
                         "optim.name: lbfgs",
-                        config.lbfgs_line_search, name));
+                        config::kLineSearchNames.name(config.lbfgs_line_search), name));
   }
   if (name == "adam" || name == "adamw") {
     require(config.beta1 >= 0.0 && config.beta1 < 1.0 && config.beta2 >= 0.0 && config.beta2 < 1.0,
@@ -59,7 +59,7 @@ using Parameters = std::vector<torch::Tensor>;
 // kernel launch per operation instead of one per tensor); on the CPU the per-tensor update is what
 // the foreach ops run anyway.
 bool use_foreach(const Parameters& parameters, const config::OptimConfig& config) {
-  if (config.foreach != "auto") return config.foreach == "true";
+  if (config.foreach != config::AutoBool::Auto) return config.foreach == config::AutoBool::True;
   return !parameters.empty() && parameters.front().is_cuda();
 }
 using Builder = std::unique_ptr<torch::optim::Optimizer> (*)(Parameters, const config::OptimConfig&);
@@ -107,16 +107,13 @@ std::unique_ptr<torch::optim::Optimizer> build_lbfgs(Parameters parameters,
   require(config.lbfgs_history > 0 && config.lbfgs_max_iter > 0,
           fmt::format("optim.lbfgs_history/optim.lbfgs_max_iter: expected both > 0, found {} and {}",
                       config.lbfgs_history, config.lbfgs_max_iter));
-  require(config.lbfgs_line_search == "none" || config.lbfgs_line_search == "strong_wolfe",
-          fmt::format("optim.lbfgs_line_search: expected none or strong_wolfe, found {}",
-                      config.lbfgs_line_search));
   auto options = torch::optim::LBFGSOptions(config.lr)
                      .history_size(config.lbfgs_history)
                      .max_iter(config.lbfgs_max_iter);
   // Without a line search every iteration takes a step of lr along the direction; strong Wolfe
   // evaluates the closure until the step satisfies both Wolfe conditions (Nocedal & Wright, alg.
   // 3.5/3.6, as PyTorch implements it).
-  if (config.lbfgs_line_search == "strong_wolfe") options.line_search_fn("strong_wolfe");
+  if (config.lbfgs_line_search == config::LineSearch::StrongWolfe) options.line_search_fn("strong_wolfe");
   return std::make_unique<torch::optim::LBFGS>(std::move(parameters), options);
 }
 

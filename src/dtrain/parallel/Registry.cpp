@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <deque>
 #include <mutex>
 #include <stdexcept>
@@ -42,20 +43,37 @@ std::vector<StrategyInfo> registered_strategies() {
   return {s.list.begin(), s.list.end()};
 }
 
-const StrategyInfo& find_strategy(const std::string& name) {
-  const auto& names = config::registered_choices(config::kStrategyKey);
-  const auto canonical = names.resolve(name);
+const StrategyInfo* strategy_info(const std::string& name) {
+  const auto canonical = config::registered_choices(config::kStrategyKey).resolve(name);
+  if (!canonical) return nullptr;
   auto& s = strategies();
   std::lock_guard<std::mutex> lock(s.mutex);
   for (const auto& info : s.list) {
-    if (canonical && info.name == *canonical) return info;
+    if (info.name == *canonical) return &info;
   }
-  throw std::invalid_argument(
-      fmt::format("unknown parallel.strategy '{}'; expected one of {}", name, names.list()));
+  return nullptr;
 }
 
-bool collectives_on_gpu(const std::string& device, const std::string& strategy) {
-  return device == "cuda" && !find_strategy(strategy).tagged_point_to_point;
+const StrategyInfo& find_strategy(const std::string& name) {
+  if (const auto* info = strategy_info(name)) return *info;
+  throw std::invalid_argument(fmt::format("unknown parallel.strategy '{}'; expected one of {}", name,
+                                          config::registered_choices(config::kStrategyKey).list()));
+}
+
+std::string strategies_that(const std::function<bool(const StrategyInfo&)>& has) {
+  std::vector<std::string> names;
+  for (const auto& info : registered_strategies()) {
+    if (has(info)) names.push_back(info.name);
+  }
+  if (names.empty()) return "no strategy";
+  std::sort(names.begin(), names.end());
+  std::string text = names.front();
+  for (std::size_t i = 1; i < names.size(); ++i) text += (i + 1 == names.size() ? " or " : ", ") + names[i];
+  return text;
+}
+
+bool collectives_on_gpu(config::Device device, const std::string& strategy) {
+  return device == config::Device::Cuda && !find_strategy(strategy).tagged_point_to_point;
 }
 
 int data_holders(const config::ParallelConfig& parallel, int world) {
@@ -69,6 +87,12 @@ std::unique_ptr<Strategy> create_strategy(StrategyContext context) {
     throw std::invalid_argument("parallel: the strategy's model is null; build the model first");
   if (!context.make_optimizer || !context.loss) {
     throw std::invalid_argument("parallel: the strategy needs an optimizer factory and a loss");
+  }
+  if (context.precision == optim::Precision::Fp16 && !info.capabilities.fp16) {
+    throw std::invalid_argument(fmt::format(
+        "train.precision: fp16: parallel.strategy {} has no loss scale whose skipped steps its ranks agree "
+        "on; use train.precision: bf16 or fp32, or one of {}",
+        info.name, strategies_that([](const StrategyInfo& other) { return other.capabilities.fp16; })));
   }
   if (info.needs_communicator && !context.comm) {
     throw std::invalid_argument(

@@ -10,9 +10,40 @@
 #include <vector>
 
 #include "dtrain/config/Registry.h"
+#include "dtrain/config/RunConfig.h"
 #include "dtrain/parallel/Strategy.h"
 
 namespace dtrain::parallel {
+
+// What an elastic job (`dtrain launch --nnodes MIN:MAX`) can do with a strategy when its members
+// come and go (Note [Elastic workers] in run/ElasticWorker.h).
+enum class Elasticity {
+  Fixed,         // cannot change size while it runs; StrategyCapabilities::fixed_because says why
+  WholeState,    // every member holds the whole training state: after a failure a survivor hands it on
+  ShardedState,  // members hold shards: after a failure the next generation starts from the latest checkpoint
+};
+
+// What a strategy can do, declared once where it registers. The checks outside parallel/
+// (elastic jobs, train.cuda_graph, reports) and the tests that sweep strategies read these, not
+// lists of names. Each field starts at "cannot"; a registration sets what its strategy does.
+struct StrategyCapabilities {
+  Elasticity elastic = Elasticity::Fixed;
+  // With Elasticity::Fixed: why, one line naming what a member holds ("each member holds its own
+  // graph nodes").
+  std::string fixed_because = "its registration does not declare that it can";
+  // train.cuda_graph: its whole step is GPU work that a captured graph can replay (no communication
+  // through dtrain's communicator, whose host-side work a replay would skip).
+  bool cuda_graph = false;
+  // train.precision: fp16, a loss scale whose skipped steps every rank agrees on; create_strategy
+  // refuses fp16 for a strategy that does not declare it.
+  bool fp16 = false;
+  // optim.name: lbfgs, its closure evaluated as often on every rank as in one process, see
+  // Note [Distributed L-BFGS]. A strategy without it refuses lbfgs itself, where it sees the optimizer.
+  bool lbfgs = false;
+  // Its all-reduce travels as parallel.<options_section>.compression says (none, fp16, bf16, or
+  // powersgd with powersgd_rank); a report sets that wire beside the precision.
+  bool wire_compression = false;
+};
 
 struct StrategyInfo {
   std::string name;  // parallel.strategy's value, the folder's name, the option section's name
@@ -38,6 +69,7 @@ struct StrategyInfo {
   // (pipeline, decentralized): NCCL matches them by order, not tag, and refuses them; on a GPU
   // parallel.backend: auto picks a host transport (collectives_on_gpu).
   bool tagged_point_to_point = false;
+  StrategyCapabilities capabilities{};
 };
 
 // Registers a strategy without options of its own; returns true, for a static initialiser.
@@ -58,11 +90,17 @@ bool register_strategy(StrategyInfo info, Options defaults,
 std::vector<StrategyInfo> registered_strategies();
 // Throws std::invalid_argument listing the registered names when `name` is none of them.
 const StrategyInfo& find_strategy(const std::string& name);
+// The registered strategy `name` (case-insensitive, or an alias) names, or null when none does:
+// for names read back from a run of another build (results.json).
+const StrategyInfo* strategy_info(const std::string& name);
+// The names of the registered strategies `has` holds for, sorted, as a message says them:
+// "data_parallel or zero", "a, b or c"; "no strategy" when there is none.
+std::string strategies_that(const std::function<bool(const StrategyInfo&)>& has);
 
 // Whether a job on `device` (train.device) running `strategy` hands its communicator CUDA tensors
 // for NCCL, where built (comm::BackendLayout::cuda): on a GPU, unless the strategy exchanges tagged
 // point-to-point messages; those cross through host memory over gloo or mpi.
-bool collectives_on_gpu(const std::string& device, const std::string& strategy);
+bool collectives_on_gpu(config::Device device, const std::string& strategy);
 
 // The data holders of parallel.strategy for `world` ranks (StrategyInfo::data_holders).
 int data_holders(const config::ParallelConfig& parallel, int world);

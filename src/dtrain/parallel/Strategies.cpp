@@ -6,7 +6,8 @@
 #include <utility>
 
 #include "dtrain/config/ConfigError.h"
-#include "dtrain/config/RunConfigYaml.h"
+#include "dtrain/config/OptionChecker.h"
+#include "dtrain/config/Schema.h"
 #include "dtrain/parallel/Registry.h"
 
 namespace dtrain::parallel {
@@ -28,16 +29,14 @@ StrategyContext context_of(Training training, const std::string& name) {
   return context;
 }
 
-// Options given in code pass the checks a configuration file's pass: through the same reader,
-// so an error names the key as parallel.<section>.<key>.
+// Options given in code pass the checks a configuration file's pass: the same description checked
+// in place, so an error names the key as parallel.<section>.<key>.
 StrategyContext checked(StrategyContext context) {
-  config::RunConfig run;
-  run.parallel = context.parallel;
-  run.train.precision = optim::to_string(context.precision);
+  config::OptionChecker checker("parallel", "the strategy's options");
   try {
-    context.parallel = config::parse_run_config(config::to_yaml(run), "the strategy's options").parallel;
+    config::describe_parallel(checker, context.parallel);
   } catch (const config::ConfigError& e) {
-    // The reader's position is in text made here; the key and the message are what the caller set.
+    // Where is this call, not a file; the key and the message are what the caller set.
     throw std::invalid_argument(e.message());
   }
   return context;

@@ -60,6 +60,9 @@ struct EpochEvent {
 struct TrainResult {
   std::int64_t steps = 0;
   std::int64_t epochs_completed = 0;
+  // The epoch the run ended in, from 1, a partial one counted: the epoch its last evaluation line
+  // names (EvalEvent::epoch).
+  std::int64_t epochs_reached = 0;
   EvalMetrics final_eval;
   EvalMetrics last_train;         // the last completed epoch's training metrics
   double samples_per_second = 0;  // whole job, training steps only, after the warm-up steps

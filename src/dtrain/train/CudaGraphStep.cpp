@@ -12,6 +12,7 @@
 
 #include "dtrain/optim/ForeachOptimizers.h"
 #include "dtrain/optim/FusedKernels.h"
+#include "dtrain/parallel/Registry.h"
 #include "dtrain/parallel/ReplicaStrategy.h"
 
 #ifdef DTRAIN_WITH_CUDA
@@ -43,12 +44,14 @@ void check_cuda_graph(const config::RunConfig& config, int world_size) {
   const auto refuse = [](const std::string& why) {
     throw std::invalid_argument("train.cuda_graph: true: " + why);
   };
-  if (config.train.device != "cuda") {
-    refuse("a CUDA graph replays GPU kernels; set train.device: cuda (this run is on " + config.train.device +
-           ")");
+  if (config.train.device != config::Device::Cuda) {
+    refuse("a CUDA graph replays GPU kernels; set train.device: cuda (this run is on " +
+           config::kDeviceNames.name(config.train.device) + ")");
   }
-  if (config.parallel.strategy != "local") {
-    refuse("only parallel.strategy: local's step is captured; " + config.parallel.strategy +
+  if (!parallel::find_strategy(config.parallel.strategy).capabilities.cuda_graph) {
+    const auto captured = parallel::strategies_that(
+        [](const parallel::StrategyInfo& info) { return info.capabilities.cuda_graph; });
+    refuse("only parallel.strategy: " + captured + "'s step is captured; " + config.parallel.strategy +
            "'s communication runs through dtrain's communicator, whose work on the host a replay would skip");
   }
   if (config.optim.name == "lbfgs") {
@@ -56,12 +59,12 @@ void check_cuda_graph(const config::RunConfig& config, int world_size) {
         "lbfgs evaluates the model again inside its step, as often as its line search needs, which a replay "
         "cannot; use optim.name: sgd, adam or adamw");
   }
-  if (config.optim.foreach == "false") {
+  if (config.optim.foreach == config::AutoBool::False) {
     refuse(
         "the captured update is the optimizer's fused step; optim.foreach: false asks for the per-tensor "
         "one");
   }
-  if (config.train.precision == "fp16" && world_size > 1) {
+  if (config.train.precision == config::Precision::Fp16 && world_size > 1) {
     refuse(
         "fp16 on several workers agrees on each skipped step with a collective, which a replay would skip; "
         "use one worker or train.precision: bf16");

@@ -38,8 +38,9 @@ namespace dtrain::train {
 std::optional<std::string> cuda_graph_unavailable();
 
 // Refuses, with one line naming the setting, a train.cuda_graph: true that cannot hold: not on a
-// GPU, a strategy other than local, lbfgs, optim.foreach: false, fp16 agreed over several workers,
-// or this build (above). Does nothing for train.cuda_graph: false.
+// GPU, a strategy that does not declare capabilities.cuda_graph where it registers (only local
+// does), lbfgs, optim.foreach: false, fp16 agreed over several workers, or this build (above).
+// Does nothing for train.cuda_graph: false.
 void check_cuda_graph(const config::RunConfig& config, int world_size);
 
 class CudaGraphStep {

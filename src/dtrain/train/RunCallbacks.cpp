@@ -70,10 +70,10 @@ void MetricsLog::on_train_begin(Trainer& trainer) {
       fmt::format("model {}: {} parameters", trainer.config().model.name, trainer.model_facts().parameters));
   logger_->info(trainer.model_facts().summary);
   for (const auto& line : trainer.model_facts().transfer) logger_->info(line);
-  logger_->info(
-      fmt::format("strategy {} on {} rank(s), {} steps ({} per epoch), starting at step {}, precision {}",
-                  trainer.strategy().name(), trainer.world_size(), trainer.total_steps(),
-                  trainer.steps_per_epoch(), trainer.step(), trainer.config().train.precision));
+  logger_->info(fmt::format(
+      "strategy {} on {} rank(s), {} steps ({} per epoch), starting at step {}, precision {}",
+      trainer.strategy().name(), trainer.world_size(), trainer.total_steps(), trainer.steps_per_epoch(),
+      trainer.step(), config::kPrecisionNames.name(trainer.config().train.precision)));
 }
 
 void MetricsLog::on_step_end(Trainer& trainer, const StepEvent& e) {

@@ -74,29 +74,27 @@ optim::OptimizerFactory trainable_only(optim::OptimizerFactory make) {
 
 }  // namespace
 
-void check_device(const std::string& device) {
-  if (device == "cpu") return;
-  if (device != "cuda") {
-    throw std::invalid_argument("train.device: " + device + ": expected cpu or cuda");
-  }
+void check_device(config::Device device) {
+  if (device == config::Device::Cpu) return;
   if (!torch::cuda::is_available()) {
-    throw std::invalid_argument("train.device: " + device +
+    throw std::invalid_argument("train.device: " + config::kDeviceNames.name(device) +
                                 ": this LibTorch sees no CUDA device (torch::cuda::is_available() is false); "
                                 "use train.device: cpu");
   }
 }
 
-bool apply_channels_last(models::Network& model, const std::string& setting, const torch::Device& device) {
+bool apply_channels_last(models::Network& model, config::AutoBool setting, const torch::Device& device) {
   std::vector<torch::Tensor> four_d;
   for (auto& p : model.parameters()) {
     if (p.dim() == 4) four_d.push_back(p);
   }
-  if (setting == "true" && four_d.empty()) {
+  if (setting == config::AutoBool::True && four_d.empty()) {
     throw std::invalid_argument(
         "train.channels_last: true applies to a model with convolutions (4-D weights); " + model.kind() +
         " has none; remove it or set it to auto");
   }
-  const bool on = setting == "true" || (setting == "auto" && device.is_cuda() && !four_d.empty());
+  const bool on = setting == config::AutoBool::True ||
+                  (setting == config::AutoBool::Auto && device.is_cuda() && !four_d.empty());
   if (!on) return false;
   torch::NoGradGuard no_grad;
   for (auto& p : four_d) p.set_data(p.data().contiguous(at::MemoryFormat::ChannelsLast));
@@ -106,14 +104,15 @@ bool apply_channels_last(models::Network& model, const std::string& setting, con
 
 void check_device_settings(const config::TrainConfig& train) {
   check_device(train.device);
-  if (train.device == "cuda") return;
-  if (train.cudnn_benchmark == "true") {
+  if (train.device == config::Device::Cuda) return;
+  if (train.cudnn_benchmark == config::AutoBool::True) {
     throw std::invalid_argument(
         "train.cudnn_benchmark: true applies to train.device: cuda (cuDNN's autotuner); remove it or set "
         "train.device: cuda");
   }
-  if (train.float32_matmul_precision != "highest") {
-    throw std::invalid_argument("train.float32_matmul_precision: " + train.float32_matmul_precision +
+  if (train.float32_matmul_precision != config::MatmulPrecision::Highest) {
+    throw std::invalid_argument("train.float32_matmul_precision: " +
+                                config::kMatmulPrecisionNames.name(train.float32_matmul_precision) +
                                 " (TF32) applies to train.device: cuda; remove it or set train.device: cuda");
   }
 }
@@ -122,18 +121,20 @@ std::map<std::string, std::string> apply_device_settings(const config::TrainConf
                                                          const torch::Device& device) {
   if (!device.is_cuda()) return {};
   auto& context = at::globalContext();
-  const bool benchmark = train.cudnn_benchmark != "false";
+  const bool benchmark = train.cudnn_benchmark != config::AutoBool::False;
+  // torch's own names for the matrix products' precision are train.float32_matmul_precision's.
+  const auto matmul = config::kMatmulPrecisionNames.name(train.float32_matmul_precision);
   context.setBenchmarkCuDNN(benchmark);
   context.setAllowTF32CuDNN(true);
-  context.setFloat32MatmulPrecision(train.float32_matmul_precision);
+  context.setFloat32MatmulPrecision(matmul);
   return {{"cudnn_benchmark", benchmark ? "true" : "false"},
           {"cudnn_allow_tf32", "true"},
-          {"float32_matmul_precision", train.float32_matmul_precision}};
+          {"float32_matmul_precision", matmul}};
 }
 
-torch::Device resolve_device(const std::string& device, int local_rank) {
+torch::Device resolve_device(config::Device device, int local_rank) {
   check_device(device);
-  if (device == "cpu") return torch::Device(torch::kCPU);
+  if (device == config::Device::Cpu) return torch::Device(torch::kCPU);
   const auto gpus = static_cast<int>(torch::cuda::device_count());
   return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(std::max(0, local_rank) % gpus));
 }
@@ -174,7 +175,9 @@ Trainer::Trainer(config::RunConfig config, comm::CommunicatorPtr comm, int local
   facts_.summary = models::summary(*model, input_spec(*data_.train));
   facts_.parameters = models::parameter_count(*model);
   // The precision the run computes in (its parameters stay float32 master weights under bf16/fp16).
-  facts_.precision = config_.train.precision == "fp32" ? precision_of(*model) : config_.train.precision;
+  facts_.precision = config_.train.precision == config::Precision::Fp32
+                         ? precision_of(*model)
+                         : config::kPrecisionNames.name(config_.train.precision);
   facts_.initial_hash = parameter_hash(*model);
   // Built and initialised on the CPU from the seed, then moved: a GPU run starts from the very
   // weights a CPU run starts from.
@@ -186,7 +189,7 @@ Trainer::Trainer(config::RunConfig config, comm::CommunicatorPtr comm, int local
                                     comm_, config_.parallel};
   context.holder_sizes = shard_.rank_sizes;
   context.seed = seed;
-  context.precision = optim::parse_precision(config_.train.precision);
+  context.precision = config_.train.precision;
   context.input = input_spec(*data_.train);
   strategy_ = parallel::create_strategy(std::move(context));
   if (config_.train.cuda_graph) graph_ = std::make_unique<CudaGraphStep>(*strategy_);
@@ -212,7 +215,7 @@ Trainer::Trainer(config::RunConfig config, comm::CommunicatorPtr comm, int local
 Trainer::~Trainer() = default;
 
 void Trainer::set_up_join(int world) {
-  if (config_.data.equalize != "join" || world <= 1) return;
+  if (config_.data.equalize != config::Equalize::Join || world <= 1) return;
   // See Note [Join] in parallel/Strategy.h.
   joinable_ = dynamic_cast<parallel::Joinable*>(strategy_.get());
   if (!joinable_ || holders_ != world || strategy_->batches_per_step() != 1) {
@@ -412,6 +415,7 @@ TrainResult Trainer::fit() {
   if (last_eval_step_ != step_ || !has_eval_) run_evaluation();
   result.steps = step_;
   result.epochs_completed = epoch_;
+  result.epochs_reached = epoch_batch_ > 0 ? epoch_ + 1 : epoch_;
   result.skipped_steps = std::llround(skipped_steps_.take());
   result.loss_scale = loss_scale_;
   result.final_eval = last_eval_.metrics;

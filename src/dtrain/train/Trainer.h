@@ -72,7 +72,7 @@ class Trainer {
   // expects a Trainer built from the same config (another world size or strategy continues where
   // the mathematics allows). Both are collective: call them on every rank; save_state is not when
   // `gather` is false, for a rank whose peers are gone (Note [Elastic workers] in
-  // cli/ElasticWorker.h): it then keeps this rank's random state, which stands for every rank's,
+  // run/ElasticWorker.h): it then keeps this rank's random state, which stands for every rank's,
   // and this rank's counts of the epoch's training metrics instead of their sum.
   void save_state(io::Checkpoint& checkpoint, bool gather = true) const;
   void load_state(const io::Checkpoint& checkpoint);
@@ -170,21 +170,21 @@ class Trainer {
 // Hex digest (FNV-1a 64) of a module's parameters and buffers, in registration order.
 // Throws std::invalid_argument unless `device` (train.device) is one this process can train on:
 // cpu, or cuda where this LibTorch sees a CUDA device.
-void check_device(const std::string& device);
+void check_device(config::Device device);
 // check_device(train.device), and the settings that apply to a GPU only (train.cudnn_benchmark: true,
 // train.float32_matmul_precision other than highest) refused by name on the CPU.
 void check_device_settings(const config::TrainConfig& train);
 // train.channels_last on `model` (on `device` already): its 4-D parameters made channels-last and
 // its image batches taken so; auto does it on a GPU for a model with convolutions. Returns whether it
 // did; throws std::invalid_argument for true on a model without 4-D weights.
-bool apply_channels_last(models::Network& model, const std::string& setting, const torch::Device& device);
+bool apply_channels_last(models::Network& model, config::AutoBool setting, const torch::Device& device);
 // What a run on a GPU sets for cuDNN and TF32 (train.cudnn_benchmark, float32_matmul_precision),
 // by name, as results.json states it; empty on the CPU. Applies them to this process.
 std::map<std::string, std::string> apply_device_settings(const config::TrainConfig& train,
                                                          const torch::Device& device);
 // The device a rank trains on: the CPU, or for cuda the GPU local_rank modulo the GPUs this process
 // sees (torchrun's one GPU per local rank; more ranks than GPUs share them, as gloo and mpi allow).
-torch::Device resolve_device(const std::string& device, int local_rank);
+torch::Device resolve_device(config::Device device, int local_rank);
 
 std::string parameter_hash(const torch::nn::Module& module);
 

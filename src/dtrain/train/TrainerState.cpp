@@ -146,6 +146,12 @@ void Trainer::load_state(const io::Checkpoint& checkpoint) {
   }
   // The run still ends after train.epochs epochs (or train.max_steps), counted from here.
   count_total_steps();
+  if (config_.train.max_steps > 0 && config_.train.max_steps < step_) {
+    throw std::invalid_argument(
+        fmt::format("train.max_steps {} is below step {}, where the checkpoint resumes: the run would train "
+                    "nothing; give train.max_steps above {} (or 0 to train to train.epochs)",
+                    config_.train.max_steps, step_, step_));
+  }
   last_eval_step_ = -1;
   train_metrics_.reset();
   if (epoch_batch_ > 0 && checkpoint.contains("train_metrics")) {

@@ -1,5 +1,6 @@
-// The store side of connecting: open or host the store (comm/StoreServer, or torchrun's TCPStore), then a
-// join barrier through keys "joined/<rank>" so that a timeout can say which ranks are missing.
+// The store side of connecting: open or host the store (comm/store/StoreServer, or torchrun's
+// TCPStore), then a join barrier through keys "joined/<rank>" so that a timeout can say which ranks
+// are missing.
 #include "dtrain/comm/c10d/StoreRendezvous.h"
 
 #include <fmt/format.h>
@@ -9,11 +10,11 @@
 #include <thread>
 #include <vector>
 
-#include "dtrain/comm/HostName.h"
-#include "dtrain/comm/StoreConnection.h"
-#include "dtrain/comm/StoreSecret.h"
-#include "dtrain/comm/StoreServer.h"
 #include "dtrain/comm/Work.h"
+#include "dtrain/comm/rendezvous/HostName.h"
+#include "dtrain/comm/store/StoreConnection.h"
+#include "dtrain/comm/store/StoreSecret.h"
+#include "dtrain/comm/store/StoreServer.h"
 
 namespace dtrain::comm {
 

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "dtrain/comm/C10dCompat.h"
-#include "dtrain/comm/Rendezvous.h"
+#include "dtrain/comm/rendezvous/Rendezvous.h"
 
 namespace dtrain::comm {
 

@@ -48,25 +48,15 @@ std::uint64_t gloo_broadcast_bytes(int rank, int size, int root, std::uint64_t b
 }
 
 std::uint64_t gloo_wire_bytes(const WireCall& call, int rank, int size) {
-  const auto n = static_cast<std::uint64_t>(size);
-  const std::uint64_t bytes = call.bytes();
   switch (call.op) {
     case CommOp::Allreduce:
-      return gloo_ring_allreduce_bytes(rank, size, bytes, static_cast<std::uint64_t>(call.element_size));
-    case CommOp::Allgather:
-      return (n - 1) * bytes;
+      return gloo_ring_allreduce_bytes(rank, size, call.bytes(),
+                                       static_cast<std::uint64_t>(call.element_size));
     case CommOp::Broadcast:
-      return gloo_broadcast_bytes(rank, size, call.root, bytes);
-    case CommOp::ReduceScatter:
-    case CommOp::Alltoall:
-      return (n - 1) * (bytes / n);
-    case CommOp::Send:
-      return bytes;
-    case CommOp::Recv:
-    case CommOp::Barrier:
-      return 0;
+      return gloo_broadcast_bytes(rank, size, call.root, call.bytes());
+    default:  // the plain algorithms: Gloo's ring all-gather and reduce-scatter, direct messages
+      return plain_wire_bytes(call, rank, size);
   }
-  return 0;
 }
 
 }  // namespace dtrain::comm

@@ -356,8 +356,6 @@ std::uint64_t mpi_wire_bytes(const WireCall& call, int rank, int size) {
     case CommOp::Allreduce:
       return call.async_op ? allreduce_sent(rank, size, count, element_size) * element_size
                            : tuned_allreduce_bytes(rank, size, count, element_size);
-    case CommOp::Allgather:
-      return (n - 1) * bytes;
     case CommOp::Broadcast: {
       if (size <= 4) return rank == call.root ? (n - 1) * bytes : 0;
       // libnbc's virtual ranks swap 0 and the root.
@@ -367,15 +365,9 @@ std::uint64_t mpi_wire_bytes(const WireCall& call, int rank, int size) {
     case CommOp::ReduceScatter:
       if (!call.async_op) return tuned_reduce_scatter_block_bytes(rank, size, count / n, element_size);
       return rank == 0 ? (n - 1) * (bytes / n) : bytes;
-    case CommOp::Alltoall:
-      return (n - 1) * (bytes / n);
-    case CommOp::Send:
-      return bytes;
-    case CommOp::Recv:
-    case CommOp::Barrier:
-      return 0;
+    default:  // the plain algorithms: libnbc's and tuned's all-gathers, the linear alltoall, Isend
+      return plain_wire_bytes(call, rank, size);
   }
-  return 0;
 }
 
 }  // namespace dtrain::comm::mpi

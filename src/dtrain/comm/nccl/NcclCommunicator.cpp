@@ -21,30 +21,15 @@
 namespace dtrain::comm {
 
 // NCCL chooses ring, tree or CollNet per call from its own tuning model and the topology, and
-// dtrain cannot see the choice, so these are estimates: what a ring sends (nccl-tests' bus
-// bandwidth factors). An all-reduce by a tree sends 2x the buffer on inner nodes and less on
-// leaves; the figures are exact only where NCCL runs the ring.
+// dtrain cannot see the choice, so these are estimates: what a ring sends (each row's WireForm in
+// kCollectives; nccl-tests' bus bandwidth factors). An all-reduce by a tree sends 2x the buffer on
+// inner nodes and less on leaves; the figures are exact only where NCCL runs the ring.
 std::uint64_t nccl_wire_estimate(const WireCall& call, int rank, int size) {
-  const auto n = static_cast<std::uint64_t>(size);
-  const std::uint64_t bytes = call.bytes();
-  switch (call.op) {
-    case CommOp::Allreduce:
-      return 2 * (n - 1) * bytes / n;
-    case CommOp::Allgather:
-      return (n - 1) * bytes;
-    case CommOp::Broadcast:  // a pipelined ring from the root: every rank but the root's predecessor sends
-      return (rank + 1) % size == call.root ? 0 : bytes;
-    case CommOp::ReduceScatter:
-    case CommOp::Alltoall:
-      return (n - 1) * (bytes / n);
-    case CommOp::Send:
-      return bytes;
-    case CommOp::Recv:
-      return 0;
-    case CommOp::Barrier:  // c10d's NCCL barrier all-reduces one float
-      return 2 * (n - 1) * sizeof(float) / n;
+  if (call.op == CommOp::Barrier) {  // c10d's NCCL barrier all-reduces one float
+    const auto n = static_cast<std::uint64_t>(size);
+    return 2 * (n - 1) * sizeof(float) / n;
   }
-  return 0;
+  return plain_wire_bytes(call, rank, size);
 }
 
 std::unique_ptr<Communicator> connect_nccl(const BackendOptions& options, const RendezvousInfo& rendezvous) {

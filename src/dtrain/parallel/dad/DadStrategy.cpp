@@ -242,16 +242,25 @@ std::map<std::string, double> DadStrategy::metrics() {
   return out;
 }
 
-DTRAIN_REGISTER_STRATEGY(
-    dad,
-    StrategyInfo{
-        "dad",
-        "distributed auto-differentiation: Linear layers share their inputs and output gradients, the "
-        "rest all-reduce in buckets (exact)",
-        /*exact=*/true, /*needs_communicator=*/true,
-        [](StrategyContext c) -> std::unique_ptr<Strategy> {
-          return std::make_unique<DadStrategy>(std::move(c), DadStrategy::Mode::Dad);
-        }},
-    DadOptions{}, describe_options);
+namespace {
+
+StrategyInfo dad_info() {
+  StrategyInfo info{
+      "dad",
+      "distributed auto-differentiation: Linear layers share their inputs and output gradients, "
+      "the rest all-reduce in buckets (exact)",
+      /*exact=*/true, /*needs_communicator=*/true, [](StrategyContext c) -> std::unique_ptr<Strategy> {
+        return std::make_unique<DadStrategy>(std::move(c), DadStrategy::Mode::Dad);
+      }};
+  auto& can = info.capabilities;
+  can.fixed_because = "its members train models of their own";
+  can.fp16 = true;
+  can.lbfgs = true;
+  return info;
+}
+
+}  // namespace
+
+DTRAIN_REGISTER_STRATEGY(dad, dad_info(), DadOptions{}, describe_options);
 
 }  // namespace dtrain::parallel

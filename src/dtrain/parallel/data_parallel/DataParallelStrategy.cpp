@@ -220,6 +220,11 @@ StrategyInfo data_parallel_info() {
     check(parallel.options.get<DataParallelStrategyOptions>("data_parallel"));
     return world;
   };
+  auto& can = info.capabilities;
+  can.elastic = Elasticity::WholeState;
+  can.fp16 = true;
+  can.lbfgs = true;  // Note [Distributed L-BFGS]
+  can.wire_compression = true;
   return info;
 }
 

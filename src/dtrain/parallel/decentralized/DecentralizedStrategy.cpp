@@ -381,6 +381,10 @@ StrategyInfo decentralized_info() {
     return NodeLayout(graph_nodes(graph, world), world).nodes();
   };
   info.tagged_point_to_point = true;  // gossip: every receive posted before the sends
+  auto& can = info.capabilities;
+  can.fixed_because = "each member holds its own graph nodes";
+  can.fp16 = true;
+  // lbfgs refused: it needs a closure over the whole model, and each node steps on its own.
   return info;
 }
 

@@ -52,12 +52,24 @@ std::map<std::string, std::string> LocalStrategy::notes() const {
                                 communicator()->size())}};
 }
 
-DTRAIN_REGISTER_STRATEGY(local,
-                         StrategyInfo{"local",
-                                      "one process, no communication: the baseline every strategy must match",
-                                      /*exact=*/true, /*needs_communicator=*/false,
-                                      [](StrategyContext c) -> std::unique_ptr<Strategy> {
-                                        return std::make_unique<LocalStrategy>(std::move(c));
-                                      }});
+namespace {
+
+StrategyInfo local_info() {
+  StrategyInfo info{"local", "one process, no communication: the baseline every strategy must match",
+                    /*exact=*/true, /*needs_communicator=*/false,
+                    [](StrategyContext c) -> std::unique_ptr<Strategy> {
+                      return std::make_unique<LocalStrategy>(std::move(c));
+                    }};
+  auto& can = info.capabilities;
+  can.fixed_because = "its members train models of their own";
+  can.cuda_graph = true;  // no communication in its step
+  can.fp16 = true;
+  can.lbfgs = true;
+  return info;
+}
+
+}  // namespace
+
+DTRAIN_REGISTER_STRATEGY(local, local_info());
 
 }  // namespace dtrain::parallel

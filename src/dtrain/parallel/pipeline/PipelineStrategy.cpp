@@ -314,6 +314,10 @@ StrategyInfo pipeline_info() {
     return world;
   };
   info.tagged_point_to_point = true;  // activations and gradients by tag, received ahead
+  auto& can = info.capabilities;
+  can.fixed_because = "each member holds its own stages, which another number of members splits otherwise";
+  can.fp16 = true;
+  // lbfgs refused: its line search needs the whole gradient and loss at every evaluation.
   return info;
 }
 

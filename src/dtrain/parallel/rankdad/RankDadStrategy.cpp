@@ -5,15 +5,27 @@
 
 namespace dtrain::parallel {
 
-DTRAIN_REGISTER_STRATEGY(rankdad,
-                         StrategyInfo{
-                             "rankdad",
-                             "rank-dAD: each rank's Linear-layer gradient factored to rank parallel.dad.rank "
-                             "and the factors shared (approximate; biases exact)",
-                             /*exact=*/false, /*needs_communicator=*/true,
-                             [](StrategyContext c) -> std::unique_ptr<Strategy> {
-                               return std::make_unique<DadStrategy>(std::move(c), DadStrategy::Mode::RankDad);
-                             },
-                             /*options_section=*/"dad"});
+namespace {
+
+StrategyInfo rankdad_info() {
+  StrategyInfo info{"rankdad",
+                    "rank-dAD: each rank's Linear-layer gradient factored to rank parallel.dad.rank and the "
+                    "factors shared (approximate; biases exact)",
+                    /*exact=*/false,
+                    /*needs_communicator=*/true,
+                    [](StrategyContext c) -> std::unique_ptr<Strategy> {
+                      return std::make_unique<DadStrategy>(std::move(c), DadStrategy::Mode::RankDad);
+                    },
+                    /*options_section=*/"dad"};
+  auto& can = info.capabilities;
+  can.fixed_because = "its members train models of their own";
+  can.fp16 = true;
+  can.lbfgs = true;
+  return info;
+}
+
+}  // namespace
+
+DTRAIN_REGISTER_STRATEGY(rankdad, rankdad_info());
 
 }  // namespace dtrain::parallel

@@ -337,6 +337,10 @@ StrategyInfo zero_info() {
     check(parallel.options.get<ZeroOptions>("zero"));
     return world;
   };
+  auto& can = info.capabilities;
+  can.elastic = Elasticity::ShardedState;
+  can.fp16 = true;
+  // lbfgs refused: its history is one vector over all parameters, which no rank holds.
   return info;
 }
 
