@@ -31,10 +31,9 @@
 #include "dtrain/launch/Launcher.h"
 #include "dtrain/launch/WorkerEnvironment.h"
 #include "dtrain/util/Clock.h"
+#include "launch/LauncherFixture.h"
 #include "support/Files.h"
 #include "support/ScratchDir.h"
-
-extern char** environ;
 
 namespace dtrain::launch {
 namespace {
@@ -46,97 +45,6 @@ using util::Clock;
 using util::seconds_since;
 
 using dtrain::testing::read_file;
-
-Environment current_environment() {
-  Environment env;
-  for (char** entry = environ; entry && *entry; ++entry) {
-    const std::string kv(*entry);
-    const auto eq = kv.find('=');
-    if (eq != std::string::npos) env.emplace(kv.substr(0, eq), kv.substr(eq + 1));
-  }
-  return env;
-}
-
-std::map<std::string, std::string> parse_env_dump(const std::string& text) {
-  std::map<std::string, std::string> vars;
-  std::stringstream lines(text);
-  for (std::string line; std::getline(lines, line);) {
-    const auto eq = line.find('=');
-    if (eq != std::string::npos) vars[line.substr(0, eq)] = line.substr(eq + 1);
-  }
-  return vars;
-}
-
-// A scratch directory, with files standing in for the launcher's stdout and stderr.
-class LauncherTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    out_fd_ = ::open((dir_ / "stdout").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    err_fd_ = ::open((dir_ / "stderr").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    ASSERT_GE(out_fd_, 0);
-    ASSERT_GE(err_fd_, 0);
-  }
-  void TearDown() override {
-    ::close(out_fd_);
-    ::close(err_fd_);
-  }
-
-  LaunchOptions options(int nproc, const std::string& script) const {
-    LaunchOptions o;
-    o.nproc_per_node = nproc;
-    o.command = {"/bin/sh", "-c", script};
-    o.environment = current_environment();
-    o.environment["TEST_DIR"] = dir_.string();
-    o.log_dir = (dir_ / "logs").string();
-    o.stop_grace = std::chrono::milliseconds(2000);
-    o.output_fd = out_fd_;
-    o.diagnostics_fd = err_fd_;
-    return o;
-  }
-
-  std::string launcher_stdout() const { return read_file(dir_ / "stdout"); }
-  std::string launcher_stderr() const { return read_file(dir_ / "stderr"); }
-
-  // Node 1 of `o`'s two-node job (the same script, logs in node1-logs/, output in node1.out), started
-  // on a thread once node 0's launcher hosts the store; its wait status lands in `status`. `prefix`
-  // goes before its command line (e.g. "env -u VAR ").
-  std::thread start_node1(const LaunchOptions& o, int& status, const std::string& prefix = "") const {
-    const std::string node1 = prefix + DTRAIN_LAUNCH_NODE + " 1 2 " + std::to_string(o.master_port) + " " +
-                              (dir_ / "node1-logs").string() + " -- /bin/sh -c '" + o.command[2] + "' > " +
-                              (dir_ / "node1.out").string() + " 2>&1";
-    return std::thread([this, node1, &status] {
-      const auto deadline = Clock::now() + std::chrono::seconds(60);
-      while (launcher_stderr().find("rendezvous store at") == std::string::npos && Clock::now() < deadline) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      }
-      status = std::system(node1.c_str());
-    });
-  }
-
-  dtrain::testing::ScratchDir dir_;
-  int out_fd_ = -1;
-  int err_fd_ = -1;
-};
-
-std::string fmt_command(const std::string& program, const std::string& args) {
-  return "OMP_NUM_THREADS=1 " + program + " " + args;
-}
-
-// A port no one listens on now (the kernel's pick for port 0), for a job that needs an agreed
-// --master-port.
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof(address);
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
-    ADD_FAILURE() << "no free port: " << std::strerror(errno);
-  }
-  ::close(fd);
-  return ntohs(address.sin_port);
-}
 
 TEST_F(LauncherTest, EveryRankGetsTorchrunsEnvironment) {
   auto o = options(3, "env > \"$TEST_DIR/env_$RANK\"");
@@ -193,96 +101,6 @@ TEST_F(LauncherTest, ThreadsDefaultToCoresPerRankUnlessTheUserSetThem) {
   o.threads = 3;  // an explicit --threads wins over the environment
   ASSERT_EQ(launch(o).exit_code, 0);
   EXPECT_EQ(read_file(dir_ / "threads_0"), "3\n");
-}
-
-// Note [Launchers that share a host]: the threads a worker gets from the shares every launcher
-// said, against the division by hand.
-TEST(ThreadsPerWorker, TheCoresAreSplitAmongTheWorkersOfEveryLauncherOnThem) {
-  LaunchOptions o;
-  o.nproc_per_node = 2;
-  const std::vector<HostShare> shares{
-      {"boot-a/0-7", 2}, {"boot-b/0-7", 4}, {"boot-a/0-7", 2}, {"boot-a/0-3", 1}};
-  // Two launchers of 2 workers on cores 0-7: 8 / (2 + 2), not 8 / 2; the launcher of 4 workers
-  // on another machine and the one pinned to cores 0-3 share nothing with them.
-  EXPECT_EQ(threads_per_worker(o, 8, "boot-a/0-7", shares), 2);
-  EXPECT_EQ(threads_per_worker(o, 12, "boot-b/0-7", shares), 3);
-  EXPECT_EQ(threads_per_worker(o, 4, "boot-a/0-3", shares), 4);
-  // Alone on its cores, or with no share said there, a launcher divides them among its own workers.
-  EXPECT_EQ(threads_per_worker(o, 8, "boot-c/0-7", {{"boot-c/0-7", 2}}), 4);
-  EXPECT_EQ(threads_per_worker(o, 8, "boot-d/0-7", shares), 4);
-  // More workers than cores: one thread each.
-  EXPECT_EQ(threads_per_worker(o, 3, "boot-a/0-7", shares), 1);
-  // A user's OMP_NUM_THREADS wins over the division, and --threads over both.
-  o.environment["OMP_NUM_THREADS"] = "7";
-  EXPECT_EQ(threads_per_worker(o, 8, "boot-a/0-7", shares), 7);
-  o.threads = 3;
-  EXPECT_EQ(threads_per_worker(o, 8, "boot-a/0-7", shares), 3);
-}
-
-// Launchers on this machine name the same cores alike; one pinned to fewer cores names others.
-TEST(ThreadsPerWorker, SharedCoresAreNamedByMachineAndAffinity) {
-  const std::string here = shared_cores_id();
-  EXPECT_EQ(shared_cores_id(), here);
-  EXPECT_NE(here.find('/'), std::string::npos) << here;
-  if (usable_cores() < 2) GTEST_SKIP() << "one usable core: no other affinity to compare with";
-  std::string pinned;
-  std::thread([&pinned] {
-    cpu_set_t all;
-    CPU_ZERO(&all);
-    ASSERT_EQ(::sched_getaffinity(0, sizeof(all), &all), 0);
-    cpu_set_t one;
-    CPU_ZERO(&one);
-    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-      if (CPU_ISSET(cpu, &all)) {
-        CPU_SET(cpu, &one);
-        break;
-      }
-    }
-    ASSERT_EQ(::sched_setaffinity(0, sizeof(one), &one), 0);  // this thread only
-    pinned = shared_cores_id();
-  }).join();
-  EXPECT_NE(pinned, here);
-  EXPECT_EQ(pinned.substr(0, pinned.find('/')), here.substr(0, here.find('/')));  // the same machine
-}
-
-// Two nodes of one job on this host (node 1 in its own process), one worker each: each worker
-// gets half the cores, as two workers of one node would, not all of them.
-TEST_F(LauncherTest, NodesOnOneHostSplitItsCoresAmongAllTheirWorkers) {
-  const int port = free_port();
-  // Node 1's launcher runs with this process's environment, which has no TEST_DIR.
-  auto o = options(1, "echo $OMP_NUM_THREADS > " + (dir_ / "threads_").string() + "$RANK");
-  o.environment.erase("OMP_NUM_THREADS");
-  o.nnodes = 2;
-  o.master_port = port;
-  int node1_status = -1;
-  std::thread other_node = start_node1(o, node1_status, "env -u OMP_NUM_THREADS ");
-  const LaunchResult result = launch(o);
-  other_node.join();
-  ASSERT_EQ(result.exit_code, 0) << result.failure << launcher_stderr();
-  ASSERT_TRUE(WIFEXITED(node1_status)) << read_file(dir_ / "node1.out");
-  ASSERT_EQ(WEXITSTATUS(node1_status), 0) << read_file(dir_ / "node1.out");
-  const std::string expected = std::to_string(std::max(1, usable_cores() / 2)) + "\n";
-  EXPECT_EQ(read_file(dir_ / "threads_0"), expected);
-  EXPECT_EQ(read_file(dir_ / "threads_1"), expected);
-}
-
-// Before any worker starts, a node waits for every other node's share of its host (Note
-// [Launchers that share a host]); one that never comes is named once the rendezvous times out.
-TEST_F(LauncherTest, ANodeThatNeverJoinsIsNamedBeforeAnyWorkerStarts) {
-  auto o = options(1, "touch \"$TEST_DIR/started\"");
-  o.nnodes = 2;
-  o.master_port = free_port();
-  o.rendezvous_timeout = std::chrono::milliseconds(500);
-  try {
-    launch(o);
-    FAIL() << "node 0 started without node 1";
-  } catch (const std::runtime_error& e) {
-    EXPECT_NE(
-        std::string(e.what()).find("node(s) 1 of --nnodes 2 did not join within the rendezvous timeout"),
-        std::string::npos)
-        << e.what();
-  }
-  EXPECT_FALSE(fs::exists(dir_ / "started"));
 }
 
 TEST_F(LauncherTest, FailingRankStopsItsPeersAndIsNamedWithTheTailOfItsLog) {

@@ -293,9 +293,10 @@ Run add_launch_command(CLI::App& app) {
   sub->add_option("--backend", args->backend, "gloo (store hosted here), nccl, or mpi (delegates to mpirun)")
       ->check(CLI::IsMember({"gloo", "nccl", "mpi"}))
       ->capture_default_str();
-  args->threads_option =
-      sub->add_option("--threads", args->threads,
-                      "OMP_NUM_THREADS per worker; default: a user-set OMP_NUM_THREADS, else cores / ranks");
+  args->threads_option = sub->add_option(
+      "--threads", args->threads,
+      "OMP_NUM_THREADS per worker; default: a user-set OMP_NUM_THREADS, else the cores divided among "
+      "every worker on them, of this launcher and of the job's other launchers on this machine");
   args->log_dir_option =
       sub->add_option("--log-dir,--log_dir", args->log_dir,
                       "Directory for rank_<r>.log; default: a fresh directory under $TMPDIR");

@@ -101,6 +101,22 @@ bool ends_indicator(const std::string& text, std::size_t i) {
 // scan is a heuristic, so its answer replaces yaml-cpp's only when yaml-cpp failed at or after the
 // quote: a quote that really is never closed is then the likeliest cause.
 
+// Where the block scalar whose header (| or >) is at text[header] ends: the line break before its
+// first line that is not blank and is indented no deeper than its key (at `key_column`); npos when
+// it runs to the end of the text.
+std::size_t block_scalar_end(const std::string& text, std::size_t header, std::size_t key_column) {
+  std::size_t i = text.find('\n', header);
+  for (; i != std::string::npos; i = text.find('\n', i + 1)) {
+    std::size_t indent = i + 1;
+    while (indent < text.size() && text[indent] == ' ') ++indent;
+    if (indent < text.size() && text[indent] != '\n' && text[indent] != '\r' &&
+        indent - (i + 1) <= key_column) {
+      break;
+    }
+  }
+  return i;
+}
+
 // The offset of the quote that opens a quoted scalar never closed, or npos.
 std::size_t unclosed_quote(const std::string& text) {
   const std::size_t npos = std::string::npos;
@@ -121,7 +137,8 @@ std::size_t unclosed_quote(const std::string& text) {
       ++i;
       continue;
     }
-    if (c == '#' && (i == line_start || text[i - 1] == ' ' || text[i - 1] == '\t')) {
+    const bool comment = c == '#' && (i == line_start || text[i - 1] == ' ' || text[i - 1] == '\t');
+    if (comment || (column == 0 && c == '%')) {  // a comment, or a directive: to the line's end
       i = text.find('\n', i);
       if (i == npos) return npos;
       continue;
@@ -130,11 +147,6 @@ std::size_t unclosed_quote(const std::string& text) {
         ends_indicator(text, i + 3)) {
       i += 3;
       flow = 0;
-      continue;
-    }
-    if (column == 0 && c == '%') {  // a directive
-      i = text.find('\n', i);
-      if (i == npos) return npos;
       continue;
     }
     if (flow == 0 && line_entry) {
@@ -153,15 +165,7 @@ std::size_t unclosed_quote(const std::string& text) {
       i = end + 1;
       node_start = false;
     } else if (node_start && flow == 0 && (c == '|' || c == '>')) {
-      // A block scalar: its header line, then every line blank or indented deeper than its key.
-      for (i = text.find('\n', i); i != npos; i = text.find('\n', i + 1)) {
-        std::size_t indent = i + 1;
-        while (indent < text.size() && text[indent] == ' ') ++indent;
-        if (indent < text.size() && text[indent] != '\n' && text[indent] != '\r' &&
-            indent - (i + 1) <= key_column) {
-          break;
-        }
-      }
+      i = block_scalar_end(text, i, key_column);
       if (i == npos) return npos;
     } else if (node_start && (c == '&' || c == '!')) {  // an anchor or a tag: the node follows
       while (i < text.size() && !ends_indicator(text, i) && !(flow > 0 && std::strchr(",[]{}", text[i]))) ++i;
