@@ -68,7 +68,7 @@ int main() {
       return dp::make_zero(t, o);
     };
   };
-  const auto pipe = [](const char* schedule) {
+  const auto pipe = [](dp::pipeline::ScheduleKind schedule) {
     return [schedule](dp::Training t) {
       dp::pipeline::PipelineOptions o;
       o.schedule = schedule;
@@ -80,8 +80,8 @@ int main() {
       {"zero stage 1", false, zero(1)},
       {"zero stage 2", false, zero(2)},
       {"zero stage 3", false, zero(3)},
-      {"pipeline gpipe", true, pipe("gpipe")},
-      {"pipeline 1f1b", true, pipe("1f1b")},
+      {"pipeline gpipe", true, pipe(dp::pipeline::ScheduleKind::GPipe)},
+      {"pipeline 1f1b", true, pipe(dp::pipeline::ScheduleKind::OneFOneB)},
       {"dad", false, [](dp::Training t) { return dp::make_dad(t); }}};
   int failures = 0;
   for (const auto& [name, sequential, make] : cases) {

@@ -76,9 +76,12 @@ const std::vector<Case>& cases() {
          c.parallel.strategy = "zero";
          c.parallel.options.get<parallel::ZeroOptions>("zero").stage = 4;
        }},
-      {"an unknown compression",
+      {"compression powersgd with a bf16 wire",
        [](RunConfig& c) {
-         c.parallel.options.get<parallel::DataParallelStrategyOptions>("data_parallel").compression = "fp8";
+         c.parallel.strategy = "data_parallel";
+         auto& o = c.parallel.options.get<parallel::DataParallelStrategyOptions>("data_parallel");
+         o.compression = parallel::GradCompression::PowerSgd;
+         o.powersgd_wire = parallel::PowerSgdWire::Bf16;
        }},
       {"bucket_mb 0",
        [](RunConfig& c) {

@@ -77,7 +77,8 @@ TEST(RunConfigYaml, RoundTripIsIdentical) {
   c.model.hidden = {};
   c.data.synthetic_shape = {3, 32, 32};
   c.train.seed = 1234567890123ull;
-  c.parallel.options.get<parallel::DataParallelStrategyOptions>("data_parallel").compression = "bf16";
+  c.parallel.options.get<parallel::DataParallelStrategyOptions>("data_parallel").compression =
+      parallel::GradCompression::Bf16;
   c.parallel.poll_wait_us = 0;
   c.name = "true";
   const std::string yaml = to_yaml(c);

@@ -10,6 +10,7 @@
 #include "dtrain/config/YamlFile.h"
 #include "dtrain/experiment/DinnoExperiment.h"
 #include "dtrain/experiment/DinnoSection.h"
+#include "dtrain/parallel/decentralized/DecentralizedOptions.h"
 
 namespace dtrain::experiment {
 namespace {
@@ -80,18 +81,20 @@ void read_dsgt(DinnoSection& opt, Overrides& out) {
 void read_choco(DinnoSection& opt, Overrides& out) {
   out.insert(out.end(), {kAlg + "algorithm=choco", "optim.name=sgd", "optim.lr=" + opt.number("lr"),
                          kAlg + "consensus_step=" + opt.fraction("gamma")});
-  const auto compressor = opt.choice("compressor", {"topk", "randomk", "sign", "qbit", "identity"});
-  out.push_back(kAlg + "compressor=" + compressor);
-  const bool sparse = compressor == "topk" || compressor == "randomk";
+  const auto name = opt.choice("compressor", {"topk", "randomk", "sign", "qbit", "identity"});
+  out.push_back(kAlg + "compressor=" + name);
+  const auto compressor = parallel::kCompressorNames.parse(name, "compressor");
+  const bool sparse =
+      compressor == parallel::CompressorKind::TopK || compressor == parallel::CompressorKind::RandomK;
   if (sparse) {
     out.push_back(kAlg + "compression_ratio=" + opt.fraction("ratio"));
   } else if (opt.has("ratio")) {
-    opt.reject("ratio", "applies to topk and randomk only; remove it for compressor " + compressor);
+    opt.reject("ratio", "applies to topk and randomk only; remove it for compressor " + name);
   }
-  if (compressor == "qbit") {
+  if (compressor == parallel::CompressorKind::QBit) {
     out.push_back(kAlg + "bits=" + std::to_string(opt.count("bits")));
   } else if (opt.has("bits")) {
-    opt.reject("bits", "applies to compressor qbit only; remove it for compressor " + compressor);
+    opt.reject("bits", "applies to compressor qbit only; remove it for compressor " + name);
   }
 }
 

@@ -92,7 +92,8 @@ TEST(DataParallel, JoinRefusesPowerSgd) {
   cfg.model.name = "mlp";
   cfg.model.hidden = {16};
   cfg.parallel.strategy = "data_parallel";
-  cfg.parallel.options.get<DataParallelStrategyOptions>("data_parallel").compression = "powersgd";
+  cfg.parallel.options.get<DataParallelStrategyOptions>("data_parallel").compression =
+      GradCompression::PowerSgd;
   auto model = build_model(cfg, 1);
   dtrain::testing::run_world(1, [&](comm::CommunicatorPtr comm) {
     auto strategy = build_strategy(cfg, model, comm);

@@ -45,7 +45,7 @@ TEST_P(SameNumbersOnAnyRanks, SixNodesOnTwoThreeAndSixRanks) {
     options.rho_init = 0.5;
     options.rho_scaling = 1.01;
   }
-  if (GetParam() == "choco") options.compressor = "qbit";
+  if (GetParam() == "choco") options.compressor = CompressorKind::QBit;
   if (GetParam() == "local_sgd") options.local_steps = 2;
   const auto single = run_nodes(cfg, 1, 4);
   ASSERT_EQ(single.nodes.size(), 6u);
@@ -68,7 +68,7 @@ TEST(Decentralized, ChocoWithTheIdentityCompressorIsDsgdMixedOnceMore) {
   auto dsgd = decentralized_config("dsgd", "cycle", 5);
   auto choco = decentralized_config("choco", "cycle", 5);
   auto& options = choco.parallel.options.get<DecentralizedOptions>("decentralized");
-  options.compressor = "identity";
+  options.compressor = CompressorKind::Identity;
   options.consensus_step = 1.0;
   const auto a = run_nodes(dsgd, 1, 4);
   const auto b = run_nodes(choco, 1, 4);

@@ -11,11 +11,11 @@ extern comm::CommunicatorPtr g_world;  // DataParallelMpiTest.cpp's main() owns 
 namespace {
 
 TEST(PipelineMpi, GpipeEqualsOneProcess) {
-  pipeline::checks::expect_rank_equals_local(g_world, "gpipe", 4, "sgd");
+  pipeline::checks::expect_rank_equals_local(g_world, pipeline::ScheduleKind::GPipe, 4, "sgd");
 }
 
 TEST(PipelineMpi, OneFOneBEqualsOneProcessWithMicroBatchesThatDoNotDivideTheBatch) {
-  pipeline::checks::expect_rank_equals_local(g_world, "1f1b", 5, "adam");
+  pipeline::checks::expect_rank_equals_local(g_world, pipeline::ScheduleKind::OneFOneB, 5, "adam");
 }
 
 }  // namespace

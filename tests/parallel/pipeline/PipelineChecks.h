@@ -31,8 +31,9 @@ inline config::RunConfig config_of(const std::string& strategy, const std::strin
   return config::parse_run_config("", "<pipeline test>", overrides);
 }
 
-inline std::vector<std::string> pipeline_options(const std::string& schedule, int stages, int micro_batches) {
-  return {"parallel.pipeline.schedule=" + schedule, "parallel.pipeline.stages=" + std::to_string(stages),
+inline std::vector<std::string> pipeline_options(ScheduleKind schedule, int stages, int micro_batches) {
+  return {"parallel.pipeline.schedule=" + kScheduleNames.name(schedule),
+          "parallel.pipeline.stages=" + std::to_string(stages),
           "parallel.pipeline.micro_batches=" + std::to_string(micro_batches)};
 }
 
@@ -54,7 +55,7 @@ inline data::Batch slice(const Data& d, int step, int rank, int per_rank) {
 // One rank of a pipeline world whose ranks are processes (stages = the world's size, one replica):
 // kSteps steps of `schedule` with M micro-batches, and this rank's parameters and losses against
 // those of one process trained here on the global batches.
-inline void expect_rank_equals_local(const comm::CommunicatorPtr& comm, const std::string& schedule,
+inline void expect_rank_equals_local(const comm::CommunicatorPtr& comm, ScheduleKind schedule,
                                      int micro_batches, const std::string& optimizer) {
   constexpr int kSteps = 3;
   constexpr int kPerRank = 3;
@@ -79,7 +80,8 @@ inline void expect_rank_equals_local(const comm::CommunicatorPtr& comm, const st
   }
   EXPECT_LE(max_abs_difference(strategy->model_state(), expected), 1e-5) << "rank " << r;
   const int held = dynamic_cast<PipelineStrategy&>(*strategy).peak_held_micro_batches();
-  EXPECT_EQ(held, schedule == "gpipe" ? micro_batches : std::min(world - r, micro_batches)) << "rank " << r;
+  EXPECT_EQ(held, schedule == ScheduleKind::GPipe ? micro_batches : std::min(world - r, micro_batches))
+      << "rank " << r;
 }
 
 }  // namespace dtrain::parallel::pipeline::checks

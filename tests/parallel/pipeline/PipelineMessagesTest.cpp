@@ -119,7 +119,7 @@ class PollCountingCommunicator final : public comm::Communicator {
 // the receives posted ahead are polled.
 TEST(PipelineTransfers, OutstandingSendsArePolledAfterEveryLayerForwardAndBackward) {
   constexpr int kMicroBatches = 4;
-  const auto cfg = config_of("pipeline", "sgd", pipeline_options("gpipe", 2, kMicroBatches));
+  const auto cfg = config_of("pipeline", "sgd", pipeline_options(ScheduleKind::GPipe, 2, kMicroBatches));
   const auto data = make_data(1, 16, torch::kFloat);
   std::vector<models::NetworkPtr> models{testing::build_model(cfg, 1), testing::build_model(cfg, 1)};
   std::vector<std::shared_ptr<PollCounts>> counts{std::make_shared<PollCounts>(),

@@ -72,7 +72,7 @@ TEST(PipelineSchedule, OneFOneBWarmsUpWithSMinusOneMinusSForwards) {
       {Pass::Backward, 1}, {Pass::Forward, 4}, {Pass::Backward, 2}, {Pass::Backward, 3}, {Pass::Backward, 4}};
   EXPECT_EQ(stage_schedule(ScheduleKind::OneFOneB, 4, 1, 5), expected);
   EXPECT_DOUBLE_EQ(expected_idle_fraction(4, 8), 3.0 / 11.0);
-  EXPECT_THROW(parse_schedule("interleaved"), std::invalid_argument);
+  EXPECT_THROW(kScheduleNames.parse("interleaved", "pipeline schedule"), std::invalid_argument);
 }
 
 // Stage s's pass times, the same for every micro-batch.
@@ -90,7 +90,7 @@ TEST(PipelineReplay, EqualStagesTakeGPipesFormulaUnderBothSchedules) {
         const auto backward = pass_times(std::vector<double>(stages, 2.0), m);
         const double span = replay_schedule(kind, forward, backward);
         EXPECT_DOUBLE_EQ(span, 3.0 * (m + stages - 1))
-            << schedule_name(kind) << " S " << stages << " M " << m;
+            << kScheduleNames.name(kind) << " S " << stages << " M " << m;
         // Each stage computes 3 M of it: idle (S-1)/(M+S-1).
         EXPECT_NEAR(1.0 - 3.0 * m / span, expected_idle_fraction(stages, m), 1e-12);
       }

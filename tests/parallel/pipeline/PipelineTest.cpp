@@ -34,7 +34,7 @@ using namespace checks;
 // Equivalence with one process
 
 struct Case {
-  std::string schedule;
+  ScheduleKind schedule;
   int stages;
   int micro_batches;
   int replicas;
@@ -44,13 +44,13 @@ struct Case {
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   const auto& c = info.param;
-  return c.schedule + "_S" + std::to_string(c.stages) + "_M" + std::to_string(c.micro_batches) + "_R" +
-         std::to_string(c.replicas) + "_" + c.optimizer;
+  return kScheduleNames.name(c.schedule) + "_S" + std::to_string(c.stages) + "_M" +
+         std::to_string(c.micro_batches) + "_R" + std::to_string(c.replicas) + "_" + c.optimizer;
 }
 
 void PrintTo(const Case& c, std::ostream* os) {
-  *os << c.schedule << " S=" << c.stages << " M=" << c.micro_batches << " R=" << c.replicas << " "
-      << c.optimizer;
+  *os << kScheduleNames.name(c.schedule) << " S=" << c.stages << " M=" << c.micro_batches
+      << " R=" << c.replicas << " " << c.optimizer;
 }
 
 class PipelineEqualsLocal : public ::testing::TestWithParam<Case> {};
@@ -109,9 +109,10 @@ TEST_P(PipelineEqualsLocal, ParametersLossesOutputsAndHeldActivations) {
     for (int s = 0; s < kSteps; ++s) EXPECT_NEAR(losses[r][s], expected_losses[s], 1e-5) << "rank " << r;
     EXPECT_EQ(losses[r], losses[0]) << "rank " << r;
     const int stage = r % c.stages;
-    const int held = c.schedule == "gpipe" ? c.micro_batches : std::min(c.stages - stage, c.micro_batches);
+    const int held =
+        c.schedule == ScheduleKind::GPipe ? c.micro_batches : std::min(c.stages - stage, c.micro_batches);
     EXPECT_EQ(peaks[r], held) << "rank " << r;
-    EXPECT_LE(peaks[r], c.schedule == "gpipe" ? c.micro_batches : c.stages);
+    EXPECT_LE(peaks[r], c.schedule == ScheduleKind::GPipe ? c.micro_batches : c.stages);
   }
   ASSERT_TRUE(evaluated.defined());
   EXPECT_LE((evaluated.to(torch::kDouble) - expected_eval.to(torch::kDouble)).abs().max().item<double>(),
@@ -121,11 +122,16 @@ TEST_P(PipelineEqualsLocal, ParametersLossesOutputsAndHeldActivations) {
 // Every S in 2..4 and every M in 1..8 at least once, batches M does not divide (3 * S rows), and
 // two replicas of a two-stage pipeline (world 4).
 INSTANTIATE_TEST_SUITE_P(Cases, PipelineEqualsLocal,
-                         ::testing::Values(Case{"gpipe", 2, 1, 1, "sgd"}, Case{"1f1b", 2, 4, 1, "adam"},
-                                           Case{"gpipe", 3, 4, 1, "adam"}, Case{"1f1b", 3, 8, 1, "sgd"},
-                                           Case{"1f1b", 4, 5, 1, "adam"}, Case{"gpipe", 4, 7, 1, "sgd"},
-                                           Case{"gpipe", 3, 6, 1, "sgd"}, Case{"1f1b", 4, 2, 1, "sgd"},
-                                           Case{"1f1b", 2, 3, 2, "adam"}, Case{"gpipe", 2, 5, 2, "sgd"}),
+                         ::testing::Values(Case{ScheduleKind::GPipe, 2, 1, 1, "sgd"},
+                                           Case{ScheduleKind::OneFOneB, 2, 4, 1, "adam"},
+                                           Case{ScheduleKind::GPipe, 3, 4, 1, "adam"},
+                                           Case{ScheduleKind::OneFOneB, 3, 8, 1, "sgd"},
+                                           Case{ScheduleKind::OneFOneB, 4, 5, 1, "adam"},
+                                           Case{ScheduleKind::GPipe, 4, 7, 1, "sgd"},
+                                           Case{ScheduleKind::GPipe, 3, 6, 1, "sgd"},
+                                           Case{ScheduleKind::OneFOneB, 4, 2, 1, "sgd"},
+                                           Case{ScheduleKind::OneFOneB, 2, 3, 2, "adam"},
+                                           Case{ScheduleKind::GPipe, 2, 5, 2, "sgd"}),
                          case_name);
 
 // train.precision: each stage computes as MixedPrecision computes the whole network (fp16's
@@ -148,7 +154,7 @@ TEST(PipelinePrecision, Fp16AndBf16EqualOneProcessInTheSamePrecision) {
       expected_losses.push_back(reference->train_step({data.inputs[s], data.targets[s]}).loss);
     const auto expected = reference->model_state();
 
-    const auto cfg = config_of("pipeline", "sgd", pipeline_options("1f1b", 2, 3));
+    const auto cfg = config_of("pipeline", "sgd", pipeline_options(ScheduleKind::OneFOneB, 2, 3));
     std::vector<models::NetworkPtr> models{testing::build_model(cfg, 7), testing::build_model(cfg, 8)};
     std::vector<std::map<std::string, torch::Tensor>> ends(2);
     std::vector<std::vector<double>> losses(2);
@@ -240,7 +246,7 @@ TEST(PipelineOptions, ModelsAndSettingsAPipelineCannotHonourAreRefused) {
 }
 
 TEST(PipelineOptions, MicroBatchesBeyondThePipelinesBatchAreRefusedAtTheStep) {
-  const auto cfg = config_of("pipeline", "sgd", pipeline_options("1f1b", 2, 8));
+  const auto cfg = config_of("pipeline", "sgd", pipeline_options(ScheduleKind::OneFOneB, 2, 8));
   const auto data = make_data(1, 6, torch::kFloat);
   std::vector<std::string> errors(2);
   std::vector<models::NetworkPtr> models{testing::build_model(cfg, 1), testing::build_model(cfg, 1)};
@@ -334,8 +340,8 @@ Run run_strategy(const config::RunConfig& cfg, int world, const Data& data, int 
 TEST(PipelineCheckpoint, PipelineResumesAsLocalAndLocalAsPipelineAtAnotherS) {
   const auto data = make_data(4, 12, torch::kDouble);
   const auto local = config_of("local", "adam");
-  const auto two = config_of("pipeline", "adam", pipeline_options("1f1b", 2, 3));
-  const auto three = config_of("pipeline", "adam", pipeline_options("gpipe", 3, 4));
+  const auto two = config_of("pipeline", "adam", pipeline_options(ScheduleKind::OneFOneB, 2, 3));
+  const auto three = config_of("pipeline", "adam", pipeline_options(ScheduleKind::GPipe, 3, 4));
   // The reference: four steps in one process.
   const auto straight = run_strategy(local, 1, data, 0, 4, nullptr);
 
@@ -366,7 +372,7 @@ TEST(PipelineCheckpoint, PipelineResumesAsLocalAndLocalAsPipelineAtAnotherS) {
 }
 
 TEST(PipelineMetrics, IdleFractionsAndHeldMicroBatchesPerStage) {
-  const auto cfg = config_of("pipeline", "sgd", pipeline_options("gpipe", 2, 4));
+  const auto cfg = config_of("pipeline", "sgd", pipeline_options(ScheduleKind::GPipe, 2, 4));
   const auto data = make_data(3, 16, torch::kFloat);
   std::vector<models::NetworkPtr> models{testing::build_model(cfg, 1), testing::build_model(cfg, 1)};
   std::vector<std::map<std::string, double>> metrics(2);
@@ -425,7 +431,7 @@ TEST(PipelineMetrics, IdleFractionsAndHeldMicroBatchesPerStage) {
 }
 
 TEST(PipelineMetrics, PassTimesAreReplayedTogetherEverySixtyFourStepsOfEightMicroBatches) {
-  const auto cfg = config_of("pipeline", "sgd", pipeline_options("gpipe", 2, 8));
+  const auto cfg = config_of("pipeline", "sgd", pipeline_options(ScheduleKind::GPipe, 2, 8));
   const auto data = make_data(1, 16, torch::kFloat);
   std::vector<models::NetworkPtr> models{testing::build_model(cfg, 1), testing::build_model(cfg, 1)};
   std::vector<std::map<std::string, double>> metrics(2);

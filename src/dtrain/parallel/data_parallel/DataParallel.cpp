@@ -19,7 +19,6 @@
 #include "dtrain/parallel/data_parallel/GradientBuckets.h"
 #include "dtrain/parallel/data_parallel/PowerSgd.h"
 #include "dtrain/util/Clock.h"
-#include "dtrain/util/EnumNames.h"
 
 namespace dtrain::parallel {
 
@@ -43,19 +42,12 @@ namespace dtrain::parallel {
 // (the first backward, or after zero_grad(set_to_none)), the hook copies it in once and re-points
 // grad() at the slot, as DDP's gradient_as_bucket_view does.
 
-namespace {
-constexpr util::EnumNames<GradCompression, 4> kCompressionNames{{{{GradCompression::None, "none"},
-                                                                  {GradCompression::Fp16, "fp16"},
-                                                                  {GradCompression::Bf16, "bf16"},
-                                                                  {GradCompression::PowerSgd, "powersgd"}}}};
-}  // namespace
-
 std::string to_string(GradCompression compression) {
-  return kCompressionNames.name(compression);
+  return kGradCompressionNames.name(compression);
 }
 
 GradCompression parse_grad_compression(const std::string& name) {
-  return kCompressionNames.parse(name, "gradient compression");
+  return kGradCompressionNames.parse(name, "gradient compression");
 }
 
 using detail::Bucket;

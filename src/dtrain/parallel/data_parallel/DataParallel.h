@@ -19,14 +19,11 @@
 #include <vector>
 
 #include "dtrain/comm/Communicator.h"
+#include "dtrain/parallel/data_parallel/DataParallelStrategyOptions.h"
 
 namespace dtrain::parallel {
 
-// How gradients travel. fp16 and bf16 halve the bytes on the wire and change the mathematics
-// slightly (the values are rounded to 16 bits), as DDP's fp16/bf16 communication hooks do;
-// powersgd sends a low-rank approximation of each weight matrix (PowerSgd.h).
-enum class GradCompression { None, Fp16, Bf16, PowerSgd };
-
+// GradCompression, how gradients travel, is the strategy option's enum (DataParallelStrategyOptions.h).
 std::string to_string(GradCompression compression);
 // Parses "none", "fp16", "bf16", "powersgd"; throws std::invalid_argument listing them otherwise.
 GradCompression parse_grad_compression(const std::string& name);

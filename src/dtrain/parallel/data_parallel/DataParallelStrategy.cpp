@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include <stdexcept>
+
 #include "dtrain/parallel/MicroBatches.h"
 #include "dtrain/parallel/Registry.h"
 #include "dtrain/util/Clock.h"
@@ -12,20 +14,31 @@
 namespace dtrain::parallel {
 namespace {
 
-const config::ChoiceSet kCompressions{"none", "fp16", "bf16", "powersgd"};
-const config::ChoiceSet kPowerSgdWires{"none", "fp16", "bf16"};
 const std::string kPowerSgdPrefix = "strategy/data_parallel/powersgd/";
+
+// PowerSgdOptions::wire holds the wire as the reducer names compressions.
+GradCompression as_grad_compression(PowerSgdWire wire) {
+  switch (wire) {
+    case PowerSgdWire::None:
+      return GradCompression::None;
+    case PowerSgdWire::Fp16:
+      return GradCompression::Fp16;
+    case PowerSgdWire::Bf16:
+      return GradCompression::Bf16;
+  }
+  throw std::logic_error("as_grad_compression: a PowerSgdWire without a GradCompression");
+}
 
 DataParallelOptions reducer_options(const DataParallelStrategyOptions& o, std::uint64_t seed) {
   DataParallelOptions options;
   options.bucket_mb = o.bucket_mb;
-  options.compression = parse_grad_compression(o.compression);
+  options.compression = o.compression;
   options.powersgd.rank = o.powersgd_rank;
   options.powersgd.start_round = o.powersgd_start_step;
   options.powersgd.min_compression = o.powersgd_min_compression;
   options.powersgd.warm_start = o.powersgd_warm_start;
   options.powersgd.error_feedback = o.powersgd_error_feedback;
-  options.powersgd.wire = parse_grad_compression(o.powersgd_wire);
+  options.powersgd.wire = as_grad_compression(o.powersgd_wire);
   options.powersgd.seed = seed;
   return options;
 }
@@ -34,7 +47,7 @@ DataParallelOptions reducer_options(const DataParallelStrategyOptions& o, std::u
 
 void describe_options(config::OptionVisitor& v, DataParallelStrategyOptions& o) {
   v.number("bucket_mb", o.bucket_mb, config::kPositive, "gradient bucket capacity in MB (PyTorch DDP: 25)");
-  v.choice("compression", o.compression, kCompressions,
+  v.choice("compression", o.compression, kGradCompressionNames,
            "gradients on the wire: none, fp16 or bf16 (half the bytes), powersgd (rank-r factors)");
   v.boolean("broadcast_buffers", o.broadcast_buffers,
             "broadcast rank 0's buffers (BatchNorm statistics) before every step, as DDP does");
@@ -47,12 +60,12 @@ void describe_options(config::OptionVisitor& v, DataParallelStrategyOptions& o) 
   v.boolean("powersgd_warm_start", o.powersgd_warm_start, "powersgd: start each round from the last Q");
   v.boolean("powersgd_error_feedback", o.powersgd_error_feedback,
             "powersgd: add what compression left out to the next round's gradient");
-  v.choice("powersgd_wire", o.powersgd_wire, kPowerSgdWires,
+  v.choice("powersgd_wire", o.powersgd_wire, kPowerSgdWireNames,
            "powersgd: P, Q and the plain gradients on the wire as float32 (none), fp16 or bf16");
 }
 
 void check(const DataParallelStrategyOptions& o) {
-  if (o.compression == "powersgd") return;
+  if (o.compression == GradCompression::PowerSgd) return;
   const DataParallelStrategyOptions d;
   const char* given = o.powersgd_rank != d.powersgd_rank                         ? "powersgd_rank"
                       : o.powersgd_start_step != d.powersgd_start_step           ? "powersgd_start_step"
@@ -65,7 +78,7 @@ void check(const DataParallelStrategyOptions& o) {
     throw std::invalid_argument(
         fmt::format("parallel.data_parallel.{}: applies to compression powersgd, not {}; set "
                     "parallel.data_parallel.compression: powersgd or leave {} out",
-                    given, o.compression, given));
+                    given, kGradCompressionNames.name(o.compression), given));
   }
 }
 
@@ -76,7 +89,7 @@ DataParallelStrategy::DataParallelStrategy(StrategyContext context)
   // L-BFGS evaluates its closure several times per step; with error feedback each evaluation
   // would add the residue the previous evaluation left, so its line search compares gradients of
   // different functions (a 3-step trial on an mlp diverged to a loss of 4e5). Refused, not warned.
-  if (options_.compression == "powersgd" && options_.powersgd_error_feedback &&
+  if (options_.compression == GradCompression::PowerSgd && options_.powersgd_error_feedback &&
       dynamic_cast<torch::optim::LBFGS*>(&optimizer()) != nullptr) {
     throw std::invalid_argument(
         "parallel.data_parallel.powersgd_error_feedback: true does not work with optim.name lbfgs (each "
@@ -93,7 +106,7 @@ StepResult DataParallelStrategy::train_step(const data::Batch& batch) {
 }
 
 void DataParallelStrategy::check_joinable() const {
-  if (options_.compression == "powersgd") {
+  if (options_.compression == GradCompression::PowerSgd) {
     throw std::invalid_argument(
         "data.equalize: join does not work with parallel.data_parallel.compression: powersgd (a shadow "
         "step's "
@@ -174,7 +187,7 @@ std::map<std::string, double> DataParallelStrategy::metrics() {
 }
 
 std::map<std::string, std::string> DataParallelStrategy::notes() const {
-  if (options_.compression != "powersgd") return {};
+  if (options_.compression != GradCompression::PowerSgd) return {};
   const auto s = dp_->compression_summary();
   return {{"data_parallel/powersgd",
            fmt::format(
@@ -194,7 +207,7 @@ void DataParallelStrategy::save(io::Checkpoint& checkpoint) const {
 void DataParallelStrategy::load(const io::Checkpoint& checkpoint) {
   ReplicaStrategy::load(checkpoint);
   // A checkpoint of another compression (or strategy) has no such keys; PowerSGD then starts afresh.
-  if (options_.compression != "powersgd") return;
+  if (options_.compression != GradCompression::PowerSgd) return;
   std::map<std::string, torch::Tensor> state;
   for (const auto& [key, value] : checkpoint.tensors()) {
     if (key.rfind(kPowerSgdPrefix, 0) == 0) state.emplace(key.substr(kPowerSgdPrefix.size()), value);

@@ -41,28 +41,29 @@ std::int64_t packed_bytes(std::int64_t n, int width) {
 
 Compressor::Compressor(CompressorOptions options, std::int64_t length, std::uint64_t seed)
     : options_(std::move(options)), length_(length), seed_(seed) {
-  const auto& kind = options_.kind;
   k_ = std::max<std::int64_t>(
       1, static_cast<std::int64_t>(std::ceil(options_.ratio * static_cast<double>(length))));
   k_ = std::min(k_, length);
-  if (kind == "identity") {
-    bytes_ = 4 * length;
-  } else if (kind == "topk") {
-    bytes_ = 8 * k_;
-  } else if (kind == "randomk") {
-    bytes_ = 4 * k_;
-  } else if (kind == "sign") {
-    bytes_ = packed_bytes(length, 1) + 4;
-  } else if (kind == "qbit") {
-    if (options_.bits < 1 || options_.bits > 7)
-      throw std::invalid_argument("parallel.decentralized.bits: expected 1..7 bits per coordinate");
-    bytes_ = packed_bytes(length, options_.bits + 1) + 4;
-  } else {
-    throw std::invalid_argument(
-        "parallel.decentralized.compressor: expected identity, topk, randomk, sign or qbit, "
-        "found '" +
-        kind + "'");
+  switch (options_.kind) {
+    case CompressorKind::Identity:
+      bytes_ = 4 * length;
+      return;
+    case CompressorKind::TopK:
+      bytes_ = 8 * k_;
+      return;
+    case CompressorKind::RandomK:
+      bytes_ = 4 * k_;
+      return;
+    case CompressorKind::Sign:
+      bytes_ = packed_bytes(length, 1) + 4;
+      return;
+    case CompressorKind::QBit:
+      if (options_.bits < 1 || options_.bits > 7)
+        throw std::invalid_argument("parallel.decentralized.bits: expected 1..7 bits per coordinate");
+      bytes_ = packed_bytes(length, options_.bits + 1) + 4;
+      return;
   }
+  throw std::logic_error("Compressor: a CompressorKind without an encoding");
 }
 
 torch::Generator Compressor::generator(int node, std::int64_t round, std::uint64_t stream) const {
@@ -83,20 +84,21 @@ torch::Tensor Compressor::encode(const torch::Tensor& v_anywhere, int node, std:
   // decoded vector back.
   const auto v = v_anywhere.to(torch::kCPU);
   TORCH_INTERNAL_ASSERT(v.dim() == 1 && v.numel() == length_ && v.scalar_type() == torch::kFloat);
-  const auto& kind = options_.kind;
+  const auto kind = options_.kind;
   auto message = torch::zeros({bytes_}, torch::kUInt8);
   auto* out = message.data_ptr<std::uint8_t>();
-  if (kind == "identity") {
+  if (kind == CompressorKind::Identity) {
     std::memcpy(out, v.contiguous().data_ptr<float>(), static_cast<std::size_t>(bytes_));
-  } else if (kind == "topk" || kind == "randomk") {
-    const auto indices = kind == "topk" ? std::get<1>(v.abs().topk(k_)) : random_indices(node, round);
+  } else if (kind == CompressorKind::TopK || kind == CompressorKind::RandomK) {
+    const auto indices =
+        kind == CompressorKind::TopK ? std::get<1>(v.abs().topk(k_)) : random_indices(node, round);
     const auto values = v.index_select(0, indices).contiguous();
     std::memcpy(out, values.data_ptr<float>(), static_cast<std::size_t>(4 * k_));
-    if (kind == "topk") {
+    if (kind == CompressorKind::TopK) {
       const auto idx = indices.to(torch::kInt).contiguous();
       std::memcpy(out + 4 * k_, idx.data_ptr<std::int32_t>(), static_cast<std::size_t>(4 * k_));
     }
-  } else if (kind == "sign") {
+  } else if (kind == CompressorKind::Sign) {
     const float scale = v.abs().sum().item<float>() / static_cast<float>(length_);
     std::memcpy(out, &scale, 4);
     const auto codes = v.lt(0).to(torch::kUInt8).contiguous();
@@ -120,15 +122,15 @@ torch::Tensor Compressor::decode(const torch::Tensor& message, int node, std::in
   TORCH_INTERNAL_ASSERT(message.numel() == bytes_ && message.scalar_type() == torch::kUInt8);
   const auto bytes = message.contiguous();
   const auto* in = bytes.data_ptr<std::uint8_t>();
-  const auto& kind = options_.kind;
+  const auto kind = options_.kind;
   auto q = torch::zeros({length_}, torch::kFloat);
-  if (kind == "identity") {
+  if (kind == CompressorKind::Identity) {
     std::memcpy(q.data_ptr<float>(), in, static_cast<std::size_t>(bytes_));
-  } else if (kind == "topk" || kind == "randomk") {
+  } else if (kind == CompressorKind::TopK || kind == CompressorKind::RandomK) {
     auto values = torch::empty({k_}, torch::kFloat);
     std::memcpy(values.data_ptr<float>(), in, static_cast<std::size_t>(4 * k_));
     torch::Tensor indices;
-    if (kind == "topk") {
+    if (kind == CompressorKind::TopK) {
       auto idx = torch::empty({k_}, torch::kInt);
       std::memcpy(idx.data_ptr<std::int32_t>(), in + 4 * k_, static_cast<std::size_t>(4 * k_));
       indices = idx.to(torch::kLong);
@@ -139,12 +141,12 @@ torch::Tensor Compressor::decode(const torch::Tensor& message, int node, std::in
   } else {
     float scale = 0;
     std::memcpy(&scale, in, 4);
-    const int width = kind == "sign" ? 1 : options_.bits + 1;
+    const int width = kind == CompressorKind::Sign ? 1 : options_.bits + 1;
     auto codes = torch::empty({length_}, torch::kUInt8);
     unpack(in + 4, length_, width, codes.data_ptr<std::uint8_t>());
     const auto negative = codes.ge(1 << (width - 1)).to(torch::kFloat);
     const auto sign = 1.0 - 2.0 * negative;
-    if (kind == "sign") {
+    if (kind == CompressorKind::Sign) {
       q = sign * scale;
     } else {
       const int s = (1 << options_.bits) - 1;

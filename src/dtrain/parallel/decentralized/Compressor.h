@@ -17,14 +17,15 @@
 #include <torch/torch.h>
 
 #include <cstdint>
-#include <string>
+
+#include "dtrain/parallel/decentralized/DecentralizedOptions.h"
 
 namespace dtrain::parallel {
 
 struct CompressorOptions {
-  std::string kind = "topk";  // identity | topk | randomk | sign | qbit
-  double ratio = 0.1;         // topk, randomk
-  int bits = 4;               // qbit, 1..7
+  CompressorKind kind = CompressorKind::TopK;
+  double ratio = 0.1;  // TopK, RandomK
+  int bits = 4;        // QBit, 1..7
 };
 
 class Compressor {

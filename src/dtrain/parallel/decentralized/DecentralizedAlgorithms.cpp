@@ -103,7 +103,7 @@ void DecentralizedStrategy::average_all_nodes(StepTiming& timing) {
   torch::NoGradGuard no_grad;
   const double n = layout_.nodes();
   auto average = sum_over_nodes([](const Node& node) { return node.theta; }, &timing) / n;
-  if (options_.outer_optimizer == "nesterov") {
+  if (options_.outer_optimizer == OuterOptimizer::Nesterov) {
     // DiLoCo's outer step: the outer gradient is how far the average moved from the last outer
     // iterate; Nesterov momentum as torch.optim.SGD(nesterov=True).
     TORCH_INTERNAL_ASSERT(outer_.defined());

@@ -25,9 +25,6 @@ const config::ChoiceSet& algorithms() {
   return set;
 }
 
-const config::ChoiceSet kCompressors{"identity", "topk", "randomk", "sign", "qbit"};
-const config::ChoiceSet kOuter{"none", "nesterov"};
-
 struct Owned {
   const char* key;
   const char* algorithm;
@@ -45,14 +42,14 @@ void describe_decentralized(config::OptionVisitor& v, DecentralizedOptions& o) {
   v.boolean("persistent_primal_optimizer", o.persistent_primal_optimizer,
             "cadmm: keep the primal optimizer across rounds (else rebuilt)");
   v.boolean("init_grads", o.init_grads, "dsgt: start the trackers from a gradient at the initial weights");
-  v.choice("compressor", o.compressor, kCompressors, "choco: the compressor of x - x_hat");
+  v.choice("compressor", o.compressor, kCompressorNames, "choco: the compressor of x - x_hat");
   v.number("compression_ratio", o.compression_ratio, config::Range{0.0, 1.0, true, false},
            "choco: the fraction of coordinates topk and randomk keep");
   v.integer("bits", o.bits, config::IntRange{1, 7}, "choco: qbit's bits per coordinate");
   v.number("consensus_step", o.consensus_step, config::Range{0.0, 1.0, true, false},
            "choco: the consensus step gamma");
   v.integer("local_steps", o.local_steps, config::at_least(1), "local_sgd: local steps between averages");
-  v.choice("outer_optimizer", o.outer_optimizer, kOuter,
+  v.choice("outer_optimizer", o.outer_optimizer, kOuterOptimizerNames,
            "local_sgd: DiLoCo's outer step on the average's change (none or nesterov)");
   v.number("outer_lr", o.outer_lr, config::kPositive, "local_sgd: the outer step's learning rate");
   v.number("outer_momentum", o.outer_momentum, config::kUnitOpen, "local_sgd: the outer step's momentum");
@@ -87,7 +84,7 @@ void DecentralizedOptions::check() const {
           entry.key, entry.algorithm, algorithm, entry.algorithm));
     }
   }
-  if (algorithm == "local_sgd" && outer_optimizer == "none" &&
+  if (algorithm == "local_sgd" && outer_optimizer == OuterOptimizer::None &&
       (outer_lr != d.outer_lr || outer_momentum != d.outer_momentum)) {
     throw std::invalid_argument(
         "parallel.decentralized.outer_lr/outer_momentum: set, but outer_optimizer is none; set "

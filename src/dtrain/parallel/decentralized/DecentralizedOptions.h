@@ -5,8 +5,23 @@
 #include <string>
 
 #include "dtrain/config/Options.h"
+#include "dtrain/util/EnumNames.h"
 
 namespace dtrain::parallel {
+
+// Choco-SGD's compressor of x - x_hat (parallel.decentralized.compressor; Compressor.h).
+enum class CompressorKind { Identity, TopK, RandomK, Sign, QBit };
+inline constexpr util::EnumNames<CompressorKind, 5> kCompressorNames{{{{CompressorKind::Identity, "identity"},
+                                                                       {CompressorKind::TopK, "topk"},
+                                                                       {CompressorKind::RandomK, "randomk"},
+                                                                       {CompressorKind::Sign, "sign"},
+                                                                       {CompressorKind::QBit, "qbit"}}}};
+
+// local_sgd's outer step on the average's change (parallel.decentralized.outer_optimizer): none,
+// or DiLoCo's Nesterov momentum.
+enum class OuterOptimizer { None, Nesterov };
+inline constexpr util::EnumNames<OuterOptimizer, 2> kOuterOptimizerNames{
+    {{{OuterOptimizer::None, "none"}, {OuterOptimizer::Nesterov, "nesterov"}}}};
 
 struct DecentralizedOptions {
   // dsgd | cadmm | dsgt | choco | local_sgd | centralized | individual
@@ -19,16 +34,16 @@ struct DecentralizedOptions {
   bool persistent_primal_optimizer = false;
   // dsgt: start the trackers y and g from a gradient at the initial weights (else zeros).
   bool init_grads = true;
-  // choco: compressor of x - x_hat (identity | topk | randomk | sign | qbit), the fraction of
+  // choco: compressor of x - x_hat (Identity | TopK | RandomK | Sign | QBit), the fraction of
   // coordinates topk and randomk keep, qbit's bits per coordinate, and the consensus step gamma.
-  std::string compressor = "topk";
+  CompressorKind compressor = CompressorKind::TopK;
   double compression_ratio = 0.1;
   int bits = 4;
   double consensus_step = 0.5;
-  // local_sgd: local steps between averages; DiLoCo's outer step (none | nesterov) on the
+  // local_sgd: local steps between averages; DiLoCo's outer step (None | Nesterov) on the
   // average's change, with its learning rate and momentum.
   int local_steps = 8;
-  std::string outer_optimizer = "none";
+  OuterOptimizer outer_optimizer = OuterOptimizer::None;
   double outer_lr = 0.7;
   double outer_momentum = 0.9;
 

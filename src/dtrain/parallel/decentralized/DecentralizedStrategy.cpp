@@ -45,16 +45,17 @@ void check_optimizer(const torch::optim::Optimizer& probe, const std::string& al
 void check_compressor(const DecentralizedOptions& options) {
   if (options.algorithm != "choco") return;
   const DecentralizedOptions d;
-  const bool sparse = options.compressor == "topk" || options.compressor == "randomk";
+  const bool sparse =
+      options.compressor == CompressorKind::TopK || options.compressor == CompressorKind::RandomK;
   if (!sparse && options.compression_ratio != d.compression_ratio) {
     throw std::invalid_argument(
         "parallel.decentralized.compression_ratio: applies to compressor topk or randomk, "
         "not " +
-        options.compressor);
+        kCompressorNames.name(options.compressor));
   }
-  if (options.compressor != "qbit" && options.bits != d.bits) {
+  if (options.compressor != CompressorKind::QBit && options.bits != d.bits) {
     throw std::invalid_argument("parallel.decentralized.bits: applies to compressor qbit, not " +
-                                options.compressor);
+                                kCompressorNames.name(options.compressor));
   }
 }
 
@@ -126,7 +127,7 @@ DecentralizedStrategy::DecentralizedStrategy(StrategyContext context)
     nodes_.push_back(std::move(node));
   }
   start_round();
-  if (options_.algorithm == "local_sgd" && options_.outer_optimizer == "nesterov") {
+  if (options_.algorithm == "local_sgd" && options_.outer_optimizer == OuterOptimizer::Nesterov) {
     outer_ = nodes_.front()->theta.clone();  // the initial weights, the same on every rank
     outer_momentum_ = torch::zeros_like(outer_);
   }

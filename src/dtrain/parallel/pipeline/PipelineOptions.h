@@ -2,25 +2,36 @@
 // make_pipeline (parallel/Strategies.h).
 #pragma once
 
-#include <string>
 #include <vector>
 
 #include "dtrain/config/Options.h"
+#include "dtrain/util/EnumNames.h"
 
 namespace dtrain::parallel::pipeline {
 
+// The order of a stage's forward and backward passes (Note [Pipeline schedules]), named as
+// parallel.pipeline.schedule names it.
+enum class ScheduleKind { GPipe, OneFOneB };
+inline constexpr util::EnumNames<ScheduleKind, 2> kScheduleNames{
+    {{{ScheduleKind::GPipe, "gpipe"}, {ScheduleKind::OneFOneB, "1f1b"}}}};
+
+// Where the cuts between stages go (parallel.pipeline.balance).
+enum class Balance { Parameters, Time, CutPoints };
+inline constexpr util::EnumNames<Balance, 3> kBalanceNames{
+    {{{Balance::Parameters, "parameters"}, {Balance::Time, "time"}, {Balance::CutPoints, "cut_points"}}}};
+
 // parallel.pipeline.*
 struct PipelineOptions {
-  std::string schedule = "1f1b";  // gpipe | 1f1b (Note [Pipeline schedules])
+  ScheduleKind schedule = ScheduleKind::OneFOneB;  // GPipe | OneFOneB (Note [Pipeline schedules])
   // Stages per pipeline; the world size must be a multiple (world / stages pipeline replicas).
   // 0: one pipeline over the whole world.
   int stages = 0;
   // Micro-batches per step; a pipeline's batch is its ranks' batches together.
   int micro_batches = 4;
-  // Where the cuts go: parameters (balanced parameter counts), time (balanced forward+backward
-  // time, measured per layer once at start by rank 0), cut_points (the list below).
-  std::string balance = "parameters";
-  // With balance cut_points: the first layer of stages 1..S-1, e.g. [2] or [3, 7].
+  // Where the cuts go: Parameters (balanced parameter counts), Time (balanced forward+backward
+  // time, measured per layer once at start by rank 0), CutPoints (the list below).
+  Balance balance = Balance::Parameters;
+  // With balance CutPoints: the first layer of stages 1..S-1, e.g. [2] or [3, 7].
   std::vector<int> cut_points{};
 };
 

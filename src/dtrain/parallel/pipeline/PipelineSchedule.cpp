@@ -8,17 +8,6 @@
 
 namespace dtrain::parallel::pipeline {
 
-ScheduleKind parse_schedule(const std::string& name) {
-  if (name == "gpipe") return ScheduleKind::GPipe;
-  if (name == "1f1b") return ScheduleKind::OneFOneB;
-  throw std::invalid_argument(
-      fmt::format("parallel.pipeline.schedule: expected gpipe or 1f1b, found '{}'", name));
-}
-
-std::string schedule_name(ScheduleKind kind) {
-  return kind == ScheduleKind::GPipe ? "gpipe" : "1f1b";
-}
-
 std::vector<PipelineAction> stage_schedule(ScheduleKind kind, int stages, int stage, int micro_batches) {
   if (stages < 1 || stage < 0 || stage >= stages || micro_batches < 1) {
     throw std::invalid_argument(

@@ -4,16 +4,13 @@
 // the tests can count what a stage holds without running a model.
 #pragma once
 
-#include <string>
 #include <vector>
+
+#include "dtrain/parallel/pipeline/PipelineOptions.h"
 
 namespace dtrain::parallel::pipeline {
 
-enum class ScheduleKind { GPipe, OneFOneB };
-
-// "gpipe" | "1f1b"; throws std::invalid_argument naming parallel.pipeline.schedule otherwise.
-ScheduleKind parse_schedule(const std::string& name);
-std::string schedule_name(ScheduleKind kind);
+// ScheduleKind and its names (kScheduleNames) are parallel.pipeline.schedule's, in PipelineOptions.h.
 
 struct PipelineAction {
   enum class Pass { Forward, Backward };

@@ -23,20 +23,13 @@
 
 namespace dtrain::parallel::pipeline {
 
-namespace {
-
-const config::ChoiceSet kSchedules{"gpipe", "1f1b"};
-const config::ChoiceSet kBalances{"parameters", "time", "cut_points"};
-
-}  // namespace
-
 void describe_options(config::OptionVisitor& v, PipelineOptions& o) {
-  v.choice("schedule", o.schedule, kSchedules, "micro-batch schedule: gpipe or 1f1b");
+  v.choice("schedule", o.schedule, kScheduleNames, "micro-batch schedule: gpipe or 1f1b");
   v.integer("stages", o.stages, config::IntRange{0, 1 << 16},
             "stages per pipeline, dividing the world (0: one pipeline over every rank)");
   v.integer("micro_batches", o.micro_batches, config::IntRange{1, wire::kMaxMicroBatches},
             "micro-batches per step");
-  v.choice("balance", o.balance, kBalances,
+  v.choice("balance", o.balance, kBalanceNames,
            "where the cuts go: parameters (equal counts), time (measured), cut_points (given)");
   v.int_list("cut_points", o.cut_points, 1, /*allow_empty=*/true,
              "balance cut_points: the first layer of stages 1..S-1, e.g. [3, 7]");
@@ -50,13 +43,13 @@ int check_options(const PipelineOptions& o, int world) {
         "stages, so choose stages among the divisors of {} (or 0 for one pipeline over all ranks)",
         stages, world, world));
   }
-  if (o.balance != "cut_points" && !o.cut_points.empty()) {
+  if (o.balance != Balance::CutPoints && !o.cut_points.empty()) {
     throw std::invalid_argument(
         fmt::format("parallel.pipeline.cut_points: applies to balance: cut_points, not balance: {}; set "
                     "parallel.pipeline.balance: cut_points or leave cut_points out",
-                    o.balance));
+                    kBalanceNames.name(o.balance)));
   }
-  if (o.balance == "cut_points" && static_cast<int>(o.cut_points.size()) != stages - 1) {
+  if (o.balance == Balance::CutPoints && static_cast<int>(o.cut_points.size()) != stages - 1) {
     throw std::invalid_argument(
         fmt::format("parallel.pipeline.cut_points: {} stages need {} cut points (the first layer of stages "
                     "1..{}), found {}",
@@ -68,7 +61,7 @@ int check_options(const PipelineOptions& o, int world) {
 PipelineStrategy::PipelineStrategy(StrategyContext context)
     : context_(std::move(context)),
       options_(context_.parallel.options.get<PipelineOptions>("pipeline")),
-      schedule_(parse_schedule(options_.schedule)),
+      schedule_(options_.schedule),
       precision_(context_.precision, context_.comm),
       world_(context_.comm) {
   check_model_and_world();
@@ -140,10 +133,10 @@ void PipelineStrategy::check_model_and_world() const {
 // The first layer of every stage, as parallel.pipeline.balance says: rank 0 times the layers
 // (balance: time) and broadcasts the times, so every rank cuts at the same layers.
 StageBounds PipelineStrategy::cut_layers(int layers) {
-  if (options_.balance == "cut_points") {
+  if (options_.balance == Balance::CutPoints) {
     return bounds_from_cut_points(options_.cut_points, layers, layout_.stages);
   }
-  if (options_.balance == "time") {
+  if (options_.balance == Balance::Time) {
     auto seconds = torch::zeros({layers}, torch::kDouble);
     if (world_->rank() == 0) {
       const auto measured = measure_layer_seconds(*context_.model, context_.input);
@@ -177,7 +170,7 @@ void PipelineStrategy::assign_tensors() {
         throw std::invalid_argument(fmt::format(
             "parallel.pipeline.{}: {} and {} are one tensor shared by stages {} and {}; cut the model "
             "elsewhere (parallel.pipeline.balance: cut_points)",
-            options_.balance == "cut_points" ? "cut_points" : "balance", it->second.second, name,
+            options_.balance == Balance::CutPoints ? "cut_points" : "balance", it->second.second, name,
             it->second.first, stage));
       }
       if (!fresh) return;
