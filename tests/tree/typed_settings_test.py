@@ -1,14 +1,18 @@
 #!/usr/bin/env python3
-"""Enumerated settings are compared as enums outside config/: fails naming every place under src/dtrain/
-(config/ aside) where a string literal that is one of their names (a name in one of the EnumNames
-tables of src/dtrain/config/RunConfig.h: "bf16", "join", "cuda" ...) is compared with == or !=.
+"""Enumerated settings are compared as enums: fails naming every place under src/dtrain/ where a string
+literal that is one of their names is compared with == or !=. Their names are those of the EnumNames
+tables in src/dtrain/config/RunConfig.h ("bf16", "join", "cuda" ...), compared nowhere outside config/,
+and in the strategies' option headers, src/dtrain/parallel/**/*Options.h ("powersgd", "1f1b",
+"cut_points", "topk", "nesterov" ...), compared nowhere at all.
 
 config/ turns the text into the enum once (Options.h, EnumField); code above it compares
-config::Precision::Bf16, never "bf16". Text that is not a setting's value but happens to share a
-name (comm's backend names, a command-line flag of `dtrain launch`) is listed in ALLOWED with the
-reason; an entry that no longer matches anything fails too, so the list stays exact.
+config::Precision::Bf16, never "bf16", and a strategy compares GradCompression::PowerSgd, never
+"powersgd". Text that is not a setting's value but happens to share a name (comm's backend names, a
+command-line flag of `dtrain launch`) is listed in ALLOWED with the reason; an entry that no longer
+matches anything fails too, so the list stays exact.
     tests/tree/typed_settings_test.py SOURCE_DIR
 """
+import glob
 import os
 import re
 import sys
@@ -37,8 +41,6 @@ ALLOWED = [
     ("parallel/decentralized/DecentralizedStrategy.cpp", "context_.comm->backend()",
      "the communicator's name of its own backend"),
     ("parallel/pipeline/PipelineStrategy.cpp", "world_->backend()", "the communicator's name of its own backend"),
-    ("parallel/decentralized/DecentralizedOptions.cpp", "outer_optimizer",
-     "parallel.decentralized.outer_optimizer, a strategy option's name"),
     ("experiment/ReportRuns.cpp", "wire", "results.json's text, read back for a report"),
     ("run/RunResults.cpp", "value", "the device settings as results.json states them (true/false)"),
 ]
@@ -69,45 +71,71 @@ def strip_comments(text):
     return "".join(out)
 
 
-def setting_names(source):
-    """Every name of every EnumNames table in config/RunConfig.h."""
-    header = open(os.path.join(source, "src/dtrain/config/RunConfig.h"), encoding="utf-8").read()
-    names = set()
+# The headers whose EnumNames tables name enumerated settings, relative to src/dtrain/, each with the
+# folder whose code may compare those names as text (None: no folder may).
+SETTINGS_HEADERS = [("config/RunConfig.h", "config")]
+STRATEGY_OPTION_HEADERS = "parallel/**/*Options.h"
+
+
+def tables_of(root, relative):
+    """{name: [table, ...]} for every name of every EnumNames table in src/dtrain/<relative>."""
+    header = open(os.path.join(root, relative), encoding="utf-8").read()
+    names = {}
     for _, table, body in TABLE.findall(header):
         found = re.findall(LITERAL, body)
         if not found:
-            raise SystemExit(f"config/RunConfig.h: {table} has no names this test can read")
-        names.update(found)
-    if not names:
-        raise SystemExit("config/RunConfig.h: no util::EnumNames tables found; the test reads them")
+            raise SystemExit(f"src/dtrain/{relative}: {table} has no names this test can read")
+        for name in found:
+            names.setdefault(name, []).append(table)
+    return names
+
+
+def setting_names(root):
+    """{name: [(header, table, folder exempt or None), ...]} for every enumerated setting's name."""
+    headers = list(SETTINGS_HEADERS)
+    for path in sorted(glob.glob(os.path.join(root, STRATEGY_OPTION_HEADERS), recursive=True)):
+        headers.append((os.path.relpath(path, root), None))
+    names = {}
+    for relative, exempt in headers:
+        tables = tables_of(root, relative)
+        if relative == SETTINGS_HEADERS[0][0] and not tables:
+            raise SystemExit(f"src/dtrain/{relative}: no util::EnumNames tables found; the test reads them")
+        for name, found in tables.items():
+            names.setdefault(name, []).extend((relative, table, exempt) for table in found)
+    if not any(exempt is None for owners in names.values() for _, _, exempt in owners):
+        raise SystemExit(f"src/dtrain/{STRATEGY_OPTION_HEADERS}: no util::EnumNames tables found; the test "
+                         "reads the strategies' enumerated options from them")
     return names
 
 
 def main():
     source = os.path.abspath(sys.argv[1])
-    names = setting_names(source)
     root = os.path.join(source, "src", "dtrain")
+    names = setting_names(root)
     problems, used = [], set()
     for folder, _, files in os.walk(root):
         for name in sorted(files):
             path = os.path.join(folder, name)
             relative = os.path.relpath(path, root)
-            if not name.endswith(SOURCES) or relative.startswith("config" + os.sep):
+            if not name.endswith(SOURCES):
                 continue
             text = strip_comments(open(path, encoding="utf-8", errors="replace").read())
             for match in COMPARISON.finditer(text):
                 operand = match.group(1) or match.group(4)
                 literal = match.group(2) if match.group(1) else match.group(3)
-                if literal not in names:
+                owners = [(header, table) for header, table, exempt in names.get(literal, [])
+                          if exempt is None or not relative.startswith(exempt + os.sep)]
+                if not owners:
                     continue
                 allowed = [i for i, (f, o, _) in enumerate(ALLOWED) if f == relative and o == operand]
                 if allowed:
                     used.update(allowed)
                     continue
                 line = text.count("\n", 0, match.start()) + 1
+                where = ", ".join(f"{table} in src/dtrain/{header}" for header, table in owners)
                 problems.append(
                     f'src/dtrain/{relative}:{line}: {operand} compared with "{literal}", a name of an enumerated '
-                    "setting; compare the config:: enum (config/RunConfig.h), or add the place to ALLOWED in "
+                    f"setting ({where}); compare the enum, or add the place to ALLOWED in "
                     "tests/tree/typed_settings_test.py with the reason it is text"
                 )
     for i, (f, o, _) in enumerate(ALLOWED):
@@ -118,8 +146,9 @@ def main():
         print(p)
     if problems:
         return 1
-    print(f"{len(names)} names of enumerated settings; no comparison of one outside config/ but the "
-          f"{len(ALLOWED)} allowed")
+    tables = {(header, table) for owners in names.values() for header, table, _ in owners}
+    print(f"{len(names)} names of enumerated settings in {len(tables)} tables; no comparison of one where "
+          f"it is a setting's name but the {len(ALLOWED)} allowed")
     return 0
 
 
