@@ -17,14 +17,14 @@ torch::Tensor vector_of(std::int64_t n) {
 
 TEST(Compressor, IdentityIsExact) {
   const auto v = vector_of(100);
-  Compressor c({"identity", 0.1, 4}, 100, 1);
+  Compressor c({CompressorKind::Identity, 0.1, 4}, 100, 1);
   EXPECT_EQ(c.message_bytes(), 400);
   EXPECT_TRUE(torch::equal(c.decode(c.encode(v, 0, 0), 0, 0), v));
 }
 
 TEST(Compressor, TopKKeepsTheLargestCoordinates) {
   const auto v = vector_of(1000);
-  Compressor c({"topk", 0.05, 4}, 1000, 1);
+  Compressor c({CompressorKind::TopK, 0.05, 4}, 1000, 1);
   EXPECT_EQ(c.message_bytes(), 8 * 50);
   const auto q = c.decode(c.encode(v, 3, 7), 3, 7);
   EXPECT_EQ(q.ne(0).sum().item<std::int64_t>(), 50);
@@ -34,7 +34,7 @@ TEST(Compressor, TopKKeepsTheLargestCoordinates) {
 
 TEST(Compressor, RandomKSendsValuesOnlyAndTheReceiverRedrawsTheCoordinates) {
   const auto v = vector_of(1000);
-  Compressor c({"randomk", 0.1, 4}, 1000, 1);
+  Compressor c({CompressorKind::RandomK, 0.1, 4}, 1000, 1);
   EXPECT_EQ(c.message_bytes(), 4 * 100);
   const auto q = c.decode(c.encode(v, 2, 5), 2, 5);
   const auto kept = q.ne(0);
@@ -46,7 +46,7 @@ TEST(Compressor, RandomKSendsValuesOnlyAndTheReceiverRedrawsTheCoordinates) {
 
 TEST(Compressor, SignKeepsSignsAndTheMeanMagnitude) {
   const auto v = vector_of(1001);
-  Compressor c({"sign", 0.1, 4}, 1001, 1);
+  Compressor c({CompressorKind::Sign, 0.1, 4}, 1001, 1);
   EXPECT_EQ(c.message_bytes(), (1001 + 7) / 8 + 4);
   const auto q = c.decode(c.encode(v, 0, 0), 0, 0);
   EXPECT_TRUE(torch::equal(q.sign(), v.sign()));
@@ -57,7 +57,7 @@ TEST(Compressor, QbitIsAContractionWithinItsLevels) {
   const std::int64_t n = 4096;
   const auto v = vector_of(n);
   for (int bits : {1, 2, 4, 7}) {
-    Compressor c({"qbit", 0.1, bits}, n, 1);
+    Compressor c({CompressorKind::QBit, 0.1, bits}, n, 1);
     EXPECT_EQ(c.message_bytes(), (n * (bits + 1) + 7) / 8 + 4);
     const auto q = c.decode(c.encode(v, 1, 1), 1, 1);
     // Signs agree wherever a coordinate survives, and |v - Q(v)| < |v| (contractive).
