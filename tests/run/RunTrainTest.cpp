@@ -37,7 +37,6 @@ config::RunConfig tiny_run(const std::string& strategy) {
   c.parallel.strategy = strategy;
   c.train.epochs = 1;
   c.train.seed = 3;
-  c.train.log_every_steps = 0;
   return c;
 }
 
