@@ -15,28 +15,22 @@
 #include "dtrain/run/Run.h"
 #include "support/ScratchDir.h"
 #include "support/ThreadWorld.h"
+#include "train/TrainTestUtil.h"
 
 namespace dtrain::run {
 namespace {
 
+// A tiny run of `strategy`: the trainer tests' small configuration, plain SGD for one epoch.
 config::RunConfig tiny_run(const std::string& strategy) {
-  config::RunConfig c;
-  c.name = "library";
+  auto c = train::testing::small_trainer_config("library");
   c.nproc = 2;  // the job's size: not refused when the program brings its communicator
-  c.data.dataset = "synthetic";
-  c.data.synthetic_shape = {1, 8, 8};
-  c.data.synthetic_classes = 4;
   c.data.synthetic_size = 128;
-  c.data.batch_size = 16;
-  c.data.eval_batch_size = 64;
-  c.data.test_subset_size = 32;
-  c.model.name = "mlp";
-  c.model.hidden = {16};
   c.optim.name = "sgd";
   c.optim.lr = 0.05;
   c.parallel.strategy = strategy;
   c.train.epochs = 1;
   c.train.seed = 3;
+  c.train.log_every_steps = 50;
   return c;
 }
 

@@ -4,7 +4,7 @@ C++ name in it that the tree does not have, every Note [Name] it cites that no s
 layer folder without a row in its folder table and every nested namespace it does not list.
 
 What a backticked token is, tried in this order (`a(b)` is first cut to `a`, template arguments and
-a leading `dtrain::` removed, a placeholder such as `<name>` read as "any name"):
+a leading `dtrain::` removed, a slot such as `<name>` read as "any name"):
   - skipped: a flag (`--resume`), a literal (`"local"`, `{...}`, `[rank r/N] ...`, `#include ...`), an
     absolute path (a machine's, `/proc/self/exe`), a setting (`exact = true`, `data.equalize: join`), a
     command or phrase (it holds a space), a dotted lowercase name (a configuration key
@@ -40,7 +40,7 @@ ALLOWED = {
         "a checkpoint's key prefix (kPrefix + \"node{}\" in parallel/decentralized/DecentralizedState.cpp)",
 }
 
-PLACEHOLDER = re.compile(r"<[A-Za-z_ ,0-9]+>")
+SLOT = re.compile(r"<[A-Za-z_ ,0-9]+>")
 IDENTIFIER = r"[A-Za-z_][A-Za-z0-9_]*"
 
 
@@ -104,7 +104,7 @@ class Tree:
 
     def written_by_code(self, token):
         """Whether a string of the code is `token` (with or without its last '/'): a metric, a run's file."""
-        regex = "^" + PLACEHOLDER.sub("[^\n]*", re.escape(token.rstrip("/"))) + "/?$"
+        regex = "^" + SLOT.sub("[^\n]*", re.escape(token.rstrip("/"))) + "/?$"
         return re.search(regex, self.source_strings, re.M) is not None
 
     def word_in(self, word, prefix=""):
@@ -147,7 +147,7 @@ def spans(text):
 def normalised(token):
     """The name a C++ token stands for: `f(args)` -> f, `T<U>` -> T, `dtrain::x` -> x."""
     name = re.sub(r"\(.*\)$", "", token)
-    name = re.sub(r"(?<=[A-Za-z0-9])<[^<>]*>", "", name)  # template arguments (a placeholder follows _ or ::)
+    name = re.sub(r"(?<=[A-Za-z0-9])<[^<>]*>", "", name)  # template arguments (a slot follows _ or ::)
     name = re.sub(r"^dtrain::", "", name)
     return name
 
@@ -179,7 +179,7 @@ def kind(token):
 def check_path(tree, token, layer):
     if token in ALLOWED:
         return None
-    pattern = PLACEHOLDER.sub("*", token)
+    pattern = SLOT.sub("*", token)
     lone = "/" not in pattern.rstrip("/")
     names_a_layer = pattern.endswith("/") and os.path.isdir(os.path.join(tree.root, "src/dtrain", pattern))
     if lone and layer and not names_a_layer:
@@ -199,7 +199,7 @@ def check_path(tree, token, layer):
 def check_symbol(tree, token):
     name = normalised(token)
     parts = [p for p in name.split("::") if p]
-    patterns = [PLACEHOLDER.sub(r"\\w+", re.escape(p)) for p in parts]
+    patterns = [SLOT.sub(r"\\w+", re.escape(p)) for p in parts]
     if any(p.startswith("<") for p in parts):
         return None  # `dtrain::<layer>`: a pattern, no name
     for part, pattern in zip(parts, patterns):

@@ -6,10 +6,10 @@
 #include <iostream>
 
 #include "dtrain/cli/Commands.h"
-#include "dtrain/run/SelfExe.h"
 #include "dtrain/experiment/DinnoExperiment.h"
 #include "dtrain/experiment/Experiment.h"
 #include "dtrain/experiment/Report.h"
+#include "dtrain/run/SelfExe.h"
 
 namespace dtrain::cli {
 namespace {

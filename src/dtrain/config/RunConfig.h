@@ -114,14 +114,14 @@ struct DataConfig {
 struct ModelConfig {
   // registered by models/: mlp, mnistnet, lenet5, resnet18, resnet50, vit, transformer
   std::string name = "lenet5";
-  std::vector<int> hidden{256, 128};  // mlp
+  std::vector<int> hidden{256, 128};         // mlp
   Activation activation = Activation::Relu;  // mlp: relu | tanh | gelu | sigmoid
   Stem stem = Stem::Cifar;                   // resnet: cifar | imagenet
-  int patch = 4;                      // vit
-  int dim = 64;                       // vit, transformer
-  int depth = 2;                      // vit, transformer
-  int heads = 4;                      // vit, transformer
-  double mlp_ratio = 2.0;             // vit, transformer
+  int patch = 4;                             // vit
+  int dim = 64;                              // vit, transformer
+  int depth = 2;                             // vit, transformer
+  int heads = 4;                             // vit, transformer
+  double mlp_ratio = 2.0;                    // vit, transformer
   double dropout = 0.0;
   Task task = Task::Classifier;  // transformer: classifier | lm
   // dinnocnn (DiNNO's CNN): one ReLU convolution, 2x2 max pool, two linear layers
@@ -199,7 +199,7 @@ struct TrainConfig {
   int checkpoint_every_epochs = 1;  // 0 = only at the end
   int keep_checkpoints = 0;         // the newest N checkpoint files are kept; 0 = every one
   std::uint64_t seed = 0;
-  int threads = 0;             // intra-op threads per worker; 0 = cores / local workers
+  int threads = 0;              // intra-op threads per worker; 0 = cores / local workers
   Device device = Device::Cpu;  // cpu | cuda
   // fp32 | bf16 (CPU autocast) | fp16 (fp16 numerics with dynamic loss scaling; README "Mixed
   // precision"). Master weights and optimizer state stay float32.
