@@ -64,6 +64,13 @@ inline constexpr util::EnumNames<MatmulPrecision, 3> kMatmulPrecisionNames{
       {MatmulPrecision::High, "high"},
       {MatmulPrecision::Medium, "medium"}}}};
 
+// train.activation_checkpointing: which of a model's blocks recompute their activations in backward.
+enum class ActivationCheckpointing { None, Full, Selective };
+inline constexpr util::EnumNames<ActivationCheckpointing, 3> kActivationCheckpointingNames{
+    {{{ActivationCheckpointing::None, "none"},
+      {ActivationCheckpointing::Full, "full"},
+      {ActivationCheckpointing::Selective, "selective"}}}};
+
 enum class RunFolder { Dated, Named };  // run_folder
 inline constexpr util::EnumNames<RunFolder, 2> kRunFolderNames{
     {{{RunFolder::Dated, "dated"}, {RunFolder::Named, "named"}}}};
@@ -220,6 +227,12 @@ struct TrainConfig {
   // train.device cuda: capture the step in a CUDA graph after a few eager steps and replay it
   // (train/CudaGraphStep.h, Note [Capturing the step in a CUDA graph]); local strategy, sgd.
   bool cuda_graph = false;
+  // Recompute the activations of the model's blocks (transformer and residual blocks, a model of
+  // one's own's stages) in backward instead of keeping them (models/Recompute.h): none, full (every
+  // block) or selective (every activation_checkpointing_every-th block, torchtitan's
+  // selective_ac_option). The weights are those of a run without it, bit for bit.
+  ActivationCheckpointing activation_checkpointing = ActivationCheckpointing::None;
+  int activation_checkpointing_every = 0;  // selective: recompute every k-th block; 0 = every 2nd
 };
 
 struct RunConfig {

@@ -147,6 +147,10 @@ void describe_train(OptionVisitor& v, TrainConfig& t) {
            "Convolutional models' weights and image batches in channels-last order (auto: on a GPU)");
   v.boolean("cuda_graph", t.cuda_graph,
             "cuda: capture the step in a CUDA graph and replay it (local strategy; sgd, adam or adamw)");
+  v.choice("activation_checkpointing", t.activation_checkpointing, kActivationCheckpointingNames,
+           "Recompute blocks' activations in backward: none, full (every block) or selective (every k-th)");
+  v.integer("activation_checkpointing_every", t.activation_checkpointing_every, at_least(0),
+            "selective: recompute every k-th block (0 = every 2nd)");
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/sequential.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -59,16 +60,31 @@ class Network : public torch::nn::Module {
   // The sequence the forward pass runs, shared with this network (not a copy).
   torch::nn::Sequential layers() const { return layers_; }
   // The stages in forward order, each callable as stage.forward(tensor); they share this
-  // network's parameters.
+  // network's parameters. A recomputed stage comes wrapped: its forward is recompute()'s, and its
+  // module holds the stage's (same parameters, names under "stage.").
   std::vector<torch::nn::AnyModule> stages() const;
   // Whether the network is one module of a user's own, not a sequence of stages (network() over a
   // module that is not a torch::nn::Sequential): what a pipeline cannot cut.
   bool single_module() const { return single_module_; }
   void set_single_module(bool single) { single_module_ = single; }
 
+  // The stages that are blocks (indices into stages(), ascending): the units activation
+  // recomputation recomputes (train.activation_checkpointing, models/Recompute.h). A transformer's
+  // encoder blocks, a ResNet's residual blocks; every stage of a model of one's own (network());
+  // none for a model whose stages are single operations.
+  const std::vector<std::size_t>& blocks() const { return blocks_; }
+  void set_blocks(std::vector<std::size_t> stages);
+  // The stages whose forward keeps only its input and is run again in backward (recompute()),
+  // in forward() and in what stages() hands out. Empty: none (the default).
+  void set_recomputed(std::vector<std::size_t> stages);
+  bool recomputed(std::size_t stage) const;
+  bool any_recomputed() const { return !recomputed_.empty(); }
+
  private:
   std::string kind_;
   torch::nn::Sequential layers_;
+  std::vector<std::size_t> blocks_;
+  std::vector<std::size_t> recomputed_;
   bool channels_last_on_cpu_ = false;
   bool channels_last_ = false;
   bool single_module_ = false;
@@ -80,6 +96,8 @@ using NetworkPtr = std::shared_ptr<Network>;
 // modules are the stages, in order (what pipeline cuts); the Network shares them, so training it
 // trains `layers`. Parameter names gain the prefix "layers." ("layers.0.weight"), as the built-in
 // models' have.
+// Every stage is a block (train.activation_checkpointing recomputes stages): group layers that are
+// recomputed together into one stage (a nested Sequential, or a module of one's own).
 NetworkPtr network(std::string kind, torch::nn::Sequential layers);
 
 // Any other module whose forward takes and returns one tensor (a torch::nn::ModuleHolder such as
@@ -91,6 +109,7 @@ NetworkPtr network(std::string kind, std::shared_ptr<ModuleType> module) {
   layers->push_back(std::move(module));
   auto out = std::make_shared<Network>(std::move(kind), std::move(layers));
   out->set_single_module(true);
+  out->set_blocks({0});
   return out;
 }
 template <class ModuleType>

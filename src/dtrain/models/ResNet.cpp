@@ -123,10 +123,12 @@ NetworkPtr build_resnet(const config::ModelConfig& config, const InputSpec& inpu
     layers->push_back(torch::nn::MaxPool2d(torch::nn::MaxPool2dOptions(3).stride(2).padding(1)));
   }
   std::int64_t in = 64;
+  std::vector<std::size_t> residual_blocks;
   for (std::size_t stage = 0; stage < blocks.size(); ++stage) {
     const std::int64_t planes = 64 << stage;
     for (int b = 0; b < blocks[stage]; ++b) {
       const std::int64_t stride = (stage > 0 && b == 0) ? 2 : 1;
+      residual_blocks.push_back(layers->size());
       if (bottleneck) {
         layers->push_back(Bottleneck(in, planes, stride));
         in = planes * BottleneckImpl::kExpansion;
@@ -141,6 +143,7 @@ NetworkPtr build_resnet(const config::ModelConfig& config, const InputSpec& inpu
   if (config.dropout > 0.0) layers->push_back(torch::nn::Dropout(config.dropout));
   layers->push_back(Linear(in, input.num_classes));
   auto network = std::make_shared<Network>(kind, layers);
+  network->set_blocks(std::move(residual_blocks));
   initialise(*network);
   return network;
 }

@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <stdexcept>
+#include <utility>
+#include <vector>
 
 #include "dtrain/models/Architectures.h"
 #include "dtrain/models/TransformerBlocks.h"
@@ -43,8 +45,20 @@ AttentionOptions attention_options(const std::string& model, const config::Model
   return options;
 }
 
-void push_blocks(torch::nn::Sequential& layers, const AttentionOptions& options, int depth) {
-  for (int i = 0; i < depth; ++i) layers->push_back(EncoderBlock(options));
+// Appends `depth` encoder blocks; returns their stage indices (the network's blocks).
+std::vector<std::size_t> push_blocks(torch::nn::Sequential& layers, const AttentionOptions& options,
+                                     int depth) {
+  std::vector<std::size_t> blocks;
+  for (int i = 0; i < depth; ++i) {
+    blocks.push_back(layers->size());
+    layers->push_back(EncoderBlock(options));
+  }
+  return blocks;
+}
+
+NetworkPtr with_blocks(NetworkPtr network, std::vector<std::size_t> blocks) {
+  network->set_blocks(std::move(blocks));
+  return network;
 }
 
 }  // namespace
@@ -64,9 +78,9 @@ NetworkPtr build_vit(const config::ModelConfig& config, const InputSpec& input) 
   }
   torch::nn::Sequential layers;
   layers->push_back(PatchEmbedding(channels, height, width, config.patch, config.dim, config.dropout));
-  push_blocks(layers, options, config.depth);
+  auto blocks = push_blocks(layers, options, config.depth);
   layers->push_back(ClassifierHead(config.dim, input.num_classes, Pooling::ClassToken));
-  return std::make_shared<Network>("vit", layers);
+  return with_blocks(std::make_shared<Network>("vit", layers), std::move(blocks));
 }
 
 NetworkPtr build_transformer(const config::ModelConfig& config, const InputSpec& input) {
@@ -81,9 +95,9 @@ NetworkPtr build_transformer(const config::ModelConfig& config, const InputSpec&
     const auto options = attention_options("transformer", config, /*causal=*/true);
     torch::nn::Sequential layers;
     layers->push_back(TokenEmbedding(input.vocab_size, input.seq_len, config.dim, config.dropout));
-    push_blocks(layers, options, config.depth);
+    auto blocks = push_blocks(layers, options, config.depth);
     layers->push_back(LanguageModelHead(config.dim, input.vocab_size));
-    return std::make_shared<Network>("transformer-lm", layers);
+    return with_blocks(std::make_shared<Network>("transformer-lm", layers), std::move(blocks));
   }
   if (input.is_tokens() && input.num_classes <= 0) {
     throw std::invalid_argument(
@@ -104,9 +118,9 @@ NetworkPtr build_transformer(const config::ModelConfig& config, const InputSpec&
     layers->push_back(RowEmbedding(input.sample_shape[0], input.sample_shape[1], input.sample_shape[2],
                                    config.dim, config.dropout));
   }
-  push_blocks(layers, options, config.depth);
+  auto blocks = push_blocks(layers, options, config.depth);
   layers->push_back(ClassifierHead(config.dim, input.num_classes, Pooling::Mean));
-  return std::make_shared<Network>("transformer", layers);
+  return with_blocks(std::make_shared<Network>("transformer", layers), std::move(blocks));
 }
 
 }  // namespace dtrain::models::detail

@@ -100,4 +100,21 @@ class AutocastGuard {
   at::ScalarType previous_dtype_ = at::kBFloat16;
 };
 
+// RAII: autocast's cast cache off while the guard lives (spelt alike in 1.13 and 2.x). Autocast
+// keeps the lower-precision copy of each float32 leaf it casts until the outermost scope ends;
+// a forward run without a graph (models/Recompute.h) must not leave copies with no history for
+// a later forward under the same scope to pick up.
+class AutocastCacheOff {
+ public:
+  AutocastCacheOff() : previous_(at::autocast::is_autocast_cache_enabled()) {
+    at::autocast::set_autocast_cache_enabled(false);
+  }
+  ~AutocastCacheOff() { at::autocast::set_autocast_cache_enabled(previous_); }
+  AutocastCacheOff(const AutocastCacheOff&) = delete;
+  AutocastCacheOff& operator=(const AutocastCacheOff&) = delete;
+
+ private:
+  bool previous_;
+};
+
 }  // namespace dtrain::optim

@@ -64,6 +64,11 @@ void check_cuda_graph(const config::RunConfig& config, int world_size) {
         "the captured update is the optimizer's fused step; optim.foreach: false asks for the per-tensor "
         "one");
   }
+  if (config.train.activation_checkpointing != config::ActivationCheckpointing::None) {
+    refuse(
+        "train.activation_checkpointing recomputes blocks in backward from the generators' state it saved on "
+        "the host, which a replay would not restore; set it to none");
+  }
   if (config.train.precision == config::Precision::Fp16 && world_size > 1) {
     refuse(
         "fp16 on several workers agrees on each skipped step with a collective, which a replay would skip; "

@@ -12,6 +12,7 @@
 
 #include "dtrain/data/Partition.h"
 #include "dtrain/models/ModelFactory.h"
+#include "dtrain/models/Recompute.h"
 #include "dtrain/optim/Optimizers.h"
 #include "dtrain/parallel/Registry.h"
 #include "dtrain/train/CudaGraphStep.h"
@@ -172,6 +173,9 @@ Trainer::Trainer(config::RunConfig config, comm::CommunicatorPtr comm, int local
   // Transfer learning: the same file and patterns on every rank give every rank the same model
   // before the strategy broadcasts or copies it.
   facts_.transfer = apply_transfer(*model, config_.model).lines();
+  models::apply_activation_checkpointing(*model, config_.train.activation_checkpointing,
+                                         config_.train.activation_checkpointing_every);
+  facts_.recomputation = models::describe_recomputation(*model, config_.train.activation_checkpointing);
   facts_.summary = models::summary(*model, input_spec(*data_.train));
   facts_.parameters = models::parameter_count(*model);
   // The precision the run computes in (its parameters stay float32 master weights under bf16/fp16).

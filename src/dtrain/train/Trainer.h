@@ -44,6 +44,9 @@ struct ModelFacts {
   // On a GPU: cuDNN's autotuner and TF32 as set for the run (apply_device_settings); empty on the CPU.
   std::map<std::string, std::string> device_settings;
   bool channels_last = false;  // train.channels_last as applied (apply_channels_last)
+  // train.activation_checkpointing as applied, for the log: "activation checkpointing: full, 6 of 6
+  // blocks recomputed (stages 1-6)"; empty with none.
+  std::string recomputation;
 };
 
 class Trainer {

@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "dtrain/models/Network.h"
 #include "dtrain/parallel/dad/LinearProducts.h"
 
 namespace dtrain::parallel {
@@ -160,6 +161,25 @@ namespace {
       name));
 }
 
+// A plain torch::nn::Linear is found in the graph below the loss after forward; a recomputed stage's
+// graph exists only while backward runs it again (Note [Activation recomputation]).
+void refuse_recomputed_plain(const models::Network& network, const std::string& name) {
+  const std::string prefix = "layers.";
+  if (!network.any_recomputed() || name.rfind(prefix, 0) != 0) return;
+  const auto dot = name.find('.', prefix.size());
+  const auto stage =
+      name.substr(prefix.size(), dot == std::string::npos ? std::string::npos : dot - prefix.size());
+  if (stage.empty() || stage.find_first_not_of("0123456789") != std::string::npos) return;
+  if (!network.recomputed(std::stoul(stage))) return;
+  throw std::invalid_argument(fmt::format(
+      "train.activation_checkpointing: Linear layer '{}' is a plain torch::nn::Linear in a recomputed stage; "
+      "dAD and rank-dAD find such a layer in the graph after forward, which a recomputed stage builds only "
+      "in "
+      "backward; make it a dtrain::models::Linear (the same parameters, tapped in its forward) or set "
+      "train.activation_checkpointing: none",
+      name));
+}
+
 }  // namespace
 
 torch::Tensor LinearTaps::Layer::input() const {
@@ -181,9 +201,11 @@ torch::Tensor LinearTaps::Layer::delta() const {
 }
 
 LinearTaps::LinearTaps(torch::nn::Module& model) {
+  const auto* network = dynamic_cast<const models::Network*>(&model);
   for (const auto& entry : model.named_modules()) {
     auto* linear = dynamic_cast<torch::nn::LinearImpl*>(entry.value().get());
     if (!linear || !linear->weight.requires_grad()) continue;
+    if (network && !dynamic_cast<models::LinearImpl*>(linear)) refuse_recomputed_plain(*network, entry.key());
     Layer layer;
     layer.name = entry.key();
     layer.module = linear;
