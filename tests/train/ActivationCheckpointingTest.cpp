@@ -47,6 +47,23 @@ TEST(ActivationCheckpointingTrainer, SameWeightsAsKeepingTheActivations) {
   }
 }
 
+// bf16 autocasts the recomputed forward as the first; fp16 rounds between stages on the CPU.
+TEST(ActivationCheckpointingTrainer, SameWeightsInBf16AndFp16) {
+  for (const auto precision : {config::Precision::Bf16, config::Precision::Fp16}) {
+    auto kept_config = transformer_config(ActivationCheckpointing::None);
+    auto full_config = transformer_config(ActivationCheckpointing::Full);
+    kept_config.train.precision = full_config.train.precision = precision;
+    kept_config.train.max_steps = full_config.train.max_steps = 4;
+    Trainer kept(kept_config, nullptr);
+    kept.fit();
+    Trainer full(full_config, nullptr);
+    full.fit();
+    const auto state = full.strategy().model_state();
+    for (const auto& [name, value] : kept.strategy().model_state())
+      EXPECT_TRUE(torch::equal(state.at(name), value)) << config::kPrecisionNames.name(precision) << " " << name;
+  }
+}
+
 TEST(ActivationCheckpointingTrainer, AModelWithoutBlocksIsRefusedByName) {
   auto c = testing::small_trainer_config("recompute-test");  // an mlp: every stage one operation
   c.train.activation_checkpointing = ActivationCheckpointing::Full;
