@@ -452,5 +452,98 @@ TEST(MixedPrecisionTraining, Bf16Lenet5LossFallsAsInFloat32) {
   EXPECT_FALSE(same(weights[Precision::Bf16], weights[Precision::Fp32]));
 }
 
+// A model of one's own whose Linear layer feeds a torch::nn::LayerNorm (float32 weights, bfloat16
+// input under autocast: Note [Normalisation under CPU autocast]) trains in bf16 under every
+// strategy that computes in it, its loss falling as in float32.
+models::NetworkPtr layer_norm_net() {
+  torch::manual_seed(8);
+  torch::nn::Sequential layers(torch::nn::Flatten(), torch::nn::Linear(784, 32),
+                               torch::nn::LayerNorm(torch::nn::LayerNormOptions({32})), torch::nn::GELU(),
+                               torch::nn::Linear(32, 10));
+  return models::network("layernormnet", layers);
+}
+
+class Bf16LayerNorm : public ::testing::TestWithParam<std::pair<std::string, int>> {};
+
+TEST_P(Bf16LayerNorm, UserModuleTrainsAsInFloat32) {
+  const auto [strategy, ranks] = GetParam();
+  auto cfg = mlp_config(strategy);
+  cfg.optim.name = "adam";
+  cfg.optim.momentum = 0.0;
+  cfg.optim.lr = 0.005;
+  const auto batch = batch_of(22, 8 * ranks);
+  std::map<Precision, std::vector<double>> losses;
+  for (const auto precision : {Precision::Fp32, Precision::Bf16}) {
+    std::vector<models::NetworkPtr> nets;
+    for (int r = 0; r < ranks; ++r) nets.push_back(layer_norm_net());
+    ASSERT_NO_THROW(check_precision_runs(precision, *nets.front(), models::InputSpec::image(1, 28, 28, 10)));
+    std::vector<std::vector<double>> per_rank(ranks);
+    dtrain::testing::run_world(
+        ranks,
+        [&](comm::CommunicatorPtr comm) {
+          const int r = comm->rank();
+          auto s = make_strategy(cfg, nets[r], comm, precision);
+          const auto rows = torch::indexing::Slice(r * 8, (r + 1) * 8);
+          for (int step = 0; step < 15; ++step)
+            per_rank[r].push_back(
+                s->train_step({batch.inputs.index({rows}), batch.targets.index({rows})}).loss);
+        },
+        dtrain::testing::WorldOptions::on("in-process"));
+    losses[precision] = per_rank[0];
+  }
+  const auto& f32 = losses[Precision::Fp32];
+  const auto& b16 = losses[Precision::Bf16];
+  EXPECT_NEAR(b16.front(), f32.front(), 0.05);
+  EXPECT_LT(b16.back(), 0.5 * b16.front());
+  EXPECT_NEAR(b16.back(), f32.back(), 0.1 * f32.front());
+  EXPECT_NE(b16, f32);  // computed in bfloat16, not float32
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, Bf16LayerNorm,
+                         ::testing::Values(std::make_pair(std::string("local"), 1),
+                                           std::make_pair(std::string("data_parallel"), 2),
+                                           std::make_pair(std::string("zero"), 2),
+                                           std::make_pair(std::string("dad"), 2)),
+                         [](const auto& info) { return info.param.first; });
+
+// An op with no bfloat16 kernel (a module of one's own standing for LibTorch 1.13's mish or
+// fractional max-pooling) is refused before training, naming the stage; the probe leaves the
+// buffers and the generators as they were.
+struct NoBf16Impl : torch::nn::Module {
+  torch::Tensor forward(const torch::Tensor& x) {
+    TORCH_CHECK(x.scalar_type() != torch::kBFloat16, "\"my_op\" not implemented for 'BFloat16'");
+    return x;
+  }
+};
+TORCH_MODULE(NoBf16);
+
+TEST(CheckPrecisionRuns, RefusesAStageThatCannotComputeInBf16ByName) {
+  torch::manual_seed(3);
+  torch::nn::Sequential layers(torch::nn::Flatten(), torch::nn::Linear(784, 16), torch::nn::BatchNorm1d(16),
+                               torch::nn::Dropout(0.5), NoBf16(), torch::nn::Linear(16, 10));
+  auto net = models::network("mine", layers);
+  torch::manual_seed(5);
+  const auto next = torch::rand({3});
+  torch::manual_seed(5);
+  try {
+    check_precision_runs(Precision::Bf16, *net, models::InputSpec::image(1, 28, 28, 10));
+    ADD_FAILURE() << "expected a refusal";
+  } catch (const std::invalid_argument& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.rfind("train.precision: bf16: stage layers.4 (", 0), 0U) << what;
+    EXPECT_NE(
+        what.find("NoBf16Impl) of model mine cannot compute in bf16 on cpu: \"my_op\" not implemented for "
+                  "'BFloat16'; use train.precision: fp32 for this model"),
+        std::string::npos)
+        << what;
+  }
+  // BatchNorm's statistics and the generator (dropout drew from it) are as before the probe.
+  EXPECT_TRUE(torch::equal(net->named_buffers()["layers.2.running_mean"], torch::zeros({16})));
+  EXPECT_EQ(net->named_buffers()["layers.2.num_batches_tracked"].item<std::int64_t>(), 0);
+  EXPECT_TRUE(torch::equal(torch::rand({3}), next));
+  EXPECT_NO_THROW(check_precision_runs(Precision::Fp32, *net, models::InputSpec::image(1, 28, 28, 10)));
+  EXPECT_NO_THROW(check_precision_runs(Precision::Fp16, *net, models::InputSpec::image(1, 28, 28, 10)));
+}
+
 }  // namespace
 }  // namespace dtrain::parallel

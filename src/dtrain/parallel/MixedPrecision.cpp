@@ -3,7 +3,14 @@
 
 #include <torch/torch.h>
 
+#include <fmt/format.h>
+
+#include <mutex>
+#include <optional>
 #include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "dtrain/optim/Autocast.h"
 #include "dtrain/optim/ForeachOptimizers.h"
@@ -27,6 +34,98 @@ void check_precision_optimizer(optim::Precision precision, const torch::optim::O
         "train.precision: fp16 skips steps whose gradients overflow, which lbfgs's own closure loop does not "
         "allow; use optim.name: sgd, adam or adamw, or train.precision: fp32 or bf16");
   }
+}
+
+namespace {
+
+// The state a probe forward may change, put back when it ends however it ends.
+class ProbeState {
+ public:
+  ProbeState(const torch::nn::Module& module, const torch::Device& device) {
+    torch::NoGradGuard no_grad;
+    for (const auto& buffer : module.buffers(/*recurse=*/true)) {
+      if (buffer.defined()) buffers_.emplace_back(buffer, buffer.clone());
+    }
+    cpu_ = generator_state(at::detail::getDefaultCPUGenerator());
+    if (device.is_cuda()) {
+      cuda_generator_ = at::globalContext().defaultGenerator(device);
+      cuda_ = generator_state(*cuda_generator_);
+    }
+  }
+  ~ProbeState() {
+    torch::NoGradGuard no_grad;
+    for (auto& [buffer, value] : buffers_) buffer.copy_(value);
+    set_generator_state(at::detail::getDefaultCPUGenerator(), cpu_);
+    if (cuda_generator_) set_generator_state(*cuda_generator_, cuda_);
+  }
+  ProbeState(const ProbeState&) = delete;
+  ProbeState& operator=(const ProbeState&) = delete;
+
+ private:
+  static at::Tensor generator_state(at::Generator generator) {
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    return generator.get_state();
+  }
+  static void set_generator_state(at::Generator generator, const at::Tensor& state) {
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_state(state);
+  }
+
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> buffers_;
+  at::Tensor cpu_, cuda_;
+  std::optional<at::Generator> cuda_generator_;
+};
+
+std::string first_line(const std::string& text) {
+  return text.substr(0, text.find('\n'));
+}
+
+}  // namespace
+
+void check_precision_runs(optim::Precision precision, models::Network& network,
+                          const models::InputSpec& input) {
+  if (precision == optim::Precision::Fp32) return;
+  const auto parameters = network.parameters();
+  const auto device = parameters.empty() ? torch::Device(torch::kCPU) : parameters.front().device();
+  if (precision == optim::Precision::Fp16 && device.is_cpu()) return;
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(0);
+  torch::Tensor x;
+  if (input.is_tokens()) {
+    x = torch::randint(0, input.vocab_size, {2, input.seq_len}, generator, torch::kLong);
+  } else {
+    std::vector<std::int64_t> shape{2};
+    shape.insert(shape.end(), input.sample_shape.begin(), input.sample_shape.end());
+    x = torch::randn(shape, generator);
+  }
+  x = network.in_memory_order(x.to(device));
+  const auto children = network.layers()->named_children();
+  auto stages = network.stages();
+  ProbeState kept(network, device);
+  torch::NoGradGuard no_grad;
+  // The stage that fails and its message, or nothing.
+  auto probe = [&](bool autocast) -> std::optional<std::pair<std::size_t, std::string>> {
+    optim::AutocastGuard guard(
+        autocast, precision == optim::Precision::Bf16 ? torch::kBFloat16 : torch::kHalf, device.type());
+    auto h = x;
+    for (std::size_t i = 0; i < stages.size(); ++i) {
+      try {
+        h = stages[i].forward(h);
+      } catch (const c10::Error& e) {
+        return std::make_pair(i, first_line(e.what_without_backtrace()));
+      }
+    }
+    return std::nullopt;
+  };
+  const auto failed = probe(true);
+  // A model that fails in float32 too has another fault (the data's shape): the step reports it.
+  if (!failed || probe(false)) return;
+  const auto& [stage, message] = *failed;
+  const auto name = config::kPrecisionNames.name(precision);
+  throw std::invalid_argument(
+      fmt::format("train.precision: {}: stage layers.{} ({}) of model {} cannot compute in {} on {}: {}; use "
+                  "train.precision: fp32 for this model",
+                  name, children[stage].key(), children[stage].value()->name(), network.kind(), name,
+                  device.str(), message));
 }
 
 MixedPrecision::MixedPrecision(optim::Precision precision, comm::CommunicatorPtr comm,

@@ -134,4 +134,14 @@ torch::Tensor round_through_half(const torch::Tensor& tensor);
 // closure several times per step (lbfgs) does not allow (PyTorch's GradScaler refuses closures too).
 void check_precision_optimizer(optim::Precision precision, const torch::optim::Optimizer& optimizer);
 
+// Refuses, before anything trains, a model one of whose stages cannot compute in `precision` where
+// its parameters live (an op with no bfloat16 kernel on the CPU, e.g. LibTorch 1.13's mish or
+// fractional max-pooling): runs the stages once, in training mode without a graph, on two samples
+// shaped like `input`, under the precision's autocast, and throws a one-line std::invalid_argument
+// naming train.precision, the stage, its module and the op's own message. The model's buffers and
+// the random generators are as before. Nothing to run for fp32, or for fp16 on the CPU (float32
+// kernels, Note [fp16 numerics]).
+void check_precision_runs(optim::Precision precision, models::Network& network,
+                          const models::InputSpec& input);
+
 }  // namespace dtrain::parallel

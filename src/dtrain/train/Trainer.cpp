@@ -14,6 +14,7 @@
 #include "dtrain/models/ModelFactory.h"
 #include "dtrain/models/Recompute.h"
 #include "dtrain/optim/Optimizers.h"
+#include "dtrain/parallel/MixedPrecision.h"
 #include "dtrain/parallel/Registry.h"
 #include "dtrain/train/CudaGraphStep.h"
 #include "dtrain/train/DeviceMemory.h"
@@ -195,6 +196,7 @@ Trainer::Trainer(config::RunConfig config, comm::CommunicatorPtr comm, int local
   context.seed = seed;
   context.precision = config_.train.precision;
   context.input = input_spec(*data_.train);
+  parallel::check_precision_runs(context.precision, *model, context.input);
   strategy_ = parallel::create_strategy(std::move(context));
   if (config_.train.cuda_graph) graph_ = std::make_unique<CudaGraphStep>(*strategy_);
   feed_ = std::make_unique<DeviceFeed>(
