@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string_view>
 #include <thread>
+#include <tuple>
 #include <utility>
 
 namespace dtrain::comm {
@@ -66,41 +67,53 @@ std::optional<std::string> change_since(const std::optional<std::string>& before
   return change + "\n" + newcomers;
 }
 
-// Builds `m`'s list from `previous`'s and a change_since() text; false when the change is not of
-// `previous`'s list.
+// `m`'s rank and size from `previous`'s and a change_since() text, in the text's length: a survivor's
+// new rank is its old one less the ranks lost below it. False when the change is not of `previous`'s
+// list or does not keep `previous`'s member.
 bool apply_change(const std::string& change, const Membership& previous, Membership& m) {
   const auto line_end = std::min(change.find('\n'), change.size());
-  std::vector<std::size_t> lost;
   std::size_t size = 0;
   const char* end = change.data() + line_end;
   auto read = std::from_chars(change.data(), end, size);
-  if (read.ec != std::errc() || size != previous.members.size()) return false;
+  if (read.ec != std::errc() || size != static_cast<std::size_t>(previous.world_size)) return false;
+  std::size_t lost = 0;
+  std::size_t lost_below = 0;
   while (read.ptr < end) {
     std::size_t r = 0;
     read = std::from_chars(read.ptr + 1, end, r);
-    if (read.ec != std::errc() || r >= size) return false;
-    lost.push_back(r);
+    if (read.ec != std::errc() || r >= size || r == static_cast<std::size_t>(previous.rank)) return false;
+    ++lost;
+    if (r < static_cast<std::size_t>(previous.rank)) ++lost_below;
   }
-  m.members.reserve(size - lost.size());
-  m.previous_ranks.reserve(size - lost.size());
-  auto gone = lost.begin();
-  for (std::size_t r = 0; r < size; ++r) {
-    if (gone != lost.end() && *gone == r) {
-      ++gone;
-      continue;
-    }
-    if (static_cast<int>(r) == previous.rank) m.rank = static_cast<int>(m.members.size());
-    m.members.push_back(previous.members[r]);
-    m.previous_ranks.push_back(static_cast<int>(r));
-  }
-  for (std::size_t begin = line_end + 1; begin < change.size();) {
-    const auto stop = std::min(change.find('\n', begin), change.size());
-    const auto [before, id] = parse_record(std::string_view(change).substr(begin, stop - begin));
+  const auto newcomers = static_cast<std::size_t>(
+      std::count(change.begin() + static_cast<std::ptrdiff_t>(std::min(line_end + 1, change.size())),
+                 change.end(), '\n'));
+  m.rank = previous.rank - static_cast<int>(lost_below);
+  m.world_size = static_cast<int>(size - lost + newcomers);
+  return true;
+}
+
+// The list's records in rank order into `m` (ids and previous ranks), where `m` keeps it.
+void read_list(const std::string& list, Membership& m) {
+  for (std::size_t begin = 0; begin < list.size();) {
+    const auto end = std::min(list.find('\n', begin), list.size());
+    const auto [before, id] = parse_record(std::string_view(list).substr(begin, end - begin));
     m.members.emplace_back(id);
     m.previous_ranks.push_back(before);
-    begin = stop + 1;
+    begin = end + 1;
   }
-  return true;
+}
+
+// This member's rank in the list (-1 when it is not there) and the list's size, without copying it.
+std::pair<int, int> find_in_list(const std::string& list, std::string_view id) {
+  int rank = -1;
+  int size = 0;
+  for (std::size_t begin = 0; begin < list.size(); ++size) {
+    const auto end = std::min(list.find('\n', begin), list.size());
+    if (rank < 0 && parse_record(std::string_view(list).substr(begin, end - begin)).second == id) rank = size;
+    begin = end + 1;
+  }
+  return {rank, size};
 }
 
 }  // namespace
@@ -203,29 +216,17 @@ Membership ElasticMembership::join(int generation, int previous_rank, const Memb
     }
     if (arrival >= count) continue;  // late for this round: the next one
     Membership m;
-    m.rank = -1;
     m.generation = g;
     m.store_prefix = round + "pg/";
     if (!from_previous || !list || !apply_change(*list, *previous, m)) {
-      m = Membership{};
-      m.rank = -1;
-      m.generation = g;
-      m.store_prefix = round + "pg/";
       if (from_previous || !list) list = store_.get(round + "members");
-      m.members.reserve(static_cast<std::size_t>(count));
-      m.previous_ranks.reserve(static_cast<std::size_t>(count));
-      for (std::size_t begin = 0; begin < list->size();) {
-        const auto end = std::min(list->find('\n', begin), list->size());
-        const auto [before, id] = parse_record(std::string_view(*list).substr(begin, end - begin));
-        if (m.rank < 0 && id == id_) m.rank = static_cast<int>(m.members.size());
-        m.members.emplace_back(id);
-        m.previous_ranks.push_back(before);
-        begin = end + 1;
-      }
+      std::tie(m.rank, m.world_size) = find_in_list(*list, id_);
+      // Left out, its record having come after the leader stopped waiting: late, as above.
+      if (m.rank < 0) continue;
+      if (m.rank == 0) read_list(*list, m);
+    } else if (m.rank == 0) {
+      read_list(store_.get(round + "members"), m);
     }
-    // Left out, its record having come after the leader stopped waiting: late, as above.
-    if (m.rank < 0) continue;
-    m.world_size = static_cast<int>(m.members.size());
     return m;
   }
 }

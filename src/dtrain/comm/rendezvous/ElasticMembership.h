@@ -14,11 +14,13 @@
 // and no polling, whatever the number waiting. A member killed between its arrival and its record
 // is left out once the round's timeout passes, rather than stalling the round. Ranks keep the
 // survivors' order (by their previous rank) and put newcomers after them in arrival order, so a
-// job that loses a member renumbers as little as it can. Every member reading the whole list makes a
-// round's work grow as N²; so when every survivor's record names its rank in generation g-1 (checked
-// against g-1's list), the leader also writes the change: g-1's size, the ranks lost, and the
-// newcomers' records. A member that kept g-1's Membership (join(previous)) reads that change and
-// builds the list from its own copy; anyone else reads the whole list. A worker that arrives after the round
+// job that loses a member renumbers as little as it can. Every member reading or holding the whole
+// list makes a round's work grow as N²; so a member keeps only its rank and the size, and rank 0
+// alone the list (the run folder records it). When every survivor's record names its rank in
+// generation g-1 (checked against g-1's list), the leader also writes the change: g-1's size, the
+// ranks lost, and the newcomers' records. A member of g-1 (join(previous)) reads that change and
+// takes its new rank as its old one less the ranks lost below it, in the change's length; anyone
+// else finds itself in the whole list. A worker that arrives after the round
 // closed is late: it goes on to generation g+1, whose first arrival the running generation sees
 // with one store read (someone_waiting) and admits at its next step boundary. Fewer than MIN by the
 // timeout is an error naming both counts. The store's host (node 0's launcher) is the one member
@@ -50,8 +52,10 @@ struct Membership {
   int generation = 0;
   int rank = 0;
   int world_size = 1;
-  std::vector<std::string> members;  // ids in rank order
-  std::vector<int> previous_ranks;   // each member's rank in the generation it came from, -1 for new
+  // On rank 0 only (what the run folder records), empty elsewhere: ids in rank order, and each
+  // member's rank in the generation it came from (-1 for new). See Note [Membership rounds].
+  std::vector<std::string> members;
+  std::vector<int> previous_ranks;
   // The store prefix of this generation's process group: "elastic/<run id>/g<g>/pg/".
   std::string store_prefix;
 };
