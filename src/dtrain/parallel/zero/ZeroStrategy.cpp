@@ -117,17 +117,7 @@ ZeroStrategy::ZeroStrategy(StrategyContext context)
   check(options_);
   auto& comm = *context_.comm;
   const auto before = comm.stats();
-  // resolve_mesh has a mesh for zero on any world size (zero_info below). Without replicas the shard
-  // group is the world and nothing is split: zero on N ranks as it always ran.
-  const auto shape = *resolve_mesh(context_.parallel, comm.size());
-  std::vector<MeshDim> groups{MeshDim::DpShard};
-  if (shape.dp_replicate > 1) groups.push_back(MeshDim::DpReplicate);
-  mesh_ = std::make_unique<DeviceMesh>(shape, context_.comm, groups);
-  shard_ = mesh_->comm(MeshDim::DpShard);
-  replicate_ = mesh_->comm(MeshDim::DpReplicate);  // null without replicas
-  rank_ = shard_->rank();
-  shards_ = shard_->size();
-  ranks_ = comm.size();
+  split_groups();
   auto& model = *context_.model;
   verify_same_module(comm, model);
   broadcast_coalesced(comm, module_state(model), /*root=*/0);
@@ -190,6 +180,20 @@ ZeroStrategy::ZeroStrategy(StrategyContext context)
   check_precision_optimizer(context_.precision, *optimizer_);
   if (options_.stage >= 2) install_hooks();
   add_own_communication(comm::difference(comm.stats(), before));
+}
+
+void ZeroStrategy::split_groups() {
+  // resolve_mesh has a mesh for zero on any world size (zero_info below). Without replicas the shard
+  // group is the world and nothing is split: zero on N ranks as it always ran.
+  const auto shape = *resolve_mesh(context_.parallel, context_.comm->size());
+  std::vector<MeshDim> groups{MeshDim::DpShard};
+  if (shape.dp_replicate > 1) groups.push_back(MeshDim::DpReplicate);
+  mesh_ = std::make_unique<DeviceMesh>(shape, context_.comm, groups);
+  shard_ = mesh_->comm(MeshDim::DpShard);
+  replicate_ = mesh_->comm(MeshDim::DpReplicate);  // null without replicas
+  rank_ = shard_->rank();
+  shards_ = shard_->size();
+  ranks_ = context_.comm->size();
 }
 
 ZeroStrategy::~ZeroStrategy() {

@@ -84,6 +84,8 @@ class ZeroStrategy final : public Strategy {
     std::vector<const torch::autograd::FunctionPreHook*> pre_hooks;  // to remove them by identity
   };
 
+  // Collective: the mesh's shard group and, with replicas, its replicate group (Note [HSDP]).
+  void split_groups();
   torch::Tensor forward_sharded(const torch::Tensor& inputs);
   // Stage 3: gives unit u's full buffer memory (a pooled slot) and takes it away again.
   void allocate_full(std::size_t u);
