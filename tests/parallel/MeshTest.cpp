@@ -98,7 +98,7 @@ TEST(MeshConfig, EachStrategyTakesItsDimensionsAndAnUnsetMeshIsTodays) {
   EXPECT_EQ(
       refusal({"parallel.strategy=zero", "parallel.mesh.dp_replicate=2", "parallel.mesh.dp_shard=2"}, 8),
       "parallel.mesh: pp 1 x dp_replicate 2 x dp_shard 2 = 4 ranks, but the job has 8; make the degrees' "
-      "product 8");
+      "product 8, or leave the mesh out (on the command line: parallel.mesh=null)");
   EXPECT_TRUE(starts_with(refusal({"parallel.strategy=zero", "parallel.mesh.dp_shard=2"}, 4),
                           "parallel.mesh: pp 1 x dp_replicate 1 x dp_shard 2 = 2 ranks, but the job has 4"));
   EXPECT_TRUE(

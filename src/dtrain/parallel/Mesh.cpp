@@ -138,9 +138,10 @@ std::optional<MeshShape> resolve_mesh(const config::ParallelConfig& parallel, in
     degree_of(shape, dim) = set != 0 ? set : (own != 0 ? own : 1);
   }
   if (shape.size() != world) {
-    throw std::invalid_argument(
-        fmt::format("parallel.mesh: {} = {} ranks, but the job has {}; make the degrees' product {}",
-                    shape.describe(), shape.size(), world, world));
+    throw std::invalid_argument(fmt::format(
+        "parallel.mesh: {} = {} ranks, but the job has {}; make the degrees' product {}, or leave "
+        "the mesh out (on the command line: parallel.mesh=null)",
+        shape.describe(), shape.size(), world, world));
   }
   if (world == 1) return shape;  // one rank: the trivial mesh, whatever the strategy
   for (const auto dim : kMeshDims) {
