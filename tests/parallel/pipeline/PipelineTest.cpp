@@ -399,6 +399,21 @@ TEST(PipelineCheckpoint, PipelineResumesAsLocalAndLocalAsPipelineAtAnotherS) {
   // And a 2-stage pipeline's checkpoint continued by a 3-stage one.
   const auto as_three = run_strategy(three, 3, data, 2, 2, &first.checkpoint);
   EXPECT_LE(max_abs_difference(as_three.state, straight.state), 1e-5);
+
+  // Two pipelines of 2 stages on parallel.mesh {pp: 2, dp_replicate: 2}, the first pipeline's stages
+  // on ranks 0 and 2: its checkpoint, every stage's Adam state included, continued by one process,
+  // and the 2-stage pipeline's continued on the mesh.
+  auto mesh_options = pipeline_options(ScheduleKind::OneFOneB, 2, 3);
+  mesh_options.push_back("parallel.mesh.dp_replicate=2");
+  const auto on_mesh = config_of("pipeline", "adam", mesh_options);
+  const auto mesh_first = run_strategy(on_mesh, 4, data, 0, 2, nullptr);
+  for (const auto& [name, t] : mesh_first.state)
+    EXPECT_TRUE(mesh_first.checkpoint.contains("optimizer/" + name + "/exp_avg")) << name;
+  EXPECT_LE(
+      max_abs_difference(run_strategy(local, 1, data, 2, 2, &mesh_first.checkpoint).state, straight.state),
+      1e-5);
+  EXPECT_LE(max_abs_difference(run_strategy(on_mesh, 4, data, 2, 2, &first.checkpoint).state, straight.state),
+            1e-5);
 }
 
 TEST(PipelineMetrics, IdleFractionsAndHeldMicroBatchesPerStage) {

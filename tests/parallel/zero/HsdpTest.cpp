@@ -2,10 +2,11 @@
 // gloo. Every stage ends where one process on the global batch ends and where zero without a mesh
 // ends; its checkpoints load under plain zero and one process and theirs under it, continuing as if
 // never interrupted; a step counts the shard group's and the replicate group's traffic; a rank holds
-// the shard of a group of two.
+// the shard of a group of two; fp16's skipped step is skipped everywhere.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <string>
 #include <utility>
 #include <vector>
@@ -39,6 +40,27 @@ TEST(Hsdp, EveryStageEqualsOneProcessAndZeroWithoutAMesh) {
       EXPECT_LE(max_abs_difference(hsdp, one_process), 1e-6) << name;
       const auto plain = train(zero_config(stage, "adam", overrides), 4, data, 0, kSteps, torch::kDouble);
       EXPECT_LE(max_abs_difference(hsdp, plain), 1e-6) << name;
+    }
+  }
+}
+
+// train.precision fp16 as plain zero takes it: the same rounded steps and loss scale, and an
+// overflowing step skipped on every rank of both groups.
+TEST(Hsdp, Fp16SkipsTheOverflowingStepOnEveryRankAsZeroDoes) {
+  const int steps = 4;
+  auto data = data_of(steps, torch::kFloat);
+  data.inputs[2].mul_(1e6);
+  for (int stage : {1, 3}) {
+    std::vector<double> expected_losses, losses;
+    const auto expected = train(zero_config(stage, "sgd"), 4, data, 0, steps, torch::kFloat, nullptr, nullptr,
+                                optim::Precision::Fp16, &expected_losses);
+    const auto end = train(zero_config(stage, "sgd", kHsdp), 4, data, 0, steps, torch::kFloat, nullptr,
+                           nullptr, optim::Precision::Fp16, &losses);
+    EXPECT_LE(max_abs_difference(end, expected), 1e-4) << "stage " << stage;
+    ASSERT_EQ(losses.size(), expected_losses.size());
+    EXPECT_TRUE(std::isnan(losses[2]) || std::isinf(losses[2])) << "stage " << stage << ": " << losses[2];
+    for (std::size_t i = 0; i < losses.size(); ++i) {
+      if (i != 2) EXPECT_NEAR(losses[i], expected_losses[i], 1e-3) << "stage " << stage << " step " << i;
     }
   }
 }
