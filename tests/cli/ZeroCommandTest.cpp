@@ -1,7 +1,8 @@
 // `dtrain train` with parallel.strategy zero through the real binary: two workers started by
 // --nproc train with stage 3, checkpoint, and the run resumes from that checkpoint as zero stage 3
-// and as data_parallel, continuing the step count; a zero option that does not apply is refused
-// in one line naming the key.
+// and as data_parallel, continuing the step count; four workers on parallel.mesh {dp_replicate: 2,
+// dp_shard: 2} (HSDP) end where zero on four workers without a mesh ends; a zero option that does not
+// apply, and a mesh that does not fit the job, are refused in one line naming the key.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -72,6 +73,39 @@ TEST_F(ZeroCommand, TwoWorkersTrainCheckpointAndResumeAsZeroAndAsDataParallel) {
   const auto dp_results = last_json_line(dp.out);
   EXPECT_EQ(dp_results["strategy"], "data_parallel");
   EXPECT_EQ(dp_results["steps"], 2 * 256 / (16 * 2));
+}
+
+TEST_F(ZeroCommand, HybridShardingOnFourWorkersEndsWhereZeroEnds) {
+  const auto cfg = write_config();
+  const std::string four = "train " + cfg.string() + " --nproc 4 train.checkpoint_every_epochs=0 ";
+  const auto plain = run(four, dir_.path());
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  const auto hsdp = run(four + "parallel.mesh.dp_replicate=2 parallel.mesh.dp_shard=2", dir_.path());
+  ASSERT_EQ(hsdp.exit_code, 0) << hsdp.err;
+  const auto expected = last_json_line(plain.out);
+  const auto results = last_json_line(hsdp.out);
+  EXPECT_EQ(results["world_size"], 4);
+  EXPECT_EQ(results["steps"], expected["steps"]);
+  EXPECT_EQ(results["config"]["parallel"]["mesh"]["dp_shard"], 2);
+  EXPECT_NE(results["strategy_notes"]["zero/layout"].get<std::string>().find("hybrid (HSDP)"),
+            std::string::npos);
+  // The replicas' all-reduce is traffic of the strategy's own.
+  EXPECT_GT(results["comm"]["allreduce"]["calls"].get<int>(),
+            expected["comm"]["allreduce"]["calls"].get<int>());
+  for (const auto* metrics : {"final", "train_last_epoch"}) {
+    EXPECT_NEAR(results[metrics]["loss"].get<double>(), expected[metrics]["loss"].get<double>(), 1e-5)
+        << metrics;
+  }
+}
+
+TEST_F(ZeroCommand, MeshThatDoesNotFitTheJobIsRefusedNamingTheKey) {
+  const auto cfg = write_config();
+  const auto r =
+      run("train " + cfg.string() + " parallel.mesh.dp_replicate=2 parallel.mesh.dp_shard=2", dir_.path());
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("parallel.mesh: pp 1 x dp_replicate 2 x dp_shard 2 = 4 ranks, but the job has 2"),
+            std::string::npos)
+      << r.err;
 }
 
 TEST_F(ZeroCommand, PrefetchWithoutStage3IsRefusedNamingTheKey) {

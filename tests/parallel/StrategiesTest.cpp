@@ -90,6 +90,33 @@ TEST(StrategyObjects, DecentralizedAlgorithmsTrainAModuleOfOnesOwn) {
   }
 }
 
+// A mesh given in code: zero replicated over both ranks (dp_shard 1), one model on every rank; and
+// a mesh that does not fit the world refused as a configuration's is.
+TEST(StrategyObjects, ZeroOnAMeshOfOnesOwn) {
+  const auto accuracy = train_world(
+      [](Training t) {
+        t.mesh.dp_replicate = 2;
+        return make_zero(std::move(t));
+      },
+      150);
+  for (const double a : accuracy) EXPECT_GT(a, 0.95);
+  EXPECT_EQ(accuracy[0], accuracy[1]);
+  dtrain::testing::run_world(2, [](comm::CommunicatorPtr comm) {
+    auto training = parts(comm);
+    training.mesh.dp_shard = 4;
+    try {
+      make_zero(std::move(training));
+      FAIL() << "a mesh of 4 ranks was taken on 2";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(
+          std::string(e.what()).find("parallel.mesh: pp 1 x dp_replicate 1 x dp_shard 4 = 4 ranks, but the "
+                                     "job has 2"),
+          std::string::npos)
+          << e.what();
+    }
+  });
+}
+
 TEST(StrategyObjects, OptionsAreCheckedAsAConfigurationFilesAre) {
   ZeroOptions zero;
   zero.stage = 4;

@@ -28,6 +28,8 @@ struct Row {
   // A pipeline: point-to-point transfers (gloo; the in-process double has none), no
   // accumulation_steps and no lbfgs, and training outputs on each pipeline's last stage only.
   bool pipeline = false;
+  // Splits the world into groups (parallel.mesh): gloo, since the in-process double has no split.
+  bool subgroups = false;
 };
 
 // The table. Keep a row for every strategy registered with exact = true.
@@ -45,6 +47,31 @@ const std::vector<Row>& rows() {
       {"zero", {"parallel.zero.stage=1"}, {3}, {"mlp"}, false, "stage1"},
       {"zero", {"parallel.zero.stage=2"}, {3}, {"lenet5"}, false, "stage2"},
       {"zero", {"parallel.zero.stage=3"}, {2, 3}, {"mlp", "lenet5"}, false, "stage3"},
+      // HSDP (parallel.mesh): every stage sharded over pairs of ranks, the pairs' shards all-reduced.
+      {"zero",
+       {"parallel.zero.stage=1", "parallel.mesh.dp_replicate=2", "parallel.mesh.dp_shard=2"},
+       {4},
+       {"mlp"},
+       /*lbfgs=*/false,
+       "hsdp_stage1",
+       /*pipeline=*/false,
+       /*subgroups=*/true},
+      {"zero",
+       {"parallel.zero.stage=2", "parallel.mesh.dp_replicate=2", "parallel.mesh.dp_shard=2"},
+       {4},
+       {"mlp"},
+       /*lbfgs=*/false,
+       "hsdp_stage2",
+       /*pipeline=*/false,
+       /*subgroups=*/true},
+      {"zero",
+       {"parallel.zero.stage=3", "parallel.mesh.dp_replicate=2", "parallel.mesh.dp_shard=2"},
+       {4},
+       {"mlp"},
+       /*lbfgs=*/false,
+       "hsdp_stage3",
+       /*pipeline=*/false,
+       /*subgroups=*/true},
       // One 2-stage pipeline, and two of them side by side (world 4).
       {"pipeline",
        {"parallel.pipeline.stages=2", "parallel.pipeline.micro_batches=3"},
@@ -52,6 +79,14 @@ const std::vector<Row>& rows() {
        {"mlp", "lenet5"},
        /*lbfgs=*/false,
        "",
+       /*pipeline=*/true},
+      // The same on parallel.mesh: pp outermost, so a stage's two replicas are consecutive ranks.
+      {"pipeline",
+       {"parallel.mesh.pp=2", "parallel.mesh.dp_replicate=2", "parallel.pipeline.micro_batches=3"},
+       {4},
+       {"mlp"},
+       /*lbfgs=*/false,
+       "mesh",
        /*pipeline=*/true},
   };
   return table;
@@ -91,7 +126,7 @@ std::vector<Case> cases() {
         for (const char* backend : {"in-process", "gloo"}) {
           // One rank needs no real transport.
           if (ranks == 1 && std::string(backend) == "gloo") continue;
-          if (row.pipeline && std::string(backend) != "gloo") continue;
+          if ((row.pipeline || row.subgroups) && std::string(backend) != "gloo") continue;
           for (int accumulation : {1, 2}) {
             if (row.pipeline && accumulation > 1) continue;
             for (const char* optimizer : {"sgd", "adam"})

@@ -76,6 +76,20 @@ TEST(ElasticWorker, StrategiesWhoseStateNoPeerHoldsAreRefusedByName) {
               "jobs run data_parallel or zero; give a fixed --nnodes and --max-restarts to restart from the "
               "checkpoint at the new size");
   }
+  // A mesh fixes the number of workers, whatever the strategy.
+  cfg.parallel.strategy = "zero";
+  cfg.parallel.mesh.dp_replicate = 2;
+  cfg.parallel.mesh.dp_shard = 2;
+  try {
+    check_elastic(cfg);
+    FAIL() << "a mesh was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("parallel.mesh (pp 0, dp_replicate 2, dp_shard 2; 0 = not set) fixes the "
+                                   "number of workers"),
+        std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(ElasticWorker, MembershipLinesCountTheStepsEachGenerationTrainsAgain) {

@@ -174,6 +174,16 @@ struct OptimConfig {
   SchedulerConfig scheduler;
 };
 
+// parallel.mesh: the degrees of the device mesh's dimensions, outermost first (parallel/Mesh.h,
+// Note [The device mesh]); their product is the world size. 0 = not set: a mesh left wholly unset is
+// what the strategy does on its own (zero on N ranks: dp_shard N), and within a set mesh an unset
+// degree is 1 (pp: parallel.pipeline.stages).
+struct MeshConfig {
+  int pp = 0;            // pipeline stages
+  int dp_replicate = 0;  // replicas whose gradients are all-reduced
+  int dp_shard = 0;      // ranks a replica's model state is sharded over (consecutive ranks)
+};
+
 struct ParallelConfig {
   // registered by parallel/, one folder each: local, data_parallel
   std::string strategy = "data_parallel";
@@ -186,6 +196,7 @@ struct ParallelConfig {
   // mismatch naming both ranks and calls instead of hanging (TORCH_DISTRIBUTED_DEBUG=DETAIL; comm:
   // Note [Collective checks])
   DebugMode debug = DebugMode::Off;
+  MeshConfig mesh;
   // Each strategy's own options, parallel.<strategy>.*, registered with the strategy
   // (e.g. parallel.data_parallel.bucket_mb): options.get<T>("data_parallel").
   SectionSet options{"parallel"};

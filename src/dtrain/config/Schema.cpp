@@ -153,6 +153,14 @@ void describe_train(OptionVisitor& v, TrainConfig& t) {
             "selective: recompute every k-th block (0 = every 2nd)");
 }
 
+void describe_mesh(OptionVisitor& v, MeshConfig& m) {
+  v.integer("pp", m.pp, at_least(0), "Pipeline stages (0 = not set: parallel.pipeline.stages, or 1)");
+  v.integer("dp_replicate", m.dp_replicate, at_least(0),
+            "Replicas that all-reduce their gradients (0 = not set: 1 in a mesh that sets another degree)");
+  v.integer("dp_shard", m.dp_shard, at_least(0),
+            "Ranks each replica's model state is sharded over, consecutive ranks (zero; 0 = not set)");
+}
+
 }  // namespace
 
 void describe_parallel(OptionVisitor& v, ParallelConfig& p) {
@@ -167,6 +175,9 @@ void describe_parallel(OptionVisitor& v, ParallelConfig& p) {
   v.integer("gloo_threads", p.gloo_threads, at_least(1), "gloo: worker threads of the process group");
   v.choice("debug", p.debug, kDebugModeNames,
            "detail: compare every collective between ranks before it runs (TORCH_DISTRIBUTED_DEBUG=DETAIL)");
+  // Every strategy reads it: a degree it cannot honour is refused where the world size is known
+  // (parallel::resolve_mesh), not ignored.
+  v.section("mesh", [&] { describe_mesh(v, p.mesh); });
   // Each strategy's own section; only those the chosen strategy reads apply (read after `strategy`).
   const Choice* chosen = registered(kStrategyKey).find(p.strategy);
   for (const auto& name : p.options.names()) {

@@ -78,6 +78,7 @@ bool collectives_on_gpu(config::Device device, const std::string& strategy) {
 
 int data_holders(const config::ParallelConfig& parallel, int world) {
   const auto& info = find_strategy(parallel.strategy);
+  resolve_mesh(parallel, world);
   return info.data_holders ? info.data_holders(parallel, world) : world;
 }
 
@@ -100,6 +101,7 @@ std::unique_ptr<Strategy> create_strategy(StrategyContext context) {
                     "strategy local",
                     info.name));
   }
+  resolve_mesh(context.parallel, context.comm ? context.comm->size() : 1);
   return info.create(std::move(context));
 }
 

@@ -11,6 +11,7 @@
 
 #include "dtrain/config/Registry.h"
 #include "dtrain/config/RunConfig.h"
+#include "dtrain/parallel/Mesh.h"
 #include "dtrain/parallel/Strategy.h"
 
 namespace dtrain::parallel {
@@ -70,6 +71,8 @@ struct StrategyInfo {
   // parallel.backend: auto picks a host transport (collectives_on_gpu).
   bool tagged_point_to_point = false;
   StrategyCapabilities capabilities{};
+  // The parallel.mesh dimensions it takes, and the mesh it runs without one (Note [The device mesh]).
+  MeshUse mesh{};
 };
 
 // Registers a strategy without options of its own; returns true, for a static initialiser.
@@ -102,11 +105,13 @@ std::string strategies_that(const std::function<bool(const StrategyInfo&)>& has)
 // point-to-point messages; those cross through host memory over gloo or mpi.
 bool collectives_on_gpu(config::Device device, const std::string& strategy);
 
-// The data holders of parallel.strategy for `world` ranks (StrategyInfo::data_holders).
+// The data holders of parallel.strategy for `world` ranks (StrategyInfo::data_holders), after
+// checking parallel.mesh against them (resolve_mesh).
 int data_holders(const config::ParallelConfig& parallel, int world);
 
 // Builds context.parallel.strategy (case-insensitive). Collective for strategies that communicate.
-// Throws std::invalid_argument for an unknown strategy or options it cannot honour.
+// Throws std::invalid_argument for an unknown strategy or options it cannot honour, parallel.mesh
+// included.
 std::unique_ptr<Strategy> create_strategy(StrategyContext context);
 
 // Registers a strategy from its folder parallel/<folder>/ (the folder's name is the anchor that

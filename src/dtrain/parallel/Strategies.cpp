@@ -26,6 +26,7 @@ StrategyContext context_of(Training training, const std::string& name) {
   context.seed = training.seed;
   context.precision = training.precision;
   context.input = std::move(training.input);
+  context.parallel.mesh = training.mesh;
   return context;
 }
 

@@ -54,6 +54,9 @@ struct Training {
   std::uint64_t seed = 0;
   // The shape of one sample: what pipeline's balance: time measures its layers with.
   models::InputSpec input{};
+  // The device mesh, as parallel.mesh: e.g. {0, 2, 2} for make_zero's hybrid sharding over 4 ranks;
+  // unset (all 0): what the strategy does on its own. Checked as a configuration's (resolve_mesh).
+  config::MeshConfig mesh{};
 };
 
 // One process, no communication: the reference the others match.

@@ -68,6 +68,16 @@ bool holds_whole_state(const config::RunConfig& cfg) {
 void check_elastic(const config::RunConfig& cfg) {
   const auto& s = cfg.parallel.strategy;
   const auto& can = parallel::find_strategy(s).capabilities;
+  if (parallel::mesh_set(cfg.parallel.mesh)) {
+    const auto& m = cfg.parallel.mesh;
+    throw std::invalid_argument(
+        fmt::format("dtrain launch --nnodes MIN:MAX: parallel.mesh (pp {}, dp_replicate {}, dp_shard {}; 0 = "
+                    "not set) fixes "
+                    "the number of workers, which an elastic job changes; leave parallel.mesh out, or give a "
+                    "fixed --nnodes "
+                    "and --max-restarts to restart from the checkpoint",
+                    m.pp, m.dp_replicate, m.dp_shard));
+  }
   if (can.elastic != parallel::Elasticity::Fixed) return;
   throw std::invalid_argument(fmt::format(
       "dtrain launch --nnodes MIN:MAX: parallel.strategy {} cannot change size while it runs: {}; elastic "

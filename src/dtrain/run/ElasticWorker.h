@@ -58,7 +58,7 @@ std::string elastic_member_id(const comm::Environment& env);
 
 // Refuses, naming the strategy and the rule, a configuration an elastic job cannot keep across a
 // size change (see the Note): a strategy whose registration declares Elasticity::Fixed, with its
-// reason (parallel/Registry.h, StrategyCapabilities).
+// reason (parallel/Registry.h, StrategyCapabilities), and a parallel.mesh, whose degrees fix the size.
 void check_elastic(const config::RunConfig& cfg);
 // Whether every member holds the whole training state (Elasticity::WholeState), so that a survivor
 // can hand it on; with Elasticity::ShardedState the members hold shards.

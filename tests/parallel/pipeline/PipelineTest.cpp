@@ -337,6 +337,36 @@ Run run_strategy(const config::RunConfig& cfg, int world, const Data& data, int 
   return out;
 }
 
+// Where the ranks sit: without a mesh a pipeline's stages are consecutive ranks; on parallel.mesh
+// {pp: 2, dp_replicate: 2} the mesh's order, pp outermost, so a stage's replicas are consecutive and
+// the model's owner (the first pipeline's last stage) is rank 2. StrategyEquivalence's mesh row checks
+// that the mathematics does not change.
+TEST(PipelineOptions, OnAMeshAStagesReplicasAreConsecutiveRanks) {
+  for (const bool mesh : {false, true}) {
+    std::vector<std::string> overrides{"parallel.strategy=pipeline", "model.name=mlp", "model.hidden=[16]"};
+    if (mesh) {
+      overrides.insert(overrides.end(), {"parallel.mesh.pp=2", "parallel.mesh.dp_replicate=2"});
+    } else {
+      overrides.push_back("parallel.pipeline.stages=2");
+    }
+    const auto cfg = config::parse_run_config("", "<pipeline test>", overrides);
+    std::vector<models::NetworkPtr> models;
+    for (int r = 0; r < 4; ++r) models.push_back(testing::build_model(cfg, 1));
+    std::vector<int> stages(4), replicas(4), owners(4);
+    dtrain::testing::run_world(4, [&](comm::CommunicatorPtr comm) {
+      const int r = comm->rank();
+      auto strategy = testing::build_strategy(cfg, models[r], comm);
+      const auto& layout = dynamic_cast<PipelineStrategy&>(*strategy).layout();
+      stages[r] = layout.stage;
+      replicas[r] = layout.replica;
+      owners[r] = strategy->eval_models().front().owner;
+    });
+    EXPECT_EQ(stages, mesh ? (std::vector<int>{0, 0, 1, 1}) : (std::vector<int>{0, 1, 0, 1}));
+    EXPECT_EQ(replicas, mesh ? (std::vector<int>{0, 1, 0, 1}) : (std::vector<int>{0, 0, 1, 1}));
+    EXPECT_EQ(owners, std::vector<int>(4, mesh ? 2 : 1));
+  }
+}
+
 TEST(PipelineCheckpoint, PipelineResumesAsLocalAndLocalAsPipelineAtAnotherS) {
   const auto data = make_data(4, 12, torch::kDouble);
   const auto local = config_of("local", "adam");
@@ -369,6 +399,21 @@ TEST(PipelineCheckpoint, PipelineResumesAsLocalAndLocalAsPipelineAtAnotherS) {
   // And a 2-stage pipeline's checkpoint continued by a 3-stage one.
   const auto as_three = run_strategy(three, 3, data, 2, 2, &first.checkpoint);
   EXPECT_LE(max_abs_difference(as_three.state, straight.state), 1e-5);
+
+  // Two pipelines of 2 stages on parallel.mesh {pp: 2, dp_replicate: 2}, the first pipeline's stages
+  // on ranks 0 and 2: its checkpoint, every stage's Adam state included, continued by one process,
+  // and the 2-stage pipeline's continued on the mesh.
+  auto mesh_options = pipeline_options(ScheduleKind::OneFOneB, 2, 3);
+  mesh_options.push_back("parallel.mesh.dp_replicate=2");
+  const auto on_mesh = config_of("pipeline", "adam", mesh_options);
+  const auto mesh_first = run_strategy(on_mesh, 4, data, 0, 2, nullptr);
+  for (const auto& [name, t] : mesh_first.state)
+    EXPECT_TRUE(mesh_first.checkpoint.contains("optimizer/" + name + "/exp_avg")) << name;
+  EXPECT_LE(
+      max_abs_difference(run_strategy(local, 1, data, 2, 2, &mesh_first.checkpoint).state, straight.state),
+      1e-5);
+  EXPECT_LE(max_abs_difference(run_strategy(on_mesh, 4, data, 2, 2, &first.checkpoint).state, straight.state),
+            1e-5);
 }
 
 TEST(PipelineMetrics, IdleFractionsAndHeldMicroBatchesPerStage) {

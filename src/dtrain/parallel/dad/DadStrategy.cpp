@@ -256,6 +256,11 @@ StrategyInfo dad_info() {
   can.fixed_because = "its members train models of their own";
   can.fp16 = true;
   can.lbfgs = true;
+  info.mesh.because =
+      "every rank keeps the whole model and exchanges layer inputs and gradients with all the others";
+  info.mesh.implied = [](const config::ParallelConfig&, int world) {
+    return std::optional<MeshShape>(MeshShape{1, world, 1});
+  };
   return info;
 }
 

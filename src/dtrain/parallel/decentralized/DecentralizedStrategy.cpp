@@ -385,6 +385,9 @@ StrategyInfo decentralized_info() {
   auto& can = info.capabilities;
   can.fixed_because = "each member holds its own graph nodes";
   can.fp16 = true;
+  // No mesh: its ranks exchange parameters with graph neighbours, not along dimensions.
+  info.mesh.because =
+      "every rank holds graph nodes of its own that exchange parameters with their neighbours";
   // lbfgs refused: it needs a closure over the whole model, and each node steps on its own.
   return info;
 }

@@ -65,6 +65,8 @@ StrategyInfo local_info() {
   can.cuda_graph = true;  // no communication in its step
   can.fp16 = true;
   can.lbfgs = true;
+  // No mesh: its ranks do not communicate (one rank is the trivial mesh).
+  info.mesh.because = "every rank trains a model of its own without communicating";
   return info;
 }
 

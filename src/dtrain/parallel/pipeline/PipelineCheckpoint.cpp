@@ -16,7 +16,7 @@ using namespace wire;
 std::map<std::string, torch::Tensor> PipelineStrategy::model_state() const {
   std::map<std::string, torch::Tensor> state;
   for (int s = 0; s < layout_.stages; ++s) {
-    // Stage s of the first pipeline (world rank s) is the root; the others receive its values.
+    // Stage s of the first pipeline is the root; the others receive its values.
     std::vector<torch::Tensor> tensors;
     std::vector<std::string> names;
     if (s == layout_.stage && layout_.replica == 0) {
@@ -36,7 +36,7 @@ std::map<std::string, torch::Tensor> PipelineStrategy::model_state() const {
         }
       }
     }
-    broadcast_coalesced(*world_, tensors, s);
+    broadcast_coalesced(*world_, tensors, layout_.rank_of(0, s));
     for (std::size_t i = 0; i < names.size(); ++i) state[names[i]] = tensors[i];
   }
   return state;
@@ -49,9 +49,10 @@ void PipelineStrategy::save(io::Checkpoint& checkpoint) const {
   if (rank == 0) {
     for (const auto& [key, value] : mine) checkpoint.set_tensor(key, value);
     for (int s = 1; s < layout_.stages; ++s) {
-      const auto length = receive(*world_, {1}, torch::kLong, s, kTagSaveLength, nullptr);
+      const int from = layout_.rank_of(0, s);
+      const auto length = receive(*world_, {1}, torch::kLong, from, kTagSaveLength, nullptr);
       const auto bytes =
-          receive(*world_, {length.item<std::int64_t>()}, torch::kUInt8, s, kTagSaveBytes, nullptr);
+          receive(*world_, {length.item<std::int64_t>()}, torch::kUInt8, from, kTagSaveBytes, nullptr);
       for (const auto& [key, value] : unpack(bytes)) checkpoint.set_tensor(key, value);
     }
   } else if (layout_.replica == 0) {

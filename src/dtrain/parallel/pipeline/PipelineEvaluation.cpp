@@ -13,7 +13,7 @@ namespace dtrain::parallel::pipeline {
 using namespace wire;
 
 std::vector<EvalModel> PipelineStrategy::eval_models() const {
-  return {EvalModel{"model", layout_.stages - 1}};
+  return {EvalModel{"model", layout_.rank_of(0, layout_.stages - 1)}};
 }
 
 void PipelineStrategy::begin_evaluation() {

@@ -37,7 +37,7 @@ void PipelineStrategy::replay_recorded() {
     for (std::size_t step = 0; step < steps; ++step) {
       for (int s = 0; s < stages; ++s) {
         const auto at = static_cast<std::int64_t>(
-            (replica * stages + s) * static_cast<std::size_t>(per_rank) + step * per_step);
+            layout_.rank_of(replica, s) * static_cast<std::size_t>(per_rank) + step * per_step);
         for (int m = 0; m < micro_batches; ++m) {
           forward[s][m] = a[at + m];
           backward[s][m] = a[at + micro_batches + m];
@@ -77,12 +77,12 @@ std::map<std::string, double> PipelineStrategy::metrics() {
   stage_peak_held_.assign(stages, 0.0);
   auto a = all.accessor<double, 1>();
   for (int r = 0; r < world_->size(); ++r) {
-    const int s = r % stages;
+    const int s = layout_.stage_of(r);
     idle[s] += a[kFields * r];
     total[s] += a[kFields * r + 1];
     stage_peak_held_[s] = std::max(stage_peak_held_[s], a[kFields * r + 2]);
     busy[s] += a[kFields * r + 3];
-    schedule[r / stages] = std::max(schedule[r / stages], a[kFields * r + 4]);
+    schedule[layout_.replica_of(r)] = std::max(schedule[layout_.replica_of(r)], a[kFields * r + 4]);
   }
   double schedule_total = 0.0;
   for (const double t : schedule) schedule_total += t;

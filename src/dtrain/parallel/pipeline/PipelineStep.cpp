@@ -125,11 +125,10 @@ PipelineStrategy::StepPlan PipelineStrategy::plan_step(const data::Batch& batch,
   plan.sizes.assign(sizes_tensor.data_ptr<std::int64_t>(),
                     sizes_tensor.data_ptr<std::int64_t>() + world_->size());
   for (const auto s : plan.sizes) plan.global_rows += s;
-  const auto base = static_cast<std::size_t>(layout_.replica * stages);
   std::int64_t rows = 0;
   for (int t = 0; t < stages; ++t) {
     if (t == layout_.stage) plan.own_offset = rows;
-    rows += plan.sizes[base + t];
+    rows += plan.sizes[layout_.rank_of(layout_.replica, t)];
   }
   if (rows < options_.micro_batches) {
     throw std::invalid_argument(
@@ -157,7 +156,6 @@ void PipelineStrategy::gather_batch(const data::Batch& batch, const std::vector<
   const int stages = layout_.stages;
   const int stage = layout_.stage;
   const int last = stages - 1;
-  const auto base = static_cast<std::size_t>(layout_.replica * stages);
   Sends sends(pipe_.get());
   if (stage != 0) sends.post(batch.inputs, 0, kTagInputs);
   if (stage != last) sends.post(batch.targets, last, kTagTargets);
@@ -168,8 +166,8 @@ void PipelineStrategy::gather_batch(const data::Batch& batch, const std::vector<
         parts.push_back(own);
         continue;
       }
-      parts.push_back(receive(*pipe_, with_rows(shape_of(own), sizes[base + t]), own.scalar_type(), t, tag,
-                              &timing.communication, own.device()));
+      parts.push_back(receive(*pipe_, with_rows(shape_of(own), sizes[layout_.rank_of(layout_.replica, t)]),
+                              own.scalar_type(), t, tag, &timing.communication, own.device()));
     }
     return parts.size() == 1 ? parts.front() : torch::cat(parts);
   };

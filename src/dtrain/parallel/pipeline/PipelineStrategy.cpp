@@ -72,10 +72,15 @@ PipelineStrategy::PipelineStrategy(StrategyContext context)
   }
   const int world = world_->size();
   const int rank = world_->rank();
+  if (mesh_set(context_.parallel.mesh)) {
+    // The mesh's pp is the stages (resolve_mesh checked that parallel.pipeline.stages agrees).
+    options_.stages = resolve_mesh(context_.parallel, world)->pp;
+    layout_.stages_outermost = true;
+  }
   layout_.stages = check_options(options_, world);
   layout_.replicas = world / layout_.stages;
-  layout_.stage = rank % layout_.stages;
-  layout_.replica = rank / layout_.stages;
+  layout_.stage = layout_.stage_of(rank);
+  layout_.replica = layout_.replica_of(rank);
   const int layers = static_cast<int>(model.layers()->named_children().size());
   if (layout_.stages > layers) {
     throw std::invalid_argument(
@@ -200,13 +205,14 @@ void PipelineStrategy::split_groups() {
   const int stages = layout_.stages;
   for (int r = 0; r < layout_.replicas; ++r) {
     std::vector<int> ranks;
-    for (int s = 0; s < stages; ++s) ranks.push_back(r * stages + s);
+    // Ascending in the stage in either order, so a pipeline's communicator numbers its ranks by stage.
+    for (int s = 0; s < stages; ++s) ranks.push_back(layout_.rank_of(r, s));
     auto sub = world_->split(ranks);
     if (sub) pipe_ = std::move(sub);
   }
   for (int s = 0; s < stages; ++s) {
     std::vector<int> ranks;
-    for (int r = 0; r < layout_.replicas; ++r) ranks.push_back(r * stages + s);
+    for (int r = 0; r < layout_.replicas; ++r) ranks.push_back(layout_.rank_of(r, s));
     auto sub = world_->split(ranks);
     if (sub) group_ = std::move(sub);
   }
@@ -310,6 +316,18 @@ StrategyInfo pipeline_info() {
   auto& can = info.capabilities;
   can.fixed_because = "each member holds its own stages, which another number of members splits otherwise";
   can.fp16 = true;
+  info.mesh.dims = {MeshDim::Pp, MeshDim::DpReplicate};
+  info.mesh.because =
+      "it cuts the layers into pp stages and all-reduces each stage's gradients over dp_replicate";
+  info.mesh.own_degree = [](const config::ParallelConfig& parallel, MeshDim dim) {
+    return dim == MeshDim::Pp ? parallel.options.get<PipelineOptions>("pipeline").stages : 0;
+  };
+  info.mesh.implied = [](const config::ParallelConfig& parallel, int world) -> std::optional<MeshShape> {
+    const int stages = parallel.options.get<PipelineOptions>("pipeline").stages;
+    const int pp = stages == 0 ? world : stages;
+    if (world % pp != 0) return std::nullopt;  // check_options names the key
+    return MeshShape{pp, world / pp, 1};
+  };
   // lbfgs refused: its line search needs the whole gradient and loss at every evaluation.
   return info;
 }

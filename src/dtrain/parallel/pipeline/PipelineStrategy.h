@@ -26,6 +26,14 @@ struct StageLayout {
   int replicas = 1;
   int stage = 0;    // this rank's stage
   int replica = 0;  // this rank's pipeline
+  // Where the ranks sit: without parallel.mesh a pipeline's stages are consecutive ranks; on a mesh,
+  // its order (Note [The device mesh]): pp outermost, so a stage's replicas are consecutive.
+  bool stages_outermost = false;
+  int rank_of(int pipeline, int stage_index) const {
+    return stages_outermost ? stage_index * replicas + pipeline : pipeline * stages + stage_index;
+  }
+  int stage_of(int rank) const { return stages_outermost ? rank / replicas : rank % stages; }
+  int replica_of(int rank) const { return stages_outermost ? rank % replicas : rank / stages; }
   StageBounds bounds;
 };
 

@@ -56,7 +56,8 @@ void ZeroStrategy::save(io::Checkpoint& checkpoint) const {
         continue;
       }
       auto whole = torch::empty({unit.layout.padded}, it->second.options());
-      context_.comm->allgather(it->second.contiguous(), whole);
+      // Within the shard group: every replica holds the same state, so its group's gather is whole.
+      shard_->allgather(it->second.contiguous(), whole);
       for (const auto& [name, value] : zero::split_whole(unit.layout, whole))
         checkpoint.set_tensor(kOptimizerPrefix + name + "/" + field, value);
     }

@@ -133,8 +133,8 @@ void ZeroStrategy::launch_reduction(std::size_t u) {
   }
   --filling_;
   release(u);
-  // Dividing before the sum, as data_parallel's buckets do.
-  if (world_ > 1) flat.div_(world_);
+  // Dividing before the sum, as data_parallel's buckets do; by every rank, replicas included (Note [HSDP]).
+  if (ranks_ > 1) flat.div_(ranks_);
   // The step's first backward writes the shard's gradient (zero until now) itself; a later
   // micro-batch's is added to it.
   torch::Tensor output = unit.shard.mutable_grad();
@@ -142,7 +142,7 @@ void ZeroStrategy::launch_reduction(std::size_t u) {
     unit.received = shard_pool_.take(unit.layout.shard, flat.options());
     output = unit.received;
   }
-  unit.reduce = context_.comm->reduce_scatter(flat, output, comm::ReduceOp::Sum, /*async_op=*/true);
+  unit.reduce = shard_->reduce_scatter(flat, output, comm::ReduceOp::Sum, /*async_op=*/true);
   unit.launched = true;
   in_flight_.push_back(u);
 }
@@ -205,14 +205,29 @@ double ZeroStrategy::reduce_scatter_step_gradients() {
   for (std::size_t u = 0; u < units_.size(); ++u) {
     if (in_flight.size() >= 2) retire();
     auto& unit = units_[u];
-    if (world_ > 1) unit.full_grad.div_(world_);
+    if (ranks_ > 1) unit.full_grad.div_(ranks_);
     unit.received = shard_pool_.take(unit.layout.shard, unit.full_grad.options());
-    unit.reduce = context_.comm->reduce_scatter(unit.full_grad, unit.received, comm::ReduceOp::Sum,
-                                                /*async_op=*/true);
+    unit.reduce =
+        shard_->reduce_scatter(unit.full_grad, unit.received, comm::ReduceOp::Sum, /*async_op=*/true);
     in_flight.push_back(u);
   }
   while (!in_flight.empty()) retire();
   return waited;
+}
+
+// ---- HSDP: the shards' gradients across replicas ----
+
+// Every unit's all-reduce is launched before the first is waited for; each sums the shard's gradient
+// of the R ranks holding that shard, already divided by every rank's count (Note [HSDP]).
+double ZeroStrategy::allreduce_across_replicas() {
+  if (!replicate_) return 0.0;
+  std::vector<comm::WorkPtr> works;
+  for (auto& unit : units_)
+    works.push_back(replicate_->allreduce(unit.shard.mutable_grad(), comm::ReduceOp::Sum,
+                                          /*async_op=*/true));
+  const auto start = util::Clock::now();
+  for (auto& work : works) work->wait();
+  return util::seconds_since(start);
 }
 
 }  // namespace dtrain::parallel

@@ -34,7 +34,7 @@ void ZeroStrategy::launch_gather(std::size_t u) {
   if (unit.gather || zero::storage_allocated(unit.full)) return;
   allocate_full(u);
   // The shard is storage of its own and nothing writes it while the gather runs.
-  unit.gather = context_.comm->allgather(unit.shard.detach(), unit.full, /*async_op=*/true);
+  unit.gather = shard_->allgather(unit.shard.detach(), unit.full, /*async_op=*/true);
 }
 
 void ZeroStrategy::wait_gather(std::size_t u, double* communication_seconds) {
@@ -139,7 +139,7 @@ double ZeroStrategy::gather_after_step() {
     if (in_flight.size() >= 2) retire();
     auto input = shard_pool_.take(units_[u].layout.shard, units_[u].shard.options());
     input.copy_(units_[u].shard.detach());
-    units_[u].gather = context_.comm->allgather(input, units_[u].full, /*async_op=*/true);
+    units_[u].gather = shard_->allgather(input, units_[u].full, /*async_op=*/true);
     in_flight.emplace_back(u, std::move(input));
   }
   while (!in_flight.empty()) retire();

@@ -80,6 +80,19 @@ namespace dtrain::parallel {
 // flight is waited for, so one unit reduces while the next one fills, the double buffering FSDP and
 // DeepSpeed's stage 2 (its IPG buckets) use. Beyond these two units a rank holds only autograd's own gradient
 // of the parameter being accumulated.
+//
+// Note [HSDP]
+// Hybrid sharding, PyTorch FSDP's HYBRID_SHARD and fully_shard over a 2-D mesh: on parallel.mesh
+// {dp_replicate: R, dp_shard: S} (Note [The device mesh] in parallel/Mesh.h) each group of S
+// consecutive ranks holds one copy of the model state, sharded as above over S (units padded to a
+// multiple of S, every all-gather and reduce-scatter inside the shard group's communicator), and the
+// R ranks that hold the same shard (one per group) all-reduce its gradient once the step's backward
+// is done, before the optimizer steps. Each rank divides its gradient by R x S before the
+// reduce-scatter, so the reduce-scatter's sum over the group and the all-reduce's sum over the
+// replicas make the mean over every rank, which is the gradient of one process on the global batch;
+// the replicas then apply the same update to the same shard and stay equal without a broadcast. The
+// all-reduce runs after backward, not overlapped with it: it carries 1/S of the gradient. Without a
+// mesh, zero on N ranks is {dp_shard: N}: the shard group is the world and there is no all-reduce.
 
 void describe_options(config::OptionVisitor& v, ZeroOptions& o) {
   v.integer("stage", o.stage, config::IntRange{1, 3},
@@ -103,15 +116,14 @@ ZeroStrategy::ZeroStrategy(StrategyContext context)
       precision_(context_.precision, context_.comm) {
   check(options_);
   auto& comm = *context_.comm;
-  rank_ = comm.rank();
-  world_ = comm.size();
   const auto before = comm.stats();
+  split_groups();
   auto& model = *context_.model;
   verify_same_module(comm, model);
   broadcast_coalesced(comm, module_state(model), /*root=*/0);
 
   torch::NoGradGuard no_grad;
-  const auto layouts = zero::plan_units(model, world_);
+  const auto layouts = zero::plan_units(model, shards_);
   unit_of_stage_.assign(model.stages().size(), -1);
   std::vector<torch::Tensor> shards;
   for (const auto& layout : layouts) {
@@ -170,6 +182,20 @@ ZeroStrategy::ZeroStrategy(StrategyContext context)
   add_own_communication(comm::difference(comm.stats(), before));
 }
 
+void ZeroStrategy::split_groups() {
+  // resolve_mesh has a mesh for zero on any world size (zero_info below). Without replicas the shard
+  // group is the world and nothing is split: zero on N ranks as it always ran.
+  const auto shape = *resolve_mesh(context_.parallel, context_.comm->size());
+  std::vector<MeshDim> groups{MeshDim::DpShard};
+  if (shape.dp_replicate > 1) groups.push_back(MeshDim::DpReplicate);
+  mesh_ = std::make_unique<DeviceMesh>(shape, context_.comm, groups);
+  shard_ = mesh_->comm(MeshDim::DpShard);
+  replicate_ = mesh_->comm(MeshDim::DpReplicate);  // null without replicas
+  rank_ = shard_->rank();
+  shards_ = shard_->size();
+  ranks_ = context_.comm->size();
+}
+
 ZeroStrategy::~ZeroStrategy() {
   remove_hooks();
   wait_outstanding_quietly();
@@ -183,6 +209,20 @@ std::uint64_t ZeroStrategy::buffer_bytes() const {
   return gradient_pool_.kept_bytes() + shard_pool_.kept_bytes() + unit_pool_.kept_bytes();
 }
 
+std::vector<comm::CommStats> ZeroStrategy::traffic_now() const {
+  std::vector<comm::CommStats> out;
+  for (const auto& c : mesh_->communicators()) out.push_back(c->stats());
+  return out;
+}
+
+comm::CommStats ZeroStrategy::traffic_since(const std::vector<comm::CommStats>& before) const {
+  const auto communicators = mesh_->communicators();
+  comm::CommStats traffic;
+  for (std::size_t i = 0; i < communicators.size(); ++i)
+    traffic += comm::difference(communicators[i]->stats(), before[i]);
+  return traffic;
+}
+
 std::vector<zero::UnitLayout> ZeroStrategy::layouts() const {
   std::vector<zero::UnitLayout> out;
   for (const auto& unit : units_) out.push_back(unit.layout);
@@ -192,7 +232,7 @@ std::vector<zero::UnitLayout> ZeroStrategy::layouts() const {
 StepResult ZeroStrategy::train_step(const data::Batch& batch) {
   const auto start = util::Clock::now();
   auto& comm = *context_.comm;
-  const auto traffic_before = comm.stats();
+  const auto traffic_before = traffic_now();
   StepResult result;
   result.samples = batch.size();
   auto& model = *context_.model;
@@ -237,11 +277,12 @@ StepResult ZeroStrategy::train_step(const data::Batch& batch) {
   result.timing.forward = step.forward_seconds;
   result.timing.backward = step.backward_seconds;
   if (options_.stage == 1) result.timing.communication += reduce_scatter_step_gradients();
+  result.timing.communication += allreduce_across_replicas();
 
   // The global batch's mean loss.
   {
     const auto t0 = util::Clock::now();
-    auto loss = step.loss.detach().to(torch::kDouble).reshape({1}) / world_;
+    auto loss = step.loss.detach().to(torch::kDouble).reshape({1}) / ranks_;
     comm.allreduce(loss);
     result.loss = util::DeviceScalar::of(loss);
     result.timing.communication += util::seconds_since(t0);
@@ -258,7 +299,7 @@ StepResult ZeroStrategy::train_step(const data::Batch& batch) {
   result.closure_evaluations = 1;
   result.outputs = step.outputs;
   result.timing.set_update_to_rest(util::seconds_since(start));
-  auto traffic = comm::difference(comm.stats(), traffic_before);
+  const auto traffic = traffic_since(traffic_before);
   add_own_communication(traffic);
   result.bytes_sent = traffic.total().wire_bytes;
   return result;
@@ -303,11 +344,15 @@ std::map<std::string, std::string> ZeroStrategy::notes() const {
   }
   // A unit is a model stage with parameters (plan_units): the model's summary line counts all of its
   // stages ("in 12 stages"), activations and pooling included, so the note names both counts.
-  return {{"zero/layout",
-           fmt::format("stage {}: {} parameters in {} units (one per model stage with parameters, of the "
-                       "model's {} stages), padded to {} ({} padding elements); {} elements per rank's shard",
-                       options_.stage, numel, units_.size(), unit_of_stage_.size(), padded, padded - numel,
-                       shard)}};
+  auto layout = fmt::format(
+      "stage {}: {} parameters in {} units (one per model stage with parameters, of the model's {} stages), "
+      "padded to {} ({} padding elements); {} elements per rank's shard",
+      options_.stage, numel, units_.size(), unit_of_stage_.size(), padded, padded - numel, shard);
+  if (replicate_) {
+    layout += fmt::format("; hybrid (HSDP): sharded over {} ranks, replicated {} times ({})", shards_,
+                          replicate_->size(), mesh_->shape().describe());
+  }
+  return {{"zero/layout", layout}};
 }
 
 MemoryFootprint ZeroStrategy::memory_footprint() const {
@@ -340,6 +385,12 @@ StrategyInfo zero_info() {
   auto& can = info.capabilities;
   can.elastic = Elasticity::ShardedState;
   can.fp16 = true;
+  info.mesh.dims = {MeshDim::DpReplicate, MeshDim::DpShard};
+  info.mesh.because =
+      "it shards the model state over dp_shard and all-reduces the shards' gradients over dp_replicate";
+  info.mesh.implied = [](const config::ParallelConfig&, int world) {
+    return std::optional<MeshShape>(MeshShape{1, 1, world});
+  };
   // lbfgs refused: its history is one vector over all parameters, which no rank holds.
   return info;
 }

@@ -2,6 +2,8 @@
 // FSDP. Every rank computes on its slice of the global batch as in data_parallel, but the model
 // state is split: stage 1 shards the optimizer state, stage 2 also the gradients, stage 3 also the
 // parameters, which are gathered stage by stage just before they are used. See Note [ZeRO in dtrain].
+// On a mesh {dp_replicate: R, dp_shard: S} (parallel.mesh) the state is sharded over each group of S
+// ranks and the gradient shards all-reduced across the R replicas: HSDP, Note [HSDP].
 #pragma once
 
 #include <torch/csrc/autograd/function.h>
@@ -15,6 +17,7 @@
 
 #include "dtrain/comm/Work.h"
 #include "dtrain/parallel/GradientReadyHook.h"
+#include "dtrain/parallel/Mesh.h"
 #include "dtrain/parallel/MixedPrecision.h"
 #include "dtrain/parallel/Strategy.h"
 #include "dtrain/parallel/zero/ShardedUnits.h"
@@ -25,8 +28,9 @@ namespace dtrain::parallel {
 class ZeroStrategy final : public Strategy {
  public:
   // Collective: checks that every rank built the same model and broadcasts rank 0's parameters
-  // and buffers, then shards them. Refuses lbfgs (its history is one vector over all parameters,
-  // not element-wise) and a model whose parameters are not each in exactly one stage.
+  // and buffers, splits the mesh's shard and replicate groups, then shards them. Refuses lbfgs (its history
+  // is one vector over all parameters, not element-wise) and a model whose parameters are not each in exactly
+  // one stage.
   explicit ZeroStrategy(StrategyContext context);
   // Stage 3 leaves the model's parameters without storage (the shards are the parameters); read
   // them through model_state() before destroying the strategy.
@@ -59,6 +63,8 @@ class ZeroStrategy final : public Strategy {
   std::uint64_t buffer_bytes() const;
   // The units, in forward order (tests and notes).
   std::vector<zero::UnitLayout> layouts() const;
+  // The mesh it runs on: {dp_shard: N} without parallel.mesh.
+  const MeshShape& mesh() const { return mesh_->shape(); }
 
  private:
   struct Unit {
@@ -78,6 +84,8 @@ class ZeroStrategy final : public Strategy {
     std::vector<const torch::autograd::FunctionPreHook*> pre_hooks;  // to remove them by identity
   };
 
+  // Collective: the mesh's shard group and, with replicas, its replicate group (Note [HSDP]).
+  void split_groups();
   torch::Tensor forward_sharded(const torch::Tensor& inputs);
   // Stage 3: gives unit u's full buffer memory (a pooled slot) and takes it away again.
   void allocate_full(std::size_t u);
@@ -100,6 +108,11 @@ class ZeroStrategy final : public Strategy {
   // step's last backward (stage 3 then frees every unit still gathered).
   double finish_backward(bool last);
   double reduce_scatter_step_gradients();
+  // HSDP: every unit's shard gradient all-reduced (summed) across the replicas holding that shard.
+  double allreduce_across_replicas();
+  // The traffic of the world and the mesh's groups, each counted once.
+  std::vector<comm::CommStats> traffic_now() const;
+  comm::CommStats traffic_since(const std::vector<comm::CommStats>& before) const;
   double gather_after_step();
   void install_hooks();
   void remove_hooks();
@@ -108,8 +121,15 @@ class ZeroStrategy final : public Strategy {
 
   StrategyContext context_;
   ZeroOptions options_;
-  int rank_ = 0;
-  int world_ = 1;
+  // The world's sub-communicators (Note [HSDP]): shard_ all-gathers and reduce-scatters within a
+  // shard group, replicate_ all-reduces across replicas (null without replicas); the world itself
+  // where a group spans it.
+  std::unique_ptr<DeviceMesh> mesh_;
+  comm::CommunicatorPtr shard_;
+  comm::CommunicatorPtr replicate_;
+  int rank_ = 0;    // this rank's place in its shard group: the shard it holds
+  int shards_ = 1;  // the ranks of a shard group (dp_shard): a unit is padded to a multiple of it
+  int ranks_ = 1;   // the world: each rank's gradient weighs 1/ranks_ in the mean
   std::vector<Unit> units_;
   std::vector<int> unit_of_stage_;  // -1 for stages without parameters
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
