@@ -33,6 +33,12 @@ std::vector<Case> cases() {
        2,
        "in-process"},
       {"zero_stage3", {"parallel.strategy=zero", "parallel.zero.stage=3"}, 2, "in-process"},
+      // HSDP: shards inside groups of two, the groups' gradients all-reduced (sub-communicators: gloo).
+      {"zero_hsdp",
+       {"parallel.strategy=zero", "parallel.zero.stage=3", "parallel.mesh.dp_replicate=2",
+        "parallel.mesh.dp_shard=2"},
+       4,
+       "gloo"},
       {"pipeline", {"parallel.strategy=pipeline", "parallel.pipeline.stages=2"}, 2, "gloo"},
       {"dad", {"parallel.strategy=dad"}, 2, "in-process"},
       {"rankdad", {"parallel.strategy=rankdad"}, 2, "in-process"},
