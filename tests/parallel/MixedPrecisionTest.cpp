@@ -511,7 +511,7 @@ INSTANTIATE_TEST_SUITE_P(Strategies, Bf16LayerNorm,
 // buffers and the generators as they were.
 struct NoBf16Impl : torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x) {
-    TORCH_CHECK(x.scalar_type() != torch::kBFloat16, "\"my_op\" not implemented for 'BFloat16'");
+    TORCH_CHECK(x.scalar_type() != torch::kBFloat16, "\"my_op\" has no kernel for 'BFloat16'");
     return x;
   }
 };
@@ -532,7 +532,7 @@ TEST(CheckPrecisionRuns, RefusesAStageThatCannotComputeInBf16ByName) {
     const std::string what = e.what();
     EXPECT_EQ(what.rfind("train.precision: bf16: stage layers.4 (", 0), 0U) << what;
     EXPECT_NE(
-        what.find("NoBf16Impl) of model mine cannot compute in bf16 on cpu: \"my_op\" not implemented for "
+        what.find("NoBf16Impl) of model mine cannot compute in bf16 on cpu: \"my_op\" has no kernel for "
                   "'BFloat16'; use train.precision: fp32 for this model"),
         std::string::npos)
         << what;

@@ -60,7 +60,8 @@ TEST(ActivationCheckpointingTrainer, SameWeightsInBf16AndFp16) {
     full.fit();
     const auto state = full.strategy().model_state();
     for (const auto& [name, value] : kept.strategy().model_state())
-      EXPECT_TRUE(torch::equal(state.at(name), value)) << config::kPrecisionNames.name(precision) << " " << name;
+      EXPECT_TRUE(torch::equal(state.at(name), value))
+          << config::kPrecisionNames.name(precision) << " " << name;
   }
 }
 

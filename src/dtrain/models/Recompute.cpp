@@ -84,11 +84,10 @@ class KeepBuffers {
 
 class RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
  public:
-  // `placeholder` (empty) needs a gradient, so that the node is recorded and backward reaches the
-  // stage's parameters also where `input` needs none (raw data); its gradient stays undefined.
+  // `anchor` (empty) needs a gradient, so that the node is recorded and backward reaches the stage's
+  // parameters also where `input` needs none (raw data); its gradient stays undefined.
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
-                                                const torch::Tensor& input,
-                                                const torch::Tensor& /*placeholder*/,
+                                                const torch::Tensor& input, const torch::Tensor& /*anchor*/,
                                                 c10::intrusive_ptr<RecomputeState> state) {
     ctx->save_for_backward({input});
     // Casts made without a graph must not be cached for the second forward (Note [Activation
@@ -149,8 +148,8 @@ torch::Tensor recompute(const torch::nn::AnyModule& stage, const torch::Tensor& 
     state->cuda_autocast = optim::autocast_enabled(at::kCUDA);
     state->cuda_autocast_dtype = optim::autocast_dtype(at::kCUDA);
   }
-  const auto placeholder = torch::empty({0}, torch::TensorOptions().requires_grad(true));
-  return RecomputeFunction::apply(input, placeholder, std::move(state)).at(0);
+  const auto anchor = torch::empty({0}, torch::TensorOptions().requires_grad(true));
+  return RecomputeFunction::apply(input, anchor, std::move(state)).at(0);
 }
 
 std::vector<std::size_t> recomputed_blocks(config::ActivationCheckpointing mode, int every,

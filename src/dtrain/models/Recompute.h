@@ -31,7 +31,7 @@ class Network;
 // strategy).
 // This is PyTorch's reentrant checkpoint (use_reentrant=True), written as a C++ autograd
 // function: LibTorch has no torch.utils.checkpoint. Like it, a stage whose input needs no gradient
-// (raw data) still trains its parameters: the node takes a placeholder input that needs one.
+// (raw data) still trains its parameters: the node takes an empty anchor input that needs one.
 // Unlike it, nothing is recomputed when grad mode is off (evaluation) or nothing in the stage
 // learns. PyTorch's non-reentrant form (saved-tensor hooks) stops the recomputation early once the
 // needed tensors are rebuilt; a stage here is a whole block, so the second forward is the block's.
