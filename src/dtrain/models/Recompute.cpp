@@ -1,56 +1,21 @@
 // recompute(): the autograd node of Note [Activation recomputation], and the choice of blocks.
 #include "dtrain/models/Recompute.h"
 
-#include <ATen/Context.h>
-#include <ATen/core/Generator.h>
 #include <ATen/core/ivalue.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <torch/autograd.h>
 
-#include <mutex>
 #include <stdexcept>
 #include <utility>
 
+#include "dtrain/models/KeptState.h"
 #include "dtrain/models/Network.h"
 #include "dtrain/optim/Autocast.h"
 
 namespace dtrain::models {
 
 namespace {
-
-// The default generators a stage on `device` may draw from: the CPU's always, and the stage's GPU.
-struct GeneratorStates {
-  at::Tensor cpu;
-  at::Tensor cuda;
-  c10::DeviceIndex cuda_index = -1;
-
-  static at::Tensor read(at::Generator generator) {
-    std::lock_guard<std::mutex> lock(generator.mutex());
-    return generator.get_state();
-  }
-  static void write(at::Generator generator, const at::Tensor& state) {
-    std::lock_guard<std::mutex> lock(generator.mutex());
-    generator.set_state(state);
-  }
-  static at::Generator cuda_generator(c10::DeviceIndex index) {
-    return at::globalContext().defaultGenerator(c10::Device(c10::kCUDA, index));
-  }
-
-  static GeneratorStates now(const c10::Device& device) {
-    GeneratorStates out;
-    out.cpu = read(at::detail::getDefaultCPUGenerator());
-    if (device.is_cuda()) {
-      out.cuda_index = device.index();
-      out.cuda = read(cuda_generator(out.cuda_index));
-    }
-    return out;
-  }
-  void restore() const {
-    write(at::detail::getDefaultCPUGenerator(), cpu);
-    if (cuda.defined()) write(cuda_generator(cuda_index), cuda);
-  }
-};
 
 // What the node keeps from the forward besides the input: the stage, and the state its forward ran in.
 struct RecomputeState : torch::CustomClassHolder {
@@ -61,25 +26,6 @@ struct RecomputeState : torch::CustomClassHolder {
   at::ScalarType cpu_autocast_dtype = at::kBFloat16;
   bool cuda_autocast = false;
   at::ScalarType cuda_autocast_dtype = at::kHalf;
-};
-
-// The stage's buffers as they were before the second forward, put back after it: BatchNorm counts
-// each batch once.
-class KeepBuffers {
- public:
-  explicit KeepBuffers(const torch::nn::Module& module) {
-    torch::NoGradGuard no_grad;
-    for (const auto& buffer : module.buffers(/*recurse=*/true)) {
-      if (buffer.defined()) kept_.emplace_back(buffer, buffer.clone());
-    }
-  }
-  void restore() {
-    torch::NoGradGuard no_grad;
-    for (auto& [buffer, value] : kept_) buffer.copy_(value);
-  }
-
- private:
-  std::vector<std::pair<torch::Tensor, torch::Tensor>> kept_;
 };
 
 class RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
@@ -103,6 +49,7 @@ class RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
     auto state = c10::static_intrusive_pointer_cast<RecomputeState>(ctx->saved_data["state"].toCapsule());
     auto input = ctx->get_saved_variables().at(0).detach();
     if (state->input_needs_grad) input.requires_grad_(true);
+    // Put back after backward: BatchNorm counts each batch once.
     KeepBuffers buffers(*state->stage.ptr());
     torch::Tensor output;
     {

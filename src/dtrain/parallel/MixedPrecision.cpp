@@ -5,13 +5,13 @@
 
 #include <fmt/format.h>
 
-#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "dtrain/models/KeptState.h"
 #include "dtrain/optim/Autocast.h"
 #include "dtrain/optim/ForeachOptimizers.h"
 #include "dtrain/util/Clock.h"
@@ -41,39 +41,18 @@ namespace {
 // The state a probe forward may change, put back when it ends however it ends.
 class ProbeState {
  public:
-  ProbeState(const torch::nn::Module& module, const torch::Device& device) {
-    torch::NoGradGuard no_grad;
-    for (const auto& buffer : module.buffers(/*recurse=*/true)) {
-      if (buffer.defined()) buffers_.emplace_back(buffer, buffer.clone());
-    }
-    cpu_ = generator_state(at::detail::getDefaultCPUGenerator());
-    if (device.is_cuda()) {
-      cuda_generator_ = at::globalContext().defaultGenerator(device);
-      cuda_ = generator_state(*cuda_generator_);
-    }
-  }
+  ProbeState(const torch::nn::Module& module, const torch::Device& device)
+      : buffers_(module), generators_(models::GeneratorStates::now(device)) {}
   ~ProbeState() {
-    torch::NoGradGuard no_grad;
-    for (auto& [buffer, value] : buffers_) buffer.copy_(value);
-    set_generator_state(at::detail::getDefaultCPUGenerator(), cpu_);
-    if (cuda_generator_) set_generator_state(*cuda_generator_, cuda_);
+    buffers_.restore();
+    generators_.restore();
   }
   ProbeState(const ProbeState&) = delete;
   ProbeState& operator=(const ProbeState&) = delete;
 
  private:
-  static at::Tensor generator_state(at::Generator generator) {
-    std::lock_guard<std::mutex> lock(generator.mutex());
-    return generator.get_state();
-  }
-  static void set_generator_state(at::Generator generator, const at::Tensor& state) {
-    std::lock_guard<std::mutex> lock(generator.mutex());
-    generator.set_state(state);
-  }
-
-  std::vector<std::pair<torch::Tensor, torch::Tensor>> buffers_;
-  at::Tensor cpu_, cuda_;
-  std::optional<at::Generator> cuda_generator_;
+  models::KeepBuffers buffers_;
+  models::GeneratorStates generators_;
 };
 
 std::string first_line(const std::string& text) {
