@@ -47,7 +47,8 @@ torch::Tensor Network::in_memory_order(const torch::Tensor& input) const {
 torch::Tensor Network::forward(torch::Tensor input) {
   if (recomputed_.empty()) return layers_->forward(in_memory_order(input));
   auto x = in_memory_order(input);
-  for (auto& stage : stages()) x = stage.forward(x);
+  std::size_t s = 0;
+  for (auto& stage : *layers_) x = recomputed(s++) ? recompute(stage, x) : stage.forward(x);
   return x;
 }
 
