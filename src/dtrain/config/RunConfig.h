@@ -182,6 +182,16 @@ struct MeshConfig {
   int pp = 0;            // pipeline stages
   int dp_replicate = 0;  // replicas whose gradients are all-reduced
   int dp_shard = 0;      // ranks a replica's model state is sharded over (consecutive ranks)
+  int tp = 0;            // ranks each layer of the plan is split over (innermost, consecutive ranks)
+};
+
+// parallel.tensor: how the model's layers are split over the mesh's tp ranks (parallel/tensor/).
+struct TensorConfig {
+  // "<module pattern>=<style>" (e.g. "layers.*.fc1=colwise"); empty: the model's own plan.
+  std::vector<std::string> plan;
+  // The LayerNorm and dropout regions run on a shard of the sequence (Megatron-LM's sequence
+  // parallelism): all-gathers and reduce-scatters in place of the all-reduces.
+  bool sequence_parallel = false;
 };
 
 struct ParallelConfig {
@@ -197,6 +207,7 @@ struct ParallelConfig {
   // Note [Collective checks])
   DebugMode debug = DebugMode::Off;
   MeshConfig mesh;
+  TensorConfig tensor;
   // Each strategy's own options, parallel.<strategy>.*, registered with the strategy
   // (e.g. parallel.data_parallel.bucket_mb): options.get<T>("data_parallel").
   SectionSet options{"parallel"};

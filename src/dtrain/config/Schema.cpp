@@ -159,6 +159,17 @@ void describe_mesh(OptionVisitor& v, MeshConfig& m) {
             "Replicas that all-reduce their gradients (0 = not set: 1 in a mesh that sets another degree)");
   v.integer("dp_shard", m.dp_shard, at_least(0),
             "Ranks each replica's model state is sharded over, consecutive ranks (zero; 0 = not set)");
+  v.integer("tp", m.tp, at_least(0),
+            "Ranks each layer of parallel.tensor.plan is split over, consecutive ranks (0 = not set: 1)");
+}
+
+void describe_tensor(OptionVisitor& v, TensorConfig& t) {
+  v.text_list("plan", t.plan,
+              "Tensor parallel plan, \"<module pattern>=<style>\" (colwise, colwise:K, rowwise, embedding, "
+              "sequence, output); empty: the model's own");
+  v.boolean("sequence_parallel", t.sequence_parallel,
+            "Run LayerNorm and dropout on a shard of the sequence: all-gathers and reduce-scatters instead "
+            "of all-reduces");
 }
 
 }  // namespace
@@ -178,6 +189,8 @@ void describe_parallel(OptionVisitor& v, ParallelConfig& p) {
   // Every strategy reads it: a degree it cannot honour is refused where the world size is known
   // (parallel::resolve_mesh), not ignored.
   v.section("mesh", [&] { describe_mesh(v, p.mesh); });
+  // Read by every strategy on a mesh with tp > 1, refused where tp is 1 (parallel::resolve_mesh).
+  v.section("tensor", [&] { describe_tensor(v, p.tensor); });
   // Each strategy's own section; only those the chosen strategy reads apply (read after `strategy`).
   const Choice* chosen = registered(kStrategyKey).find(p.strategy);
   for (const auto& name : p.options.names()) {
