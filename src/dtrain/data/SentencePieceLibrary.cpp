@@ -4,6 +4,8 @@
 #include <dlfcn.h>
 #include <torch/types.h>
 
+#include <filesystem>
+
 namespace dtrain::data {
 
 const SentencePieceLibrary& sentencepiece_library() {
@@ -12,10 +14,20 @@ const SentencePieceLibrary& sentencepiece_library() {
 #ifndef DTRAIN_SANITIZED
     flags |= RTLD_DEEPBIND;
 #endif
-    // Where `cmake --install` puts the module, then where the build made it.
+    // Beside an installed program (<prefix>/bin/dtrain: <prefix>/lib/dtrain/), wherever the prefix was
+    // moved; where `cmake --install` put it; where the build made it.
+    std::error_code ignored;
+    const auto program = std::filesystem::read_symlink("/proc/self/exe", ignored);
+    const auto beside =
+        (program.parent_path().parent_path() / "lib" / "dtrain" / "libdtrain_sentencepiece.so").string();
     std::string tried;
-    for (const char* path : {DTRAIN_SENTENCEPIECE_MODULE_INSTALLED, DTRAIN_SENTENCEPIECE_MODULE_BUILT}) {
-      void* handle = ::dlopen(path, flags);
+    for (const std::string& path : {beside, std::string(DTRAIN_SENTENCEPIECE_MODULE_INSTALLED),
+                                    std::string(DTRAIN_SENTENCEPIECE_MODULE_BUILT)}) {
+      if (!std::filesystem::exists(path, ignored)) {
+        tried += std::string(tried.empty() ? "" : "; ") + path + ": no such file";
+        continue;
+      }
+      void* handle = ::dlopen(path.c_str(), flags);
       const char* error = handle ? nullptr : ::dlerror();
       if (handle) {
         using Get = const SentencePieceLibrary* (*)();

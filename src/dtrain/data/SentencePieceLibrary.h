@@ -11,7 +11,8 @@
 // opened with RTLD_LOCAL (its symbols stay out of the program's scope, libprotobuf keeps its own) and
 // RTLD_DEEPBIND (libsentencepiece binds to its own protobuf first). Only this interface crosses,
 // through virtual calls, so nothing of SentencePiece's is resolved by the program. Sanitizer runtimes
-// refuse RTLD_DEEPBIND, so a sanitized build opens the module without it.
+// refuse RTLD_DEEPBIND, so a sanitized build opens the module without it, and there libsentencepiece's
+// protobuf calls may bind to LibTorch's libprotobuf.
 #pragma once
 
 #include <memory>
