@@ -70,6 +70,30 @@ TEST(SentenceDataset, RefusesAFolderWithoutItsFilesOrAModel) {
               ::testing::ThrowsMessage<c10::Error>(HasSubstr("data.labels: 'yes' is listed twice")));
 }
 
+TEST(SentenceDataset, ReadsJsonLinesAndSst2WithTheirOwnLabels) {
+  TempDir dir;
+  std::filesystem::create_directories(dir / "moods");
+  testing::write_text(dir / "moods/train.jsonl",
+                      "{\"text\": \"The soup tastes better.\", \"label\": \"positive\"}\n"
+                      "{\"text\": \"The bridge was built.\", \"label\": \"negative\"}\n");
+  testing::write_text(dir / "moods/dev.jsonl",
+                      "{\"text\": \"Few students finished.\", \"label\": \"negative\"}\n");
+  auto d = sentences_config(dir / "moods");
+  d.labels = {"negative", "positive"};
+  auto sets = load_datasets(d);
+  EXPECT_EQ(sets.class_names, d.labels);
+  EXPECT_TRUE(sets.train->labels().equal(torch::tensor({1, 0}, torch::kLong)));
+  EXPECT_EQ(sets.test->size(), 1);
+
+  std::filesystem::create_directories(dir / "sst2");
+  testing::write_text(dir / "sst2/train.tsv",
+                      "sentence\tlabel\nthe soup tastes better \t1\nthe bridge \t0\n");
+  testing::write_text(dir / "sst2/dev.tsv", "sentence\tlabel\nfew students \t0\n");
+  sets = load_datasets(sentences_config(dir / "sst2"));
+  EXPECT_EQ(sets.train->size(), 2);
+  EXPECT_TRUE(sets.train->labels().equal(torch::tensor({1, 0}, torch::kLong)));
+}
+
 TEST(SentenceDataset, SubsetsTakeTheFirstSentences) {
   TempDir dir;
   testing::copy_sample(dir / "cola");

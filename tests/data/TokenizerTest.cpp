@@ -97,8 +97,8 @@ TEST(Tokenizer, RefusesWhatIsNotAnAlbertModel) {
               ::testing::ThrowsMessage<c10::Error>(HasSubstr("has no piece <pad>")));
 }
 
-// The ids SentencePiece's Python binding gives for kSentences on `model`, one line each; empty when
-// the binding is not installed.
+// What SentencePiece's Python binding gives on `model`: first the ids of <pad>, <unk>, [CLS], [SEP]
+// and [MASK], then the ids of each of kSentences; empty when the binding is not installed.
 std::vector<std::vector<std::int32_t>> python_ids(const std::string& model, const TempDir& dir) {
   std::ofstream script(dir / "ids.py");
   script << "import sys\n"
@@ -107,6 +107,7 @@ std::vector<std::vector<std::int32_t>> python_ids(const std::string& model, cons
             "except ImportError:\n"
             "    sys.exit(77)\n"
             "sp = spm.SentencePieceProcessor(model_file=sys.argv[1])\n"
+            "print(sp.pad_id(), sp.unk_id(), *(sp.piece_to_id(p) for p in ('[CLS]', '[SEP]', '[MASK]')))\n"
             "for line in open(sys.argv[2], encoding='utf-8').read().splitlines():\n"
             "    print(' '.join(map(str, sp.encode(line))))\n";
   script.close();
@@ -125,15 +126,17 @@ std::vector<std::vector<std::int32_t>> python_ids(const std::string& model, cons
   return lines;
 }
 
-TEST(Tokenizer, PiecesMatchSentencePiecesPythonBinding) {
+TEST(Tokenizer, IdsMatchSentencePiecesPythonBinding) {
   TempDir dir;
   const auto model = sample_model(200);
   const auto reference = python_ids(model, dir);
   if (reference.empty()) GTEST_SKIP() << "no /usr/bin/python3 with sentencepiece (python3-sentencepiece)";
-  ASSERT_EQ(reference.size(), kSentences.size());
+  ASSERT_EQ(reference.size(), kSentences.size() + 1);
   const Tokenizer tokenizer(model);
+  EXPECT_EQ(reference[0], (std::vector<std::int32_t>{tokenizer.pad_id(), tokenizer.unk_id(),
+                                                     tokenizer.cls_id(), tokenizer.sep_id(), 4}));
   for (std::size_t i = 0; i < kSentences.size(); ++i) {
-    EXPECT_EQ(tokenizer.pieces(kSentences[i]), reference[i]) << kSentences[i];
+    EXPECT_EQ(tokenizer.pieces(kSentences[i]), reference[i + 1]) << kSentences[i];
   }
 }
 
