@@ -54,7 +54,16 @@ void describe_data(OptionVisitor& v, DataConfig& d) {
   v.integer("synthetic_classes", d.synthetic_classes, at_least(1), "synthetic: number of classes");
   v.integer("synthetic_size", d.synthetic_size, at_least(1), "synthetic: number of training samples");
   v.text("text_path", d.text_path, Text::Any, "text: the text file of the character-level language model");
-  v.integer("seq_len", d.seq_len, at_least(1), "text: characters per training sequence");
+  v.integer(
+      "seq_len", d.seq_len, at_least(1),
+      "text: characters per training sequence; sentences: tokens per sentence, [CLS] and [SEP] included");
+  v.text("tokenizer", d.tokenizer, Text::Any,
+         "sentences: the SentencePiece model (ALBERT's spiece.model, or `dtrain tokenizer train`'s)");
+  v.choice("sentence_format", d.sentence_format, kSentenceFormatNames,
+           "sentences: auto (from the train file), cola, sst2 (header sentence<TAB>label), tsv "
+           "(text<TAB>label) or "
+           "jsonl ({\"text\": .., \"label\": ..})");
+  v.text_list("labels", d.labels, "sentences: the labels rows carry, class 0 first (empty = 0 and 1)");
   v.integer("loader_threads", d.loader_threads, at_least(-1),
             "Threads preparing batches per worker (0 = on the training thread; -1 = auto: 2 on a GPU, 0 on "
             "the CPU)");

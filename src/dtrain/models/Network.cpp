@@ -31,7 +31,8 @@ InputSpec InputSpec::tokens(std::int64_t vocab_size, std::int64_t seq_len, std::
 
 std::string InputSpec::describe() const {
   if (is_tokens()) {
-    return fmt::format("tokens T={} V={}", seq_len, vocab_size);
+    return pad_id >= 0 ? fmt::format("tokens T={} V={} pad={}", seq_len, vocab_size, pad_id)
+                       : fmt::format("tokens T={} V={}", seq_len, vocab_size);
   }
   return fmt::format("{}", fmt::join(sample_shape, "x"));
 }

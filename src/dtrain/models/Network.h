@@ -26,6 +26,9 @@ struct InputSpec {
   std::int64_t vocab_size = 0;
   // Token inputs: the longest sequence the model accepts (positional embeddings are learned).
   std::int64_t seq_len = 0;
+  // Token inputs: the id that pads a sequence (positions holding it are no part of the sentence:
+  // attention's mask is token != pad_id); -1 = sequences are not padded.
+  std::int64_t pad_id = -1;
 
   static InputSpec image(std::int64_t channels, std::int64_t height, std::int64_t width,
                          std::int64_t num_classes);

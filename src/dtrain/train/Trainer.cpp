@@ -34,7 +34,13 @@ std::mutex& process_generator_mutex() {
 
 models::InputSpec input_spec(const data::Dataset& train) {
   const auto shape = train.input_shape();
-  if (train.tokens()) return models::InputSpec::tokens(train.num_classes(), shape.at(0));
+  if (train.tokens()) {
+    // A language model's classes are its vocabulary: the spec names no classes of its own then.
+    auto spec = models::InputSpec::tokens(train.vocab_size(), shape.at(0),
+                                          train.per_sample_labels() ? train.num_classes() : 0);
+    spec.pad_id = train.pad_id();
+    return spec;
+  }
   models::InputSpec spec;
   spec.sample_shape = shape;
   spec.num_classes = train.num_classes();
