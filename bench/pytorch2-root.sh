@@ -18,6 +18,7 @@ if [ "$(id -u)" != 0 ]; then
 fi
 if [ ! -x "$ROOT/usr/bin/apt-get" ]; then
   command -v debootstrap >/dev/null || apt-get install -y -q debootstrap
+  # shellcheck disable=SC2016
   mirror=$(apt-get indextargets --format '$(REPO_URI) $(RELEASE) $(COMPONENT) $(IDENTIFIER)' |
     awk '$2 == "bookworm" && $3 == "main" && $4 == "Packages" { print $1; exit }')
   if [ -z "$mirror" ]; then
@@ -32,6 +33,7 @@ elif ! chroot "$ROOT" dpkg-query -W ${packages//,/ } >/dev/null 2>&1; then
   chroot "$ROOT" "${apt[@]}" update
   chroot "$ROOT" "${apt[@]}" install -y --no-install-recommends ${packages//,/ }
 fi
+# shellcheck disable=SC2016
 chroot "$ROOT" dpkg-query -W -f='${Package} ${Version}\n' python3-torch libopenblas0-pthread
 mountpoint -q "$ROOT/proc" || { mount -t proc proc "$ROOT/proc"; trap 'umount "$ROOT/proc"' EXIT; }
 # The imports the peers need; a failure prints which one and exits non-zero.

@@ -8,7 +8,8 @@
 # bench/pytorch2-root.sh makes (run that first). The model: dim 128, depth 4, 4 heads, MLP 4x, 64
 # characters of data.dataset text (docs/*.md joined) per sample, batch 16 per data-parallel rank,
 # Adam (lr 1e-3), fp32, no dropout, one thread per worker. dtrain's tensor-parallel plan is set to
-# the peer's: attention and MLP only (embedding and LM head replicated over tp).
+# the peer's: attention and MLP only (embedding and LM head replicated over tp); PLAN=own leaves it
+# to dtrain's own, which splits the embedding's and the LM head's vocabulary too.
 # Runs alternate A B A B within each round; the table gives median samples/s (the trainer's, after
 # the warm-up steps), dtrain / PyTorch per round, and a check that both learn: the loss after the
 # last step (dtrain's on 16 test windows, PyTorch's rank 0's last training batch).
@@ -21,6 +22,7 @@ ROUNDS=${2:-2}
 STEPS=${3:-30}
 ROOT=${ROOT:-/var/tmp/dtrain-sid}
 ARRANGEMENTS=${ARRANGEMENTS:-"tp hsdp"}
+PLAN=${PLAN:-peer}
 DTRAIN=$(readlink -f "$BUILD/bin/dtrain")
 [ -x "$DTRAIN" ] || { echo "tp_compare.sh: no $BUILD/bin/dtrain; build it first" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || { echo "tp_compare.sh: run as root (chroot and bind mounts for the peer)" >&2; exit 2; }
@@ -61,7 +63,7 @@ model=(data.dataset=text "data.text_path=$work/corpus.txt" data.seq_len=64 data.
        train.threads=1 "train.max_steps=$STEPS" train.epochs=1000 train.eval_every_epochs=0
        train.checkpoint_every_epochs=0 train.log_every_steps=1000000 train.seed=1)
 # The peer's plan (ColwiseParallel / RowwiseParallel on attention and MLP), in dtrain's plan syntax.
-tp_plan='parallel.tensor.plan=["blocks.*.attention.qkv=colwise:3","blocks.*.attention.projection=rowwise","blocks.*.fc1=colwise","blocks.*.fc2=rowwise"]'
+tp_plan='parallel.tensor.plan=["layers.*.attention.qkv=colwise:3","layers.*.attention.projection=rowwise","layers.*.fc1=colwise","layers.*.fc2=rowwise"]'
 mesh_args() {  # arrangement
   case $1 in
     tp) echo parallel.mesh.dp_shard=2 parallel.mesh.tp=2 ;;
@@ -72,7 +74,7 @@ mesh_args() {  # arrangement
 dtrain_run() {  # round arrangement
   local out=$work/$1-dtrain-$2 extra=()
   mkdir -p "$out"
-  [ "$2" = tp ] && extra=("$tp_plan")
+  [ "$2" = tp ] && [ "$PLAN" = peer ] && extra=("$tp_plan")
   # shellcheck disable=SC2046
   "$DTRAIN" train configs/quickstart.yaml --nproc 4 "${model[@]}" $(mesh_args "$2") "${extra[@]}" \
     "out_dir=$out/runs" >"$out/stdout" 2>"$out/err" ||
