@@ -6,8 +6,10 @@
 #   hsdp  zero stage 3, dp_replicate 2 x dp_shard 2; PyTorch: fully_shard on the 2-D mesh
 # The peer is bench/peer/transformer_lm_peer.py under Debian sid's python3-torch in the root that
 # bench/pytorch2-root.sh makes (run that first). The model: dim 128, depth 4, 4 heads, MLP 4x, 64
-# characters of data.dataset text (docs/*.md joined) per sample, batch 16 per data-parallel rank,
-# Adam (lr 1e-3), fp32, no dropout, one thread per worker. dtrain's tensor-parallel plan is set to
+# characters of data.dataset text (docs/*.md joined) per sample, 64 samples a step in both
+# arrangements (dtrain: data.batch_size 16 on every rank, a tp group stepping on the union of its
+# ranks' batches; the peer: 32 per tp group, 16 per HSDP rank), Adam (lr 1e-3), fp32, no dropout,
+# one thread per worker. dtrain's tensor-parallel plan is set to
 # the peer's: attention and MLP only (embedding and LM head replicated over tp); PLAN=own leaves it
 # to dtrain's own, which splits the embedding's and the LM head's vocabulary too.
 # Runs alternate A B A B within each round; the table gives median samples/s (the trainer's, after
@@ -87,10 +89,11 @@ print(json.dumps({'round': $1, 'side': 'dtrain', 'mesh': '$2', 'samples_per_seco
 }
 
 peer_run() {  # round arrangement
-  local out=$work/$1-pytorch-$2
+  local out=$work/$1-pytorch-$2 batch=16
   mkdir -p "$out"
+  [ "$2" = tp ] && batch=32  # a tp group's batch: dtrain's two ranks' 16 each
   env "${peer_env[@]}" chroot "$ROOT" python3 "$PWD/bench/peer/transformer_lm_peer.py" --mesh "$2" \
-    --text "${work#"$ROOT"}/corpus.txt" --seq-len 64 --batch 16 --dim 128 --depth 4 --heads 4 --mlp-ratio 4 \
+    --text "${work#"$ROOT"}/corpus.txt" --seq-len 64 --batch "$batch" --dim 128 --depth 4 --heads 4 --mlp-ratio 4 \
     --steps "$STEPS" --threads 1 --lr 0.001 --seed 1 >"$out/stdout" 2>"$out/err" ||
     { echo "tp_compare.sh: PyTorch $2 failed:" >&2; tail -n 20 "$out/err" >&2; exit 1; }
   tail -n 1 "$out/stdout" | python3 -c "
