@@ -57,6 +57,7 @@ bind /dev "$ROOT/dev" --bind
 bind /dev/shm "$ROOT/dev/shm" --bind  # the spawned ranks' queue semaphores
 cat docs/*.md >"$work/corpus.txt"
 results=$work/results.jsonl
+: >"$results"
 
 model=(data.dataset=text "data.text_path=$work/corpus.txt" data.seq_len=64 data.batch_size=16 data.test_subset_size=16
        model.name=transformer model.task=lm model.dim=128 model.depth=4 model.heads=4 model.mlp_ratio=4 model.dropout=0
@@ -102,6 +103,14 @@ r = json.load(sys.stdin)
 print(json.dumps({'round': $1, 'side': 'pytorch', 'mesh': '$2', 'samples_per_second': r['samples_per_second'],
                   'loss': r['loss'], 'torch': r['torch']}))" | tee -a "$results" >&2
 }
+
+# The peer is timed only where it computes what one process does (transformer_lm_peer.py --check).
+for arrangement in $ARRANGEMENTS; do
+  env "${peer_env[@]}" chroot "$ROOT" python3 "$PWD/bench/peer/transformer_lm_peer.py" --mesh "$arrangement" \
+    --text "${work#"$ROOT"}/corpus.txt" --seq-len 64 --dim 128 --depth 4 --heads 4 --mlp-ratio 4 --check 4 \
+    2>"$work/check.err" | tail -n 1 >&2 ||
+    { echo "tp_compare.sh: the PyTorch $arrangement peer differs from one process:" >&2; tail -n 20 "$work/check.err" >&2; exit 1; }
+done
 
 for ((round = 1; round <= ROUNDS; round++)); do
   for arrangement in $ARRANGEMENTS; do

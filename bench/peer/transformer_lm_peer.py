@@ -22,10 +22,14 @@ whole job, the samples being batch x data-parallel ranks.
 
     python3 bench/peer/transformer_lm_peer.py --mesh tp --text FILE --batch 16 --seq-len 64 --steps 30
 
-Prints one JSON line: {"impl", "mesh", "workers", "steps", "samples_per_second", "step_ms", "parameters", "loss"
+--check STEPS compares the arrangement with one process instead (the same batch on every rank, STEPS
+Adam steps, losses within 1e-4 relative) and prints {"mesh", "losses", "one_process", "ok"}.
+
+Otherwise prints one JSON line: {"impl", "mesh", "workers", "steps", "samples_per_second", "step_ms", "parameters", "loss"
 (rank 0's last step), "peak_rss_mib" (the largest rank's), "torch"}.
 """
 import argparse
+import copy
 import json
 import math
 import os
@@ -125,6 +129,32 @@ def load_text(path, seq_len):
     return ids, windows, len(vocab)
 
 
+def adam_losses(model, inputs, targets, steps, lr):
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(inputs).flatten(0, 1), targets.flatten())
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def check(model, args, ids, queue):
+    """The arrangement against one process: every rank steps on the same batch, so the parallel
+    model's losses must be the whole model's, step after step, to within float rounding."""
+    reference = copy.deepcopy(model)
+    parallelize(model, args.mesh)
+    positions = torch.arange(4).unsqueeze(1) * args.seq_len + torch.arange(args.seq_len)
+    inputs, targets = ids[positions], ids[positions + 1]
+    got = adam_losses(model, inputs, targets, args.check, args.lr)
+    want = adam_losses(reference, inputs, targets, args.check, args.lr)
+    if dist.get_rank() == 0:
+        queue.put({"mesh": args.mesh, "losses": got, "one_process": want,
+                   "ok": all(abs(a - b) <= 1e-4 * abs(b) for a, b in zip(got, want))})
+
+
 def worker(rank, args, port, queue):
     # The model's output is the LM head's, a view of its matrix product; nothing changes it in place.
     warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor")
@@ -134,6 +164,10 @@ def worker(rank, args, port, queue):
     ids, windows, vocab = load_text(args.text, args.seq_len)
     model = TransformerLM(vocab, args.seq_len, args.dim, args.depth, args.heads, round(args.mlp_ratio * args.dim))
     parameters = sum(p.numel() for p in model.parameters())
+    if args.check:
+        check(model, args, ids, queue)
+        dist.destroy_process_group()
+        return
     data_mesh = parallelize(model, args.mesh)
     data_rank, data_ranks = data_mesh.get_local_rank(), data_mesh.size()
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)
@@ -184,6 +218,8 @@ def main():
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--lr", type=float, default=0.001)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--check", type=int, default=0, metavar="STEPS",
+                   help="instead of timing, compare STEPS Adam steps on one batch with one process; exit 1 if they differ")
     args = p.parse_args()
     if args.heads % 2 or args.dim % args.heads:
         raise SystemExit("transformer_lm_peer.py: --heads must be even (two tensor-parallel ranks) and divide --dim")
@@ -191,7 +227,10 @@ def main():
     # set its threads, which OpenBLAS takes from these at load time.
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
     os.environ.setdefault("OPENBLAS_NUM_THREADS", str(args.threads))
-    print(json.dumps(run_ranks(worker, args, 4)), flush=True)
+    result = run_ranks(worker, args, 4)
+    print(json.dumps(result), flush=True)
+    if args.check and not result["ok"]:
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":
