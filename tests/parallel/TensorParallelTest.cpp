@@ -50,13 +50,15 @@ Data data_of(const config::RunConfig& cfg, int steps) {
     return {torch::randint(0, kVocab, {steps, kGlobalBatch, kSeq}),
             torch::randint(0, kVocab, {steps, kGlobalBatch, kSeq})};
   }
-  return {torch::randn({steps, kGlobalBatch, 1, 8, 8}, torch::kDouble), torch::randint(0, 4, {steps, kGlobalBatch})};
+  return {torch::randn({steps, kGlobalBatch, 1, 8, 8}, torch::kDouble),
+          torch::randint(0, 4, {steps, kGlobalBatch})};
 }
 
 config::RunConfig config_of(const std::string& model, const std::string& strategy,
                             std::vector<std::string> overrides = {}) {
-  overrides.insert(overrides.begin(), {"parallel.strategy=" + strategy, "optim.name=adam", "optim.lr=0.01",
-                                       "model.dim=16", "model.heads=4", "model.depth=2", "model.mlp_ratio=2"});
+  overrides.insert(overrides.begin(),
+                   {"parallel.strategy=" + strategy, "optim.name=adam", "optim.lr=0.01", "model.dim=16",
+                    "model.heads=4", "model.depth=2", "model.mlp_ratio=2"});
   if (model == "lm") {
     overrides.insert(overrides.end(), {"model.name=transformer", "model.task=lm"});
   } else {
@@ -91,8 +93,8 @@ State train(const config::RunConfig& cfg, int ranks, const Data& data, int first
   if (traffic) traffic->assign(n, {});
   const auto run = [&](comm::CommunicatorPtr comm) {
     const int r = comm ? comm->rank() : 0;
-    StrategyContext context{models[r], optim::optimizer_factory(cfg.optim), optim::create_loss(cfg.optim.loss),
-                            comm, cfg.parallel};
+    StrategyContext context{models[r], optim::optimizer_factory(cfg.optim),
+                            optim::create_loss(cfg.optim.loss), comm, cfg.parallel};
     context.loss_name = cfg.optim.loss;
     auto strategy = create_strategy(std::move(context));
     if (resume) strategy->load(*resume);
@@ -120,7 +122,8 @@ State train(const config::RunConfig& cfg, int ranks, const Data& data, int first
   }
   for (int r = 1; r < n; ++r) {
     for (const auto& [name, value] : ends[0]) {
-      if (ends[r].count(name)) EXPECT_TRUE(torch::equal(ends[r].at(name), value)) << "rank " << r << " " << name;
+      if (ends[r].count(name))
+        EXPECT_TRUE(torch::equal(ends[r].at(name), value)) << "rank " << r << " " << name;
     }
   }
   return ends[0];
@@ -165,23 +168,38 @@ INSTANTIATE_TEST_SUITE_P(
     Meshes, MeshEquivalence,
     ::testing::Values(
         MeshCase{"LmTp2", "lm", "data_parallel", 2, {"parallel.mesh.tp=2"}},
-        MeshCase{"LmTp2SequenceParallel", "lm", "data_parallel", 2,
+        MeshCase{"LmTp2SequenceParallel",
+                 "lm",
+                 "data_parallel",
+                 2,
                  {"parallel.mesh.tp=2", "parallel.tensor.sequence_parallel=true"}},
         MeshCase{"VitTp2", "vit", "data_parallel", 2, {"parallel.mesh.tp=2"}},
         MeshCase{"LmTp2Replicas2", "lm", "data_parallel", 4, {"parallel.mesh.tp=2"}},
         MeshCase{"LmTp2Shard2", "lm", "zero", 4, {"parallel.mesh.tp=2", "parallel.zero.stage=3"}},
-        MeshCase{"LmHsdp2x2Tp2", "lm", "zero", 8,
+        MeshCase{"LmHsdp2x2Tp2",
+                 "lm",
+                 "zero",
+                 8,
                  {"parallel.mesh.dp_replicate=2", "parallel.mesh.dp_shard=2", "parallel.mesh.tp=2",
                   "parallel.zero.stage=3"}},
-        MeshCase{"Lm3dGpipe", "lm", "pipeline", 8,
+        MeshCase{"Lm3dGpipe",
+                 "lm",
+                 "pipeline",
+                 8,
                  {"parallel.mesh.pp=2", "parallel.mesh.dp_replicate=2", "parallel.mesh.tp=2",
                   "parallel.pipeline.schedule=gpipe", "parallel.pipeline.micro_batches=2"}},
-        MeshCase{"Lm3d1f1bSequenceParallel", "lm", "pipeline", 8,
+        MeshCase{"Lm3d1f1bSequenceParallel",
+                 "lm",
+                 "pipeline",
+                 8,
                  {"parallel.mesh.pp=2", "parallel.mesh.dp_replicate=2", "parallel.mesh.tp=2",
                   "parallel.pipeline.schedule=1f1b", "parallel.pipeline.micro_batches=2",
                   "parallel.tensor.sequence_parallel=true"}},
         MeshCase{"VitTp2Pp2", "vit", "pipeline", 4, {"parallel.mesh.pp=2", "parallel.mesh.tp=2"}},
-        MeshCase{"LmTp2Recomputed", "lm", "data_parallel", 2,
+        MeshCase{"LmTp2Recomputed",
+                 "lm",
+                 "data_parallel",
+                 2,
                  {"parallel.mesh.tp=2", "parallel.tensor.sequence_parallel=true",
                   "train.activation_checkpointing=full"}}),
     [](const ::testing::TestParamInfo<MeshCase>& info) { return info.param.name; });
@@ -192,11 +210,13 @@ TEST(TensorParallel, ShardsOfFusedProjectionsGoBackWhole) {
   std::vector<torch::Tensor> shards;
   for (int r = 0; r < 2; ++r) shards.push_back(tensor::shard_of(whole, fused, r, 2));
   // Rank 0 holds rows 0-1 of each of the three parts (q, k, v): rows 0, 1, 4, 5, 8, 9.
-  EXPECT_TRUE(torch::equal(shards[0].select(1, 0), torch::tensor({0., 2., 8., 10., 16., 18.}, torch::kDouble)));
+  EXPECT_TRUE(
+      torch::equal(shards[0].select(1, 0), torch::tensor({0., 2., 8., 10., 16., 18.}, torch::kDouble)));
   EXPECT_TRUE(torch::equal(tensor::whole_of(shards, fused), whole));
   const tensor::ShardSpec columns{1, 1};
   EXPECT_TRUE(torch::equal(
-      tensor::whole_of({tensor::shard_of(whole, columns, 0, 2), tensor::shard_of(whole, columns, 1, 2)}, columns),
+      tensor::whole_of({tensor::shard_of(whole, columns, 0, 2), tensor::shard_of(whole, columns, 1, 2)},
+                       columns),
       whole));
 }
 
@@ -217,8 +237,8 @@ TEST(TensorParallel, CheckpointsMoveBetweenMeshesAndOneProcess) {
   const auto uninterrupted = one_process("lm");
   EXPECT_LE(max_abs_difference(train(local, 0, data, half, kSteps, &from_tp), uninterrupted), 1e-6);
   EXPECT_LE(max_abs_difference(train(tp, 4, data, half, kSteps, &from_local), uninterrupted), 1e-6);
-  const auto hsdp_tp = config_of("lm", "zero",
-                                 {"parallel.mesh.dp_replicate=2", "parallel.mesh.tp=2", "parallel.zero.stage=2"});
+  const auto hsdp_tp = config_of(
+      "lm", "zero", {"parallel.mesh.dp_replicate=2", "parallel.mesh.tp=2", "parallel.zero.stage=2"});
   EXPECT_LE(max_abs_difference(train(hsdp_tp, 4, data, half, kSteps, &from_tp), uninterrupted), 1e-6);
 }
 
@@ -251,19 +271,26 @@ TEST(TensorParallelRefusals, EachInOneLineNamingWhatIsWrong) {
     EXPECT_NE(message.find(expected), std::string::npos) << message;
     EXPECT_EQ(message.find('\n'), std::string::npos) << message;
   };
-  refused(config_of("lm", "data_parallel", {"parallel.mesh.tp=2", "parallel.tensor.plan=[layers.*.fc9=colwise]"}),
-          2, "parallel.tensor.plan: \"layers.*.fc9=colwise\" names no module");
-  refused(config_of("lm", "data_parallel", {"parallel.mesh.tp=2", "parallel.tensor.plan=[layers.1.norm1=colwise]"}),
+  refused(
+      config_of("lm", "data_parallel", {"parallel.mesh.tp=2", "parallel.tensor.plan=[layers.*.fc9=colwise]"}),
+      2, "parallel.tensor.plan: \"layers.*.fc9=colwise\" names no module");
+  refused(config_of("lm", "data_parallel",
+                    {"parallel.mesh.tp=2", "parallel.tensor.plan=[layers.1.norm1=colwise]"}),
           2, "which is not a Linear layer");
-  refused(config_of("lm", "data_parallel", {"parallel.mesh.tp=2", "parallel.tensor.plan=[layers.1.fc1=diagonal]"}),
+  refused(config_of("lm", "data_parallel",
+                    {"parallel.mesh.tp=2", "parallel.tensor.plan=[layers.1.fc1=diagonal]"}),
           2, "unknown style \"diagonal\"");
-  refused(config_of("lm", "data_parallel", {"parallel.mesh.tp=2", "parallel.tensor.plan=[layers.1.norm1=sequence]"}),
+  refused(config_of("lm", "data_parallel",
+                    {"parallel.mesh.tp=2", "parallel.tensor.plan=[layers.1.norm1=sequence]"}),
           2, "sequence_parallel is false");
   refused(config_of("lm", "data_parallel", {"parallel.mesh.tp=4", "model.heads=2"}), 4, "model.heads: 2");
   refused(config_of("lm", "data_parallel", {"parallel.mesh.tp=2", "optim.loss=mse"}), 2, "optim.loss is mse");
-  refused(config_of("lm", "data_parallel", {"parallel.mesh.tp=2", "optim.name=lbfgs"}), 2, "optim.name: lbfgs");
-  refused(config_of("lm", "local", {"parallel.mesh.tp=2"}), 2, "parallel.mesh.tp: 2, but parallel.strategy local");
-  refused(config_of("lm", "dad", {"parallel.mesh.tp=2"}), 2, "parallel.mesh.tp: 2, but parallel.strategy dad");
+  refused(config_of("lm", "data_parallel", {"parallel.mesh.tp=2", "optim.name=lbfgs"}), 2,
+          "optim.name: lbfgs");
+  refused(config_of("lm", "local", {"parallel.mesh.tp=2"}), 2,
+          "parallel.mesh.tp: 2, but parallel.strategy local");
+  refused(config_of("lm", "dad", {"parallel.mesh.tp=2"}), 2,
+          "parallel.mesh.tp: 2, but parallel.strategy dad");
   refused(config_of("lm", "data_parallel", {"parallel.mesh.tp=3"}), 2, "parallel.mesh.tp: 3 does not divide");
   refused(config_of("lm", "data_parallel", {"parallel.tensor.sequence_parallel=true"}), 2,
           "parallel.tensor.sequence_parallel: set, but parallel.mesh.tp is 1");
@@ -288,19 +315,24 @@ TEST(TensorParallel, UserModuleByPlanEqualsOneProcess) {
   const auto targets = torch::randint(0, 3, {4, 2});
   const auto run = [&](const std::vector<std::string>& plan, int ranks) {
     State end;
-    const auto body = [&](comm::CommunicatorPtr comm) {
+    // Built here: torch's default generator is shared between the ranks' threads.
+    std::vector<models::NetworkPtr> models;
+    for (int r = 0; r < std::max(ranks, 1); ++r) {
       torch::manual_seed(11);
       auto module = TwoLayers();
       module->to(torch::kDouble);
-      auto model = models::network("two-layers", module.ptr());
+      models.push_back(models::network("two-layers", module.ptr()));
+    }
+    const auto body = [&](comm::CommunicatorPtr comm) {
+      auto model = models[comm ? comm->rank() : 0];
       auto cfg = config::parse_run_config("", "<test>", {"optim.name=sgd", "optim.lr=0.1"});
       cfg.parallel.strategy = comm ? "data_parallel" : "local";
       if (comm) {
         cfg.parallel.mesh.tp = ranks;
         cfg.parallel.tensor.plan = plan;
       }
-      StrategyContext context{model, optim::optimizer_factory(cfg.optim), optim::create_loss(cfg.optim.loss), comm,
-                              cfg.parallel};
+      StrategyContext context{model, optim::optimizer_factory(cfg.optim), optim::create_loss(cfg.optim.loss),
+                              comm, cfg.parallel};
       context.loss_name = cfg.optim.loss;
       auto strategy = create_strategy(std::move(context));
       for (int s = 0; s < 4; ++s) {
@@ -325,7 +357,8 @@ TEST(TensorParallel, UserModuleByPlanEqualsOneProcess) {
     run({"layers.0.plain=colwise"}, 2);
     ADD_FAILURE() << "a plain torch::nn::Linear was split";
   } catch (const std::exception& e) {
-    EXPECT_NE(std::string(e.what()).find("build it as dtrain::models::Linear"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("build it as dtrain::models::Linear"), std::string::npos)
+        << e.what();
   }
 }
 

@@ -94,7 +94,10 @@ class WrappedStageImpl : public torch::nn::Module {
  public:
   WrappedStageImpl(torch::nn::AnyModule stage, bool recomputed, Network::StageFunction input,
                    Network::StageFunction output)
-      : stage_(std::move(stage)), recomputed_(recomputed), input_(std::move(input)), output_(std::move(output)) {
+      : stage_(std::move(stage)),
+        recomputed_(recomputed),
+        input_(std::move(input)),
+        output_(std::move(output)) {
     register_module("stage", stage_.ptr());
   }
   torch::Tensor forward(const torch::Tensor& input) {
@@ -128,8 +131,8 @@ std::vector<torch::nn::AnyModule> Network::stages() const {
     const auto* input = find_function(stage_inputs_, s);
     const auto* output = find_function(stage_outputs_, s);
     if (!recomputed(s) && !input && !output) continue;
-    out[s] = torch::nn::AnyModule(
-        WrappedStage(out[s], recomputed(s), input ? *input : StageFunction{}, output ? *output : StageFunction{}));
+    out[s] = torch::nn::AnyModule(WrappedStage(out[s], recomputed(s), input ? *input : StageFunction{},
+                                               output ? *output : StageFunction{}));
   }
   return out;
 }
@@ -146,14 +149,18 @@ void Network::set_recomputed(std::vector<std::size_t> stages) {
 
 void Network::set_stage_input(std::size_t stage, StageFunction function) {
   check_stages("set_stage_input", {stage}, layers_->size());
-  if (function) stage_inputs_[stage] = std::move(function);
-  else stage_inputs_.erase(stage);
+  if (function)
+    stage_inputs_[stage] = std::move(function);
+  else
+    stage_inputs_.erase(stage);
 }
 
 void Network::set_stage_output(std::size_t stage, StageFunction function) {
   check_stages("set_stage_output", {stage}, layers_->size());
-  if (function) stage_outputs_[stage] = std::move(function);
-  else stage_outputs_.erase(stage);
+  if (function)
+    stage_outputs_[stage] = std::move(function);
+  else
+    stage_outputs_.erase(stage);
 }
 
 bool Network::recomputed(std::size_t stage) const {

@@ -17,7 +17,8 @@ struct GroupHolder : torch::CustomClassHolder {
   comm::CommunicatorPtr comm;
 };
 
-void keep_group(torch::autograd::AutogradContext* ctx, const comm::CommunicatorPtr& group, std::int64_t dim = 0) {
+void keep_group(torch::autograd::AutogradContext* ctx, const comm::CommunicatorPtr& group,
+                std::int64_t dim = 0) {
   ctx->saved_data["group"] = c10::IValue::make_capsule(c10::make_intrusive<GroupHolder>(group));
   ctx->saved_data["dim"] = dim;
 }
@@ -146,8 +147,8 @@ at::Tensor all_gather_concat(const at::Tensor& x, std::int64_t dim, comm::Commun
 
 at::Tensor local_part(const at::Tensor& whole, std::int64_t dim, int rank, int parts) {
   dim = wrap(dim, whole);
-  TORCH_CHECK(whole.size(dim) % parts == 0, "tensor parallelism: dimension ", dim, " of size ", whole.size(dim),
-              " does not split into ", parts, " equal parts");
+  TORCH_CHECK(whole.size(dim) % parts == 0, "tensor parallelism: dimension ", dim, " of size ",
+              whole.size(dim), " does not split into ", parts, " equal parts");
   const auto size = whole.size(dim) / parts;
   return whole.narrow(dim, rank * size, size);
 }
@@ -167,7 +168,8 @@ at::Tensor split_along(const at::Tensor& x, std::int64_t dim, const comm::Commun
 at::Tensor reduce_scatter_along(const at::Tensor& x, std::int64_t dim, const comm::CommunicatorPtr& group) {
   return ReduceScatterAlong::apply(x, wrap(dim, x), group);
 }
-at::Tensor gather_reduce_scatter_along(const at::Tensor& x, std::int64_t dim, const comm::CommunicatorPtr& group) {
+at::Tensor gather_reduce_scatter_along(const at::Tensor& x, std::int64_t dim,
+                                       const comm::CommunicatorPtr& group) {
   return GatherReduceScatterAlong::apply(x, wrap(dim, x), group);
 }
 

@@ -26,7 +26,8 @@ at::Tensor split_along(const at::Tensor& x, std::int64_t dim, const comm::Commun
 // (a reduce-scatter); the gradients gathered along `dim` backward.
 at::Tensor reduce_scatter_along(const at::Tensor& x, std::int64_t dim, const comm::CommunicatorPtr& group);
 // Sequence parallelism's f: gathered along `dim` forward, the gradient reduce-scattered backward.
-at::Tensor gather_reduce_scatter_along(const at::Tensor& x, std::int64_t dim, const comm::CommunicatorPtr& group);
+at::Tensor gather_reduce_scatter_along(const at::Tensor& x, std::int64_t dim,
+                                       const comm::CommunicatorPtr& group);
 
 // Forward-only helpers, no autograd (batches, outputs for metrics, checkpoints).
 // The group's tensors concatenated along `dim`; every rank's must have the same shape.

@@ -152,7 +152,8 @@ std::vector<std::string> model_plan(const models::Network& model, int tp, bool s
 at::Tensor shard_of(const at::Tensor& whole, const ShardSpec& spec, int rank, int parts) {
   if (spec.fused == 1) return local_part(whole, spec.dim, rank, parts).contiguous();
   std::vector<at::Tensor> pieces;
-  for (const auto& fused : whole.chunk(spec.fused, spec.dim)) pieces.push_back(local_part(fused, spec.dim, rank, parts));
+  for (const auto& fused : whole.chunk(spec.fused, spec.dim))
+    pieces.push_back(local_part(fused, spec.dim, rank, parts));
   return torch::cat(pieces, spec.dim).contiguous();
 }
 
@@ -187,10 +188,11 @@ class PlanApplier {
       case Style::Rowwise: {
         auto* linear = dynamic_cast<models::LinearImpl*>(module.get());
         if (!linear) {
-          throw refuse(dynamic_cast<torch::nn::LinearImpl*>(module.get())
-                           ? "a torch::nn::Linear: LibTorch's modules have no forward hooks to run a shard with, "
-                             "so build it as dtrain::models::Linear (the same parameters and names)"
-                           : "which is not a Linear layer (dtrain::models::Linear)");
+          throw refuse(
+              dynamic_cast<torch::nn::LinearImpl*>(module.get())
+                  ? "a torch::nn::Linear: LibTorch's modules have no forward hooks to run a shard with, "
+                    "so build it as dtrain::models::Linear (the same parameters and names)"
+                  : "which is not a Linear layer (dtrain::models::Linear)");
         }
         return entry.style == Style::Rowwise ? rowwise(*linear, refuse) : colwise(*linear, entry, refuse);
       }
@@ -223,15 +225,18 @@ class PlanApplier {
   template <class Refuse>
   void check_divides(std::int64_t size, int parts, const char* what, const Refuse& refuse) {
     if (size % (static_cast<std::int64_t>(parts) * tp()) != 0) {
-      throw refuse(parts == 1 ? fmt::format("whose {} {} do not split evenly over parallel.mesh.tp {}", size, what, tp())
-                              : fmt::format("whose {} {} are {} fused parts, which do not each split evenly over "
-                                            "parallel.mesh.tp {}",
-                                            size, what, parts, tp()));
+      throw refuse(
+          parts == 1
+              ? fmt::format("whose {} {} do not split evenly over parallel.mesh.tp {}", size, what, tp())
+              : fmt::format("whose {} {} are {} fused parts, which do not each split evenly over "
+                            "parallel.mesh.tp {}",
+                            size, what, parts, tp()));
     }
   }
 
   template <class Refuse>
-  std::map<std::string, ShardSpec> colwise(models::LinearImpl& linear, const PlanEntry& entry, const Refuse& refuse) {
+  std::map<std::string, ShardSpec> colwise(models::LinearImpl& linear, const PlanEntry& entry,
+                                           const Refuse& refuse) {
     check_divides(linear.weight.size(0), entry.fused, "output features", refuse);
     const ShardSpec spec{0, entry.fused};
     std::map<std::string, ShardSpec> split{{"weight", spec}};
@@ -319,8 +324,9 @@ AppliedPlan apply_plan(models::Network& model, const std::vector<PlanEntry>& pla
       if (!matches(entry.pattern, item.key())) continue;
       found = true;
       if (chosen.count(item.key())) {
-        throw std::invalid_argument(fmt::format("{}: \"{}\" and \"{}\" both name {}; give each module one style",
-                                                kPlanKey, chosen[item.key()]->text, entry.text, item.key()));
+        throw std::invalid_argument(
+            fmt::format("{}: \"{}\" and \"{}\" both name {}; give each module one style", kPlanKey,
+                        chosen[item.key()]->text, entry.text, item.key()));
       }
       chosen[item.key()] = &entry;
     }
@@ -334,10 +340,9 @@ AppliedPlan apply_plan(models::Network& model, const std::vector<PlanEntry>& pla
         }
         if (names.size() == 6) break;
       }
-      throw std::invalid_argument(fmt::format("{}: \"{}\" names no module of model {}; its layers include {}",
-                                              kPlanKey, entry.text, model.kind(),
-                                              names.empty() ? std::string("none a plan can split")
-                                                            : fmt::format("{}", fmt::join(names, ", "))));
+      throw std::invalid_argument(fmt::format(
+          "{}: \"{}\" names no module of model {}; its layers include {}", kPlanKey, entry.text, model.kind(),
+          names.empty() ? std::string("none a plan can split") : fmt::format("{}", fmt::join(names, ", "))));
     }
   }
   int outputs = 0;
@@ -353,19 +358,20 @@ AppliedPlan apply_plan(models::Network& model, const std::vector<PlanEntry>& pla
                               (entry.fused > 1 ? fmt::format(":{}", entry.fused) : std::string()));
   }
   if (outputs > 1) {
-    throw std::invalid_argument(
-        fmt::format("{}: {} modules have the style output; only the model's last layer, whose outputs the loss "
-                    "takes, can",
-                    kPlanKey, outputs));
+    throw std::invalid_argument(fmt::format(
+        "{}: {} modules have the style output; only the model's last layer, whose outputs the loss "
+        "takes, can",
+        kPlanKey, outputs));
   }
   applied.output_sharded = outputs == 1;
   if (sequence_parallel) {
     const auto& blocks = model.blocks();
     if (blocks.empty()) {
-      throw std::invalid_argument(fmt::format(
-          "parallel.tensor.sequence_parallel: model {} names no blocks, the stages that would run on sequence "
-          "slices",
-          model.kind()));
+      throw std::invalid_argument(
+          fmt::format("parallel.tensor.sequence_parallel: model {} names no blocks, the stages that would "
+                      "run on sequence "
+                      "slices",
+                      model.kind()));
     }
     auto g = group;
     model.set_stage_input(blocks.front(), [g](const torch::Tensor& x) {
@@ -381,9 +387,10 @@ AppliedPlan apply_plan(models::Network& model, const std::vector<PlanEntry>& pla
 namespace {
 
 // Note [Vocabulary-parallel cross-entropy]
-// The loss of each position is log(sum_v exp(z_v)) - z_t. Each rank holds z over its vocabulary slice: the maximum (for stability), the sum of exponentials
-// and the target's logit (held by one rank, zero on the others) are reduced over the group, so the
-// logits are never gathered. Backward is local: softmax minus the one-hot of the target, on the slice.
+// The loss of each position is log(sum_v exp(z_v)) - z_t. Each rank holds z over its vocabulary slice: the
+// maximum (for stability), the sum of exponentials and the target's logit (held by one rank, zero on the
+// others) are reduced over the group, so the logits are never gathered. Backward is local: softmax minus the
+// one-hot of the target, on the slice.
 struct GroupHolder : torch::CustomClassHolder {
   explicit GroupHolder(comm::CommunicatorPtr c) : comm(std::move(c)) {}
   comm::CommunicatorPtr comm;
@@ -402,7 +409,8 @@ class VocabParallelCrossEntropy : public torch::autograd::Function<VocabParallel
     auto exp = shifted.exp();
     const auto inside = (targets >= first).logical_and(targets < first + slice);
     const auto local = (targets - first).masked_fill(inside.logical_not(), 0);
-    auto target_logit = shifted.gather(1, local.unsqueeze(1)).squeeze(1).masked_fill(inside.logical_not(), 0.0);
+    auto target_logit =
+        shifted.gather(1, local.unsqueeze(1)).squeeze(1).masked_fill(inside.logical_not(), 0.0);
     auto sums = torch::stack({exp.sum(1), target_logit}).contiguous();
     group->allreduce(sums);
     auto sum = sums[0];
@@ -431,10 +439,11 @@ optim::LossFn vocab_parallel_cross_entropy(comm::CommunicatorPtr group) {
     const auto classes = sequence ? targets.reshape({-1}) : targets;
     if (logits.dim() != 2 || classes.dim() != 1 || classes.size(0) != logits.size(0) ||
         at::isFloatingType(classes.scalar_type())) {
-      throw std::invalid_argument(fmt::format(
-          "cross_entropy (vocabulary-parallel): expected outputs (N, V/tp) or (N, T, V/tp) with integer targets (N) "
-          "or (N, T), found outputs ({}) and targets ({})",
-          fmt::join(outputs.sizes(), ", "), fmt::join(targets.sizes(), ", ")));
+      throw std::invalid_argument(
+          fmt::format("cross_entropy (vocabulary-parallel): expected outputs (N, V/tp) or (N, T, V/tp) with "
+                      "integer targets (N) "
+                      "or (N, T), found outputs ({}) and targets ({})",
+                      fmt::join(outputs.sizes(), ", "), fmt::join(targets.sizes(), ", ")));
     }
     return VocabParallelCrossEntropy::apply(logits, classes.to(torch::kLong), group);
   };

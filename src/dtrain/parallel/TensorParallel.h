@@ -72,8 +72,9 @@ std::vector<PlanEntry> parse_plan(const std::vector<std::string>& lines);
 // The plan dtrain's own models come with (transformer, transformer-lm, vit), for tp ranks:
 // attention's qkv colwise:3 and projection rowwise, the MLP's fc1 colwise and fc2 rowwise, a token
 // embedding's vocabulary and a language model's output layer split where tp divides the vocabulary
-// (whole on every rank otherwise), and with sequence parallelism the blocks' LayerNorms. Throws std::invalid_argument naming parallel.tensor.plan for a model that
-// has none (a model of one's own) and naming model.heads where tp does not divide the heads.
+// (whole on every rank otherwise), and with sequence parallelism the blocks' LayerNorms. Throws
+// std::invalid_argument naming parallel.tensor.plan for a model that has none (a model of one's own) and
+// naming model.heads where tp does not divide the heads.
 std::vector<std::string> model_plan(const models::Network& model, int tp, bool sequence_parallel);
 
 // How a parameter is split over the group: along `dim`, in `fused` parts each split alike.
@@ -108,7 +109,8 @@ optim::LossFn vocab_parallel_cross_entropy(comm::CommunicatorPtr group);
 // Builds the strategy `create` makes over the mesh's ranks of this rank's tp coordinate, with the
 // model split over its tp group; the strategy returned is the one the trainer sees (see the Note).
 // Collective over context.comm.
-std::unique_ptr<Strategy> create_tensor_parallel(StrategyContext context, const MeshShape& shape,
-                                                 const std::function<std::unique_ptr<Strategy>(StrategyContext)>& create);
+std::unique_ptr<Strategy> create_tensor_parallel(
+    StrategyContext context, const MeshShape& shape,
+    const std::function<std::unique_ptr<Strategy>(StrategyContext)>& create);
 
 }  // namespace dtrain::parallel::tensor

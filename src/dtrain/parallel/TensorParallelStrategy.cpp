@@ -3,9 +3,9 @@
 // TensorParallel.h.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <nlohmann/json.hpp>
 #include <torch/optim/lbfgs.h>
 #include <torch/torch.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -35,10 +35,10 @@ constexpr int kHeader = 10;  // rows, model index, dtype, ndim, up to 6 trailing
 constexpr std::int64_t kDone = -1;
 
 struct Union {
-  torch::Tensor rows;         // the union, in rank order
-  std::int64_t offset = 0;    // where this rank's rows start
-  std::int64_t count = 0;     // this rank's rows
-  bool anyone = false;        // some rank brought rows (false: every rank is done)
+  torch::Tensor rows;       // the union, in rank order
+  std::int64_t offset = 0;  // where this rank's rows start
+  std::int64_t count = 0;   // this rank's rows
+  bool anyone = false;      // some rank brought rows (false: every rank is done)
   std::int64_t model = 0;
 };
 
@@ -280,12 +280,14 @@ void broadcast_model(torch::nn::Module& model, comm::Communicator& group) {
 
 }  // namespace
 
-std::unique_ptr<Strategy> create_tensor_parallel(StrategyContext context, const MeshShape& shape,
-                                                 const std::function<std::unique_ptr<Strategy>(StrategyContext)>& create) {
+std::unique_ptr<Strategy> create_tensor_parallel(
+    StrategyContext context, const MeshShape& shape,
+    const std::function<std::unique_ptr<Strategy>(StrategyContext)>& create) {
   const int tp = shape.tp;
   if (context.precision == optim::Precision::Fp16) {
     throw std::invalid_argument(
-        "train.precision: fp16 with parallel.mesh.tp: a skipped step must be agreed over the tp group's shards "
+        "train.precision: fp16 with parallel.mesh.tp: a skipped step must be agreed over the tp group's "
+        "shards "
         "too, which the loss scale does not do; use train.precision: bf16 or fp32");
   }
   {
@@ -293,20 +295,23 @@ std::unique_ptr<Strategy> create_tensor_parallel(StrategyContext context, const 
     auto optimizer = context.make_optimizer(probe);
     if (dynamic_cast<torch::optim::LBFGS*>(optimizer.get())) {
       throw std::invalid_argument(
-          "optim.name: lbfgs with parallel.mesh.tp: its line search needs the whole gradient, which tp ranks hold in "
+          "optim.name: lbfgs with parallel.mesh.tp: its line search needs the whole gradient, which tp ranks "
+          "hold in "
           "shards; use sgd, adam or adamw");
     }
   }
   const auto& tensor = context.parallel.tensor;
-  auto plan_lines = tensor.plan.empty() ? model_plan(*context.model, tp, tensor.sequence_parallel) : tensor.plan;
+  auto plan_lines =
+      tensor.plan.empty() ? model_plan(*context.model, tp, tensor.sequence_parallel) : tensor.plan;
   const auto plan = parse_plan(plan_lines);
   bool has_output = false;
   for (const auto& entry : plan) has_output = has_output || entry.style == Style::Output;
   if (has_output && context.loss_name != "cross_entropy" && context.loss_name != "nll") {
-    throw std::invalid_argument(fmt::format(
-        "parallel.tensor.plan: the style output computes the vocabulary-parallel cross-entropy, but optim.loss is {}; use optim.loss: "
-        "cross_entropy, or give the output layer the style colwise and gather it yourself",
-        context.loss_name.empty() ? std::string("not named") : context.loss_name));
+    throw std::invalid_argument(
+        fmt::format("parallel.tensor.plan: the style output computes the vocabulary-parallel cross-entropy, "
+                    "but optim.loss is {}; use optim.loss: "
+                    "cross_entropy, or give the output layer the style colwise and gather it yourself",
+                    context.loss_name.empty() ? std::string("not named") : context.loss_name));
   }
 
   auto [group, rest] = split_groups(context.comm, tp);
