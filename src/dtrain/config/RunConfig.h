@@ -201,7 +201,7 @@ struct MeshConfig {
   int tp = 0;            // ranks each layer of the plan is split over (innermost, consecutive ranks)
 };
 
-// parallel.tensor: how the model's layers are split over the mesh's tp ranks (parallel/tensor/).
+// parallel.tensor: how the model's layers are split over the mesh's tp ranks (parallel/TensorParallel.h).
 struct TensorConfig {
   // "<module pattern>=<style>" (e.g. "layers.*.fc1=colwise"); empty: the model's own plan.
   std::vector<std::string> plan;

@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <fstream>
 #include <iterator>
-#include <tuple>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 namespace dtrain::data {
 namespace {

@@ -1,7 +1,7 @@
 // models::LayerNorm and models::Embedding: torch::nn::LayerNorm and torch::nn::Embedding whose
 // forward can be replaced (set_forward), as models::Linear's can: what tensor parallelism uses to
 // run a vocabulary shard of an embedding or a LayerNorm over a shard of the sequence
-// (parallel/tensor/), LibTorch's modules having no forward hooks. Parameters, names and the plain
+// (parallel/TensorParallel.h), LibTorch's modules having no forward hooks. Parameters, names and the plain
 // forward are LibTorch's.
 #pragma once
 

@@ -5,7 +5,7 @@
 // A user's plain torch::nn::Linear is tapped too, through the autograd graph (parallel/dad/LinearTaps.h);
 // the tap here is the cheaper route, with no graph to walk each step.
 // Its forward can also be replaced (set_forward): how tensor parallelism runs a layer whose weight
-// is one rank's shard (parallel/tensor/), since LibTorch's modules have no forward hooks.
+// is one rank's shard (parallel/TensorParallel.h), since LibTorch's modules have no forward hooks.
 #pragma once
 
 #include <torch/nn/modules/linear.h>

@@ -88,7 +88,7 @@ class Network : public torch::nn::Module {
   // A function of a stage's input run before it, or of its output run after it, in forward() and
   // in what stages() hands out (inside the stage's recomputation where it has one): tensor
   // parallelism's split of the sequence before the first block and its gather after the last
-  // (parallel/tensor/). Null: none.
+  // (parallel/TensorParallel.h). Null: none.
   using StageFunction = std::function<torch::Tensor(const torch::Tensor&)>;
   void set_stage_input(std::size_t stage, StageFunction function);
   void set_stage_output(std::size_t stage, StageFunction function);

@@ -27,7 +27,7 @@ struct AttentionOptions {
 
 // (N, T, dim) -> (N, T, dim). The heads it computes are those the qkv projection yields (3 x heads x
 // head_dim outputs), so under tensor parallelism, where qkv holds a rank's share of the heads, it
-// computes that share and the projection takes them (parallel/tensor/).
+// computes that share and the projection takes them (parallel/TensorParallel.h).
 class SelfAttentionImpl : public torch::nn::Module {
  public:
   explicit SelfAttentionImpl(const AttentionOptions& options);

@@ -135,10 +135,10 @@ std::optional<MeshShape> resolve_mesh(const config::ParallelConfig& parallel, in
   const auto& info = find_strategy(parallel.strategy);
   const auto& use = info.mesh;
   if (parallel.mesh.tp <= 1 && (!parallel.tensor.plan.empty() || parallel.tensor.sequence_parallel)) {
-    throw std::invalid_argument(
-        fmt::format("parallel.tensor.{}: set, but parallel.mesh.tp is {}; tensor parallelism needs tp > 1, so "
-                    "set parallel.mesh.tp or remove parallel.tensor (on the command line: parallel.tensor=null)",
-                    parallel.tensor.plan.empty() ? "sequence_parallel" : "plan", std::max(1, parallel.mesh.tp)));
+    throw std::invalid_argument(fmt::format(
+        "parallel.tensor.{}: set, but parallel.mesh.tp is {}; tensor parallelism needs tp > 1, so "
+        "set parallel.mesh.tp or remove parallel.tensor (on the command line: parallel.tensor=null)",
+        parallel.tensor.plan.empty() ? "sequence_parallel" : "plan", std::max(1, parallel.mesh.tp)));
   }
   if (parallel.mesh.tp > 1) {
     const int tp = parallel.mesh.tp;

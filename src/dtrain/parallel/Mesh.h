@@ -25,11 +25,12 @@ namespace dtrain::parallel {
 // can, while replicas (one all-reduce of a shard per step) and pipeline stages (activations only)
 // cross hosts. Rank r's coordinates: tp = r mod T, dp_shard = (r / T) mod S,
 // dp_replicate = (r / (T S)) mod R, pp = r / (R S T).
-// tp is applied to the model before the strategy sees it (parallel/tensor/, Note [Tensor
-// parallelism]): the strategy then runs on the ranks of one tp coordinate, over a mesh without tp. A strategy declares the dimensions it takes where it registers
-// (StrategyInfo::mesh, MeshUse below); resolve_mesh() refuses a degree it cannot honour, naming the
-// key, rather than running something else. A mesh left unset is what the strategy does on its own
-// (MeshUse::implied): zero on N ranks is {dp_shard: N}, data_parallel {dp_replicate: N}.
+// tp is applied to the model before the strategy sees it (TensorParallel.h, Note [Tensor
+// parallelism]): the strategy then runs on the ranks of one tp coordinate, over a mesh without tp. A strategy
+// declares the dimensions it takes where it registers (StrategyInfo::mesh, MeshUse below); resolve_mesh()
+// refuses a degree it cannot honour, naming the key, rather than running something else. A mesh left unset is
+// what the strategy does on its own (MeshUse::implied): zero on N ranks is {dp_shard: N}, data_parallel
+// {dp_replicate: N}.
 enum class MeshDim { Pp, DpReplicate, DpShard, Tp };
 inline constexpr std::array<MeshDim, 4> kMeshDims{MeshDim::Pp, MeshDim::DpReplicate, MeshDim::DpShard,
                                                   MeshDim::Tp};
@@ -57,7 +58,8 @@ struct MeshShape {
   // "pp 1 x dp_replicate 2 x dp_shard 2", with " x tp T" where T > 1
   std::string describe() const;
   bool operator==(const MeshShape& other) const {
-    return pp == other.pp && dp_replicate == other.dp_replicate && dp_shard == other.dp_shard && tp == other.tp;
+    return pp == other.pp && dp_replicate == other.dp_replicate && dp_shard == other.dp_shard &&
+           tp == other.tp;
   }
   bool operator!=(const MeshShape& other) const { return !(*this == other); }
 };
