@@ -391,10 +391,6 @@ namespace {
 // maximum (for stability), the sum of exponentials and the target's logit (held by one rank, zero on the
 // others) are reduced over the group, so the logits are never gathered. Backward is local: softmax minus the
 // one-hot of the target, on the slice.
-struct GroupHolder : torch::CustomClassHolder {
-  explicit GroupHolder(comm::CommunicatorPtr c) : comm(std::move(c)) {}
-  comm::CommunicatorPtr comm;
-};
 
 class VocabParallelCrossEntropy : public torch::autograd::Function<VocabParallelCrossEntropy> {
  public:
