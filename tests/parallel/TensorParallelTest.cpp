@@ -175,6 +175,15 @@ INSTANTIATE_TEST_SUITE_P(
                  {"parallel.mesh.tp=2", "parallel.tensor.sequence_parallel=true"}},
         MeshCase{"VitTp2", "vit", "data_parallel", 2, {"parallel.mesh.tp=2"}},
         MeshCase{"LmTp2Replicas2", "lm", "data_parallel", 4, {"parallel.mesh.tp=2"}},
+        // PowerSGD on the data axis at full rank (min(rows, cols)) reconstructs every gradient matrix.
+        MeshCase{
+            "LmTp2Replicas2PowerSgdFullRank",
+            "lm",
+            "data_parallel",
+            4,
+            {"parallel.mesh.tp=2", "parallel.data_parallel.compression=powersgd",
+             "parallel.data_parallel.powersgd_rank=64", "parallel.data_parallel.powersgd_min_compression=0",
+             "parallel.data_parallel.powersgd_start_step=0"}},
         MeshCase{"LmTp2Shard2", "lm", "zero", 4, {"parallel.mesh.tp=2", "parallel.zero.stage=3"}},
         MeshCase{"LmHsdp2x2Tp2",
                  "lm",

@@ -80,6 +80,7 @@ void PipelineStrategy::shard_stage() {
     p.param.set_data(zero::alias(stage_flat_, p.offset, p.param.sizes()));
   }
   stage_shard_ = zero::alias(stage_flat_, shard_group_->rank() * unit.shard, {unit.shard});
+  stage_shard_.set_requires_grad(true);  // trainable: the run's optimizer factory leaves out frozen tensors
 }
 
 std::vector<torch::Tensor> PipelineStrategy::reduce_scatter_gradients(StepTiming& timing) {
