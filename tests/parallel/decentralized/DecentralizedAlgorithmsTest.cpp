@@ -1,11 +1,13 @@
 // Gossip on directed and time-varying graphs through the strategy's real exchange between ranks:
-// the one-peer exponential graph averages exactly after log2(n) rounds; push-sum reaches the true
+// the one-peer exponential graph averages exactly after log2(n) rounds, the Base-(k+1) graph for
+// node counts that are no power of two; push-sum reaches the true
 // average on a directed ring whose column-stochastic weights lead plain averaging elsewhere; push-sum
 // gives the same numbers on any number of ranks and continues from a checkpoint; and what an
 // algorithm cannot run on is refused by name.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <tuple>
 
 #include "dtrain/io/Checkpoint.h"
 #include "parallel/decentralized/DecentralizedTestUtil.h"
@@ -117,6 +119,22 @@ TEST(GossipMixing, OnePeerExponentialGraphAveragesExactlyAfterLog2nRounds) {
       EXPECT_LT(distance_from(exact, average), 1e-14);  // float64 rounding of the mean alone
       EXPECT_EQ(max_difference(mix_only(cfg, 1, rounds, start), exact), 0.0);
     }
+  }
+}
+
+TEST(GossipMixing, BaseGraphAveragesExactlyForNodeCountsThatAreNoPowerOfTwo) {
+  // 6 nodes, one peer, on 3 ranks (five rounds); 12 nodes, two peers, on 4 ranks (three rounds).
+  for (const auto& [nodes, peers, world] : {std::tuple<int, int, int>{6, 1, 3}, {12, 2, 4}}) {
+    SCOPED_TRACE(std::to_string(nodes) + " nodes");
+    auto cfg = decentralized_config("dsgd", "base", nodes);
+    cfg.parallel.options.get<GraphOptions>("graph").peers = peers;
+    const auto start = starts(nodes, parameters_of(cfg));
+    const auto average = mean_of(start);
+    const int rounds = static_cast<int>(base_graph_rounds(nodes, peers).size());
+    EXPECT_GT(distance_from(mix_only(cfg, world, rounds - 1, start), average), 0.1);
+    const auto exact = mix_only(cfg, world, rounds, start);
+    EXPECT_LT(distance_from(exact, average), 1e-13);
+    EXPECT_EQ(max_difference(mix_only(cfg, 1, rounds, start), exact), 0.0);
   }
 }
 

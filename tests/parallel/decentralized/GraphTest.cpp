@@ -1,10 +1,11 @@
 // Communication graphs: every type's shape, Metropolis weights symmetric and doubly stochastic,
 // Erdős–Rényi redrawn until connected (and the error when it never is), seeded and time-varying
-// draws, edge lists, the directed exponential graphs and their mixing matrices, per-edge weights,
-// schedules of types, and how nodes are spread over ranks.
+// draws, edge lists, the directed exponential graphs and the Base-(k+1) graphs and their mixing
+// matrices, per-edge weights, schedules of types, and how nodes are spread over ranks.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <stdexcept>
 #include <string>
@@ -219,6 +220,42 @@ TEST(Graph, OnePeerExponentialRoundsMultiplyToTheExactAverage) {
   const auto message = error_of([&] { make_graph(o, 12, 0); });
   EXPECT_NE(message.find("parallel.graph.type: one_peer_exponential"), std::string::npos) << message;
   EXPECT_NE(message.find("found 12 nodes"), std::string::npos) << message;
+}
+
+TEST(Graph, BaseGraphRoundsAverageExactlyForAnyNodeCount) {
+  auto o = of("base");
+  for (int peers : {1, 2, 3}) {
+    o.peers = peers;
+    for (int n = 1; n <= 25; ++n) {
+      const auto rounds = static_cast<std::int64_t>(base_graph_rounds(n, peers).size());
+      Matrix product(static_cast<std::size_t>(n), std::vector<double>(static_cast<std::size_t>(n), 0.0));
+      for (int i = 0; i < n; ++i) product[static_cast<std::size_t>(i)][static_cast<std::size_t>(i)] = 1.0;
+      for (std::int64_t t = 0; t < rounds; ++t) {
+        const auto g = make_graph(o, n, 0, t);
+        const auto w = g.mixing_matrix();
+        EXPECT_FALSE(g.is_directed());
+        for (int i = 0; i < n; ++i) EXPECT_LE(g.degree(i), peers) << n << " nodes, round " << t;
+        const auto [rows, columns] = stochastic_errors(w);
+        EXPECT_LT(std::max(rows, columns), 1e-12) << n << " nodes, round " << t;
+        product = times(w, product);
+      }
+      double worst = 0.0;
+      for (const auto& row : product)
+        for (double x : row) worst = std::max(worst, std::abs(x - 1.0 / n));
+      EXPECT_LT(worst, 1e-12) << n << " nodes, " << peers << " peers, " << rounds << " rounds";
+      EXPECT_EQ(make_graph(o, n, 0, rounds).edges(), make_graph(o, n, 0, 0).edges());  // a cycle of rounds
+    }
+  }
+  // One peer: 8 nodes in three rounds, like the one-peer exponential graph; 6 = 4 + 2 nodes in
+  // five: each part averages (two rounds), the two join (one), the four spread it (two).
+  EXPECT_EQ(base_graph_rounds(8, 1).size(), 3u);
+  EXPECT_EQ(base_graph_rounds(6, 1).size(), 5u);
+  EXPECT_EQ(base_graph_rounds(6, 2).size(), 2u);  // 2 x 3: a hyper-hypercube
+  EXPECT_TRUE(graph_varies(o));
+  auto cycle = of("cycle");
+  cycle.peers = 2;
+  EXPECT_NE(error_of([&] { check_graph(cycle); }).find("parallel.graph.peers: a setting of graph type base"),
+            std::string::npos);
 }
 
 TEST(Graph, WeightsAreReadPerEdgeAndCheckedForWhatTheAlgorithmNeeds) {

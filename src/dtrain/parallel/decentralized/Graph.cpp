@@ -34,6 +34,9 @@ const config::ChoiceSet& graph_types() {
     s.add({"one_peer_exponential",
            "directed, a new graph every round: at round k node i sends to i + 2^(k mod log2 n) only"});
     s.add({"directed_cycle", "a directed ring: node i sends to i+1 only", {"directed_ring"}});
+    s.add({"base",
+           "Takezawa et al.'s Base-(k+1) graph, k = peers: rounds of at most k neighbours that average "
+           "exactly for any node count"});
     s.add({"schedule", "the types in parallel.graph.schedule, one per round in turn"});
     return s;
   }();
@@ -134,7 +137,7 @@ Edges one_peer_exponential(int n, std::int64_t round) {
   if (!power_of_two(n)) {
     throw std::invalid_argument(fmt::format(
         "parallel.graph.type: one_peer_exponential averages exactly only over a power-of-two node count, "
-        "found {} nodes; set parallel.graph.nodes to 2, 4, 8, 16, ... or use type exponential",
+        "found {} nodes; set parallel.graph.nodes to 2, 4, 8, 16, ... or use type base or exponential",
         n));
   }
   Edges arcs;
@@ -231,6 +234,8 @@ void describe_graph(config::OptionVisitor& v, GraphOptions& o) {
   v.integer("torus_rows", o.torus_rows, config::at_least(0), "torus: rows of the grid (0: the most square)");
   v.text("edges", o.edges, config::Text::Any, "type edges: pairs a-b, e.g. \"0-1 1-2 2-0\"");
   v.integer("base", o.base, config::at_least(2), "exponential: node i sends to i + base^k mod n");
+  v.integer("peers", o.peers, config::at_least(1),
+            "base: k of the Base-(k+1) graph, the most neighbours a node has per round");
   v.text("weights", o.weights, config::Text::Any,
          "mixing weights a-b:w (the share of a's value b takes), e.g. \"0-1:0.5 0-0:0.5\"");
   v.text_list("schedule", o.schedule, "type schedule: the graph types of rounds 0, 1, ... in turn");
@@ -249,8 +254,9 @@ void describe_graph(config::OptionVisitor& v, GraphOptions& o) {
 // as 3^5 = 243); a time-varying graph is a function of the round every rank evaluates, not a
 // per-rank generator of send and receive ranks; the one-peer graph refuses a node count that is no
 // power of two, where BlueFog cycles through the offsets anyway and the exact average after log2(n)
-// rounds is lost; and the weights are checked (check_mixing) for what the algorithm needs before
-// a round uses them, where BlueFog trusts the matrix it is given.
+// rounds is lost (type base averages exactly for any n: Note [Base-(k+1) graphs]); and the weights
+// are checked (check_mixing) for what the algorithm needs before a round uses them, where BlueFog
+// trusts the matrix it is given.
 Graph::Graph(int nodes, const std::vector<std::pair<int, int>>& edges) {
   link(nodes, edges, /*directed=*/false);
   for (int i = 0; i < nodes; ++i) {
@@ -271,6 +277,23 @@ Graph Graph::directed(int nodes, const std::vector<std::pair<int, int>>& arcs) {
     const double share = 1.0 / (1.0 + graph.degree(a));
     graph.w_[static_cast<std::size_t>(a)][a] = share;
     for (int b : graph.out_neighbours(a)) graph.w_[static_cast<std::size_t>(b)][a] = share;
+  }
+  return graph;
+}
+
+Graph Graph::weighted(int nodes, const std::vector<WeightedEdge>& edges) {
+  std::vector<std::pair<int, int>> pairs;
+  for (const auto& e : edges) pairs.emplace_back(e.a, e.b);
+  Graph graph;
+  graph.link(nodes, pairs, /*directed=*/false);
+  for (const auto& e : edges) {
+    graph.w_[static_cast<std::size_t>(e.a)][e.b] = e.weight;
+    graph.w_[static_cast<std::size_t>(e.b)][e.a] = e.weight;
+  }
+  for (int i = 0; i < nodes; ++i) {
+    double rest = 0.0;
+    for (int j : graph.in_neighbours(i)) rest += graph.weight(i, j);
+    graph.w_[static_cast<std::size_t>(i)][i] = 1.0 - rest;
   }
   return graph;
 }
@@ -462,6 +485,7 @@ void check_graph(const GraphOptions& options) {
   if (!types.count("torus") && options.torus_rows != d.torus_rows) refuse("torus_rows", "torus");
   if (!types.count("edges") && !options.edges.empty()) refuse("edges", "edges");
   if (!types.count("exponential") && options.base != d.base) refuse("base", "exponential");
+  if (!types.count("base") && options.peers != d.peers) refuse("peers", "base");
   if (!options.weights.empty() && graph_varies(options)) {
     throw std::invalid_argument(
         fmt::format("parallel.graph.weights: name the edges of one fixed graph, but the {} graph changes "
@@ -473,7 +497,8 @@ void check_graph(const GraphOptions& options) {
 
 bool graph_varies(const GraphOptions& options) {
   const auto types = types_of(options);
-  return options.redraw_every > 0 || types.count("one_peer_exponential") || options.schedule.size() > 1 ||
+  return options.redraw_every > 0 || types.count("one_peer_exponential") || types.count("base") ||
+         options.schedule.size() > 1 ||
          graph_types().resolve(options.type).value_or(options.type) == "schedule";
 }
 
@@ -495,7 +520,7 @@ std::string graph_name(const GraphOptions& options) {
 bool graph_changes_at(const GraphOptions& options, std::int64_t round) {
   if (round == 0) return true;
   const auto types = types_of(options);
-  if (types.count("one_peer_exponential") || !options.schedule.empty()) return true;
+  if (types.count("one_peer_exponential") || types.count("base") || !options.schedule.empty()) return true;
   return options.redraw_every > 0 && round % options.redraw_every == 0;
 }
 
@@ -515,17 +540,24 @@ Graph make_graph(const GraphOptions& options, int nodes, std::uint64_t seed, std
     if (!o.weights.empty()) graph.set_weights(o.weights);
     return graph;
   }
-  auto [edges, directed] = shape(o, nodes, round);
+  // From the second draw on, the same shape over a random relabelling of the nodes.
+  std::vector<int> label(static_cast<std::size_t>(nodes));
+  std::iota(label.begin(), label.end(), 0);
   if (draw > 0) {
-    std::vector<int> relabel(static_cast<std::size_t>(nodes));
-    std::iota(relabel.begin(), relabel.end(), 0);
     auto gen = generator(seed, draw, 2);
-    std::shuffle(relabel.begin(), relabel.end(), gen);
-    for (auto& [a, b] : edges) {
-      a = relabel[static_cast<std::size_t>(a)];
-      b = relabel[static_cast<std::size_t>(b)];
-    }
+    std::shuffle(label.begin(), label.end(), gen);
   }
+  const auto relabel = [&](int& node) { node = label[static_cast<std::size_t>(node)]; };
+  if (o.type == "base") {
+    const auto rounds = base_graph_rounds(nodes, o.peers);
+    auto weighted = rounds[static_cast<std::size_t>(round % static_cast<std::int64_t>(rounds.size()))];
+    for (auto& e : weighted) relabel(e.a), relabel(e.b);
+    auto graph = Graph::weighted(nodes, weighted);
+    graph.type = o.type;
+    return graph;  // one round alone is not connected; a cycle of rounds averages exactly
+  }
+  auto [edges, directed] = shape(o, nodes, round);
+  for (auto& [a, b] : edges) relabel(a), relabel(b);
   Graph graph = directed ? Graph::directed(nodes, edges) : Graph(nodes, edges);
   graph.type = o.type;
   // A one-peer round alone joins nodes in separate rings; the rounds of a period together contain

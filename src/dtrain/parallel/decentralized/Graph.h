@@ -14,12 +14,13 @@
 #include <vector>
 
 #include "dtrain/config/Options.h"
+#include "dtrain/parallel/decentralized/BaseGraph.h"
 
 namespace dtrain::parallel {
 
 struct GraphOptions {
   // complete | cycle (ring) | wheel | star | torus | random (erdos_renyi) | edges | exponential |
-  // one_peer_exponential | directed_cycle | schedule
+  // one_peer_exponential | directed_cycle | base | schedule
   std::string type = "cycle";
   int nodes = 0;                      // graph nodes; 0 = one per rank
   double p = 0.3;                     // random: the probability of each edge
@@ -27,6 +28,7 @@ struct GraphOptions {
   int torus_rows = 0;                 // torus: rows of the rows x cols grid; 0 = the most square
   std::string edges;                  // edges: "0-1 1-2 2-0" (pairs a-b, separated by spaces or commas)
   int base = 2;                       // exponential: node i sends to i + base^k mod n
+  int peers = 1;                      // base: k of the Base-(k+1) graph, neighbours per round at most
   std::string weights;                // "a-b:w ...": the share of a's value that b takes (any static type)
   std::vector<std::string> schedule;  // schedule: the type of round k is schedule[k mod size]
   std::int64_t redraw_every = 0;      // 0 = one graph for the run; k: a new draw every k rounds
@@ -49,6 +51,8 @@ class Graph {
   // A directed graph: node a keeps and sends each out-neighbour an equal share 1 / (out-degree + 1),
   // so W is column stochastic (push-sum's weights, BlueFog's for its exponential graphs).
   static Graph directed(int nodes, const std::vector<std::pair<int, int>>& arcs);
+  // An undirected graph with the given weights; each node keeps 1 - the weights of its edges.
+  static Graph weighted(int nodes, const std::vector<WeightedEdge>& edges);
 
   int size() const { return static_cast<int>(out_.size()); }
   bool is_directed() const { return directed_; }
