@@ -175,6 +175,11 @@ TEST_F(DecentralizedCommand, GraphKeysAndBadValuesAreRefusedByNameBeforeARunStar
        "parallel.graph.type: exponential is directed, but cadmm"},
       {"parallel.graph.type=directed_cycle parallel.graph.weights=0-1:0.1",
        "parallel.graph.weights: row 0 of the directed_cycle graph's mixing matrix"},
+      {"parallel.decentralized.algorithm=push_sum parallel.graph.type=directed_cycle "
+       "parallel.graph.weights=0-0:0.5,0-1:0.1",
+       "parallel.graph.weights: column 0 of the directed_cycle graph's mixing matrix"},
+      {"parallel.graph.peers=2", "parallel.graph.peers: a setting of graph type base"},
+      {"parallel.graph.type=base parallel.graph.peers=0", "parallel.graph.peers: expected a positive integer"},
       {"parallel.decentralized.algorithm=pushsum", "parallel.decentralized.algorithm"},
   };
   for (const auto& [overrides, expected] : cases) {
