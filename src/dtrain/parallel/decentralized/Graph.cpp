@@ -74,7 +74,7 @@ Edges torus(int nodes, int rows_option) {
   return edges;
 }
 
-// "a-b" as two node numbers in 0..nodes-1, or nothing when `token` is not of that form.
+// "a-b" as two integers, or nothing when `token` is not of that form.
 std::optional<std::pair<int, int>> parse_pair(const std::string& token) {
   const auto dash = token.find('-');
   if (dash == std::string::npos) return std::nullopt;
@@ -185,7 +185,7 @@ Shape shape(const GraphOptions& o, int n, std::int64_t round) {
   return {edges, false};
 }
 
-// Every node `from` reaches along `next`.
+// How many nodes node 0 reaches along `next` (itself included).
 std::size_t reached(const std::vector<std::vector<int>>& next) {
   std::vector<bool> seen(next.size(), false);
   std::vector<int> stack{0};
@@ -419,9 +419,8 @@ void check_mixing(const Graph& graph, Mixing need, const std::string& algorithm)
     }
     if (std::abs(column - 1.0) > 1e-9) {
       throw std::invalid_argument(
-          fmt::format("{}: column {} of the {} graph's mixing matrix (what node {} keeps and sends) sums to "
-                      "{}, not 1; {} "
-                      "needs {} weights",
+          fmt::format("{}: column {} of the {} graph's mixing matrix (what node {} keeps and sends) "
+                      "sums to {}, not 1; {} needs {} weights",
                       key, j, graph.type, j, column, algorithm,
                       need == Mixing::ColumnStochastic ? "column-stochastic" : "doubly stochastic"));
     }
