@@ -1,7 +1,8 @@
 // `dtrain train` with parallel.strategy decentralized through the real binary: graph nodes with
 // their own data on one worker or spread over two give the same numbers, a run saved by two
 // workers continues on one, metrics.jsonl carries every node and the consensus error, push-sum on
-// a one-peer exponential graph trains on Fashion-MNIST, and bad graph settings are refused by name.
+// a one-peer exponential graph and hierarchical dsgd over two hosts train on Fashion-MNIST, and bad
+// graph settings are refused by name.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -151,6 +152,41 @@ TEST_F(DecentralizedCommand, PushSumOnAOnePeerExponentialGraphTrainsAndAgrees) {
   EXPECT_LT(agreed, 0.25 * apart) << "push-sum " << agreed << ", no communication " << apart;
 }
 
+// Hierarchical dsgd through real worker processes: four workers in two hosts of two, each host
+// averaging its four nodes over its own communicator, the two hosts' leaders gossiping.
+TEST_F(DecentralizedCommand, HierarchicalDsgdInTwoHostsOfTwoWorkersTrains) {
+  if (!fs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")) {
+    GTEST_SKIP() << "dataset-fashion-mnist is not installed";
+  }
+  std::ofstream(dir_ / "hierarchical.yaml")
+      << "name: hierarchical\nout_dir: " << (dir_ / "runs").string() << "\n"
+      << "data: {dataset: fashion-mnist, subset_size: 4096, test_subset_size: 500, batch_size: 16, "
+         "partition: random}\n"
+         "model: {name: mlp, hidden: [32]}\n"
+         "optim: {name: sgd, lr: 0.05}\n"
+         "parallel:\n"
+         "  strategy: decentralized\n"
+         "  timeout_s: 60\n"
+         "  decentralized: {algorithm: dsgd, hierarchical: true, ranks_per_host: 2}\n"
+         "  graph: {type: complete, nodes: 8}\n"
+         "train: {epochs: 1000, max_steps: 60, eval_every_steps: 30, eval_every_epochs: 0, eval_at_start: "
+         "true,\n"
+         "        checkpoint_every_epochs: 0, log_every_steps: 30, seed: 3, threads: 1}\n";
+  const auto out = run("train " + (dir_ / "hierarchical.yaml").string() + " --nproc 4", dir_.path());
+  ASSERT_EQ(out.exit_code, 0) << out.err;
+  const auto result = last_json_line(out.out);
+  EXPECT_EQ(result["strategy_notes"]["decentralized_hosts"], "2 hosts of 2 ranks");
+  std::ifstream lines(fs::path(result["run_dir"].get<std::string>()) / "metrics.jsonl");
+  std::vector<nlohmann::json> evals;
+  for (std::string line; std::getline(lines, line);) {
+    auto j = nlohmann::json::parse(line);
+    if (j.contains("val/loss")) evals.push_back(j);
+  }
+  ASSERT_EQ(evals.size(), 3u);
+  EXPECT_LT(evals.back()["val/loss"].get<double>(), 0.5 * evals.front()["val/loss"].get<double>());
+  EXPECT_GT(evals.back()["val/top1"].get<double>(), 0.6);
+}
+
 // Every new graph key and a bad value of each, refused by name in one line before a run starts.
 TEST_F(DecentralizedCommand, GraphKeysAndBadValuesAreRefusedByNameBeforeARunStarts) {
   std::ofstream(dir_ / "dsgd.yaml")
@@ -179,8 +215,13 @@ TEST_F(DecentralizedCommand, GraphKeysAndBadValuesAreRefusedByNameBeforeARunStar
        "parallel.graph.weights=0-0:0.5,0-1:0.1",
        "parallel.graph.weights: column 0 of the directed_cycle graph's mixing matrix"},
       {"parallel.graph.peers=2", "parallel.graph.peers: a setting of graph type base"},
-      {"parallel.graph.type=base parallel.graph.peers=0", "parallel.graph.peers: expected a positive integer"},
+      {"parallel.graph.type=base parallel.graph.peers=0",
+       "parallel.graph.peers: expected a positive integer"},
       {"parallel.decentralized.algorithm=pushsum", "parallel.decentralized.algorithm"},
+      {"parallel.decentralized.hierarchical=true parallel.decentralized.ranks_per_host=3",
+       "parallel.decentralized.ranks_per_host: 3 ranks per host do not divide the 2 ranks"},
+      {"parallel.decentralized.hierarchical=true parallel.decentralized.algorithm=choco",
+       "parallel.decentralized.hierarchical: algorithm choco cannot gossip between hosts"},
   };
   for (const auto& [overrides, expected] : cases) {
     const auto out = run("train " + (dir_ / "dsgd.yaml").string() + " --nproc 2 " + overrides, dir_.path());
