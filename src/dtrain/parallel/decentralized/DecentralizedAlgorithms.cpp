@@ -34,8 +34,12 @@
 // skipped round (at round 0 with init_grads an overflow starts them at zero, as without).
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <optional>
+
 #include "dtrain/optim/Optimizers.h"
 #include "dtrain/parallel/decentralized/DecentralizedNode.h"
+#include "dtrain/util/Clock.h"
 
 namespace dtrain::parallel {
 namespace {
@@ -74,6 +78,66 @@ torch::Tensor DecentralizedStrategy::round_dsgd(const data::Batch& batch, double
     for (std::size_t h = 0; h < nodes_.size(); ++h) nodes_[h]->theta.copy_(mixed[h]);
   }
   return round_local(batch, loss, timing);
+}
+
+// Note [Adapt with combine]
+// dsgd mixes first and takes its gradient at the mixed point (x <- W x, then a step), so the
+// exchange must finish before any gradient starts. Adapt-with-combine (BlueFog's
+// DistributedAdaptWithCombineOptimizer, which overlaps its neighbour_allreduce with the backward)
+// takes each node's gradient at its own round-t parameters: x_i <- sum_j W_ij x_j - lr g_i(x_i),
+// every x of round t. So a round posts the exchange of the nodes' parameters (NodeExchange::post,
+// which reads them in place: nothing changes them until it finishes), computes every node's
+// gradient meanwhile, waits, mixes, and steps the optimizer from the mixed point with the kept
+// gradient (plain SGD: exactly the form above). The overlap, reported as
+// strategy/exchange_overlap, is the time the exchange was in flight while this rank computed
+// over the time it was in flight, from post to the first check that found it done: checks run
+// after each node's gradient and in the wait, so the figure is exact to one node's gradient. A
+// round with nothing to send to other ranks (one rank) has no exchange in flight and adds nothing.
+torch::Tensor DecentralizedStrategy::round_dsgd_awc(const data::Batch& batch, double& loss,
+                                                    StepTiming& timing) {
+  const auto before = context_.comm ? context_.comm->stats() : comm::CommStats{};
+  const auto posted = util::Clock::now();
+  auto pending = exchange_->post(messages_of(nodes_, [](const Node& n) { return n.theta; }));
+  charge_bytes(4.0 * static_cast<double>(length_));
+  const bool remote = !pending.works.empty();
+  std::optional<util::Clock::time_point> done;
+  const auto rows = batch.size() / static_cast<std::int64_t>(nodes_.size());
+  std::vector<torch::Tensor> outputs, gradients;
+  for (std::size_t h = 0; h < nodes_.size(); ++h) {
+    auto& node = *nodes_[h];
+    outputs.push_back(forward_backward(node, rows_of(batch.inputs, h, 0, 1, rows),
+                                       rows_of(batch.targets, h, 0, 1, rows), loss, timing));
+    gradients.push_back(flat_gradient().clone());
+    if (remote && !done && pending.done()) done = util::Clock::now();
+  }
+  const auto computed = util::Clock::now();
+  const auto values = exchange_->finish(pending);
+  const auto finished = util::Clock::now();
+  if (context_.comm) {
+    timing.communication += util::seconds_since(computed);
+    count_own_communication(context_.comm, before);
+  }
+  if (remote) {
+    const auto end = done.value_or(finished);
+    last_exchange_seconds_ = util::seconds_between(posted, end);
+    last_overlap_seconds_ = util::seconds_between(posted, std::min(end, computed));
+    exchange_seconds_ += last_exchange_seconds_;
+    overlap_seconds_ += last_overlap_seconds_;
+  }
+  {
+    torch::NoGradGuard no_grad;
+    std::vector<torch::Tensor> mixed;
+    for (const auto& node : nodes_) mixed.push_back(mix(node->index, values));
+    for (std::size_t h = 0; h < nodes_.size(); ++h) nodes_[h]->theta.copy_(mixed[h]);
+  }
+  for (std::size_t h = 0; h < nodes_.size(); ++h) {
+    bind(*nodes_[h]);
+    zero_gradients();
+    add_to_gradient(gradients[h]);
+    nodes_[h]->optimizer->step();
+  }
+  loss /= static_cast<double>(nodes_.size());
+  return torch::cat(outputs);
 }
 
 // Note [Hierarchical gossip]

@@ -62,6 +62,9 @@ void describe_decentralized(config::OptionVisitor& v, DecentralizedOptions& o) {
       "dsgd, push_sum: average within each host, gossip between hosts on parallel.graph, broadcast back");
   v.integer("ranks_per_host", o.ranks_per_host, config::at_least(0),
             "hierarchical: consecutive ranks that form a host (0: the launcher's local world size)");
+  v.boolean("adapt_with_combine", o.adapt_with_combine,
+            "dsgd: gradients at the round's own parameters while their exchange is in flight, then "
+            "x <- W x - lr g");
 }
 
 void DecentralizedOptions::check() const {
@@ -84,6 +87,8 @@ void DecentralizedOptions::check() const {
        [](auto& a, auto& b) { return a.outer_optimizer == b.outer_optimizer; }},
       {"outer_lr", "local_sgd", [](auto& a, auto& b) { return a.outer_lr == b.outer_lr; }},
       {"outer_momentum", "local_sgd", [](auto& a, auto& b) { return a.outer_momentum == b.outer_momentum; }},
+      {"adapt_with_combine", "dsgd",
+       [](auto& a, auto& b) { return a.adapt_with_combine == b.adapt_with_combine; }},
   };
   for (const auto& entry : owned) {
     if (algorithm != entry.algorithm && !entry.same(*this, d)) {
@@ -106,6 +111,12 @@ void DecentralizedOptions::check() const {
 // (Note [Hierarchical gossip]); an algorithm whose state pairs a node with each of its neighbours
 // cannot have its nodes merged into hosts.
 void DecentralizedOptions::check_hierarchy() const {
+  if (hierarchical && adapt_with_combine) {
+    throw std::invalid_argument(
+        "parallel.decentralized.adapt_with_combine: overlaps the neighbour exchange with the gradients, but "
+        "hierarchical gossip runs collectives within each host, which cannot be in flight beside it; set "
+        "one of them");
+  }
   if (!hierarchical) {
     if (ranks_per_host != 0) {
       throw std::invalid_argument(

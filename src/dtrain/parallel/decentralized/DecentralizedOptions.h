@@ -52,6 +52,11 @@ struct DecentralizedOptions {
   // local world size (LOCAL_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_SIZE, ...).
   bool hierarchical = false;
   int ranks_per_host = 0;
+  // dsgd: adapt-with-combine (see Note [Adapt with combine]): the exchange of round t's parameters
+  // is in flight while the nodes compute their gradients at them, and
+  // x_i <- sum_j W_ij x_j - lr g_i(x_i), both at round t; else the mix first, then the gradient at
+  // the mixed point.
+  bool adapt_with_combine = false;
 
   // Throws std::invalid_argument naming a setting that differs from its default but belongs to
   // another algorithm than `algorithm`, or hierarchical settings an algorithm cannot take.

@@ -59,6 +59,16 @@ void check_compressor(const DecentralizedOptions& options) {
   }
 }
 
+// Adapt-with-combine keeps its exchange in flight through the gradients, beside which fp16's
+// agreement on skipping a step would run a collective.
+void check_adapt_with_combine(const DecentralizedOptions& options, optim::Precision precision) {
+  if (options.adapt_with_combine && precision == optim::Precision::Fp16) {
+    throw std::invalid_argument(
+        "parallel.decentralized.adapt_with_combine: fp16 agrees on skipping a step over the ranks while the "
+        "exchange is in flight; use train.precision bf16 or fp32, or adapt_with_combine: false");
+  }
+}
+
 // What the algorithm needs of the graph: CADMM's dual and Choco-SGD's x_hat pair each node with
 // its neighbours both ways, so they take undirected graphs (Choco-SGD a fixed one, since x_hat is
 // kept from round 0); an algorithm that never reads W refuses parallel.graph.weights.
@@ -139,6 +149,7 @@ DecentralizedStrategy::DecentralizedStrategy(StrategyContext context)
   }
   check_graph_for(options_, graph_options_);
   check_compressor(options_);
+  check_adapt_with_combine(options_, context_.precision);
   if (options_.hierarchical) hierarchy_ = make_hierarchy(options_, context_);
   for (const auto& p : context_.model->named_parameters(/*recurse=*/true)) {
     // Nodes mix whole flat parameter vectors with their neighbours: a frozen parameter would still
@@ -355,7 +366,8 @@ StepResult DecentralizedStrategy::train_step(const data::Batch& batch) {
   const auto skipped_before = precision_.scaler() ? precision_.scaler()->skipped_steps() : 0;
   const auto& a = options_.algorithm;
   if (a == "dsgd") {
-    result.outputs = round_dsgd(batch, loss, result.timing);
+    result.outputs = options_.adapt_with_combine ? round_dsgd_awc(batch, loss, result.timing)
+                                                 : round_dsgd(batch, loss, result.timing);
   } else if (a == "cadmm") {
     result.outputs = round_cadmm(batch, loss, result.timing);
   } else if (a == "dsgt") {

@@ -90,6 +90,7 @@ class DecentralizedStrategy final : public Strategy {
   // The algorithms' rounds (DecentralizedAlgorithms.cpp). Each returns the outputs for batch rows
   // in order and leaves the mean loss in `loss`.
   torch::Tensor round_dsgd(const data::Batch& batch, double& loss, StepTiming& timing);
+  torch::Tensor round_dsgd_awc(const data::Batch& batch, double& loss, StepTiming& timing);
   torch::Tensor round_cadmm(const data::Batch& batch, double& loss, StepTiming& timing);
   torch::Tensor round_dsgt(const data::Batch& batch, double& loss, StepTiming& timing);
   torch::Tensor round_choco(const data::Batch& batch, double& loss, StepTiming& timing);
@@ -126,6 +127,10 @@ class DecentralizedStrategy final : public Strategy {
   std::map<int, torch::Tensor> xhat_;
   torch::Tensor outer_, outer_momentum_;
   MixedPrecision precision_;
+  // Adapt-with-combine: seconds the exchange was in flight, and of those, seconds the nodes
+  // computed gradients meanwhile; the last round's and all rounds' (Note [Adapt with combine]).
+  double exchange_seconds_ = 0.0, overlap_seconds_ = 0.0;
+  double last_exchange_seconds_ = 0.0, last_overlap_seconds_ = 0.0;
 };
 
 }  // namespace dtrain::parallel
