@@ -203,6 +203,9 @@ TEST_F(DecentralizedCommand, HierarchicalDsgdInTwoHostsOfTwoWorkersTrains) {
   ASSERT_EQ(r.evals.size(), 3u);
   EXPECT_LT(r.evals.back()["val/loss"].get<double>(), 0.5 * r.evals.front()["val/loss"].get<double>());
   EXPECT_GT(r.evals.back()["val/top1"].get<double>(), 0.6);
+  std::cout << "hierarchical dsgd: val/loss " << r.evals.front()["val/loss"] << " to "
+            << r.evals.back()["val/loss"] << ", top-1 " << r.evals.back()["val/top1"] << ", consensus error "
+            << r.evals.back()["strategy/consensus_error"] << "\n";
 }
 
 // Adapt-with-combine dsgd on a cycle of eight nodes over two workers: it trains, and reports how
