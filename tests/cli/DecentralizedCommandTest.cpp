@@ -1,11 +1,13 @@
 // `dtrain train` with parallel.strategy decentralized through the real binary: graph nodes with
 // their own data on one worker or spread over two give the same numbers, a run saved by two
 // workers continues on one, metrics.jsonl carries every node and the consensus error, push-sum on
-// a one-peer exponential graph trains on Fashion-MNIST, and bad graph settings are refused by name.
+// a one-peer exponential graph, hierarchical dsgd over two hosts and adapt-with-combine dsgd train
+// on Fashion-MNIST, and bad graph settings are refused by name.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -151,6 +153,79 @@ TEST_F(DecentralizedCommand, PushSumOnAOnePeerExponentialGraphTrainsAndAgrees) {
   EXPECT_LT(agreed, 0.25 * apart) << "push-sum " << agreed << ", no communication " << apart;
 }
 
+// A Fashion-MNIST run of eight mlp nodes, 60 rounds of batch 16, with `decentralized` and `graph`
+// as parallel's sections, on `nproc` workers; its result and its three evaluations (at the start,
+// after 30 and 60 rounds).
+struct FashionRun {
+  nlohmann::json result;
+  std::vector<nlohmann::json> evals;
+};
+
+FashionRun train_fashion(const fs::path& dir, const std::string& decentralized, const std::string& graph,
+                         int nproc) {
+  std::ofstream(dir / "fashion.yaml")
+      << "name: fashion\nout_dir: " << (dir / "runs").string() << "\n"
+      << "data: {dataset: fashion-mnist, subset_size: 4096, test_subset_size: 500, batch_size: 16, "
+         "partition: random}\n"
+         "model: {name: mlp, hidden: [32]}\n"
+         "optim: {name: sgd, lr: 0.05}\n"
+         "parallel:\n"
+         "  strategy: decentralized\n"
+         "  timeout_s: 60\n"
+         "  decentralized: "
+      << decentralized << "\n  graph: " << graph
+      << "\n"
+         "train: {epochs: 1000, max_steps: 60, eval_every_steps: 30, eval_every_epochs: 0, eval_at_start: "
+         "true,\n"
+         "        checkpoint_every_epochs: 0, log_every_steps: 30, seed: 3, threads: 1}\n";
+  const auto out = run("train " + (dir / "fashion.yaml").string() + " --nproc " + std::to_string(nproc), dir);
+  EXPECT_EQ(out.exit_code, 0) << out.err;
+  FashionRun r;
+  if (out.exit_code != 0) return r;
+  r.result = last_json_line(out.out);
+  std::ifstream lines(fs::path(r.result["run_dir"].get<std::string>()) / "metrics.jsonl");
+  for (std::string line; std::getline(lines, line);) {
+    auto j = nlohmann::json::parse(line);
+    if (j.contains("val/loss")) r.evals.push_back(j);
+  }
+  return r;
+}
+
+// Hierarchical dsgd through real worker processes: four workers in two hosts of two, each host
+// averaging its four nodes over its own communicator, the two hosts' leaders gossiping.
+TEST_F(DecentralizedCommand, HierarchicalDsgdInTwoHostsOfTwoWorkersTrains) {
+  if (!fs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")) {
+    GTEST_SKIP() << "dataset-fashion-mnist is not installed";
+  }
+  const auto r = train_fashion(dir_.path(), "{algorithm: dsgd, hierarchical: true, ranks_per_host: 2}",
+                               "{type: complete, nodes: 8}", 4);
+  EXPECT_EQ(r.result["strategy_notes"]["decentralized_hosts"], "2 hosts of 2 ranks");
+  ASSERT_EQ(r.evals.size(), 3u);
+  EXPECT_LT(r.evals.back()["val/loss"].get<double>(), 0.5 * r.evals.front()["val/loss"].get<double>());
+  EXPECT_GT(r.evals.back()["val/top1"].get<double>(), 0.6);
+  std::cout << "hierarchical dsgd: val/loss " << r.evals.front()["val/loss"] << " to "
+            << r.evals.back()["val/loss"] << ", top-1 " << r.evals.back()["val/top1"] << ", consensus error "
+            << r.evals.back()["strategy/consensus_error"] << "\n";
+}
+
+// Adapt-with-combine dsgd on a cycle of eight nodes over two workers: it trains, and reports how
+// much of its exchange overlapped the gradients.
+TEST_F(DecentralizedCommand, AdaptWithCombineDsgdTrainsAndReportsItsOverlap) {
+  if (!fs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")) {
+    GTEST_SKIP() << "dataset-fashion-mnist is not installed";
+  }
+  const auto r =
+      train_fashion(dir_.path(), "{algorithm: dsgd, adapt_with_combine: true}", "{type: cycle, nodes: 8}", 2);
+  ASSERT_EQ(r.evals.size(), 3u);
+  EXPECT_LT(r.evals.back()["val/loss"].get<double>(), 0.5 * r.evals.front()["val/loss"].get<double>());
+  EXPECT_GT(r.evals.back()["val/top1"].get<double>(), 0.6);
+  const double overlap = r.result["strategy_metrics"]["exchange_overlap_all_rounds"].get<double>();
+  EXPECT_GT(overlap, 0.0);
+  EXPECT_LE(overlap, 1.0);
+  std::cout << "adapt-with-combine: val/loss " << r.evals.back()["val/loss"] << ", top-1 "
+            << r.evals.back()["val/top1"] << ", exchange overlap " << overlap << "\n";
+}
+
 // Every new graph key and a bad value of each, refused by name in one line before a run starts.
 TEST_F(DecentralizedCommand, GraphKeysAndBadValuesAreRefusedByNameBeforeARunStarts) {
   std::ofstream(dir_ / "dsgd.yaml")
@@ -179,8 +254,13 @@ TEST_F(DecentralizedCommand, GraphKeysAndBadValuesAreRefusedByNameBeforeARunStar
        "parallel.graph.weights=0-0:0.5,0-1:0.1",
        "parallel.graph.weights: column 0 of the directed_cycle graph's mixing matrix"},
       {"parallel.graph.peers=2", "parallel.graph.peers: a setting of graph type base"},
-      {"parallel.graph.type=base parallel.graph.peers=0", "parallel.graph.peers: expected a positive integer"},
+      {"parallel.graph.type=base parallel.graph.peers=0",
+       "parallel.graph.peers: expected a positive integer"},
       {"parallel.decentralized.algorithm=pushsum", "parallel.decentralized.algorithm"},
+      {"parallel.decentralized.hierarchical=true parallel.decentralized.ranks_per_host=3",
+       "parallel.decentralized.ranks_per_host: 3 ranks per host do not divide the 2 ranks"},
+      {"parallel.decentralized.hierarchical=true parallel.decentralized.algorithm=choco",
+       "parallel.decentralized.hierarchical: algorithm choco cannot gossip between hosts"},
   };
   for (const auto& [overrides, expected] : cases) {
     const auto out = run("train " + (dir_ / "dsgd.yaml").string() + " --nproc 2 " + overrides, dir_.path());

@@ -431,7 +431,8 @@ int run_throughput_worker(const BenchThroughputOptions& o) {
   // optimizer, a precision): the point is reported as refused with its reason.
   std::unique_ptr<train::Trainer> trainer;
   try {
-    trainer = std::make_unique<train::Trainer>(cfg, communicator, rendezvous.local_rank);
+    trainer = std::make_unique<train::Trainer>(cfg, communicator, rendezvous.local_rank,
+                                               rendezvous.local_world_size);
   } catch (const std::exception& e) {
     return finish("refused", one_line(e.what()));
   }

@@ -51,6 +51,9 @@ struct StrategyContext {
   // optim.loss's name ("cross_entropy"), for what depends on which loss it is (tensor parallelism's
   // vocabulary-parallel cross-entropy); empty where the caller does not say.
   std::string loss_name{};
+  // The ranks on this rank's host as its launcher said (the rendezvous's local world size), for
+  // what groups ranks by host (decentralized hierarchical gossip); 0 where no launcher said.
+  int local_world_size = 0;
 };
 
 // Where one step's wall time went on this rank (Catalyst dAD's batch timer), in seconds, each phase

@@ -145,7 +145,7 @@ void write_results(const config::RunConfig& cfg, const train::Trainer& trainer,
 // `elastic`: the generation of an elastic job this run is (Note [Elastic workers]), or null.
 int train_in(const TrainOptions& given, const config::RunConfig& cfg,
              const comm::CommunicatorPtr& communicator, io::RunDir& run,
-             const std::shared_ptr<io::Logger>& logger, int restarts, int local_rank,
+             const std::shared_ptr<io::Logger>& logger, int restarts, int local_rank, int local_world_size,
              Generation* elastic = nullptr) {
   const int rank = communicator ? communicator->rank() : 0;
   if (rank == 0) {
@@ -177,7 +177,7 @@ int train_in(const TrainOptions& given, const config::RunConfig& cfg,
   if (!a.resume.empty()) trainer_cfg.model.init_from.clear();
   // Reading the data set and the weights to start from: what fails here is an input (Note [Exit codes]).
   std::optional<train::Trainer> built;
-  checking_inputs([&] { built.emplace(trainer_cfg, communicator, local_rank); });
+  checking_inputs([&] { built.emplace(trainer_cfg, communicator, local_rank, local_world_size); });
   train::Trainer& trainer = *built;
   std::optional<nlohmann::json> resumed;  // the checkpoint's metadata
   if (resuming) {
@@ -252,11 +252,11 @@ void check_before_start(const JobOptions& a, const config::RunConfig& cfg, int n
 int train_reporting(const TrainOptions& a, const config::RunConfig& cfg,
                     const comm::CommunicatorPtr& communicator, io::RunDir& run,
                     const std::shared_ptr<io::Logger>& logger, int restarts, int local_rank,
-                    Generation* elastic = nullptr) {
+                    int local_world_size, Generation* elastic = nullptr) {
   const int rank = communicator ? communicator->rank() : 0;
   const int world = communicator ? communicator->size() : 1;
   try {
-    return train_in(a, cfg, communicator, run, logger, restarts, local_rank, elastic);
+    return train_in(a, cfg, communicator, run, logger, restarts, local_rank, local_world_size, elastic);
   } catch (const std::exception& e) {
     // In the rank's log too. Rank 0's logger prints on stderr; the other ranks say it there
     // themselves, for the launcher to quote.
@@ -318,7 +318,8 @@ int run_elastic_worker(const TrainOptions& a, const config::RunConfig& cfg, cons
     // Without a state from a peer, a later generation continues from the latest checkpoint, as a
     // restart does (Note [Restarts resume]).
     const int restarts = g.start.checkpoint ? 0 : g.members.generation;
-    const int code = train_reporting(a, cfg, communicator, *run, logger, restarts, base.local_rank, &g);
+    const int code = train_reporting(a, cfg, communicator, *run, logger, restarts, base.local_rank,
+                                     base.local_world_size, &g);
     if (!g.ended) {
       if (code == kExitSuccess && info.rank == 0) membership.mark_finished();
       return code;
@@ -348,7 +349,8 @@ int run_worker(const JobOptions& a, const config::RunConfig& cfg, const comm::En
   auto logger = io::Logger::for_rank(run.log_path(), rendezvous.rank, rendezvous.world_size,
                                      launch::status_relay_requested(env));
   if (!backend_line.empty()) logger->info(backend_line);
-  return train_reporting(a, cfg, communicator, run, logger, restart_count(env), rendezvous.local_rank);
+  return train_reporting(a, cfg, communicator, run, logger, restart_count(env), rendezvous.local_rank,
+                         rendezvous.local_world_size);
 }
 
 // One rank of a job whose communicator the program made: no rendezvous, and not a worker of an
@@ -359,7 +361,8 @@ int train_with(const TrainOptions& options, const config::RunConfig& cfg, comm::
                const comm::Environment& env) {
   const int rank = communicator->rank();
   const int world = communicator->size();
-  const int local_rank = checking_inputs([&] {
+  // The launcher's local rank and world size where one started the process, else none said.
+  const auto [local_rank, local_world_size] = checking_inputs([&] {
     if (elastic_options(env)) {
       throw std::invalid_argument(
           "a program passing its own communicator to train() cannot be a worker of an elastic job "
@@ -369,13 +372,14 @@ int train_with(const TrainOptions& options, const config::RunConfig& cfg, comm::
     check_settings(cfg, world);
     parallel::data_holders(cfg.parallel, world);
     if (!options.resume.empty()) (void)load_resume_point(options.resume);
-    return comm::launcher_of(env) == comm::RendezvousSource::Default
-               ? rank
-               : comm::resolve_rendezvous({}, env).local_rank;
+    if (comm::launcher_of(env) == comm::RendezvousSource::Default) return std::pair<int, int>{rank, 0};
+    const auto rendezvous = comm::resolve_rendezvous({}, env);
+    return std::pair<int, int>{rendezvous.local_rank, rendezvous.local_world_size};
   });
   auto run = open_run_folder(options, cfg, communicator, rank, world);
   const auto logger = io::Logger::for_rank(run.log_path(), rank, world, false);
-  return train_reporting(options, cfg, communicator, run, logger, restart_count(env), local_rank);
+  return train_reporting(options, cfg, communicator, run, logger, restart_count(env), local_rank,
+                         local_world_size);
 }
 
 }  // namespace

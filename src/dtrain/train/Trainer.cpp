@@ -147,7 +147,16 @@ torch::Device resolve_device(config::Device device, int local_rank) {
   return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(std::max(0, local_rank) % gpus));
 }
 
-Trainer::Trainer(config::RunConfig config, comm::CommunicatorPtr comm, int local_rank)
+namespace {
+
+// The precision a run computes in (its parameters stay float32 master weights under bf16/fp16).
+std::string computed_precision(config::Precision precision, const models::Network& model) {
+  return precision == config::Precision::Fp32 ? precision_of(model) : config::kPrecisionNames.name(precision);
+}
+
+}  // namespace
+
+Trainer::Trainer(config::RunConfig config, comm::CommunicatorPtr comm, int local_rank, int local_world_size)
     : config_(std::move(config)), comm_(std::move(comm)) {
   check_device_settings(config_.train);
   check_cuda_graph(config_, comm_ ? comm_->size() : 1);
@@ -185,10 +194,7 @@ Trainer::Trainer(config::RunConfig config, comm::CommunicatorPtr comm, int local
   facts_.recomputation = models::describe_recomputation(*model, config_.train.activation_checkpointing);
   facts_.summary = models::summary(*model, input_spec(*data_.train));
   facts_.parameters = models::parameter_count(*model);
-  // The precision the run computes in (its parameters stay float32 master weights under bf16/fp16).
-  facts_.precision = config_.train.precision == config::Precision::Fp32
-                         ? precision_of(*model)
-                         : config::kPrecisionNames.name(config_.train.precision);
+  facts_.precision = computed_precision(config_.train.precision, *model);
   facts_.initial_hash = parameter_hash(*model);
   // Built and initialised on the CPU from the seed, then moved: a GPU run starts from the very
   // weights a CPU run starts from.
@@ -203,6 +209,7 @@ Trainer::Trainer(config::RunConfig config, comm::CommunicatorPtr comm, int local
   context.seed = seed;
   context.precision = config_.train.precision;
   context.input = input_spec(*data_.train);
+  context.local_world_size = local_world_size;
   parallel::check_precision_runs(context.precision, *model, context.input);
   strategy_ = parallel::create_strategy(std::move(context));
   if (config_.train.cuda_graph) graph_ = std::make_unique<CudaGraphStep>(*strategy_);

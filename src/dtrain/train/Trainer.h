@@ -55,7 +55,9 @@ class Trainer {
   // process with a strategy that needs none. The model is initialised from config.train.seed on
   // every rank (and strategies that replicate it broadcast rank 0's weights anyway).
   // train.device: cuda trains on GPU local_rank modulo the GPUs this process sees (resolve_device).
-  Trainer(config::RunConfig config, comm::CommunicatorPtr comm, int local_rank = 0);
+  // local_world_size: the ranks on this host as the launcher said (0: not said), for strategies that
+  // group ranks by host.
+  Trainer(config::RunConfig config, comm::CommunicatorPtr comm, int local_rank = 0, int local_world_size = 0);
   ~Trainer();
 
   void add_callback(std::shared_ptr<Callback> callback);

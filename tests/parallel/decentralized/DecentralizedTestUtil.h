@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "dtrain/config/RunConfig.h"
+#include "dtrain/io/Checkpoint.h"
 #include "dtrain/models/ModelFactory.h"
 #include "dtrain/optim/Loss.h"
 #include "dtrain/optim/Optimizers.h"
@@ -120,6 +121,96 @@ inline double max_difference(const std::map<int, torch::Tensor>& a, const std::m
   double worst = 0.0;
   for (const auto& [node, t] : a) worst = std::max(worst, (t - b.at(node)).abs().max().item<double>());
   return worst;
+}
+
+// Every node's start: random float64 vectors around 1, a different one per node.
+inline std::vector<torch::Tensor> starts(int nodes, std::int64_t length) {
+  std::vector<torch::Tensor> out;
+  for (int i = 0; i < nodes; ++i) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(17 + static_cast<std::uint64_t>(i));
+    out.push_back(torch::randn({length}, gen, torch::kDouble) + 1.0);
+  }
+  return out;
+}
+
+// A checkpoint as DecentralizedStrategy::save writes it, every node at its own start.
+inline io::Checkpoint starting_at(const std::vector<torch::Tensor>& start) {
+  io::Checkpoint c;
+  c.set_tensor("strategy/decentralized/round", torch::tensor({std::int64_t{0}}, torch::kLong));
+  c.set_tensor("strategy/decentralized/rho", torch::tensor({1.0}, torch::kDouble));
+  for (std::size_t i = 0; i < start.size(); ++i) {
+    const auto prefix = "strategy/decentralized/node" + std::to_string(i) + "/";
+    c.set_tensor(prefix + "theta", start[i]);
+    c.set_tensor(prefix + "samples", torch::tensor({std::int64_t{0}}, torch::kLong));
+    c.set_tensor(prefix + "bytes_sent", torch::tensor({0.0}, torch::kDouble));
+  }
+  return c;
+}
+
+inline std::int64_t parameters_of(const config::RunConfig& cfg) {
+  std::int64_t length = 0;
+  for (const auto& p : decentralized_model(cfg)->parameters()) length += p.numel();
+  return length;
+}
+
+// `rounds` rounds of cfg's algorithm in float64 at learning rate 0, so that a round only mixes, on
+// `world` ranks, every node starting from start[node]; every node's parameters after.
+// With `average`, also the strategy's node average (model_state) as one vector.
+inline std::map<int, torch::Tensor> mix_only(const config::RunConfig& cfg, int world, int rounds,
+                                             const std::vector<torch::Tensor>& start,
+                                             torch::Tensor* average = nullptr) {
+  const auto checkpoint = starting_at(start);
+  std::vector<models::NetworkPtr> models;
+  for (int r = 0; r < world; ++r) {
+    models.push_back(decentralized_model(cfg));
+    models.back()->to(torch::kDouble);
+  }
+  std::map<int, torch::Tensor> nodes;
+  std::mutex mutex;
+  auto body = [&](comm::CommunicatorPtr comm) {
+    const int rank = comm ? comm->rank() : 0;
+    auto s = make_decentralized(cfg, models[static_cast<std::size_t>(rank)], comm);
+    s->load(checkpoint);
+    s->set_learning_rate(0.0);
+    for (int k = 0; k < rounds; ++k) {
+      auto batch = rank_batch(s->layout(), rank, k, s->batches_per_step(), 2);
+      s->train_step({batch.inputs.to(torch::kDouble), batch.targets});
+    }
+    const auto state = s->model_state();
+    std::lock_guard<std::mutex> lock(mutex);
+    for (int node : s->layout().local(rank)) nodes[node] = s->node_parameters(node);
+    if (average && rank == 0) {
+      std::vector<torch::Tensor> flat;
+      for (const auto& p : models[0]->named_parameters()) flat.push_back(state.at(p.key()).reshape({-1}));
+      *average = torch::cat(flat);
+    }
+  };
+  if (world == 1) {
+    body(nullptr);
+  } else {
+    dtrain::testing::run_world(world, body);
+  }
+  return nodes;
+}
+
+// The largest distance of any node's parameters from `target`.
+inline double distance_from(const std::map<int, torch::Tensor>& nodes, const torch::Tensor& target) {
+  double worst = 0.0;
+  for (const auto& [node, t] : nodes) worst = std::max(worst, (t - target).abs().max().item<double>());
+  return worst;
+}
+
+inline torch::Tensor mean_of(const std::vector<torch::Tensor>& start) {
+  return torch::stack(start).mean(0);
+}
+
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
 }
 
 }  // namespace dtrain::parallel::testing

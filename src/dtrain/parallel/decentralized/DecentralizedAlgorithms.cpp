@@ -34,8 +34,12 @@
 // skipped round (at round 0 with init_grads an overflow starts them at zero, as without).
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <optional>
+
 #include "dtrain/optim/Optimizers.h"
 #include "dtrain/parallel/decentralized/DecentralizedNode.h"
+#include "dtrain/util/Clock.h"
 
 namespace dtrain::parallel {
 namespace {
@@ -61,14 +65,117 @@ std::vector<torch::Tensor> messages_of(
 torch::Tensor DecentralizedStrategy::round_dsgd(const data::Batch& batch, double& loss, StepTiming& timing) {
   {
     torch::NoGradGuard no_grad;
-    const auto values = gossip(messages_of(nodes_, [](const Node& n) { return n.theta; }), timing);
-    charge_bytes(4.0 * static_cast<double>(length_));
+    const auto messages = messages_of(nodes_, [](const Node& n) { return n.theta; });
     // Every mix is taken before any node's parameters change, so the parameters themselves serve.
+    std::vector<torch::Tensor> mixed;
+    if (hierarchy_) {
+      mixed.assign(nodes_.size(), host_gossip(messages, timing));
+    } else {
+      const auto values = gossip(messages, timing);
+      charge_bytes(4.0 * static_cast<double>(length_));
+      for (const auto& node : nodes_) mixed.push_back(mix(node->index, values));
+    }
+    for (std::size_t h = 0; h < nodes_.size(); ++h) nodes_[h]->theta.copy_(mixed[h]);
+  }
+  return round_local(batch, loss, timing);
+}
+
+// Note [Adapt with combine]
+// dsgd mixes first and takes its gradient at the mixed point (x <- W x, then a step), so the
+// exchange must finish before any gradient starts. Adapt-with-combine (BlueFog's
+// DistributedAdaptWithCombineOptimizer, which overlaps its neighbour_allreduce with the backward)
+// takes each node's gradient at its own round-t parameters: x_i <- sum_j W_ij x_j - lr g_i(x_i),
+// every x of round t. So a round posts the exchange of the nodes' parameters (NodeExchange::post,
+// which reads them in place: nothing changes them until it finishes), computes every node's
+// gradient meanwhile, waits, mixes, and steps the optimizer from the mixed point with the kept
+// gradient (plain SGD: exactly the form above). The overlap, reported as
+// strategy/exchange_overlap, is the time the exchange was in flight while this rank computed
+// over the time it was in flight, from post to the first check that found it done: checks run
+// after each node's gradient and in the wait, so the figure is exact to one node's gradient. A
+// round with nothing to send to other ranks (one rank) has no exchange in flight and adds nothing.
+torch::Tensor DecentralizedStrategy::round_dsgd_awc(const data::Batch& batch, double& loss,
+                                                    StepTiming& timing) {
+  const auto before = context_.comm ? context_.comm->stats() : comm::CommStats{};
+  const auto posted = util::Clock::now();
+  auto pending = exchange_->post(messages_of(nodes_, [](const Node& n) { return n.theta; }));
+  charge_bytes(4.0 * static_cast<double>(length_));
+  const bool remote = !pending.works.empty();
+  std::optional<util::Clock::time_point> done;
+  const auto rows = batch.size() / static_cast<std::int64_t>(nodes_.size());
+  std::vector<torch::Tensor> outputs, gradients;
+  for (std::size_t h = 0; h < nodes_.size(); ++h) {
+    auto& node = *nodes_[h];
+    outputs.push_back(forward_backward(node, rows_of(batch.inputs, h, 0, 1, rows),
+                                       rows_of(batch.targets, h, 0, 1, rows), loss, timing));
+    gradients.push_back(flat_gradient().clone());
+    if (remote && !done && pending.done()) done = util::Clock::now();
+  }
+  const auto computed = util::Clock::now();
+  const auto values = exchange_->finish(pending);
+  const auto finished = util::Clock::now();
+  if (context_.comm) {
+    timing.communication += util::seconds_since(computed);
+    count_own_communication(context_.comm, before);
+  }
+  if (remote) {
+    const auto end = done.value_or(finished);
+    last_exchange_seconds_ = util::seconds_between(posted, end);
+    last_overlap_seconds_ = util::seconds_between(posted, std::min(end, computed));
+    exchange_seconds_ += last_exchange_seconds_;
+    overlap_seconds_ += last_overlap_seconds_;
+  }
+  {
+    torch::NoGradGuard no_grad;
     std::vector<torch::Tensor> mixed;
     for (const auto& node : nodes_) mixed.push_back(mix(node->index, values));
     for (std::size_t h = 0; h < nodes_.size(); ++h) nodes_[h]->theta.copy_(mixed[h]);
   }
-  return round_local(batch, loss, timing);
+  for (std::size_t h = 0; h < nodes_.size(); ++h) {
+    bind(*nodes_[h]);
+    zero_gradients();
+    add_to_gradient(gradients[h]);
+    nodes_[h]->optimizer->step();
+  }
+  loss /= static_cast<double>(nodes_.size());
+  return torch::cat(outputs);
+}
+
+// Note [Hierarchical gossip]
+// BlueFog's hierarchical_neighbor_allreduce: the ranks of one machine average over a fast local
+// all-reduce, one rank per machine talks to the other machines' on the graph of machines, and the
+// result is broadcast back. Here a host is ranks_per_host consecutive ranks (HostHierarchy), and
+// every graph node it holds (nodes / ranks of them per rank) joins the host's average, so the
+// nodes of a host leave every round equal; the graph (parallel.graph, its weights by host) has one
+// node per host. A round: the sum of this rank's nodes' messages, all-reduced within the host and
+// divided by the host's node count; on the leaders, NodeExchange between hosts and the mix
+// sum_g W_hg m_g; a broadcast from the leader. The host mean of a doubly stochastic mix keeps the
+// nodes' mean, so dsgd on a complete graph of hosts reaches the mean of all nodes in one round, as
+// flat dsgd on the complete graph of nodes does. Push-sum's message (w z, w) averages within a
+// host as well: each of the host's m nodes takes the host's mixed (x, w), so sum x and sum w over
+// all nodes are m times the hosts' sums, which a column-stochastic W keeps. The bytes charged to
+// a node (strategy/node_bytes_sent) are a ring all-reduce's 2 (m - 1) / m of the message for each
+// of the host's m nodes, and for the host's first node the message once per host neighbour and
+// once per other node of the host (the broadcast).
+torch::Tensor DecentralizedStrategy::host_gossip(const std::vector<torch::Tensor>& messages,
+                                                 StepTiming& timing) {
+  TORCH_INTERNAL_ASSERT(hierarchy_ && !messages.empty());
+  auto mean = messages.front().clone();
+  for (std::size_t h = 1; h < messages.size(); ++h) mean.add_(messages[h]);
+  const int host = hierarchy_->host();
+  const double m = static_cast<double>(nodes_.size()) * hierarchy_->ranks_per_host();
+  communicate(&timing, [&] {
+    if (auto* local = hierarchy_->host_comm()) local->allreduce(mean);
+    mean.div_(m);
+    if (exchange_) mean = mix(host, exchange_->exchange({mean}));
+    if (auto* local = hierarchy_->host_comm()) local->broadcast(mean, /*root=*/0);
+  });
+  const double bytes = static_cast<double>(mean.numel() * mean.element_size());
+  const int first = host * static_cast<int>(m);
+  for (auto& node : nodes_) {
+    node->bytes_sent += m > 1 ? 2.0 * (m - 1.0) / m * bytes : 0.0;
+    if (node->index == first) node->bytes_sent += bytes * (graph_->degree(host) + m - 1.0);
+  }
+  return mean;
 }
 
 torch::Tensor DecentralizedStrategy::round_local(const data::Batch& batch, double& loss, StepTiming& timing) {
@@ -264,11 +371,18 @@ torch::Tensor DecentralizedStrategy::round_push_sum(const data::Batch& batch, do
                                                     StepTiming& timing) {
   auto outputs = round_local(batch, loss, timing);  // z_i <- a step of optim.* at z_i
   torch::NoGradGuard no_grad;
-  const auto values = gossip(messages_of(nodes_,
-                                         [](const Node& n) {
-                                           return torch::cat({n.theta * n.push_weight, n.push_weight});
-                                         }),
-                             timing);
+  const auto messages = messages_of(nodes_, [](const Node& n) {
+    return torch::cat({n.theta * n.push_weight, n.push_weight});
+  });
+  if (hierarchy_) {
+    const auto mixed = host_gossip(messages, timing);
+    for (auto& node : nodes_) {
+      node->push_weight.copy_(mixed.narrow(0, length_, 1));
+      node->theta.copy_(mixed.narrow(0, 0, length_) / node->push_weight);
+    }
+    return outputs;
+  }
+  const auto values = gossip(messages, timing);
   charge_bytes(4.0 * static_cast<double>(length_ + 1));
   std::vector<torch::Tensor> mixed;  // every mix before any node changes
   for (const auto& node : nodes_) mixed.push_back(mix(node->index, values));

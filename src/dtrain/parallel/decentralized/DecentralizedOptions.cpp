@@ -57,6 +57,14 @@ void describe_decentralized(config::OptionVisitor& v, DecentralizedOptions& o) {
            "local_sgd: DiLoCo's outer step on the average's change (none or nesterov)");
   v.number("outer_lr", o.outer_lr, config::kPositive, "local_sgd: the outer step's learning rate");
   v.number("outer_momentum", o.outer_momentum, config::kUnitOpen, "local_sgd: the outer step's momentum");
+  v.boolean(
+      "hierarchical", o.hierarchical,
+      "dsgd, push_sum: average within each host, gossip between hosts on parallel.graph, broadcast back");
+  v.integer("ranks_per_host", o.ranks_per_host, config::at_least(0),
+            "hierarchical: consecutive ranks that form a host (0: the launcher's local world size)");
+  v.boolean("adapt_with_combine", o.adapt_with_combine,
+            "dsgd: gradients at the round's own parameters while their exchange is in flight, then "
+            "x <- W x - lr g");
 }
 
 void DecentralizedOptions::check() const {
@@ -79,6 +87,8 @@ void DecentralizedOptions::check() const {
        [](auto& a, auto& b) { return a.outer_optimizer == b.outer_optimizer; }},
       {"outer_lr", "local_sgd", [](auto& a, auto& b) { return a.outer_lr == b.outer_lr; }},
       {"outer_momentum", "local_sgd", [](auto& a, auto& b) { return a.outer_momentum == b.outer_momentum; }},
+      {"adapt_with_combine", "dsgd",
+       [](auto& a, auto& b) { return a.adapt_with_combine == b.adapt_with_combine; }},
   };
   for (const auto& entry : owned) {
     if (algorithm != entry.algorithm && !entry.same(*this, d)) {
@@ -88,11 +98,48 @@ void DecentralizedOptions::check() const {
           entry.key, entry.algorithm, algorithm, entry.algorithm));
     }
   }
+  check_hierarchy();
   if (algorithm == "local_sgd" && outer_optimizer == OuterOptimizer::None &&
       (outer_lr != d.outer_lr || outer_momentum != d.outer_momentum)) {
     throw std::invalid_argument(
         "parallel.decentralized.outer_lr/outer_momentum: set, but outer_optimizer is none; set "
         "parallel.decentralized.outer_optimizer: nesterov or remove them");
+  }
+}
+
+// Hierarchical gossip replaces the exchange between nodes by one between hosts of host averages
+// (Note [Hierarchical gossip]); an algorithm whose state pairs a node with each of its neighbours
+// cannot have its nodes merged into hosts.
+void DecentralizedOptions::check_hierarchy() const {
+  if (hierarchical && adapt_with_combine) {
+    throw std::invalid_argument(
+        "parallel.decentralized.adapt_with_combine: overlaps the neighbour exchange with the gradients, but "
+        "hierarchical gossip runs collectives within each host, which cannot be in flight beside it; set "
+        "one of them");
+  }
+  if (!hierarchical) {
+    if (ranks_per_host != 0) {
+      throw std::invalid_argument(
+          "parallel.decentralized.ranks_per_host: a setting of hierarchical gossip; set "
+          "parallel.decentralized.hierarchical: true or remove it");
+    }
+    return;
+  }
+  static const std::vector<std::pair<const char*, const char*>> refused{
+      {"cadmm", "its dual variable pairs each node with each graph neighbour, which a host average removes"},
+      {"dsgt", "its gradient tracker must follow each node's own gradient, which a host average mixes away"},
+      {"choco", "it keeps each neighbour's x_hat of compressed differences, node by node"},
+      {"local_sgd", "it averages all nodes at once and does not gossip"},
+      {"centralized", "it trains one model and does not gossip"},
+      {"individual", "its nodes never communicate"},
+  };
+  for (const auto& [name, why] : refused) {
+    if (algorithm == name) {
+      throw std::invalid_argument(fmt::format(
+          "parallel.decentralized.hierarchical: algorithm {} cannot gossip between hosts: {}; use algorithm "
+          "dsgd or push_sum, or hierarchical: false",
+          name, why));
+    }
   }
 }
 

@@ -46,10 +46,22 @@ struct DecentralizedOptions {
   OuterOptimizer outer_optimizer = OuterOptimizer::None;
   double outer_lr = 0.7;
   double outer_momentum = 0.9;
+  // dsgd and push_sum: hierarchical gossip (see Note [Hierarchical gossip]): the nodes of a host
+  // average over an all-reduce, the hosts gossip on parallel.graph, and the host's result is
+  // broadcast to its ranks. A host is ranks_per_host consecutive ranks; 0 takes the launcher's
+  // local world size (LOCAL_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_SIZE, ...).
+  bool hierarchical = false;
+  int ranks_per_host = 0;
+  // dsgd: adapt-with-combine (see Note [Adapt with combine]): the exchange of round t's parameters
+  // is in flight while the nodes compute their gradients at them, and
+  // x_i <- sum_j W_ij x_j - lr g_i(x_i), both at round t; else the mix first, then the gradient at
+  // the mixed point.
+  bool adapt_with_combine = false;
 
   // Throws std::invalid_argument naming a setting that differs from its default but belongs to
-  // another algorithm than `algorithm`.
+  // another algorithm than `algorithm`, or hierarchical settings an algorithm cannot take.
   void check() const;
+  void check_hierarchy() const;
 };
 
 void describe_decentralized(config::OptionVisitor& visitor, DecentralizedOptions& options);

@@ -57,6 +57,12 @@ std::map<std::string, double> DecentralizedStrategy::metrics() {
     out[fmt::format("node{}/bytes_sent", i)] = counts[i][1].item<double>();
     bytes += counts[i][1].item<double>() / n;
   }
+  if (options_.adapt_with_combine) {
+    // This rank's exchange: the share of its time in flight that overlapped gradient computation.
+    out["exchange_overlap"] =
+        last_exchange_seconds_ > 0.0 ? last_overlap_seconds_ / last_exchange_seconds_ : 0.0;
+    out["exchange_overlap_all_rounds"] = exchange_seconds_ > 0.0 ? overlap_seconds_ / exchange_seconds_ : 0.0;
+  }
   out["consensus_error"] = mean;
   out["consensus_error_min"] = low;
   out["consensus_error_max"] = high;

@@ -59,6 +59,16 @@ void check_compressor(const DecentralizedOptions& options) {
   }
 }
 
+// Adapt-with-combine keeps its exchange in flight through the gradients, beside which fp16's
+// agreement on skipping a step would run a collective.
+void check_adapt_with_combine(const DecentralizedOptions& options, optim::Precision precision) {
+  if (options.adapt_with_combine && precision == optim::Precision::Fp16) {
+    throw std::invalid_argument(
+        "parallel.decentralized.adapt_with_combine: fp16 agrees on skipping a step over the ranks while the "
+        "exchange is in flight; use train.precision bf16 or fp32, or adapt_with_combine: false");
+  }
+}
+
 // What the algorithm needs of the graph: CADMM's dual and Choco-SGD's x_hat pair each node with
 // its neighbours both ways, so they take undirected graphs (Choco-SGD a fixed one, since x_hat is
 // kept from round 0); an algorithm that never reads W refuses parallel.graph.weights.
@@ -92,6 +102,25 @@ void check_mixing_for(const std::string& algorithm, const Graph& graph) {
     check_mixing(graph, Mixing::DoublyStochastic, algorithm);
 }
 
+// Hierarchical gossip's hosts: parallel.decentralized.ranks_per_host, else the launcher's local world
+// size; one rank alone is one host.
+std::unique_ptr<HostHierarchy> make_hierarchy(const DecentralizedOptions& options,
+                                              const StrategyContext& context) {
+  int per_host = options.ranks_per_host;
+  if (per_host == 0) {
+    if (!context.comm || context.comm->size() == 1) {
+      per_host = 1;
+    } else if (context.local_world_size > 0) {
+      per_host = context.local_world_size;
+    } else {
+      throw std::invalid_argument(
+          "parallel.decentralized.hierarchical: no launcher said how many ranks share a host; set "
+          "parallel.decentralized.ranks_per_host");
+    }
+  }
+  return std::make_unique<HostHierarchy>(context.comm.get(), per_host);
+}
+
 // Builds the graph of the first round of each type (every entry of a schedule), so that weights
 // an algorithm cannot mix with, or a node count a type cannot take, fail before training starts.
 void check_first_graphs(const std::string& algorithm, const GraphOptions& graph, int nodes,
@@ -120,6 +149,8 @@ DecentralizedStrategy::DecentralizedStrategy(StrategyContext context)
   }
   check_graph_for(options_, graph_options_);
   check_compressor(options_);
+  check_adapt_with_combine(options_, context_.precision);
+  if (options_.hierarchical) hierarchy_ = make_hierarchy(options_, context_);
   for (const auto& p : context_.model->named_parameters(/*recurse=*/true)) {
     // Nodes mix whole flat parameter vectors with their neighbours: a frozen parameter would still
     // move by the rounding of every weighted average, so freezing is refused rather than broken.
@@ -164,7 +195,7 @@ DecentralizedStrategy::DecentralizedStrategy(StrategyContext context)
     if (options_.algorithm == "push_sum") node->push_weight = torch::ones({1}, node->theta.options());
     nodes_.push_back(std::move(node));
   }
-  check_first_graphs(options_.algorithm, graph_options_, layout_.nodes(), context_.seed);
+  check_first_graphs(options_.algorithm, graph_options_, gossip_nodes(), context_.seed);
   start_round();
   if (options_.algorithm == "local_sgd" && options_.outer_optimizer == OuterOptimizer::Nesterov) {
     outer_ = nodes_.front()->theta.clone();  // the initial weights, the same on every rank
@@ -192,9 +223,14 @@ std::unique_ptr<torch::optim::Optimizer> DecentralizedStrategy::make_node_optimi
 // The graph of this round: the first, or a redraw of a time-varying graph.
 void DecentralizedStrategy::start_round() {
   if (graph_ && !graph_changes_at(graph_options_, round_)) return;
-  graph_ = std::make_unique<Graph>(make_graph(graph_options_, layout_.nodes(), context_.seed, round_));
+  graph_ = std::make_unique<Graph>(make_graph(graph_options_, gossip_nodes(), context_.seed, round_));
   check_mixing_for(options_.algorithm, *graph_);
-  exchange_ = std::make_unique<NodeExchange>(context_.comm.get(), layout_, *graph_);
+  if (!hierarchy_) {
+    exchange_ = std::make_unique<NodeExchange>(context_.comm.get(), layout_, *graph_);
+  } else if (hierarchy_->leader()) {
+    const int hosts = hierarchy_->hosts();
+    exchange_ = std::make_unique<NodeExchange>(hierarchy_->leader_comm(), NodeLayout(hosts, hosts), *graph_);
+  }
 }
 
 int DecentralizedStrategy::batches_per_step() const {
@@ -273,10 +309,12 @@ void DecentralizedStrategy::communicate(StepTiming* timing, const std::function<
     return;
   }
   const auto before = context_.comm->stats();
+  const auto hierarchy_before = hierarchy_ ? hierarchy_->stats() : comm::CommStats{};
   const auto start = util::Clock::now();
   op();
   timing->communication += util::seconds_since(start);
   count_own_communication(context_.comm, before);
+  if (hierarchy_) add_own_communication(comm::difference(hierarchy_->stats(), hierarchy_before));
 }
 
 std::map<int, torch::Tensor> DecentralizedStrategy::gossip(const std::vector<torch::Tensor>& messages,
@@ -328,7 +366,8 @@ StepResult DecentralizedStrategy::train_step(const data::Batch& batch) {
   const auto skipped_before = precision_.scaler() ? precision_.scaler()->skipped_steps() : 0;
   const auto& a = options_.algorithm;
   if (a == "dsgd") {
-    result.outputs = round_dsgd(batch, loss, result.timing);
+    result.outputs = options_.adapt_with_combine ? round_dsgd_awc(batch, loss, result.timing)
+                                                 : round_dsgd(batch, loss, result.timing);
   } else if (a == "cadmm") {
     result.outputs = round_cadmm(batch, loss, result.timing);
   } else if (a == "dsgt") {
@@ -415,6 +454,10 @@ std::map<std::string, std::string> DecentralizedStrategy::notes() const {
                                   : graph_->describe()},
       {"decentralized_nodes_per_rank", std::to_string(layout_.per_rank())},
       {"decentralized_parameters_per_node", std::to_string(length_)}};
+  if (hierarchy_) {
+    notes["decentralized_hosts"] =
+        fmt::format("{} hosts of {} ranks", hierarchy_->hosts(), hierarchy_->ranks_per_host());
+  }
   if (compressor_) notes["decentralized_message_bytes"] = std::to_string(compressor_->message_bytes());
   return notes;
 }
@@ -441,8 +484,13 @@ StrategyInfo decentralized_info() {
     options.check();
     check_graph_for(options, graph);
     const NodeLayout layout(graph_nodes(graph, world), world);
+    // Hierarchical gossip's graph is over hosts, known here only when ranks_per_host is set.
+    int gossip_nodes = layout.nodes();
+    if (options.hierarchical)
+      gossip_nodes = options.ranks_per_host > 0 ? hosts_of(world, options.ranks_per_host) : 0;
     // A random graph needs the run's seed, unknown here: the strategy checks it when it is made.
-    if (!graph_random(graph)) check_first_graphs(options.algorithm, graph, layout.nodes(), 0);
+    if (!graph_random(graph) && gossip_nodes > 0)
+      check_first_graphs(options.algorithm, graph, gossip_nodes, 0);
     return layout.nodes();
   };
   info.tagged_point_to_point = true;  // gossip: every receive posted before the sends

@@ -20,6 +20,7 @@
 #include "dtrain/parallel/decentralized/Compressor.h"
 #include "dtrain/parallel/decentralized/DecentralizedOptions.h"
 #include "dtrain/parallel/decentralized/Graph.h"
+#include "dtrain/parallel/decentralized/HostHierarchy.h"
 #include "dtrain/parallel/decentralized/NodeExchange.h"
 #include "dtrain/parallel/decentralized/NodeLayout.h"
 
@@ -77,6 +78,11 @@ class DecentralizedStrategy final : public Strategy {
   void communicate(StepTiming* timing, const std::function<void()>& op);
   // Gossip of per-node messages, timed as communication, bytes counted as this strategy's.
   std::map<int, torch::Tensor> gossip(const std::vector<torch::Tensor>& messages, StepTiming& timing);
+  // Hierarchical gossip (Note [Hierarchical gossip]) of per-node messages: the mean of the host's
+  // nodes' messages mixed with the other hosts' on the host graph; every rank of a host gets it.
+  torch::Tensor host_gossip(const std::vector<torch::Tensor>& messages, StepTiming& timing);
+  // The nodes of parallel.graph: the graph nodes, or the hosts under hierarchical gossip.
+  int gossip_nodes() const { return hierarchy_ ? hierarchy_->hosts() : layout_.nodes(); }
   // Sum over every node of the local nodes' `value(node)` (an all-reduce across ranks).
   torch::Tensor sum_over_nodes(const std::function<torch::Tensor(const Node&)>& value, StepTiming* timing);
   void start_round();
@@ -84,6 +90,7 @@ class DecentralizedStrategy final : public Strategy {
   // The algorithms' rounds (DecentralizedAlgorithms.cpp). Each returns the outputs for batch rows
   // in order and leaves the mean loss in `loss`.
   torch::Tensor round_dsgd(const data::Batch& batch, double& loss, StepTiming& timing);
+  torch::Tensor round_dsgd_awc(const data::Batch& batch, double& loss, StepTiming& timing);
   torch::Tensor round_cadmm(const data::Batch& batch, double& loss, StepTiming& timing);
   torch::Tensor round_dsgt(const data::Batch& batch, double& loss, StepTiming& timing);
   torch::Tensor round_choco(const data::Batch& batch, double& loss, StepTiming& timing);
@@ -103,7 +110,8 @@ class DecentralizedStrategy final : public Strategy {
   GraphOptions graph_options_;
   NodeLayout layout_;
   std::unique_ptr<Graph> graph_;
-  std::unique_ptr<NodeExchange> exchange_;
+  std::unique_ptr<NodeExchange> exchange_;    // between hosts' leaders under hierarchical gossip
+  std::unique_ptr<HostHierarchy> hierarchy_;  // hierarchical gossip only
   std::unique_ptr<Compressor> compressor_;
   std::vector<std::unique_ptr<Node>> nodes_;  // this rank's, in layout order
   std::unique_ptr<Node> average_;             // the node average, during evaluation
@@ -119,6 +127,10 @@ class DecentralizedStrategy final : public Strategy {
   std::map<int, torch::Tensor> xhat_;
   torch::Tensor outer_, outer_momentum_;
   MixedPrecision precision_;
+  // Adapt-with-combine: seconds the exchange was in flight, and of those, seconds the nodes
+  // computed gradients meanwhile; the last round's and all rounds' (Note [Adapt with combine]).
+  double exchange_seconds_ = 0.0, overlap_seconds_ = 0.0;
+  double last_exchange_seconds_ = 0.0, last_overlap_seconds_ = 0.0;
 };
 
 }  // namespace dtrain::parallel

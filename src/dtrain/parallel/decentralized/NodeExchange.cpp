@@ -33,36 +33,52 @@ NodeExchange::NodeExchange(comm::Communicator* comm, const NodeLayout& layout, c
 }
 
 std::map<int, torch::Tensor> NodeExchange::exchange(const std::vector<torch::Tensor>& messages) const {
+  auto pending = post(messages);
+  return finish(pending);
+}
+
+bool NodeExchange::Pending::done() const {
+  for (const auto& work : works) {
+    if (!work->completed()) return false;
+  }
+  return true;
+}
+
+NodeExchange::Pending NodeExchange::post(const std::vector<torch::Tensor>& messages) const {
   TORCH_INTERNAL_ASSERT(messages.size() == local_.size());
-  std::map<int, torch::Tensor> out;
-  for (std::size_t h = 0; h < local_.size(); ++h) out[local_[h]] = messages[h];
-  if (peers_.empty()) return out;
+  Pending p;
+  for (std::size_t h = 0; h < local_.size(); ++h) p.out[local_[h]] = messages[h];
+  if (peers_.empty()) return p;
   const auto& first = messages.front();
   const auto n = first.numel();
   const int base = layout_.first(comm_->rank());
-  std::vector<torch::Tensor> inbox;
-  std::vector<comm::WorkPtr> works;
   // Receives first, then sends: every transfer of the round is posted before any is waited on.
   for (const auto& peer : peers_) {
-    inbox.push_back(torch::empty({static_cast<std::int64_t>(peer.recv.size()) * n}, first.options()));
+    p.inbox.push_back(torch::empty({static_cast<std::int64_t>(peer.recv.size()) * n}, first.options()));
     if (peer.recv.empty()) continue;  // a directed graph may send to a rank it hears nothing from
-    works.push_back(comm_->recv(inbox.back(), peer.rank, /*tag=*/0, /*async_op=*/true));
+    p.works.push_back(comm_->recv(p.inbox.back(), peer.rank, /*tag=*/0, /*async_op=*/true));
   }
-  std::vector<torch::Tensor> outbox;
   for (const auto& peer : peers_) {
     if (peer.send.empty()) continue;
     std::vector<torch::Tensor> parts;
     for (int node : peer.send) parts.push_back(messages[static_cast<std::size_t>(node - base)].reshape({-1}));
-    outbox.push_back(torch::cat(parts));
-    works.push_back(comm_->send(outbox.back(), peer.rank, /*tag=*/0, /*async_op=*/true));
+    p.outbox.push_back(torch::cat(parts));
+    p.works.push_back(comm_->send(p.outbox.back(), peer.rank, /*tag=*/0, /*async_op=*/true));
   }
-  for (auto& work : works) work->wait();
-  for (std::size_t p = 0; p < peers_.size(); ++p) {
-    for (std::size_t i = 0; i < peers_[p].recv.size(); ++i) {
-      out[peers_[p].recv[i]] = inbox[p].narrow(0, static_cast<std::int64_t>(i) * n, n);
+  return p;
+}
+
+std::map<int, torch::Tensor> NodeExchange::finish(Pending& p) const {
+  for (auto& work : p.works) work->wait();
+  p.works.clear();
+  if (p.inbox.empty()) return std::move(p.out);
+  const auto n = p.out.begin()->second.numel();
+  for (std::size_t i = 0; i < peers_.size(); ++i) {
+    for (std::size_t k = 0; k < peers_[i].recv.size(); ++k) {
+      p.out[peers_[i].recv[k]] = p.inbox[i].narrow(0, static_cast<std::int64_t>(k) * n, n);
     }
   }
-  return out;
+  return std::move(p.out);
 }
 
 }  // namespace dtrain::parallel

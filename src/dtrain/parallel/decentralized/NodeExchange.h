@@ -28,6 +28,18 @@ class NodeExchange {
   // graph node.
   std::map<int, torch::Tensor> exchange(const std::vector<torch::Tensor>& messages) const;
 
+  // An exchange in flight: post() starts every transfer of the round and returns at once; the
+  // messages must stay unchanged until finish(), which waits and returns what exchange() does.
+  struct Pending {
+    std::map<int, torch::Tensor> out;
+    std::vector<torch::Tensor> inbox, outbox;
+    std::vector<comm::WorkPtr> works;
+    // Whether every transfer has finished, without waiting.
+    bool done() const;
+  };
+  Pending post(const std::vector<torch::Tensor>& messages) const;
+  std::map<int, torch::Tensor> finish(Pending& pending) const;
+
  private:
   struct Peer {
     int rank;
