@@ -24,6 +24,11 @@ class Dataset {
   virtual bool tokens() const { return false; }
   // Classes for a classifier, vocabulary size for a language model.
   virtual std::int64_t num_classes() const = 0;
+  // Token data: ids lie in [0, vocab_size()). A language model's set (the default) predicts tokens,
+  // so its classes are the vocabulary; a sequence classifier's set (one class per sample) says so
+  // with classifies_sequences() and gives its vocabulary here.
+  virtual std::int64_t vocab_size() const { return num_classes(); }
+  virtual bool classifies_sequences() const { return false; }
   // (N) int64 class of every sample; what hetero and dirichlet partitions split by.
   virtual const torch::Tensor& labels() const = 0;
   // Per-channel statistics used for normalisation; empty for token data.

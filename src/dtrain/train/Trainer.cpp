@@ -34,6 +34,9 @@ std::mutex& process_generator_mutex() {
 
 models::InputSpec input_spec(const data::Dataset& train) {
   const auto shape = train.input_shape();
+  if (train.tokens() && train.classifies_sequences()) {
+    return models::InputSpec::tokens(train.vocab_size(), shape.at(0), train.num_classes());
+  }
   if (train.tokens()) return models::InputSpec::tokens(train.num_classes(), shape.at(0));
   models::InputSpec spec;
   spec.sample_shape = shape;
