@@ -10,6 +10,7 @@
 
 #include "dtrain/io/Checkpoint.h"
 #include "dtrain/io/SafeTensors.h"
+#include "dtrain/io/TorchStateDict.h"
 #include "dtrain/models/ModelFactory.h"
 
 namespace dtrain::train {
@@ -254,9 +255,10 @@ TransferReport load_hugging_face(models::Network& network, const fs::path& file,
   }
   std::map<std::string, at::Tensor> weights;
   try {
-    // pytorch_model.bin is torch.save's zip: the archive checked, then LibTorch's unpickler, which
-    // builds tensors and dicts and refuses any other global (Note [Loading runs no code]).
-    weights = file.extension() == ".safetensors" ? io::read_safetensors(file) : io::import_state_dict(file);
+    // pytorch_model.bin is torch.save's zip of an OrderedDict, which LibTorch's unpickler cannot
+    // read: Note [A restricted unpickler for state dicts].
+    weights =
+        file.extension() == ".safetensors" ? io::read_safetensors(file) : io::read_torch_state_dict(file);
   } catch (const io::CheckpointError& e) {
     throw std::invalid_argument(std::string("model.init_from: ") + e.what());
   }
