@@ -367,8 +367,9 @@ TEST(RunConfigYaml, KeyHelpListsEveryOptionWithTheDefaultConfigYamlWrites) {
   for (const auto& k : help) {
     EXPECT_FALSE(k.help.empty()) << k.key << " has no help";
     EXPECT_EQ(k.help.find('\n'), std::string::npos) << k.key;
-    // config.yaml writes only the chosen strategy's section.
+    // config.yaml writes only the chosen strategy's section, and the chosen model's.
     if (k.key.rfind("parallel.", 0) == 0 && std::count(k.key.begin(), k.key.end(), '.') > 1) continue;
+    if (k.key.rfind("model.albert.", 0) == 0) continue;
     YAML::Emitter value;
     value << YAML::Flow << value_at(written, k.key);
     EXPECT_EQ(k.default_text, value.c_str()) << k.key;
