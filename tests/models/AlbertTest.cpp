@@ -52,6 +52,9 @@ TEST(Albert, LargeHasThePapersSizes) {
   EXPECT_EQ(large.intermediate_size, 4096);
   EXPECT_EQ(large.vocab_size, 30000);
   EXPECT_EQ(large.max_positions, 512);
+  // AlbertModel of albert-large-v2: 17,683,968 parameters; the head adds 1024 x 2 + 2.
+  auto network = create_model(albert(config::ModelSize::Large), InputSpec::tokens(30000, 128, 2));
+  EXPECT_EQ(parameter_count(*network), 17683968 + 1024 * 2 + 2);
 }
 
 TEST(Albert, EveryParameterHasAHuggingFaceName) {
