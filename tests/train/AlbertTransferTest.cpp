@@ -13,6 +13,7 @@
 #include <map>
 #include <string>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "dtrain/io/Checkpoint.h"
@@ -159,7 +160,7 @@ void expect_reference_logits(models::Network& network, const Weights& weights) {
   const auto expected = reference_logits(weights, ids);
   EXPECT_GT(expected.abs().max().item<double>(), 0.1) << "logits too small to tell anything";
   const double error = (logits - expected).abs().max().item<double>();
-  ::testing::Test::RecordProperty("max_abs_error", std::to_string(error));
+  ::testing::Test::RecordProperty("max_abs_error", fmt::format("{:.3g}", error));
   EXPECT_LT(error, 1e-5) << "dtrain\n" << logits << "\nfloat64 reference\n" << expected;
 }
 
