@@ -366,7 +366,17 @@ std::map<std::string, at::Tensor> read_torch_state_dict(const std::filesystem::p
     throw CheckpointError(path.string() + " is not a torch.save file (" + what.substr(0, what.find('\n')) +
                           ")");
   }
-  const auto root = StateDictUnpickler(path.string(), pickle, *reader).run();
+  ValuePtr root;
+  try {
+    root = StateDictUnpickler(path.string(), pickle, *reader).run();
+  } catch (const CheckpointError&) {
+    throw;
+  } catch (const std::exception& e) {
+    // A storage record the zip reader cannot inflate (corrupt data behind a valid directory).
+    std::string what = e.what();
+    throw CheckpointError(path.string() + " is not a torch.save file (" + what.substr(0, what.find('\n')) +
+                          ")");
+  }
   if (root->kind != Value::kDict) {
     throw CheckpointError(path.string() + " holds a " + kind_name(*root) +
                           ", expected a dict of name -> tensor (a state_dict)");
