@@ -6,6 +6,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git ccache
   libtorch-dev libgloo-dev
+  libsentencepiece-dev
   libopenmpi-dev openmpi-bin
   libopenblas0-pthread
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libfmt-dev

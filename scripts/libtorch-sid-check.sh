@@ -28,7 +28,7 @@ if [ ! -x "$ROOT/usr/bin/cmake" ]; then
   fi
   packages=g++,cmake,ninja-build,ccache,python3,dataset-fashion-mnist,libtorch-dev,libgloo-dev,libyaml-cpp-dev
   packages+=,nlohmann-json3-dev,gnuplot-nox,openssl,procps
-  packages+=,libcli11-dev,libfmt-dev,libgtest-dev,libgmock-dev,libssl-dev,libpng-dev,libjpeg-dev,zlib1g-dev
+  packages+=,libcli11-dev,libfmt-dev,libgtest-dev,libgmock-dev,libssl-dev,libpng-dev,libjpeg-dev,zlib1g-dev,libsentencepiece-dev
   debootstrap --variant=minbase --include="$packages" sid "$ROOT" "$mirror"
 fi
 mounts=()

@@ -9,7 +9,7 @@ cd "$(dirname "$0")/../.."
 mkdir -p .devdeps && cd .devdeps
 apt-get download libyaml-cpp-dev libyaml-cpp0.7 nlohmann-json3-dev libcli11-dev libfmt-dev libfmt9 \
   libgtest-dev libgmock-dev libssl-dev libssl3 libpng-dev libpng16-16 libjpeg62-turbo-dev libjpeg62-turbo \
-  zlib1g-dev dataset-fashion-mnist
+  zlib1g-dev libsentencepiece-dev libsentencepiece0 dataset-fashion-mnist
 sid=$(mktemp -d)
 mkdir -p "$sid/lists/partial" "$sid/cache/archives/partial"
 # sid from the mirror this machine's apt already uses for bookworm's main archive (its own sources)

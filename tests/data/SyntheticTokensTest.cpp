@@ -23,7 +23,8 @@ TEST(SyntheticTokens, SequencesOfIdsPaddedAtTheEndWithOneClassEach) {
   const auto sets = load_datasets(token_config());
   const auto& train = dynamic_cast<const SequenceDataset&>(*sets.train);
   EXPECT_TRUE(train.tokens());
-  EXPECT_TRUE(train.classifies_sequences());
+  EXPECT_TRUE(train.per_sample_labels());
+  EXPECT_EQ(train.pad_id(), 0);
   EXPECT_EQ(train.vocab_size(), 30);
   EXPECT_EQ(train.num_classes(), 3);
   EXPECT_EQ(train.size(), 90);

@@ -339,11 +339,11 @@ TEST_F(ExperimentTest, RunsShareInitialWeightsAndARerunSkipsFinishedRuns) {
   for (const auto& run : second["runs"]) {
     const auto& r = run["results"];
     const double sps = r["samples_per_second"].get<double>();
-    const auto row =
-        fmt::format("| {} | local | {} | 1 | mlp | {} | {:.4f} | {:.4f} | {:.4f} | {:.0f} | {:.2f} |",
-                    run["name"].get<std::string>(), r["backend"].get<std::string>(), r["steps"].get<int>(),
-                    r["final"]["top1"].get<double>(), r["final"]["top5"].get<double>(),
-                    r["final"]["loss"].get<double>(), sps, sps / fastest);
+    const auto row = fmt::format(
+        "| {} | local | {} | 1 | mlp | {} | {:.4f} | {:.4f} | {:.4f} | {:.4f} | {:.0f} | {:.2f} |",
+        run["name"].get<std::string>(), r["backend"].get<std::string>(), r["steps"].get<int>(),
+        r["final"]["top1"].get<double>(), r["final"]["top5"].get<double>(), r["final"]["mcc"].get<double>(),
+        r["final"]["loss"].get<double>(), sps, sps / fastest);
     EXPECT_NE(md.find(row), std::string::npos) << row << "\n" << md;
   }
   // One model, two batch sizes, one worker count: the throughput table has a row per batch size.

@@ -311,6 +311,22 @@ TEST_F(ReportTest, TheRunTableHasEveryRunsNumbers) {
   EXPECT_EQ(table[5][10], "");  // no one-worker lenet5 run
 }
 
+// A classifier's results carry Matthews correlation (final.mcc, CoLA's metric): the run table shows it
+// beside top-1 and top-5 where some run reports it, empty for runs that do not.
+TEST_F(ReportTest, TheRunTableShowsMatthewsCorrelationWhereARunReportsIt) {
+  auto cola = results("transformer", 1, 50);
+  cola["final"]["mcc"] = 0.25;
+  const auto table = run_table({run("cola", cola), run("two", results("mlp", 2, 180))});
+  ASSERT_EQ(table.size(), 3u);
+  EXPECT_EQ(table[0][7], "test top-5");
+  EXPECT_EQ(table[0][8], "test MCC");
+  EXPECT_EQ(table[0][9], "test loss");
+  EXPECT_EQ(table[1][8], "0.2500");
+  EXPECT_EQ(table[1][9], "1.2500");
+  EXPECT_EQ(table[2][8], "");
+  EXPECT_EQ(table[2].size(), table[0].size());
+}
+
 // Graph nodes on one rank exchange in memory: the rank hands nothing to collectives (payload 0), but
 // the strategy counts what each node sent (strategy_metrics.node_bytes_sent), and the table shows
 // it per step in a column of its own; runs that count no node traffic leave it empty.

@@ -103,7 +103,7 @@ TEST(MeshConfig, EachStrategyTakesItsDimensionsAndAnUnsetMeshIsTodays) {
                           "parallel.mesh: pp 1 x dp_replicate 1 x dp_shard 2 = 2 ranks, but the job has 4"));
   EXPECT_TRUE(
       starts_with(refusal({"parallel.strategy=zero", "parallel.mesh.pp=2", "parallel.mesh.dp_shard=2"}, 4),
-                  "parallel.mesh.pp: 2, but parallel.strategy zero takes dp_replicate and dp_shard"));
+                  "parallel.mesh.pp: 2, but parallel.strategy zero takes dp_replicate, dp_shard and tp"));
 
   // data_parallel: dp_replicate only, which is then the world.
   EXPECT_EQ(
@@ -129,7 +129,7 @@ TEST(MeshConfig, EachStrategyTakesItsDimensionsAndAnUnsetMeshIsTodays) {
       "parallel.mesh.pp: 2, but parallel.strategy pipeline's own setting of it is 4; they must agree"));
   EXPECT_TRUE(starts_with(
       refusal({"parallel.strategy=pipeline", "parallel.mesh.pp=2", "parallel.mesh.dp_shard=2"}, 4),
-      "parallel.mesh.dp_shard: 2, but parallel.strategy pipeline takes pp and dp_replicate"));
+      "parallel.mesh.dp_shard: 2, but parallel.strategy pipeline takes pp, dp_replicate and tp"));
 
   // The others: only the mesh they form on their own.
   EXPECT_EQ(*resolve_mesh(parallel_of({"parallel.strategy=dad", "parallel.mesh.dp_replicate=2"}), 2),
@@ -166,8 +166,10 @@ TEST(MeshConfig, TheReaderRefusesUnknownKeysAndNegativeDegrees) {
       return e.what();
     }
   };
-  EXPECT_NE(error_of("parallel.mesh.tp=2").find("parallel.mesh.tp"), std::string::npos)
-      << error_of("parallel.mesh.tp=2");
+  EXPECT_NE(error_of("parallel.mesh.cp=2").find("parallel.mesh.cp"), std::string::npos)
+      << error_of("parallel.mesh.cp=2");
+  EXPECT_NE(error_of("parallel.mesh.tp=-2").find("parallel.mesh.tp"), std::string::npos);
+  EXPECT_EQ(parallel_of({"parallel.mesh.tp=2"}).mesh.tp, 2);
   EXPECT_NE(error_of("parallel.mesh.dp_shard=-1").find("parallel.mesh.dp_shard"), std::string::npos);
   EXPECT_EQ(parallel_of({"parallel.mesh.dp_shard=2"}).mesh.dp_shard, 2);
   EXPECT_FALSE(mesh_set(parallel_of({}).mesh));

@@ -84,10 +84,10 @@ TEST(ElasticWorker, StrategiesWhoseStateNoPeerHoldsAreRefusedByName) {
     check_elastic(cfg);
     FAIL() << "a mesh was accepted";
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(
-        std::string(e.what()).find("parallel.mesh (pp 0, dp_replicate 2, dp_shard 2; 0 = not set) fixes the "
-                                   "number of workers"),
-        std::string::npos)
+    EXPECT_NE(std::string(e.what()).find(
+                  "parallel.mesh (pp 0, dp_replicate 2, dp_shard 2, tp 0; 0 = not set) fixes the "
+                  "number of workers"),
+              std::string::npos)
         << e.what();
   }
 }

@@ -46,6 +46,45 @@ TEST(Metrics, PerClassFiguresMatchHandComputedValues) {
   EXPECT_DOUBLE_EQ(m.class_precision[2], 0.0);
 }
 
+// Expected values: scikit-learn's matthews_corrcoef formula worked by hand. With t_k how often class k
+// is the target, p_k how often it is predicted, c the correct predictions and s the samples,
+// MCC = (c s - t.p) / sqrt((s^2 - p.p) (s^2 - t.t)), 0 when the denominator is.
+TEST(Metrics, MatthewsCorrelationMatchesScikitLearnsFormula) {
+  const auto mcc = [](std::vector<std::int64_t> targets, std::vector<std::int64_t> predictions, int classes) {
+    MetricsAccumulator acc(classes);
+    auto logits = torch::zeros({static_cast<std::int64_t>(predictions.size()), classes});
+    for (std::size_t i = 0; i < predictions.size(); ++i)
+      logits[static_cast<std::int64_t>(i)][predictions[i]] = 1.0;
+    acc.add(logits, torch::tensor(targets, torch::kLong), 0.0);
+    return acc.result().mcc;
+  };
+  // TP 3, TN 3, FP 1, FN 1: (9 - 1) / sqrt(4 * 4 * 4 * 4) = 0.5.
+  EXPECT_NEAR(mcc({1, 1, 1, 0, 0, 0, 1, 0}, {1, 0, 1, 0, 0, 1, 1, 0}, 2), 0.5, 1e-12);
+  // TN 3, FP 1, TP 4, FN 2: (12 - 2) / sqrt(5 * 6 * 4 * 5) = 10 / sqrt(600).
+  EXPECT_NEAR(mcc({0, 0, 0, 0, 1, 1, 1, 1, 1, 1}, {0, 0, 0, 1, 1, 1, 1, 1, 0, 0}, 2), 0.408248290463863,
+              1e-12);
+  EXPECT_NEAR(mcc({0, 1, 0, 1}, {1, 0, 1, 0}, 2), -1.0, 1e-12);
+  EXPECT_NEAR(mcc({0, 1, 0, 1}, {0, 1, 0, 1}, 2), 1.0, 1e-12);
+  EXPECT_EQ(mcc({0, 1, 0, 1}, {1, 1, 1, 1}, 2), 0.0);  // one class predicted: no correlation
+  // Three classes, targets 0 0 1 2, predictions 0 1 1 1: t = (2, 1, 1), p = (1, 3, 0), c = 2, s = 4:
+  // (8 - 5) / sqrt((16 - 10) (16 - 6)) = 3 / sqrt(60).
+  EXPECT_NEAR(mcc({0, 0, 1, 2}, {0, 1, 1, 1}, 3), 0.3872983346207417, 1e-12);
+}
+
+TEST(Metrics, MatthewsCorrelationIsNamedBesideF1AndPerClassF1IsKept) {
+  MetricsAccumulator acc(3);
+  acc.add(logits_ranking({{0, 1, 2}, {1, 0, 2}, {1, 2, 0}, {1, 0, 2}}, 3),
+          torch::tensor({0, 0, 1, 2}, torch::kLong), 2.0);
+  const auto m = acc.result();
+  const auto named = m.named("val/");
+  ASSERT_TRUE(named.count("val/mcc"));
+  EXPECT_NEAR(named.at("val/mcc"), 0.3872983346207417, 1e-12);
+  ASSERT_EQ(m.class_f1.size(), 3u);
+  EXPECT_NEAR(m.class_f1[0], 2.0 / 3, 1e-12);
+  EXPECT_NEAR(m.class_f1[1], 0.5, 1e-12);
+  EXPECT_EQ(m.class_f1[2], 0.0);
+}
+
 TEST(Metrics, TopKCountsATargetAmongTheKBest) {
   MetricsAccumulator acc(6);
   // Target 5 ranked 1st, 2nd, 4th and 6th.

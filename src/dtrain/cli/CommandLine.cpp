@@ -25,6 +25,7 @@ int run(int argc, char** argv) {
   runs["experiment"] = add_experiment_command(app);
   runs["report"] = add_report_command(app);
   runs["cam"] = add_cam_command(app);
+  runs["tokenizer"] = add_tokenizer_command(app);
   if (argc > 1) {
     if (const auto unknown = unknown_command(app, argv[1]); !unknown.empty()) {
       std::cerr << "dtrain: error: " + unknown + "\n";

@@ -31,6 +31,7 @@ Run add_train_command(CLI::App& app);
 Run add_experiment_command(CLI::App& app);
 Run add_report_command(CLI::App& app);
 Run add_cam_command(CLI::App& app);
+Run add_tokenizer_command(CLI::App& app);
 
 // The names a configuration may use, with a line of help each, as their layers register them
 // (strategies with their parallel.<name>.* keys, models, optimizers, schedules, losses, data sets,

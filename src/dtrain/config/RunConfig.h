@@ -21,6 +21,15 @@ enum class Equalize { Pad, Drop, Join };  // data.equalize
 inline constexpr util::EnumNames<Equalize, 3> kEqualizeNames{
     {{{Equalize::Pad, "pad"}, {Equalize::Drop, "drop"}, {Equalize::Join, "join"}}}};
 
+// data.sentence_format: how the sentences data set reads its rows (data/SentenceFile.h).
+enum class SentenceFormat { Auto, Cola, Sst2, Tsv, Jsonl };
+inline constexpr util::EnumNames<SentenceFormat, 5> kSentenceFormatNames{
+    {{{SentenceFormat::Auto, "auto"},
+      {SentenceFormat::Cola, "cola"},
+      {SentenceFormat::Sst2, "sst2"},
+      {SentenceFormat::Tsv, "tsv"},
+      {SentenceFormat::Jsonl, "jsonl"}}}};
+
 enum class Activation { Relu, Tanh, Gelu, Sigmoid };  // model.activation
 inline constexpr util::EnumNames<Activation, 4> kActivationNames{{{{Activation::Relu, "relu"},
                                                                    {Activation::Tanh, "tanh"},
@@ -80,7 +89,7 @@ inline constexpr util::EnumNames<RunFolder, 2> kRunFolderNames{
     {{{RunFolder::Dated, "dated"}, {RunFolder::Named, "named"}}}};
 
 struct DataConfig {
-  // registered by data/: fashion-mnist, mnist, cifar10, cifar100, image-folder, synthetic, text
+  // registered by data/: fashion-mnist, mnist, cifar10, cifar100, image-folder, synthetic, text, sentences
   std::string dataset = "fashion-mnist";
   // "" = the dataset's default root (Debian's /usr/share/datasets/fashion-mnist for fashion-mnist).
   std::string root;
@@ -116,7 +125,14 @@ struct DataConfig {
   int synthetic_vocab = 0;
   // text (character-level language model)
   std::string text_path;
+  // text: characters per sequence; sentences: tokens per sentence, [CLS] and [SEP] included
   int seq_len = 64;
+  // sentences: train.tsv and dev.tsv (or .jsonl) under data.root, tokenized by this SentencePiece
+  // model (ALBERT's spiece.model, or one `dtrain tokenizer train` made)
+  std::string tokenizer;
+  SentenceFormat sentence_format = SentenceFormat::Auto;
+  // sentences: the labels a row may carry, class 0 first; empty = 0 and 1
+  std::vector<std::string> labels;
   // loader
   // Threads making batches per worker; 0 = on the training thread; -1 = auto: 2 for a worker that
   // trains on a GPU (its batches are made and pinned while the GPU computes), 0 on the CPU (where
@@ -208,6 +224,16 @@ struct MeshConfig {
   int pp = 0;            // pipeline stages
   int dp_replicate = 0;  // replicas whose gradients are all-reduced
   int dp_shard = 0;      // ranks a replica's model state is sharded over (consecutive ranks)
+  int tp = 0;            // ranks each layer of the plan is split over (innermost, consecutive ranks)
+};
+
+// parallel.tensor: how the model's layers are split over the mesh's tp ranks (parallel/TensorParallel.h).
+struct TensorConfig {
+  // "<module pattern>=<style>" (e.g. "layers.*.fc1=colwise"); empty: the model's own plan.
+  std::vector<std::string> plan;
+  // The LayerNorm and dropout regions run on a shard of the sequence (Megatron-LM's sequence
+  // parallelism): all-gathers and reduce-scatters in place of the all-reduces.
+  bool sequence_parallel = false;
 };
 
 struct ParallelConfig {
@@ -223,6 +249,7 @@ struct ParallelConfig {
   // Note [Collective checks])
   DebugMode debug = DebugMode::Off;
   MeshConfig mesh;
+  TensorConfig tensor;
   // Each strategy's own options, parallel.<strategy>.*, registered with the strategy
   // (e.g. parallel.data_parallel.bucket_mb): options.get<T>("data_parallel").
   SectionSet options{"parallel"};

@@ -58,7 +58,16 @@ void describe_data(OptionVisitor& v, DataConfig& d) {
       "synthetic: > 0: token sequences of synthetic_shape [T] with ids below this (0 = padding) instead "
       "of images");
   v.text("text_path", d.text_path, Text::Any, "text: the text file of the character-level language model");
-  v.integer("seq_len", d.seq_len, at_least(1), "text: characters per training sequence");
+  v.integer(
+      "seq_len", d.seq_len, at_least(1),
+      "text: characters per training sequence; sentences: tokens per sentence, [CLS] and [SEP] included");
+  v.text("tokenizer", d.tokenizer, Text::Any,
+         "sentences: the SentencePiece model (ALBERT's spiece.model, or `dtrain tokenizer train`'s)");
+  v.choice("sentence_format", d.sentence_format, kSentenceFormatNames,
+           "sentences: auto (from the train file), cola, sst2 (header sentence<TAB>label), tsv "
+           "(text<TAB>label) or "
+           "jsonl ({\"text\": .., \"label\": ..})");
+  v.text_list("labels", d.labels, "sentences: the labels rows carry, class 0 first (empty = 0 and 1)");
   v.integer("loader_threads", d.loader_threads, at_least(-1),
             "Threads preparing batches per worker (0 = on the training thread; -1 = auto: 2 on a GPU, 0 on "
             "the CPU)");
@@ -189,6 +198,17 @@ void describe_mesh(OptionVisitor& v, MeshConfig& m) {
             "Replicas that all-reduce their gradients (0 = not set: 1 in a mesh that sets another degree)");
   v.integer("dp_shard", m.dp_shard, at_least(0),
             "Ranks each replica's model state is sharded over, consecutive ranks (zero; 0 = not set)");
+  v.integer("tp", m.tp, at_least(0),
+            "Ranks each layer of parallel.tensor.plan is split over, consecutive ranks (0 = not set: 1)");
+}
+
+void describe_tensor(OptionVisitor& v, TensorConfig& t) {
+  v.text_list("plan", t.plan,
+              "Tensor parallel plan, \"<module pattern>=<style>\" (colwise, colwise:K, rowwise, embedding, "
+              "sequence, output); empty: the model's own");
+  v.boolean("sequence_parallel", t.sequence_parallel,
+            "Run LayerNorm and dropout on a shard of the sequence: all-gathers and reduce-scatters instead "
+            "of all-reduces");
 }
 
 }  // namespace
@@ -208,6 +228,8 @@ void describe_parallel(OptionVisitor& v, ParallelConfig& p) {
   // Every strategy reads it: a degree it cannot honour is refused where the world size is known
   // (parallel::resolve_mesh), not ignored.
   v.section("mesh", [&] { describe_mesh(v, p.mesh); });
+  // Read by every strategy on a mesh with tp > 1, refused where tp is 1 (parallel::resolve_mesh).
+  v.section("tensor", [&] { describe_tensor(v, p.tensor); });
   // Each strategy's own section; only those the chosen strategy reads apply (read after `strategy`).
   const Choice* chosen = registered(kStrategyKey).find(p.strategy);
   for (const auto& name : p.options.names()) {

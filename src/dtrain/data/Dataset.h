@@ -20,15 +20,18 @@ class Dataset {
   virtual std::int64_t size() const = 0;
   // (C, H, W) for images, (T) for token sequences, any shape for a program's own data set.
   virtual std::vector<std::int64_t> input_shape() const = 0;
-  // Whether the inputs are token ids (T) of a vocabulary of num_classes() (a language model's).
+  // Whether the inputs are token ids (T).
   virtual bool tokens() const { return false; }
+  // Whether the targets are one class per sample (a classifier's, the default for images) rather
+  // than the next token at every position (a language model's, the default for token inputs).
+  virtual bool per_sample_labels() const { return !tokens(); }
+  // Token inputs: the size of their vocabulary; a language model's classes are its vocabulary.
+  virtual std::int64_t vocab_size() const { return tokens() ? num_classes() : 0; }
+  // Token inputs: the id that pads a sequence to input_shape(), which the model leaves out of
+  // attention; -1 when sequences are not padded.
+  virtual std::int64_t pad_id() const { return -1; }
   // Classes for a classifier, vocabulary size for a language model.
   virtual std::int64_t num_classes() const = 0;
-  // Token data: ids lie in [0, vocab_size()). A language model's set (the default) predicts tokens,
-  // so its classes are the vocabulary; a sequence classifier's set (one class per sample) says so
-  // with classifies_sequences() and gives its vocabulary here.
-  virtual std::int64_t vocab_size() const { return num_classes(); }
-  virtual bool classifies_sequences() const { return false; }
   // (N) int64 class of every sample; what hetero and dirichlet partitions split by.
   virtual const torch::Tensor& labels() const = 0;
   // Per-channel statistics used for normalisation; empty for token data.

@@ -5,6 +5,7 @@
 #include "dtrain/data/Idx.h"
 #include "dtrain/data/ImageFolder.h"
 #include "dtrain/data/Imagenet.h"
+#include "dtrain/data/SentenceDataset.h"
 #include "dtrain/data/Synthetic.h"
 #include "dtrain/data/TextDataset.h"
 
@@ -139,6 +140,15 @@ DataSets load_text_set(const config::DataConfig& data, const std::string&) {
   return DataSets{train, train, test, {}};
 }
 
+DataSets load_sentence_set(const config::DataConfig& data, const std::string&) {
+  auto splits = load_sentences(data);
+  require_samples(*splits.train.set, "training", data, data.root);
+  require_samples(*splits.test.set, "test", data, data.root);
+  auto train = data.subset_size > 0 ? splits.train.set->head(data.subset_size) : splits.train.set;
+  auto test = data.test_subset_size > 0 ? splits.test.set->head(data.test_subset_size) : splits.test.set;
+  return DataSets{train, train, test, std::move(splits.class_names)};
+}
+
 using Names = std::vector<std::string>;
 
 struct DatasetEntry {
@@ -217,6 +227,13 @@ std::vector<DatasetEntry> builtin_datasets() {
        load_synthetic,
        nullptr},
       {{"text", "a character-level language-model corpus (data.text_path)"}, "", load_text_set, nullptr},
+      {{"sentences",
+        "labelled sentences for a classifier over tokens: GLUE's CoLA or SST-2 TSV, text<TAB>label or JSON "
+        "lines (train and dev files under data.root), tokenized by the SentencePiece model data.tokenizer",
+        {"glue"}},
+       "",
+       load_sentence_set,
+       nullptr},
   };
 }
 

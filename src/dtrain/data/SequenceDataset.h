@@ -19,8 +19,9 @@ class SequenceDataset : public Dataset {
   std::vector<std::int64_t> input_shape() const override { return {ids_.size(1)}; }
   bool tokens() const override { return true; }
   std::int64_t num_classes() const override { return num_classes_; }
+  bool per_sample_labels() const override { return true; }
   std::int64_t vocab_size() const override { return vocab_size_; }
-  bool classifies_sequences() const override { return true; }
+  std::int64_t pad_id() const override { return 0; }
   const torch::Tensor& labels() const override { return labels_; }
   ChannelStats stats() const override { return {}; }
   // inputs (B, T) int64 ids, targets (B) int64 classes; no augmentation.

@@ -26,7 +26,6 @@ class TextDataset : public Dataset {
   Batch get_batch(const torch::Tensor& indices, std::uint64_t augment_seed) const override;
 
   const std::string& vocab() const { return vocab_; }
-  std::int64_t vocab_size() const override { return num_classes(); }
   std::string decode(const torch::Tensor& ids) const;
   // ids of `text`; throws on a byte outside the vocabulary.
   torch::Tensor encode(const std::string& text) const;

@@ -79,6 +79,8 @@ RunResults parse_run_results(const json& r) {
   out.top1 = final_eval.value("top1", 0.0);
   out.top5 = final_eval.value("top5", 0.0);
   out.loss = final_eval.value("loss", 0.0);
+  const auto mcc = final_eval.find("mcc");
+  if (mcc != final_eval.end() && mcc->is_number()) out.mcc = mcc->get<double>();
   out.samples_per_second = r.value("samples_per_second", 0.0);
   out.train_seconds = r.value("train_seconds", 0.0);
   const auto& step_time = member(r, "step_time");

@@ -27,8 +27,10 @@ struct RunResults {
   double top1 = 0;                 // final.top1: the final evaluation
   double top5 = 0;                 // final.top5
   double loss = 0;                 // final.loss
-  double samples_per_second = 0;   // samples_per_second: the whole job's training throughput
-  double train_seconds = 0;        // train_seconds: training time without evaluation
+  // final.mcc: Matthews correlation (CoLA's metric); none in results written before it was kept.
+  std::optional<double> mcc;
+  double samples_per_second = 0;  // samples_per_second: the whole job's training throughput
+  double train_seconds = 0;       // train_seconds: training time without evaluation
   // step_time.comm_s x steps: the training steps' communication phase over the run (results
   // written before step_time existed: comm_wait_seconds). The report's "comm ms/step"; not
   // comm.total.wait_seconds, which counts every wait on the strategy's collectives.

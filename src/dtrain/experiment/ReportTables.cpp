@@ -14,14 +14,17 @@ std::int64_t steps_or_one(const RunResults& run) {
   return std::max<std::int64_t>(1, run.steps);
 }
 
-// `node_column`: some run of the table counts node traffic (node sent MB/step).
+// `node_column`: some run of the table counts node traffic (node sent MB/step); `mcc_column`: some
+// run reports Matthews correlation.
 std::vector<std::string> run_row(const ReportRun& run, const std::map<std::string, double>& one_worker,
-                                 bool node_column) {
+                                 bool node_column, bool mcc_column) {
   const auto& r = run.results;
   const auto efficiency = scaling_efficiency(r, one_worker);
   std::vector<std::string> row{run.name, r.strategy, r.backend, std::to_string(r.world_size), r.model};
   row.push_back(std::to_string(steps_or_one(r)));
-  for (const double metric : {r.top1, r.top5, r.loss}) row.push_back(fmt::format("{:.4f}", metric));
+  for (const double metric : {r.top1, r.top5}) row.push_back(fmt::format("{:.4f}", metric));
+  if (mcc_column) row.push_back(r.mcc ? fmt::format("{:.4f}", *r.mcc) : "");
+  row.push_back(fmt::format("{:.4f}", r.loss));
   row.push_back(fmt::format("{:.0f}", r.samples_per_second));
   row.push_back(efficiency ? fmt::format("{:.2f}", *efficiency) : "");
   row.push_back(fmt::format("{:.3f}", comm_mb_per_step(r)));
@@ -34,6 +37,11 @@ std::vector<std::string> run_row(const ReportRun& run, const std::map<std::strin
   // evaluation.
   row.push_back(fmt::format("{:.2f}", r.train_seconds));
   return row;
+}
+
+bool reports_mcc(const std::vector<ReportRun>& runs) {
+  return std::any_of(runs.begin(), runs.end(),
+                     [](const ReportRun& run) { return run.results.mcc.has_value(); });
 }
 
 bool counts_node_traffic(const std::vector<ReportRun>& runs) {
@@ -125,12 +133,14 @@ std::vector<int> worker_counts(const std::vector<ReportRun>& runs) {
 
 Table run_table(const std::vector<ReportRun>& runs) {
   const bool node_column = counts_node_traffic(runs);
-  Table table{{"run", "strategy", "backend", "workers", "model", "steps", "test top-1", "test top-5",
-               "test loss", "samples/s", "scaling eff.", "payload MB/step"}};
+  const bool mcc_column = reports_mcc(runs);
+  Table table{{"run", "strategy", "backend", "workers", "model", "steps", "test top-1", "test top-5"}};
+  if (mcc_column) table[0].push_back("test MCC");
+  table[0].insert(table[0].end(), {"test loss", "samples/s", "scaling eff.", "payload MB/step"});
   if (node_column) table[0].push_back("node sent MB/step");
   table[0].insert(table[0].end(), {"comm ms/step", "train s"});
   const auto one_worker = one_worker_throughput(runs);
-  for (const auto& run : runs) table.push_back(run_row(run, one_worker, node_column));
+  for (const auto& run : runs) table.push_back(run_row(run, one_worker, node_column, mcc_column));
   return table;
 }
 

@@ -4,6 +4,8 @@
 // of the weight gradient (the dAD paper). Its parameters and their names are those of torch::nn::Linear.
 // A user's plain torch::nn::Linear is tapped too, through the autograd graph (parallel/dad/LinearTaps.h);
 // the tap here is the cheaper route, with no graph to walk each step.
+// Its forward can also be replaced (set_forward): how tensor parallelism runs a layer whose weight
+// is one rank's shard (parallel/TensorParallel.h), since LibTorch's modules have no forward hooks.
 #pragma once
 
 #include <torch/nn/modules/linear.h>
@@ -23,14 +25,21 @@ class LinearImpl : public torch::nn::LinearImpl {
   void set_tap(Tap tap) { tap_ = std::move(tap); }
   bool tapped() const { return static_cast<bool>(tap_); }
 
+  // Runs in place of torch::nn::Linear's forward when set: input -> output, over this module's
+  // weight and bias. Null: the plain forward.
+  using Forward = std::function<torch::Tensor(const torch::Tensor& input)>;
+  void set_forward(Forward forward) { forward_ = std::move(forward); }
+  bool forward_replaced() const { return static_cast<bool>(forward_); }
+
   torch::Tensor forward(const torch::Tensor& input) {
-    auto output = torch::nn::LinearImpl::forward(input);
+    auto output = forward_ ? forward_(input) : torch::nn::LinearImpl::forward(input);
     if (tap_) tap_(input, output);
     return output;
   }
 
  private:
   Tap tap_;
+  Forward forward_;
 };
 TORCH_MODULE(Linear);
 

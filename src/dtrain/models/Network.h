@@ -8,6 +8,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,6 +26,9 @@ struct InputSpec {
   std::int64_t vocab_size = 0;
   // Token inputs: the longest sequence the model accepts (positional embeddings are learned).
   std::int64_t seq_len = 0;
+  // Token inputs: the id that pads a sequence (positions holding it are no part of the sentence:
+  // attention's mask is token != pad_id); -1 = sequences are not padded.
+  std::int64_t pad_id = -1;
 
   static InputSpec image(std::int64_t channels, std::int64_t height, std::int64_t width,
                          std::int64_t num_classes);
@@ -80,11 +85,21 @@ class Network : public torch::nn::Module {
   bool recomputed(std::size_t stage) const;
   bool any_recomputed() const { return !recomputed_.empty(); }
 
+  // A function of a stage's input run before it, or of its output run after it, in forward() and
+  // in what stages() hands out (inside the stage's recomputation where it has one): tensor
+  // parallelism's split of the sequence before the first block and its gather after the last
+  // (parallel/TensorParallel.h). Null: none.
+  using StageFunction = std::function<torch::Tensor(const torch::Tensor&)>;
+  void set_stage_input(std::size_t stage, StageFunction function);
+  void set_stage_output(std::size_t stage, StageFunction function);
+
  private:
   std::string kind_;
   torch::nn::Sequential layers_;
   std::vector<std::size_t> blocks_;
   std::vector<std::size_t> recomputed_;
+  std::map<std::size_t, StageFunction> stage_inputs_;
+  std::map<std::size_t, StageFunction> stage_outputs_;
   bool channels_last_on_cpu_ = false;
   bool channels_last_ = false;
   bool single_module_ = false;

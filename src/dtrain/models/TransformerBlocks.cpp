@@ -27,11 +27,14 @@ SelfAttentionImpl::SelfAttentionImpl(const AttentionOptions& options) : options_
 }
 
 torch::Tensor SelfAttentionImpl::forward(torch::Tensor x) {
-  const auto n = x.size(0);
-  const auto t = x.size(1);
   const auto head_dim = options_.dim / options_.heads;
-  // (N, T, 3*dim) -> 3 x (N, heads, T, head_dim)
-  auto qkv = qkv_->forward(x).view({n, t, 3, options_.heads, head_dim}).permute({2, 0, 3, 1, 4});
+  // (N, T, 3*dim) -> 3 x (N, heads, T, head_dim). N and T are the projection's: under sequence
+  // parallelism x is a slice of the sequence, which qkv gathers whole.
+  auto projected = qkv_->forward(x);
+  const auto n = projected.size(0);
+  const auto t = projected.size(1);
+  const auto heads = projected.size(-1) / (3 * head_dim);
+  auto qkv = projected.view({n, t, 3, heads, head_dim}).permute({2, 0, 3, 1, 4});
   auto q = qkv[0];
   auto k = qkv[1];
   auto v = qkv[2];
@@ -42,14 +45,14 @@ torch::Tensor SelfAttentionImpl::forward(torch::Tensor x) {
   }
   auto weights = attention_dropout_->forward(torch::softmax(scores, -1));
   // (N, heads, T, head_dim) -> (N, T, dim)
-  auto context = torch::matmul(weights, v).transpose(1, 2).reshape({n, t, options_.dim});
+  auto context = torch::matmul(weights, v).transpose(1, 2).reshape({n, t, heads * head_dim});
   return projection_->forward(context);
 }
 
 EncoderBlockImpl::EncoderBlockImpl(const AttentionOptions& options) {
-  norm1_ = register_module("norm1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({options.dim})));
+  norm1_ = register_module("norm1", LayerNorm(torch::nn::LayerNormOptions({options.dim})));
   attention_ = register_module("attention", SelfAttention(options));
-  norm2_ = register_module("norm2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({options.dim})));
+  norm2_ = register_module("norm2", LayerNorm(torch::nn::LayerNormOptions({options.dim})));
   fc1_ = register_module("fc1", Linear(options.dim, options.mlp_hidden));
   fc2_ = register_module("fc2", Linear(options.mlp_hidden, options.dim));
   dropout_ = register_module("dropout", torch::nn::Dropout(options.dropout));
@@ -116,7 +119,7 @@ torch::Tensor RowEmbeddingImpl::forward(torch::Tensor images) {
 TokenEmbeddingImpl::TokenEmbeddingImpl(std::int64_t vocab_size, std::int64_t max_len, std::int64_t dim,
                                        double dropout)
     : max_len_(max_len) {
-  tokens_ = register_module("tokens", torch::nn::Embedding(vocab_size, dim));
+  tokens_ = register_module("tokens", Embedding(vocab_size, dim));
   torch::NoGradGuard no_grad;
   tokens_->weight.normal_(0.0, 0.02);
   position_ = register_parameter("position", small_normal({1, max_len, dim}));
@@ -136,7 +139,7 @@ torch::Tensor TokenEmbeddingImpl::forward(torch::Tensor tokens) {
 
 ClassifierHeadImpl::ClassifierHeadImpl(std::int64_t dim, std::int64_t classes, Pooling pooling)
     : pooling_(pooling) {
-  norm_ = register_module("norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({dim})));
+  norm_ = register_module("norm", LayerNorm(torch::nn::LayerNormOptions({dim})));
   fc_ = register_module("fc", Linear(dim, classes));
 }
 
@@ -147,7 +150,7 @@ torch::Tensor ClassifierHeadImpl::forward(torch::Tensor x) {
 }
 
 LanguageModelHeadImpl::LanguageModelHeadImpl(std::int64_t dim, std::int64_t vocab_size) {
-  norm_ = register_module("norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({dim})));
+  norm_ = register_module("norm", LayerNorm(torch::nn::LayerNormOptions({dim})));
   fc_ = register_module("fc", Linear(dim, vocab_size));
 }
 

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "dtrain/models/Layers.h"
 #include "dtrain/models/Linear.h"
 
 namespace dtrain::models {
@@ -24,11 +25,15 @@ struct AttentionOptions {
   bool causal = false;
 };
 
-// (N, T, dim) -> (N, T, dim).
+// (N, T, dim) -> (N, T, dim). The heads it computes are those the qkv projection yields (3 x heads x
+// head_dim outputs), so under tensor parallelism, where qkv holds a rank's share of the heads, it
+// computes that share and the projection takes them (parallel/TensorParallel.h).
 class SelfAttentionImpl : public torch::nn::Module {
  public:
   explicit SelfAttentionImpl(const AttentionOptions& options);
   torch::Tensor forward(torch::Tensor x);
+  // The heads of the whole layer (its options), whatever share of them qkv computes.
+  std::int64_t heads() const { return options_.heads; }
 
  private:
   AttentionOptions options_;
@@ -45,9 +50,9 @@ class EncoderBlockImpl : public torch::nn::Module {
   torch::Tensor forward(torch::Tensor x);
 
  private:
-  torch::nn::LayerNorm norm1_{nullptr};
+  LayerNorm norm1_{nullptr};
   SelfAttention attention_{nullptr};
-  torch::nn::LayerNorm norm2_{nullptr};
+  LayerNorm norm2_{nullptr};
   Linear fc1_{nullptr};
   Linear fc2_{nullptr};
   torch::nn::Dropout dropout_{nullptr};
@@ -94,7 +99,7 @@ class TokenEmbeddingImpl : public torch::nn::Module {
 
  private:
   std::int64_t max_len_;
-  torch::nn::Embedding tokens_{nullptr};
+  Embedding tokens_{nullptr};
   torch::Tensor position_;
   torch::nn::Dropout dropout_{nullptr};
 };
@@ -110,7 +115,7 @@ class ClassifierHeadImpl : public torch::nn::Module {
 
  private:
   Pooling pooling_;
-  torch::nn::LayerNorm norm_{nullptr};
+  LayerNorm norm_{nullptr};
   Linear fc_{nullptr};
 };
 TORCH_MODULE(ClassifierHead);
@@ -122,7 +127,7 @@ class LanguageModelHeadImpl : public torch::nn::Module {
   torch::Tensor forward(torch::Tensor x);
 
  private:
-  torch::nn::LayerNorm norm_{nullptr};
+  LayerNorm norm_{nullptr};
   Linear fc_{nullptr};
 };
 TORCH_MODULE(LanguageModelHead);

@@ -19,6 +19,8 @@ const char* mesh_dim_name(MeshDim dim) {
       return "dp_replicate";
     case MeshDim::DpShard:
       return "dp_shard";
+    case MeshDim::Tp:
+      return "tp";
   }
   TORCH_INTERNAL_ASSERT(false, "unknown mesh dimension");
 }
@@ -31,6 +33,8 @@ int MeshShape::degree(MeshDim dim) const {
       return dp_replicate;
     case MeshDim::DpShard:
       return dp_shard;
+    case MeshDim::Tp:
+      return tp;
   }
   TORCH_INTERNAL_ASSERT(false, "unknown mesh dimension");
 }
@@ -41,10 +45,12 @@ namespace {
 int stride(const MeshShape& shape, MeshDim dim) {
   switch (dim) {
     case MeshDim::Pp:
-      return shape.dp_replicate * shape.dp_shard;
+      return shape.dp_replicate * shape.dp_shard * shape.tp;
     case MeshDim::DpReplicate:
-      return shape.dp_shard;
+      return shape.dp_shard * shape.tp;
     case MeshDim::DpShard:
+      return shape.tp;
+    case MeshDim::Tp:
       return 1;
   }
   TORCH_INTERNAL_ASSERT(false, "unknown mesh dimension");
@@ -74,11 +80,13 @@ std::vector<std::vector<int>> MeshShape::groups(MeshDim dim) const {
 }
 
 std::string MeshShape::describe() const {
-  return fmt::format("pp {} x dp_replicate {} x dp_shard {}", pp, dp_replicate, dp_shard);
+  auto text = fmt::format("pp {} x dp_replicate {} x dp_shard {}", pp, dp_replicate, dp_shard);
+  if (tp > 1) text += fmt::format(" x tp {}", tp);
+  return text;
 }
 
 bool mesh_set(const config::MeshConfig& mesh) {
-  return mesh.pp != 0 || mesh.dp_replicate != 0 || mesh.dp_shard != 0;
+  return mesh.pp != 0 || mesh.dp_replicate != 0 || mesh.dp_shard != 0 || mesh.tp > 1;
 }
 
 namespace {
@@ -91,6 +99,8 @@ int configured(const config::MeshConfig& mesh, MeshDim dim) {
       return mesh.dp_replicate;
     case MeshDim::DpShard:
       return mesh.dp_shard;
+    case MeshDim::Tp:
+      return mesh.tp;
   }
   TORCH_INTERNAL_ASSERT(false, "unknown mesh dimension");
 }
@@ -103,6 +113,8 @@ int& degree_of(MeshShape& shape, MeshDim dim) {
       return shape.dp_replicate;
     case MeshDim::DpShard:
       return shape.dp_shard;
+    case MeshDim::Tp:
+      return shape.tp;
   }
   TORCH_INTERNAL_ASSERT(false, "unknown mesh dimension");
 }
@@ -122,6 +134,39 @@ std::string taken_dims(const MeshUse& use) {
 std::optional<MeshShape> resolve_mesh(const config::ParallelConfig& parallel, int world) {
   const auto& info = find_strategy(parallel.strategy);
   const auto& use = info.mesh;
+  if (parallel.mesh.tp <= 1 && (!parallel.tensor.plan.empty() || parallel.tensor.sequence_parallel)) {
+    throw std::invalid_argument(fmt::format(
+        "parallel.tensor.{}: set, but parallel.mesh.tp is {}; tensor parallelism needs tp > 1, so "
+        "set parallel.mesh.tp or remove parallel.tensor (on the command line: parallel.tensor=null)",
+        parallel.tensor.plan.empty() ? "sequence_parallel" : "plan", std::max(1, parallel.mesh.tp)));
+  }
+  if (parallel.mesh.tp > 1) {
+    const int tp = parallel.mesh.tp;
+    if (std::find(use.dims.begin(), use.dims.end(), MeshDim::Tp) == use.dims.end()) {
+      throw std::invalid_argument(fmt::format(
+          "parallel.mesh.tp: {}, but parallel.strategy {} takes {} ({}); use data_parallel, zero or pipeline "
+          "with tp, or set parallel.mesh.tp to 1",
+          tp, info.name, taken_dims(use), use.because));
+    }
+    if (world % tp != 0) {
+      throw std::invalid_argument(fmt::format(
+          "parallel.mesh.tp: {} does not divide the job's {} ranks; choose tp among the divisors of {}", tp,
+          world, world));
+    }
+    auto rest = parallel;
+    rest.mesh.tp = 0;
+    rest.tensor = {};
+    auto shape = resolve_mesh(rest, world / tp);
+    if (!shape) shape = MeshShape{};
+    if (shape->size() != world / tp) {
+      throw std::invalid_argument(fmt::format(
+          "parallel.mesh: tp {} leaves {} ranks, which parallel.strategy {} does not arrange in a mesh; set "
+          "the other degrees so that their product is {}",
+          tp, world / tp, info.name, world / tp));
+    }
+    shape->tp = tp;
+    return shape;
+  }
   const auto implied = use.implied ? use.implied(parallel, world) : std::nullopt;
   if (!mesh_set(parallel.mesh)) return implied;
 

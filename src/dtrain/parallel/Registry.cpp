@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "dtrain/config/Schema.h"
+#include "dtrain/parallel/TensorParallel.h"
 
 namespace dtrain::parallel {
 namespace {
@@ -101,7 +102,8 @@ std::unique_ptr<Strategy> create_strategy(StrategyContext context) {
                     "strategy local",
                     info.name));
   }
-  resolve_mesh(context.parallel, context.comm ? context.comm->size() : 1);
+  const auto mesh = resolve_mesh(context.parallel, context.comm ? context.comm->size() : 1);
+  if (mesh && mesh->tp > 1) return tensor::create_tensor_parallel(std::move(context), *mesh, info.create);
   return info.create(std::move(context));
 }
 

@@ -27,6 +27,8 @@ StrategyContext context_of(Training training, const std::string& name) {
   context.precision = training.precision;
   context.input = std::move(training.input);
   context.parallel.mesh = training.mesh;
+  context.parallel.tensor = std::move(training.tensor);
+  context.loss_name = std::move(training.loss_name);
   return context;
 }
 

@@ -57,6 +57,13 @@ struct Training {
   // The device mesh, as parallel.mesh: e.g. {0, 2, 2} for make_zero's hybrid sharding over 4 ranks;
   // unset (all 0): what the strategy does on its own. Checked as a configuration's (resolve_mesh).
   config::MeshConfig mesh{};
+  // With mesh.tp > 1, how the model's layers split over the tp ranks, as parallel.tensor: a plan of
+  // "<module pattern>=<style>" (parallelize_module's plan; empty: the model's own, transformer and
+  // vit) and sequence parallelism (parallel/TensorParallel.h).
+  config::TensorConfig tensor{};
+  // The name `loss` has in optim.loss ("cross_entropy"): a plan's output style computes the
+  // vocabulary-parallel cross-entropy in its place, and refuses another loss.
+  std::string loss_name{};
 };
 
 // One process, no communication: the reference the others match.

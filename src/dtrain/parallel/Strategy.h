@@ -48,6 +48,9 @@ struct StrategyContext {
   optim::Precision precision = optim::Precision::Fp32;
   // The shape of one sample (what pipeline's balance: time measures its layers on).
   models::InputSpec input{};
+  // optim.loss's name ("cross_entropy"), for what depends on which loss it is (tensor parallelism's
+  // vocabulary-parallel cross-entropy); empty where the caller does not say.
+  std::string loss_name{};
 };
 
 // Where one step's wall time went on this rank (Catalyst dAD's batch timer), in seconds, each phase

@@ -70,13 +70,13 @@ void check_elastic(const config::RunConfig& cfg) {
   const auto& can = parallel::find_strategy(s).capabilities;
   if (parallel::mesh_set(cfg.parallel.mesh)) {
     const auto& m = cfg.parallel.mesh;
-    throw std::invalid_argument(
-        fmt::format("dtrain launch --nnodes MIN:MAX: parallel.mesh (pp {}, dp_replicate {}, dp_shard {}; 0 = "
-                    "not set) fixes "
-                    "the number of workers, which an elastic job changes; leave parallel.mesh out, or give a "
-                    "fixed --nnodes "
-                    "and --max-restarts to restart from the checkpoint",
-                    m.pp, m.dp_replicate, m.dp_shard));
+    throw std::invalid_argument(fmt::format(
+        "dtrain launch --nnodes MIN:MAX: parallel.mesh (pp {}, dp_replicate {}, dp_shard {}, tp {}; 0 = "
+        "not set) fixes "
+        "the number of workers, which an elastic job changes; leave parallel.mesh out, or give a "
+        "fixed --nnodes "
+        "and --max-restarts to restart from the checkpoint",
+        m.pp, m.dp_replicate, m.dp_shard, m.tp));
   }
   if (can.elastic != parallel::Elasticity::Fixed) return;
   throw std::invalid_argument(fmt::format(

@@ -43,6 +43,22 @@ nlohmann::json metrics_json(const train::EvalMetrics& m) {
   return out;
 }
 
+// The final evaluation by class (label order), named where the data set names its classes.
+nlohmann::json per_class_json(const train::EvalMetrics& m, const std::vector<std::string>& names) {
+  nlohmann::json out = nlohmann::json::array();
+  const bool named = names.size() == m.class_samples.size();
+  for (std::size_t c = 0; c < m.class_samples.size(); ++c) {
+    nlohmann::json entry{{"class", c},
+                         {"samples", m.class_samples[c]},
+                         {"precision", m.class_precision[c]},
+                         {"recall", m.class_recall[c]},
+                         {"f1", c < m.class_f1.size() ? m.class_f1[c] : 0.0}};
+    if (named) entry["name"] = names[c];
+    out.push_back(std::move(entry));
+  }
+  return out;
+}
+
 }  // namespace
 
 nlohmann::json results_json(const config::RunConfig& cfg, const train::Trainer& trainer,
@@ -78,6 +94,7 @@ nlohmann::json results_json(const config::RunConfig& cfg, const train::Trainer& 
   j["epochs"] = r.epochs_reached;
   j["epochs_completed"] = r.epochs_completed;
   j["final"] = metrics_json(r.final_eval);
+  j["final"]["per_class"] = per_class_json(r.final_eval, trainer.datasets().class_names);
   // A run stopped (train.max_steps) before its first epoch ended has no epoch's training metrics.
   if (r.last_train.samples > 0) j["train_last_epoch"] = metrics_json(r.last_train);
   if (!r.final_others.empty()) {
@@ -100,12 +117,12 @@ nlohmann::json results_json(const config::RunConfig& cfg, const train::Trainer& 
 
 std::string per_class_csv(const train::EvalMetrics& m, const std::vector<std::string>& names) {
   if (names.empty() || names.size() != m.class_samples.size()) return "";
-  std::string csv = "class,name,samples,precision,recall\n";
+  std::string csv = "class,name,samples,precision,recall,f1\n";
   for (std::size_t c = 0; c < names.size(); ++c) {
     std::string quoted;  // names hold commas ("tench, Tinca tinca")
     for (const char ch : names[c]) quoted += ch == '"' ? std::string("\"\"") : std::string(1, ch);
-    csv += fmt::format("{},\"{}\",{},{:.6f},{:.6f}\n", c, quoted, m.class_samples[c], m.class_precision[c],
-                       m.class_recall[c]);
+    csv += fmt::format("{},\"{}\",{},{:.6f},{:.6f},{:.6f}\n", c, quoted, m.class_samples[c],
+                       m.class_precision[c], m.class_recall[c], c < m.class_f1.size() ? m.class_f1[c] : 0.0);
   }
   return csv;
 }

@@ -3,15 +3,34 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "dtrain/comm/Communicator.h"
 
 namespace dtrain::train {
 
 std::map<std::string, double> EvalMetrics::named(const std::string& prefix) const {
-  return {{prefix + "loss", loss}, {prefix + "top1", top1},           {prefix + "top3", top3},
-          {prefix + "top5", top5}, {prefix + "precision", precision}, {prefix + "recall", recall},
-          {prefix + "f1", f1}};
+  return {{prefix + "loss", loss},
+          {prefix + "top1", top1},
+          {prefix + "top3", top3},
+          {prefix + "top5", top5},
+          {prefix + "precision", precision},
+          {prefix + "recall", recall},
+          {prefix + "f1", f1},
+          {prefix + "mcc", mcc}};
+}
+
+double matthews_correlation(const at::Tensor& confusion) {
+  const auto c = confusion.to(torch::kCPU).to(torch::kDouble);
+  const auto actual = c.sum(1);     // t_k: how often class k was the target
+  const auto predicted = c.sum(0);  // p_k: how often it was predicted
+  const double correct = c.trace().item<double>();
+  const double samples = c.sum().item<double>();
+  const double cov_ytyp = correct * samples - actual.dot(predicted).item<double>();
+  const double cov_ypyp = samples * samples - predicted.dot(predicted).item<double>();
+  const double cov_ytyt = samples * samples - actual.dot(actual).item<double>();
+  if (cov_ypyp * cov_ytyt == 0.0) return 0.0;
+  return cov_ytyp / std::sqrt(cov_ytyt * cov_ypyp);
 }
 
 MetricsAccumulator::MetricsAccumulator(std::int64_t num_classes)
@@ -122,6 +141,9 @@ EvalMetrics MetricsAccumulator::result() const {
   m.class_recall.assign(recall_c.data_ptr<double>(), recall_c.data_ptr<double>() + recall_c.numel());
   m.class_precision.assign(precision_c.data_ptr<double>(),
                            precision_c.data_ptr<double>() + precision_c.numel());
+  const auto f1_c = f1.contiguous();
+  m.class_f1.assign(f1_c.data_ptr<double>(), f1_c.data_ptr<double>() + f1_c.numel());
+  m.mcc = matthews_correlation(confusion);
   m.precision = (precision * present).sum().item<double>() / classes;
   m.recall = (recall * present).sum().item<double>() / classes;
   m.f1 = (f1 * present).sum().item<double>() / classes;

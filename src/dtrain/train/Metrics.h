@@ -1,6 +1,6 @@
 // Classification metrics accumulated over batches and reduced across ranks: loss, top-1/3/5
-// accuracy and macro precision/recall/F1 (from a confusion matrix, so the reduction is an exact
-// sum and the result does not depend on how samples were split over ranks).
+// accuracy, macro precision/recall/F1 and Matthews correlation (from a confusion matrix, so the reduction is
+// an exact sum and the result does not depend on how samples were split over ranks).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -18,6 +18,10 @@ class Communicator;
 
 namespace dtrain::train {
 
+// Matthews correlation of a (C, C) confusion matrix, [target][prediction], as scikit-learn's
+// matthews_corrcoef computes it for any number of classes.
+double matthews_correlation(const at::Tensor& confusion);
+
 struct EvalMetrics {
   double loss = 0.0;
   double top1 = 0.0;
@@ -26,12 +30,16 @@ struct EvalMetrics {
   double precision = 0.0;  // macro average over classes that occur (as targets or predictions)
   double recall = 0.0;
   double f1 = 0.0;
+  // Matthews correlation (CoLA's metric) over every class, in [-1, 1]: scikit-learn's
+  // matthews_corrcoef of the confusion matrix; 0 when every target or every prediction is one class.
+  double mcc = 0.0;
   std::int64_t samples = 0;
   // Per class (index = label): how often it was the target, its recall and its precision; what a
   // report lists by class name (results' per_class.csv).
   std::vector<std::int64_t> class_samples;
   std::vector<double> class_recall;
   std::vector<double> class_precision;
+  std::vector<double> class_f1;
 
   // {"loss": .., "top1": .., ...} with a prefix, e.g. "val/".
   std::map<std::string, double> named(const std::string& prefix) const;

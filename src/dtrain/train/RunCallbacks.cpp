@@ -14,8 +14,8 @@ namespace {
 
 std::string describe(const EvalMetrics& m) {
   return fmt::format(
-      "loss {:.4f} top1 {:.4f} top3 {:.4f} top5 {:.4f} precision {:.4f} recall {:.4f} f1 {:.4f}", m.loss,
-      m.top1, m.top3, m.top5, m.precision, m.recall, m.f1);
+      "loss {:.4f} top1 {:.4f} top3 {:.4f} top5 {:.4f} precision {:.4f} recall {:.4f} f1 {:.4f} mcc {:.4f}",
+      m.loss, m.top1, m.top3, m.top5, m.precision, m.recall, m.f1, m.mcc);
 }
 
 void write_scalars(const io::MetricsSinkPtr& sink, std::int64_t step, std::int64_t epoch,

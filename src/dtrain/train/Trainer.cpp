@@ -34,10 +34,13 @@ std::mutex& process_generator_mutex() {
 
 models::InputSpec input_spec(const data::Dataset& train) {
   const auto shape = train.input_shape();
-  if (train.tokens() && train.classifies_sequences()) {
-    return models::InputSpec::tokens(train.vocab_size(), shape.at(0), train.num_classes());
+  if (train.tokens()) {
+    // A language model's classes are its vocabulary: the spec names no classes of its own then.
+    auto spec = models::InputSpec::tokens(train.vocab_size(), shape.at(0),
+                                          train.per_sample_labels() ? train.num_classes() : 0);
+    spec.pad_id = train.pad_id();
+    return spec;
   }
-  if (train.tokens()) return models::InputSpec::tokens(train.num_classes(), shape.at(0));
   models::InputSpec spec;
   spec.sample_shape = shape;
   spec.num_classes = train.num_classes();
@@ -196,6 +199,7 @@ Trainer::Trainer(config::RunConfig config, comm::CommunicatorPtr comm, int local
   parallel::StrategyContext context{model, trainable_only(optim::optimizer_factory(config_.optim)), loss_,
                                     comm_, config_.parallel};
   context.holder_sizes = shard_.rank_sizes;
+  context.loss_name = config_.optim.loss;
   context.seed = seed;
   context.precision = config_.train.precision;
   context.input = input_spec(*data_.train);
@@ -218,7 +222,10 @@ Trainer::Trainer(config::RunConfig config, comm::CommunicatorPtr comm, int local
   count_total_steps();
   // Seed the dropout and other model randomness per rank after the broadcast, deterministically.
   std::lock_guard<std::mutex> lock(process_generator_mutex());
-  torch::manual_seed(seed + 1000003ULL * static_cast<std::uint64_t>(rank + 1));
+  // The ranks of a tensor-parallel group compute one model's forward together: they draw the same
+  // masks, so the activations they all hold stay the same on each.
+  const int tp = std::max(1, config_.parallel.mesh.tp);
+  torch::manual_seed(seed + 1000003ULL * static_cast<std::uint64_t>(rank / tp + 1));
 }
 
 Trainer::~Trainer() = default;

@@ -238,7 +238,7 @@ StrategyInfo data_parallel_info() {
   can.fp16 = true;
   can.lbfgs = true;  // Note [Distributed L-BFGS]
   can.wire_compression = true;
-  info.mesh.dims = {MeshDim::DpReplicate};
+  info.mesh.dims = {MeshDim::DpReplicate, MeshDim::Tp};
   info.mesh.because = "every rank keeps the whole model and all-reduces its gradients";
   info.mesh.implied = [](const config::ParallelConfig&, int world) {
     return std::optional<MeshShape>(MeshShape{1, world, 1});

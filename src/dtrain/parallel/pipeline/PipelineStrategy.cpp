@@ -316,7 +316,7 @@ StrategyInfo pipeline_info() {
   auto& can = info.capabilities;
   can.fixed_because = "each member holds its own stages, which another number of members splits otherwise";
   can.fp16 = true;
-  info.mesh.dims = {MeshDim::Pp, MeshDim::DpReplicate};
+  info.mesh.dims = {MeshDim::Pp, MeshDim::DpReplicate, MeshDim::Tp};
   info.mesh.because =
       "it cuts the layers into pp stages and all-reduces each stage's gradients over dp_replicate";
   info.mesh.own_degree = [](const config::ParallelConfig& parallel, MeshDim dim) {

@@ -385,7 +385,7 @@ StrategyInfo zero_info() {
   auto& can = info.capabilities;
   can.elastic = Elasticity::ShardedState;
   can.fp16 = true;
-  info.mesh.dims = {MeshDim::DpReplicate, MeshDim::DpShard};
+  info.mesh.dims = {MeshDim::DpReplicate, MeshDim::DpShard, MeshDim::Tp};
   info.mesh.because =
       "it shards the model state over dp_shard and all-reduces the shards' gradients over dp_replicate";
   info.mesh.implied = [](const config::ParallelConfig&, int world) {
