@@ -2,7 +2,7 @@
 // (0) only after each sequence's tokens, one class per sequence, the same set on every rank.
 #include "DataTestUtil.h"
 #include "dtrain/data/Factory.h"
-#include "dtrain/data/SequenceDataset.h"
+#include "dtrain/data/SentenceDataset.h"
 
 using namespace dtrain::data;
 using dtrain::config::DataConfig;
@@ -21,7 +21,7 @@ DataConfig token_config() {
 
 TEST(SyntheticTokens, SequencesOfIdsPaddedAtTheEndWithOneClassEach) {
   const auto sets = load_datasets(token_config());
-  const auto& train = dynamic_cast<const SequenceDataset&>(*sets.train);
+  const auto& train = dynamic_cast<const SentenceDataset&>(*sets.train);
   EXPECT_TRUE(train.tokens());
   EXPECT_TRUE(train.per_sample_labels());
   EXPECT_EQ(train.pad_id(), 0);
@@ -30,7 +30,7 @@ TEST(SyntheticTokens, SequencesOfIdsPaddedAtTheEndWithOneClassEach) {
   EXPECT_EQ(train.size(), 90);
   EXPECT_EQ(sets.test->size(), 18);
   EXPECT_EQ(train.input_shape(), (std::vector<std::int64_t>{12}));
-  const auto& ids = train.ids();
+  const auto ids = train.token_ids().to(torch::kLong);
   EXPECT_GE(ids.min().item<std::int64_t>(), 0);
   EXPECT_LT(ids.max().item<std::int64_t>(), 30);
   // Padding only after the tokens, and at least half of every sequence is tokens.
@@ -41,14 +41,15 @@ TEST(SyntheticTokens, SequencesOfIdsPaddedAtTheEndWithOneClassEach) {
   const auto batch = train.get_batch(torch::tensor({0, 5}, torch::kLong), 0);
   EXPECT_EQ(batch.inputs.sizes(), (std::vector<std::int64_t>{2, 12}));
   EXPECT_EQ(batch.targets.sizes(), (std::vector<std::int64_t>{2}));
-  EXPECT_TRUE(
-      torch::equal(ids, dynamic_cast<const SequenceDataset&>(*load_datasets(token_config()).train).ids()));
+  EXPECT_TRUE(torch::equal(ids, dynamic_cast<const SentenceDataset&>(*load_datasets(token_config()).train)
+                                    .token_ids()
+                                    .to(torch::kLong)));
 }
 
 TEST(SyntheticTokens, SequencesOfAClassShareItsPrototype) {
   const auto sets = load_datasets(token_config());
-  const auto& train = dynamic_cast<const SequenceDataset&>(*sets.train);
-  const auto ids = train.ids().narrow(1, 0, 6);  // never padding
+  const auto& train = dynamic_cast<const SentenceDataset&>(*sets.train);
+  const auto ids = train.token_ids().narrow(1, 0, 6);  // never padding
   const auto of_class = [&](std::int64_t c) {
     return ids.index_select(0, train.labels().eq(c).nonzero().view(-1));
   };

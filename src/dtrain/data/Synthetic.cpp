@@ -27,7 +27,7 @@ ImageDataset make_synthetic(const SyntheticOptions& options, const std::string& 
   return ImageDataset(name, images, labels, options.classes);
 }
 
-SequenceDataset make_synthetic_tokens(const SyntheticOptions& options, std::int64_t vocab,
+SentenceDataset make_synthetic_tokens(const SyntheticOptions& options, std::int64_t vocab,
                                       const std::string& name) {
   TORCH_CHECK(options.shape.size() == 1 && options.shape[0] > 0,
               "data.synthetic_shape: token sequences (data.synthetic_vocab > 0) take one positive size [T], "
@@ -47,7 +47,7 @@ SequenceDataset make_synthetic_tokens(const SyntheticOptions& options, std::int6
   ids = torch::where(torch::rand({options.size, t}, gen).lt(0.3), noise, ids);
   const auto lengths = torch::randint((t + 1) / 2, t + 1, {options.size, 1}, gen, torch::kLong);
   ids = ids.masked_fill(torch::arange(t, torch::kLong).unsqueeze(0).ge(lengths), 0);
-  return SequenceDataset(name, ids, labels, vocab, options.classes);
+  return SentenceDataset(name, ids.to(torch::kInt), labels, options.classes, vocab, /*pad_id=*/0);
 }
 
 }  // namespace dtrain::data

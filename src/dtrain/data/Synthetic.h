@@ -4,7 +4,7 @@
 #pragma once
 
 #include "dtrain/data/Dataset.h"
-#include "dtrain/data/SequenceDataset.h"
+#include "dtrain/data/SentenceDataset.h"
 
 #include <cstdint>
 #include <vector>
@@ -25,8 +25,8 @@ ImageDataset make_synthetic(const SyntheticOptions& options, const std::string& 
 // Token sequences of options.shape [T] with ids in [1, vocab) and 0 as padding, for sequence
 // classifiers: every class has a fixed random prototype sequence; a sample is its class prototype with
 // each token replaced by a random one with probability 0.3, cut to a random length of T/2 to T tokens
-// and padded with 0 after it (so the padding mask matters).
-SequenceDataset make_synthetic_tokens(const SyntheticOptions& options, std::int64_t vocab,
+// and padded with 0 after it (so the padding mask matters). Held as labelled sentences are, pad id 0.
+SentenceDataset make_synthetic_tokens(const SyntheticOptions& options, std::int64_t vocab,
                                       const std::string& name = "synthetic");
 
 }  // namespace dtrain::data
