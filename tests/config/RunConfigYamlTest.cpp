@@ -103,10 +103,9 @@ TEST(RunConfigYaml, JsonHasEverySection) {
 // model.size and model.albert.* are typed and refused by name; the albert section belongs to albert.
 TEST(RunConfigYaml, AlbertSettings) {
   const auto config =
-      parse_run_config("model:\n  name: albert\n  size: large\n  pad_id: 3\n  albert:\n    num_layers: 4\n",
-                       "x.yaml", {"model.albert.hidden_size=256"});
+      parse_run_config("model:\n  name: albert\n  size: large\n  albert:\n    num_layers: 4\n", "x.yaml",
+                       {"model.albert.hidden_size=256"});
   EXPECT_EQ(config.model.size, ModelSize::Large);
-  EXPECT_EQ(config.model.pad_id, 3);
   EXPECT_EQ(config.model.albert.num_layers, 4);
   EXPECT_EQ(config.model.albert.hidden_size, 256);
   EXPECT_EQ(config.model.albert.embedding_size, 0);  // the size's

@@ -21,12 +21,19 @@ config::ModelConfig albert(config::ModelSize size) {
   return config;
 }
 
-// A tiny albert for sequences of `t` tokens over 50 ids, 3 classes, 3 layers.
+// Sequences of `t` tokens over 50 ids padded with `pad_id` (as the data set says), 3 classes.
+InputSpec padded_tokens(std::int64_t t, std::int64_t pad_id = 0) {
+  auto spec = InputSpec::tokens(50, t, 3);
+  spec.pad_id = pad_id;
+  return spec;
+}
+
+// A tiny albert for sequences of `t` tokens over 50 ids padded with 0, 3 classes, 3 layers.
 NetworkPtr tiny(std::int64_t t = 8, std::int64_t layers = 3) {
   auto config = albert(config::ModelSize::Tiny);
   config.albert.num_layers = static_cast<int>(layers);
   torch::manual_seed(0);
-  return create_model(config, InputSpec::tokens(50, t, 3));
+  return create_model(config, padded_tokens(t));
 }
 
 // (N, T) ids in [1, 50): no padding.
@@ -102,7 +109,7 @@ TEST(Albert, LogitsHaveOneRowPerSequenceAndEveryParameterLearns) {
 TEST(Albert, SharedLayerGradientIsTheSumOverLayers) {
   auto config = albert(config::ModelSize::Tiny);
   config.albert.num_layers = 3;
-  const auto options = albert_options(config, InputSpec::tokens(50, 6, 3));
+  const auto options = albert_options(config, padded_tokens(6));
   torch::manual_seed(0);
   auto network = make_albert(options);
   network->eval();
@@ -160,11 +167,9 @@ TEST(Albert, PaddingDoesNotChangeTheLogits) {
   EXPECT_FALSE(torch::allclose(a, network->forward(unpadded), 1e-3, 1e-4));
 }
 
-TEST(Albert, PadIdIsTheSetting) {
-  auto config = albert(config::ModelSize::Tiny);
-  config.pad_id = 5;
+TEST(Albert, PadIdIsTheDataSets) {
   torch::manual_seed(0);
-  auto network = create_model(config, InputSpec::tokens(50, 12, 3));
+  auto network = create_model(albert(config::ModelSize::Tiny), padded_tokens(12, /*pad_id=*/5));
   network->eval();
   torch::NoGradGuard no_grad;
   const auto short_ids = ids(2, 7);
@@ -175,6 +180,21 @@ TEST(Albert, PadIdIsTheSetting) {
   // The padding row of the embedding starts at zero, as in BERT.
   auto body = network->layers()[0]->as<AlbertBodyImpl>();
   EXPECT_EQ(body->embeddings()->named_parameters()["word_embeddings.weight"][5].abs().sum().item<double>(),
+            0.0);
+}
+
+TEST(Albert, UnpaddedDataMasksNothing) {
+  torch::manual_seed(0);
+  auto network = create_model(albert(config::ModelSize::Tiny), padded_tokens(12, /*pad_id=*/-1));
+  network->eval();
+  torch::NoGradGuard no_grad;
+  const auto short_ids = ids(2, 7);
+  auto with_zeros = torch::zeros({2, 12}, torch::kLong);
+  with_zeros.narrow(1, 0, 7).copy_(short_ids);
+  // Id 0 is a token like any other: attended to, and its embedding row drawn as the others are.
+  EXPECT_FALSE(torch::allclose(network->forward(short_ids), network->forward(with_zeros), 1e-3, 1e-4));
+  auto body = network->layers()[0]->as<AlbertBodyImpl>();
+  EXPECT_GT(body->embeddings()->named_parameters()["word_embeddings.weight"][0].abs().sum().item<double>(),
             0.0);
 }
 
@@ -210,9 +230,7 @@ TEST(Albert, RefusesWhatItCannotTake) {
   auto vocab = albert(config::ModelSize::Tiny);
   vocab.albert.vocab_size = 10;
   expect_refused(vocab, InputSpec::tokens(50, 8, 2), "model.albert.vocab_size");
-  auto pad = albert(config::ModelSize::Tiny);
-  pad.pad_id = 50;
-  expect_refused(pad, InputSpec::tokens(50, 8, 2), "model.pad_id");
+  expect_refused(albert(config::ModelSize::Tiny), padded_tokens(8, /*pad_id=*/50), "pad id 50");
   expect_refused(albert(config::ModelSize::Tiny), InputSpec::image(1, 28, 28, 10), "token");
 }
 

@@ -45,7 +45,9 @@ config::ModelConfig albert_config() {
 
 models::NetworkPtr fresh_albert(const config::ModelConfig& config = albert_config()) {
   torch::manual_seed(123);
-  auto network = models::create_model(config, models::InputSpec::tokens(kVocab, kT, kClasses));
+  auto spec = models::InputSpec::tokens(kVocab, kT, kClasses);
+  spec.pad_id = 0;  // the padding of ids() below
+  auto network = models::create_model(config, spec);
   network->eval();
   return network;
 }

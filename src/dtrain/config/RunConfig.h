@@ -172,10 +172,9 @@ struct ModelConfig {
   int num_filters = 3;
   int kernel_size = 5;
   int linear_width = 64;
-  // albert (Lan et al. 2020): a named size, its sizes overridden by model.albert.*; padding
-  // tokens (this id) are masked out of attention. ALBERT's SentencePiece <pad> is 0.
+  // albert (Lan et al. 2020): a named size, its sizes overridden by model.albert.*. The padding
+  // token masked out of attention is the data set's (data::Dataset::pad_id).
   ModelSize size = ModelSize::Base;
-  std::int64_t pad_id = 0;
   AlbertConfig albert;
   // Transfer learning: start from the weights in this dtrain checkpoint, run folder (its model.pt,
   // else its latest checkpoint) or exported model.pt, matched by name and shape; "" = from the seed.

@@ -104,7 +104,6 @@ void describe_model(OptionVisitor& v, ModelConfig& m) {
   v.integer("kernel_size", m.kernel_size, at_least(1), "dinnocnn: kernel size of its convolution");
   v.integer("linear_width", m.linear_width, at_least(1), "dinnocnn: width of its hidden linear layer");
   v.choice("size", m.size, kModelSizeNames, "albert: tiny, base (H 768, 12 layers) or large (H 1024, 24)");
-  v.integer("pad_id", m.pad_id, at_least(0), "albert: the padding token's id, masked out of attention");
   // Read after name: only a model that declares the section takes it.
   const Choice* chosen = registered(kModelKey).find(m.name);
   const bool albert = chosen && std::find(chosen->sections.begin(), chosen->sections.end(), "albert") !=

@@ -81,7 +81,7 @@ AlbertOptions albert_options(const config::ModelConfig& config, const InputSpec&
   options.classifier_dropout = a.classifier_dropout;
   options.layer_norm_eps = a.layer_norm_eps;
   options.dropout = config.dropout;
-  options.pad_id = config.pad_id;
+  options.pad_id = input.pad_id;
   options.num_classes = input.num_classes;
   if (options.hidden_size % options.num_heads != 0) {
     throw std::invalid_argument(fmt::format(
@@ -102,8 +102,10 @@ AlbertOptions albert_options(const config::ModelConfig& config, const InputSpec&
         options.vocab_size, input.vocab_size, input.vocab_size));
   }
   if (options.pad_id >= options.vocab_size) {
-    throw std::invalid_argument(fmt::format("albert: model.pad_id {} is not an id of the {}-token vocabulary",
-                                            options.pad_id, options.vocab_size));
+    throw std::invalid_argument(
+        fmt::format("albert: the data's pad id {} is not an id of the model's {}-token vocabulary; set "
+                    "model.albert.vocab_size above it (or 0: the data's)",
+                    options.pad_id, options.vocab_size));
   }
   return options;
 }
@@ -111,9 +113,9 @@ AlbertOptions albert_options(const config::ModelConfig& config, const InputSpec&
 AlbertEmbeddingsImpl::AlbertEmbeddingsImpl(const AlbertOptions& options) {
   using torch::nn::Embedding;
   using torch::nn::EmbeddingOptions;
-  word_embeddings_ = register_module(
-      "word_embeddings",
-      Embedding(EmbeddingOptions(options.vocab_size, options.embedding_size).padding_idx(options.pad_id)));
+  auto words = EmbeddingOptions(options.vocab_size, options.embedding_size);
+  if (options.pad_id >= 0) words.padding_idx(options.pad_id);
+  word_embeddings_ = register_module("word_embeddings", Embedding(words));
   position_embeddings_ =
       register_module("position_embeddings", Embedding(options.max_positions, options.embedding_size));
   token_type_embeddings_ =
@@ -234,7 +236,8 @@ NetworkPtr make_albert(const AlbertOptions& options) {
       embedding->weight.normal_(0.0, options.initializer_range);
     }
   }
-  body->embeddings()->named_parameters()["word_embeddings.weight"][options.pad_id].zero_();
+  if (options.pad_id >= 0)
+    body->embeddings()->named_parameters()["word_embeddings.weight"][options.pad_id].zero_();
   // No blocks: the layers are applications of one module inside stage 0, not stages of their own.
   return network;
 }

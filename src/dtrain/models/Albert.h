@@ -8,7 +8,8 @@
 //             albert.encoder.albert_layer_groups.0.albert_layers.0.*), token ids -> (N, T, H);
 //   layers.1  the pooler: dense + tanh on position 0 ([CLS]) (albert.pooler.*);
 //   layers.2  the classification head: dropout + Linear (classifier.*).
-// Padding tokens (ids equal to pad_id) are masked out as keys of every attention.
+// Padding tokens (ids equal to the data set's pad id, InputSpec::pad_id) are masked out as keys of every
+// attention; with no pad id (-1) nothing is.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -34,7 +35,7 @@ struct AlbertOptions {
   std::int64_t intermediate_size = 3072;
   std::int64_t max_positions = 512;
   std::int64_t type_vocab_size = 2;  // token types (segments); dtrain's inputs are all type 0
-  std::int64_t pad_id = 0;
+  std::int64_t pad_id = 0;           // -1: sequences are not padded, nothing is masked
   std::int64_t num_classes = 2;
   double dropout = 0.0;  // hidden and attention dropout (ALBERT v2: 0)
   double classifier_dropout = 0.1;
@@ -46,8 +47,8 @@ struct AlbertOptions {
 // 16 heads, FFN 4096) and a tiny one for tests (H 32, E 16, 2 layers, 2 heads, FFN 64, 128 positions).
 AlbertOptions albert_size(config::ModelSize size);
 
-// model.size with model.albert.* over it, model.pad_id and model.dropout, the vocabulary (the data
-// set's unless model.albert.vocab_size) and the classes from `input`. Throws std::invalid_argument
+// model.size with model.albert.* over it and model.dropout, the vocabulary (the data set's unless
+// model.albert.vocab_size), the pad id and the classes from `input`. Throws std::invalid_argument
 // naming the setting for what ALBERT cannot take (heads not dividing H, sequences longer than the
 // positions, a vocabulary smaller than the data's).
 AlbertOptions albert_options(const config::ModelConfig& config, const InputSpec& input);

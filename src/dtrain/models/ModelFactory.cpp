@@ -44,7 +44,7 @@ std::vector<ModelEntry> builtin_models() {
        detail::build_transformer},
       {{"albert",
         "ALBERT (Lan et al. 2020) sequence classifier: factorized embedding, one layer shared by all; "
-        "model.size tiny|base|large, model.albert.*, model.pad_id",
+        "model.size tiny|base|large, model.albert.*",
         {},
         {"albert"}},
        detail::build_albert,
