@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # docs/composing-parallelisms.md's table: the same 8 workers arranged by parallel.mesh (data_parallel, zero 3,
 # HSDP both ways, a replicated pipeline, HSDP with full activation recomputation, and with tensor parallelism
-# 2-D, HSDP x tp and 3-D), one small transformer on
+# 2-D, HSDP x tp and 3-D, with replicated and with sharded stages), one small transformer on
 # synthetic data. Prints "mesh | bytes per step | parameters gradients optimizer-state bytes peak-RSS MB" per row:
 # the bytes from a 5-step `dtrain train` (results.json's bytes_per_step), the state from `dtrain bench
 # throughput` (rank 0).
@@ -34,3 +34,4 @@ row "dp_replicate 4 x tp 2 (data_parallel)" parallel.strategy=data_parallel para
 row "dp_shard 4 x tp 2 (zero 3, 2-D)" parallel.strategy=zero parallel.zero.stage=3 parallel.mesh.dp_shard=4 parallel.mesh.tp=2
 row "dp_replicate 2 x dp_shard 2 x tp 2 (zero 3, HSDP x tp)" parallel.strategy=zero parallel.zero.stage=3 parallel.mesh.dp_replicate=2 parallel.mesh.dp_shard=2 parallel.mesh.tp=2
 row "pp 2 x dp_replicate 2 x tp 2 (pipeline, 3-D)" parallel.strategy=pipeline parallel.pipeline.stages=2 parallel.mesh.pp=2 parallel.mesh.dp_replicate=2 parallel.mesh.tp=2
+row "pp 2 x dp_shard 2 x tp 2 (pipeline, 3-D with sharded stages)" parallel.strategy=pipeline parallel.pipeline.stages=2 parallel.mesh.pp=2 parallel.mesh.dp_shard=2 parallel.mesh.tp=2

@@ -1,6 +1,7 @@
 // `dtrain train` with parallel.strategy decentralized through the real binary: graph nodes with
 // their own data on one worker or spread over two give the same numbers, a run saved by two
-// workers continues on one, and metrics.jsonl carries every node and the consensus error.
+// workers continues on one, metrics.jsonl carries every node and the consensus error, push-sum on
+// a one-peer exponential graph trains on Fashion-MNIST, and bad graph settings are refused by name.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -104,6 +105,92 @@ TEST_F(DecentralizedCommand, NodesThatDoNotSplitOverTheWorkersAreRefusedBeforeAn
   EXPECT_NE(other.err.find("parallel.decentralized.local_steps: a setting of algorithm local_sgd"),
             std::string::npos)
       << other.err;
+}
+
+// Push-sum on the one-peer exponential graph, eight nodes on two workers, on Fashion-MNIST: the
+// node average learns, and the nodes stay close, far closer than nodes that never talk (measured:
+// loss 2.31 -> 0.72, top-1 0.76, consensus error 0.028 against 0.25 without communication).
+TEST_F(DecentralizedCommand, PushSumOnAOnePeerExponentialGraphTrainsAndAgrees) {
+  if (!fs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")) {
+    GTEST_SKIP() << "dataset-fashion-mnist is not installed";
+  }
+  std::ofstream(dir_ / "push_sum.yaml")
+      << "name: push_sum\nout_dir: " << (dir_ / "runs").string() << "\n"
+      << "data: {dataset: fashion-mnist, subset_size: 4096, test_subset_size: 500, batch_size: 16, "
+         "partition: random}\n"
+         "model: {name: mlp, hidden: [32]}\n"
+         "optim: {name: sgd, lr: 0.05}\n"
+         "parallel:\n"
+         "  strategy: decentralized\n"
+         "  timeout_s: 60\n"
+         "  decentralized: {algorithm: push_sum}\n"
+         "  graph: {type: one_peer_exponential, nodes: 8}\n"
+         "train: {epochs: 1000, max_steps: 60, eval_every_steps: 30, eval_every_epochs: 0, eval_at_start: "
+         "true,\n"
+         "        checkpoint_every_epochs: 0, log_every_steps: 30, seed: 3, threads: 1}\n";
+  const auto config = (dir_ / "push_sum.yaml").string();
+  const auto pushed = run("train " + config + " --nproc 2", dir_.path());
+  ASSERT_EQ(pushed.exit_code, 0) << pushed.err;
+  const auto result = last_json_line(pushed.out);
+  EXPECT_EQ(result["strategy_notes"]["decentralized_algorithm"], "push_sum");
+  std::ifstream lines(fs::path(result["run_dir"].get<std::string>()) / "metrics.jsonl");
+  std::vector<nlohmann::json> evals;
+  for (std::string line; std::getline(lines, line);) {
+    auto j = nlohmann::json::parse(line);
+    if (j.contains("val/loss")) evals.push_back(j);
+  }
+  ASSERT_EQ(evals.size(), 3u);
+  EXPECT_LT(evals.back()["val/loss"].get<double>(), 0.5 * evals.front()["val/loss"].get<double>());
+  EXPECT_GT(evals.back()["val/top1"].get<double>(), 0.6);
+  const double agreed = evals.back()["strategy/consensus_error"].get<double>();
+  const auto alone =
+      run("train " + config + " --nproc 2 parallel.decentralized.algorithm=individual", dir_.path());
+  ASSERT_EQ(alone.exit_code, 0) << alone.err;
+  const double apart = last_json_line(alone.out)["strategy_metrics"]["consensus_error"].get<double>();
+  EXPECT_GT(agreed, 0.0);
+  EXPECT_LT(agreed, 0.25 * apart) << "push-sum " << agreed << ", no communication " << apart;
+}
+
+// Every new graph key and a bad value of each, refused by name in one line before a run starts.
+TEST_F(DecentralizedCommand, GraphKeysAndBadValuesAreRefusedByNameBeforeARunStarts) {
+  std::ofstream(dir_ / "dsgd.yaml")
+      << "name: gossip\nout_dir: " << (dir_ / "runs").string() << "\n"
+      << "data: {dataset: synthetic, synthetic_shape: [1, 8, 8], synthetic_classes: 4, synthetic_size: 512}\n"
+         "model: {name: mlp, hidden: [16]}\n"
+         "parallel: {strategy: decentralized, graph: {type: cycle, nodes: 4}}\n"
+         "train: {max_steps: 2}\n";
+  const std::vector<std::pair<std::string, std::string>> cases{
+      {"parallel.graph.type=one_peer_exponential parallel.graph.nodes=6",
+       "parallel.graph.type: one_peer_exponential averages exactly only over a power-of-two node count"},
+      {"parallel.graph.base=3", "parallel.graph.base: a setting of graph type exponential"},
+      {"parallel.graph.type=exponential parallel.graph.base=1",
+       "parallel.graph.base: expected an integer >= 2"},
+      {"parallel.graph.schedule=[exponential]", "parallel.graph.schedule: a setting of graph type schedule"},
+      {"parallel.graph.type=schedule parallel.graph.schedule=[exponential,hypercube]",
+       "parallel.graph.schedule: expected graph types among"},
+      {"parallel.graph.weights=0-1:x", "parallel.graph.weights: '0-1:x' is not a weight"},
+      {"parallel.graph.weights=0-1:0.5 parallel.decentralized.algorithm=local_sgd",
+       "parallel.graph.weights: local_sgd does not mix with graph weights"},
+      {"parallel.graph.type=exponential parallel.decentralized.algorithm=cadmm",
+       "parallel.graph.type: exponential is directed, but cadmm"},
+      {"parallel.graph.type=directed_cycle parallel.graph.weights=0-1:0.1",
+       "parallel.graph.weights: row 0 of the directed_cycle graph's mixing matrix"},
+      {"parallel.decentralized.algorithm=push_sum parallel.graph.type=directed_cycle "
+       "parallel.graph.weights=0-0:0.5,0-1:0.1",
+       "parallel.graph.weights: column 0 of the directed_cycle graph's mixing matrix"},
+      {"parallel.graph.peers=2", "parallel.graph.peers: a setting of graph type base"},
+      {"parallel.graph.type=base parallel.graph.peers=0", "parallel.graph.peers: expected a positive integer"},
+      {"parallel.decentralized.algorithm=pushsum", "parallel.decentralized.algorithm"},
+  };
+  for (const auto& [overrides, expected] : cases) {
+    const auto out = run("train " + (dir_ / "dsgd.yaml").string() + " --nproc 2 " + overrides, dir_.path());
+    EXPECT_NE(out.exit_code, 0) << overrides;
+    EXPECT_NE(out.err.find(expected), std::string::npos) << overrides << ": " << out.err;
+    const auto error = out.err.find("error: ");
+    ASSERT_NE(error, std::string::npos) << out.err;
+    EXPECT_EQ(out.err.find('\n', error), out.err.size() - 1) << "one line: " << out.err;
+    EXPECT_FALSE(fs::exists(dir_ / "runs")) << overrides << ": no run folder for a run that never starts";
+  }
 }
 
 }  // namespace

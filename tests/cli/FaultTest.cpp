@@ -1,7 +1,7 @@
-// Faults in a real `dtrain train` job of two workers, for each backend: a worker killed with
-// SIGKILL mid-training stops every other process of the job within 10 s with a message naming its
-// rank; with --max-restarts the job restarts from its last checkpoint and ends with the weights of
-// an uninterrupted run, byte for byte.
+// Faults in a real `dtrain train` job of two workers, for each backend, and of eight on the 3-D
+// mesh: a worker killed with SIGKILL mid-training stops every other process of the job within 10 s
+// with a message naming its rank; with --max-restarts the job restarts from its last checkpoint and
+// ends with the weights of an uninterrupted run, byte for byte.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -11,10 +11,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <map>
 #include <regex>
 #include <string>
@@ -87,6 +89,103 @@ bool gone(pid_t pid) {
   return state == 0 || state == 'Z';
 }
 
+// A `dtrain train` job of the configuration `config`, run in `dir`.
+struct FaultJob {
+  fs::path config;
+  fs::path dir;
+
+  // Starts the job, waits until it reports a checkpoint at step `at_least` or later, and returns
+  // the job's process and that checkpoint's path.
+  std::pair<pid_t, fs::path> start_until_checkpoint(std::vector<std::string> extra, long at_least) const {
+    std::vector<std::string> args{DTRAIN_BINARY, "train", config.string()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const pid_t job = spawn(args, dir / "job.out", dir / "job.err");
+    EXPECT_GT(job, 0);
+    const std::regex checkpoint_line("checkpoint (\\S+/checkpoint-(\\d+)\\.ckpt)");
+    const auto deadline = Clock::now() + std::chrono::seconds(120);
+    while (Clock::now() < deadline) {
+      const std::string err = read_file(dir / "job.err");
+      for (std::sregex_iterator it(err.begin(), err.end(), checkpoint_line), end; it != end; ++it) {
+        if (std::stol((*it)[2].str()) >= at_least) return {job, fs::path((*it)[1].str())};
+      }
+      if (state_of(job).first == 'Z') break;  // ended before that checkpoint
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    ADD_FAILURE() << "no checkpoint at step " << at_least << " or later:\n" << read_file(dir / "job.err");
+    return {job, {}};
+  }
+
+  // SIGKILL of `rank` after the first checkpoint stops every process of the job within 10 s, and
+  // the job's error names the rank.
+  void expect_kill_stops_the_job(int rank, const std::string& label) const {
+    const auto [job, checkpoint] = start_until_checkpoint({}, 8);
+    ASSERT_FALSE(checkpoint.empty());
+    const auto processes = descendants_of(job);
+    const pid_t victim = worker_of(processes, rank);
+    ASSERT_GT(victim, 0) << "no worker of rank " << rank << " among " << processes.size() << " processes";
+
+    const auto killed = Clock::now();
+    ASSERT_EQ(::kill(victim, SIGKILL), 0);
+    int status = 0;
+    ASSERT_EQ(::waitpid(job, &status, 0), job);
+    const double job_exit = std::chrono::duration<double>(Clock::now() - killed).count();
+    while (!std::all_of(processes.begin(), processes.end(), gone) &&
+           Clock::now() < killed + std::chrono::seconds(30)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    const double last_gone = std::chrono::duration<double>(Clock::now() - killed).count();
+    std::printf("%s: kill -9 of rank %d -> job exit %.3f s, last process gone %.3f s\n", label.c_str(), rank,
+                job_exit, last_gone);
+    EXPECT_TRUE(std::all_of(processes.begin(), processes.end(), gone));
+    EXPECT_LT(last_gone, 10.0);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_NE(WEXITSTATUS(status), 0);
+    const auto err = read_file(dir / "job.err");
+    EXPECT_NE(err.find("rank " + std::to_string(rank)), std::string::npos) << err;
+  }
+
+  // With --max-restarts 1, `rank` killed after the checkpoint of step `at_least` (mid-epoch: the
+  // restart must bring back the sampler's position, not only the weights): the job restarts from
+  // that checkpoint and ends with an uninterrupted run's model.pt, byte for byte, after `steps`.
+  void expect_restart_ends_uninterrupted(
+      int rank, long at_least, long steps, const std::string& label,
+      double learned_below = std::numeric_limits<double>::infinity()) const {
+    const auto uninterrupted = run("train " + config.string(), dir);
+    ASSERT_EQ(uninterrupted.exit_code, 0) << uninterrupted.err;
+    const fs::path reference = last_json_line(uninterrupted.out)["run_dir"].get<std::string>();
+
+    const auto [job, checkpoint] = start_until_checkpoint({"--max-restarts", "1"}, at_least);
+    ASSERT_FALSE(checkpoint.empty());
+    const pid_t victim = worker_of(descendants_of(job), rank);
+    ASSERT_GT(victim, 0);
+    ASSERT_EQ(::kill(victim, SIGKILL), 0) << "the job ended before the kill: make it longer";
+    int status = 0;
+    ASSERT_EQ(::waitpid(job, &status, 0), job);
+    const auto err = read_file(dir / "job.err");
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << err;
+    EXPECT_NE(err.find("restarting all workers (restart 1 of 1)"), std::string::npos) << err;
+    std::smatch resumed;
+    ASSERT_TRUE(std::regex_search(err, resumed, std::regex("resumed from \\S+ at step (\\d+)"))) << err;
+    EXPECT_GE(std::stol(resumed[1].str()), at_least);
+    EXPECT_LT(std::stol(resumed[1].str()), steps) << "nothing was left to train after the restart";
+
+    const fs::path restarted = checkpoint.parent_path().parent_path();
+    const auto results = last_json_line(read_file(dir / "job.out"));
+    EXPECT_EQ(results["steps"], steps);
+    EXPECT_EQ(results["final"], last_json_line(uninterrupted.out)["final"]);
+    EXPECT_LT(results["final"]["loss"].get<double>(), learned_below) << "the run did not learn";
+    const auto a = read_file(reference / "model.pt");
+    const auto b = read_file(restarted / "model.pt");
+    ASSERT_FALSE(a.empty());
+    EXPECT_TRUE(a == b) << "the restarted run's model.pt differs from the uninterrupted run's";
+    std::printf(
+        "%s: killed rank %d after the checkpoint of step %ld, 1 restart from step %s, model.pt %s (%zu "
+        "bytes)\n",
+        label.c_str(), rank, std::stol(checkpoint.stem().string().substr(11)), resumed[1].str().c_str(),
+        a == b ? "bit-equal" : "DIFFERENT", b.size());
+  }
+};
+
 class Faults : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
@@ -95,110 +194,67 @@ class Faults : public ::testing::TestWithParam<std::string> {
       GTEST_SKIP() << "this build has no " << GetParam() << " backend";
     if (GetParam() == "mpi" && ::access("/usr/bin/mpirun", X_OK) != 0)
       GTEST_SKIP() << "openmpi-bin is not installed";
-    config_ = dir_ / "faults.yaml";
     // 16 steps an epoch; 20 epochs, 320 steps, leave time to kill a worker after a checkpoint.
-    std::ofstream(config_) << "name: faults\n"
-                              "out_dir: "
-                           << (dir_ / "runs").string()
-                           << "\n"
-                              "nproc: 2\n"
-                              "data: {dataset: synthetic, synthetic_shape: [1, 8, 8], synthetic_classes: 4, "
-                              "synthetic_size: 512, batch_size: 16, test_subset_size: 64}\n"
-                              "model: {name: mlp, hidden: [16]}\n"
-                              "optim: {name: sgd, lr: 0.05, momentum: 0.9}\n"
-                              "parallel: {strategy: data_parallel, backend: "
-                           << GetParam()
-                           << ", timeout_s: 60}\n"
-                              "train: {epochs: 20, log_every_steps: 8, checkpoint_every_steps: 8, "
-                              "checkpoint_every_epochs: 0, seed: 5}\n";
-  }
-
-  // Starts the job, waits until it reports a checkpoint at step `at_least` or later, and returns
-  // the job's process and that checkpoint's path.
-  std::pair<pid_t, fs::path> start_until_checkpoint(std::vector<std::string> extra, long at_least) {
-    std::vector<std::string> args{DTRAIN_BINARY, "train", config_.string()};
-    args.insert(args.end(), extra.begin(), extra.end());
-    const pid_t job = spawn(args, dir_ / "job.out", dir_ / "job.err");
-    EXPECT_GT(job, 0);
-    const std::regex checkpoint_line("checkpoint (\\S+/checkpoint-(\\d+)\\.ckpt)");
-    const auto deadline = Clock::now() + std::chrono::seconds(120);
-    while (Clock::now() < deadline) {
-      const std::string err = read_file(dir_ / "job.err");
-      for (std::sregex_iterator it(err.begin(), err.end(), checkpoint_line), end; it != end; ++it) {
-        if (std::stol((*it)[2].str()) >= at_least) return {job, fs::path((*it)[1].str())};
-      }
-      if (state_of(job).first == 'Z') break;  // ended before that checkpoint
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    ADD_FAILURE() << "no checkpoint at step " << at_least << " or later:\n" << read_file(dir_ / "job.err");
-    return {job, {}};
+    std::ofstream(job_.config)
+        << "name: faults\n"
+           "out_dir: "
+        << (dir_ / "runs").string()
+        << "\n"
+           "nproc: 2\n"
+           "data: {dataset: synthetic, synthetic_shape: [1, 8, 8], synthetic_classes: 4, "
+           "synthetic_size: 512, batch_size: 16, test_subset_size: 64}\n"
+           "model: {name: mlp, hidden: [16]}\n"
+           "optim: {name: sgd, lr: 0.05, momentum: 0.9}\n"
+           "parallel: {strategy: data_parallel, backend: "
+        << GetParam()
+        << ", timeout_s: 60}\n"
+           "train: {epochs: 20, log_every_steps: 8, checkpoint_every_steps: 8, "
+           "checkpoint_every_epochs: 0, seed: 5}\n";
   }
 
   dtrain::testing::ScratchDir dir_;
-  fs::path config_;
+  FaultJob job_{dir_ / "faults.yaml", dir_.path()};
 };
 
 TEST_P(Faults, KilledRankStopsEveryProcessWithinTenSecondsNamingIt) {
-  const auto [job, checkpoint] = start_until_checkpoint({}, 8);
-  ASSERT_FALSE(checkpoint.empty());
-  const auto processes = descendants_of(job);
-  const pid_t rank1 = worker_of(processes, 1);
-  ASSERT_GT(rank1, 0) << "no worker of rank 1 among " << processes.size() << " processes";
-
-  const auto killed = Clock::now();
-  ASSERT_EQ(::kill(rank1, SIGKILL), 0);
-  int status = 0;
-  ASSERT_EQ(::waitpid(job, &status, 0), job);
-  const double job_exit = std::chrono::duration<double>(Clock::now() - killed).count();
-  while (!std::all_of(processes.begin(), processes.end(), gone) &&
-         Clock::now() < killed + std::chrono::seconds(30)) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  const double last_gone = std::chrono::duration<double>(Clock::now() - killed).count();
-  std::printf("%s, one host: kill -9 of rank 1 -> job exit %.3f s, last process gone %.3f s\n",
-              GetParam().c_str(), job_exit, last_gone);
-  EXPECT_TRUE(std::all_of(processes.begin(), processes.end(), gone));
-  EXPECT_LT(last_gone, 10.0);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_NE(WEXITSTATUS(status), 0);
-  const auto err = read_file(dir_ / "job.err");
-  EXPECT_NE(err.find("rank 1"), std::string::npos) << err;
+  job_.expect_kill_stops_the_job(1, GetParam() + ", one host");
 }
 
 TEST_P(Faults, RestartAfterAKillEndsWithTheWeightsOfAnUninterruptedRun) {
-  const auto uninterrupted = run("train " + config_.string(), dir_.path());
-  ASSERT_EQ(uninterrupted.exit_code, 0) << uninterrupted.err;
-  const fs::path reference = last_json_line(uninterrupted.out)["run_dir"].get<std::string>();
+  job_.expect_restart_ends_uninterrupted(1, 24, 320, GetParam());
+}
 
-  // Killed after the checkpoint of step 24, in the middle of the second epoch: the restart must
-  // bring back the sampler's position within the epoch, not only the weights.
-  const auto [job, checkpoint] = start_until_checkpoint({"--max-restarts", "1"}, 24);
-  ASSERT_FALSE(checkpoint.empty());
-  const pid_t rank1 = worker_of(descendants_of(job), 1);
-  ASSERT_GT(rank1, 0);
-  ASSERT_EQ(::kill(rank1, SIGKILL), 0) << "the job ended before the kill: make it longer";
-  int status = 0;
-  ASSERT_EQ(::waitpid(job, &status, 0), job);
-  const auto err = read_file(dir_ / "job.err");
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << err;
-  EXPECT_NE(err.find("restarting all workers (restart 1 of 1)"), std::string::npos) << err;
-  std::smatch resumed;
-  ASSERT_TRUE(std::regex_search(err, resumed, std::regex("resumed from \\S+ at step (\\d+)"))) << err;
-  EXPECT_GE(std::stol(resumed[1].str()), 24);
-  EXPECT_LT(std::stol(resumed[1].str()), 320) << "nothing was left to train after the restart";
+// The same on eight workers of the 3-D mesh (2 pipeline stages x 2 shards x 2 tensor-parallel
+// ranks): rank 5, a second stage's rank, killed.
+class MeshFaults : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // 16 steps an epoch of 8 workers x 4 samples; 80 steps.
+    std::ofstream(job_.config)
+        << "name: mesh-faults\nout_dir: " << (dir_ / "runs").string()
+        << "\nnproc: 8\n"
+           "data: {dataset: synthetic, synthetic_shape: [1, 8, 8], synthetic_classes: 4, synthetic_size: "
+           "512, "
+           "batch_size: 4, test_subset_size: 32}\n"
+           "model: {name: vit, dim: 16, heads: 2, depth: 2, patch: 4}\n"
+           "optim: {name: adam, lr: 0.001}\n"
+           "parallel: {strategy: pipeline, backend: gloo, timeout_s: 60, mesh: {pp: 2, dp_shard: 2, tp: 2}, "
+           "pipeline: {micro_batches: 2}}\n"
+           "train: {epochs: 5, log_every_steps: 8, checkpoint_every_steps: 8, checkpoint_every_epochs: 0, "
+           "eval_every_epochs: 0, threads: 1, seed: 5}\n";
+  }
 
-  const fs::path restarted = checkpoint.parent_path().parent_path();
-  const auto results = last_json_line(read_file(dir_ / "job.out"));
-  EXPECT_EQ(results["steps"], 320);
-  EXPECT_EQ(results["final"], last_json_line(uninterrupted.out)["final"]);
-  const auto a = read_file(reference / "model.pt");
-  const auto b = read_file(restarted / "model.pt");
-  ASSERT_FALSE(a.empty());
-  EXPECT_TRUE(a == b) << "the restarted run's model.pt differs from the uninterrupted run's";
-  std::printf(
-      "%s: killed rank 1 after the checkpoint of step %ld, 1 restart from step %s, model.pt %s (%zu bytes)\n",
-      GetParam().c_str(), std::stol(checkpoint.stem().string().substr(11)), resumed[1].str().c_str(),
-      a == b ? "bit-equal" : "DIFFERENT", b.size());
+  dtrain::testing::ScratchDir dir_;
+  FaultJob job_{dir_ / "mesh.yaml", dir_.path()};
+};
+
+TEST_F(MeshFaults, KilledRankStopsTheJobNamingIt) {
+  job_.expect_kill_stops_the_job(5, "pp 2 x dp_shard 2 x tp 2");
+}
+
+TEST_F(MeshFaults, RestartAfterAKillEndsWithTheWeightsOfAnUninterruptedRun) {
+  // Below chance (ln 4 for four classes): equal weights from weights that never moved prove nothing.
+  job_.expect_restart_ends_uninterrupted(5, 24, 80, "pp 2 x dp_shard 2 x tp 2", std::log(4.0));
 }
 
 // A worker under a launcher does not restart itself: the flag would be ignored, so it is refused.

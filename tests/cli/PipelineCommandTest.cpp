@@ -1,6 +1,6 @@
 // `dtrain train` with parallel.strategy: pipeline end to end, through the real binary: two workers
 // as one 2-stage pipeline on a small synthetic set train, evaluate through the pipeline, checkpoint,
-// and resume, as a pipeline and as data_parallel.
+// and resume, as a pipeline and as data_parallel; four as two pipelines whose stages shard over dp_shard.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -86,6 +86,28 @@ TEST_F(PipelineCommand, TwoStagesTrainEvaluateCheckpointAndResume) {
       run("train " + dp_cfg.string() + " train.epochs=3 --resume " + run_dir.string(), dir_.path());
   ASSERT_EQ(third.exit_code, 0) << third.err;
   EXPECT_EQ(last_json_line(third.out)["steps"], 3 * 512 / (16 * 2));
+}
+
+// Four workers on the mesh {pp: 2, dp_shard: 2}: two pipelines whose stages shard their gradients
+// and Adam state train as data_parallel does on the same four workers' batches.
+TEST_F(PipelineCommand, StagesShardedOverDpShardTrainAsDataParallelDoes) {
+  const auto cfg = write_config(
+      "{strategy: pipeline, backend: gloo, timeout_s: 60, mesh: {pp: 2, dp_shard: 2},\n"
+      "           pipeline: {micro_batches: 2}}");
+  const auto sharded = run("train " + cfg.string() + " nproc=4", dir_.path());
+  ASSERT_EQ(sharded.exit_code, 0) << sharded.err;
+  const auto results = last_json_line(sharded.out);
+  EXPECT_NE(results["strategy_notes"]["pipeline/stages"].get<std::string>().find(
+                "gradients and optimizer state sharded over dp_shard 2"),
+            std::string::npos)
+      << results["strategy_notes"].dump();
+  const auto dp_cfg = write_config("{strategy: data_parallel, backend: gloo, timeout_s: 60}", "dp.yaml");
+  const auto dp = run("train " + dp_cfg.string() + " nproc=4 name=dp", dir_.path());
+  ASSERT_EQ(dp.exit_code, 0) << dp.err;
+  const auto dp_results = last_json_line(dp.out);
+  EXPECT_EQ(results["steps"], dp_results["steps"]);
+  EXPECT_NEAR(results["final"]["loss"].get<double>(), dp_results["final"]["loss"].get<double>(), 1e-4)
+      << results["final"].dump() << " against " << dp_results["final"].dump();
 }
 
 TEST_F(PipelineCommand, StagesThatDoNotDivideTheWorkersAreOneLineBeforeAnyWorkerStarts) {

@@ -113,7 +113,7 @@ TEST(MeshConfig, EachStrategyTakesItsDimensionsAndAnUnsetMeshIsTodays) {
       starts_with(refusal({"parallel.strategy=data_parallel", "parallel.mesh.dp_shard=4"}, 4),
                   "parallel.mesh.dp_shard: 4, but parallel.strategy data_parallel takes dp_replicate"));
 
-  // pipeline: pp x dp_replicate, pp agreeing with parallel.pipeline.stages.
+  // pipeline: pp x dp_replicate x dp_shard, pp agreeing with parallel.pipeline.stages.
   EXPECT_EQ(*resolve_mesh(parallel_of({"parallel.strategy=pipeline", "parallel.mesh.pp=2",
                                        "parallel.mesh.dp_replicate=2"}),
                           4),
@@ -127,9 +127,11 @@ TEST(MeshConfig, EachStrategyTakesItsDimensionsAndAnUnsetMeshIsTodays) {
                "parallel.mesh.dp_replicate=2"},
               4),
       "parallel.mesh.pp: 2, but parallel.strategy pipeline's own setting of it is 4; they must agree"));
-  EXPECT_TRUE(starts_with(
-      refusal({"parallel.strategy=pipeline", "parallel.mesh.pp=2", "parallel.mesh.dp_shard=2"}, 4),
-      "parallel.mesh.dp_shard: 2, but parallel.strategy pipeline takes pp, dp_replicate and tp"));
+  // pp x dp_shard: the stages shard their optimizer state (Note [A stage sharded over dp_shard]).
+  EXPECT_EQ(
+      *resolve_mesh(
+          parallel_of({"parallel.strategy=pipeline", "parallel.mesh.pp=2", "parallel.mesh.dp_shard=2"}), 4),
+      (MeshShape{2, 1, 2}));
 
   // The others: only the mesh they form on their own.
   EXPECT_EQ(*resolve_mesh(parallel_of({"parallel.strategy=dad", "parallel.mesh.dp_replicate=2"}), 2),

@@ -420,7 +420,8 @@ TEST_P(DecentralizedOverflow, EveryRankSkipsAndTrainingGoesOn) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Algorithms, DecentralizedOverflow,
-                         ::testing::Values("dsgd", "cadmm", "dsgt", "choco", "local_sgd", "centralized"));
+                         ::testing::Values("dsgd", "cadmm", "dsgt", "choco", "push_sum", "local_sgd",
+                                           "centralized"));
 
 // bf16 really trains: lenet5 fitting one batch falls as far as in float32, by different numbers.
 TEST(MixedPrecisionTraining, Bf16Lenet5LossFallsAsInFloat32) {

@@ -129,7 +129,7 @@ State train(const config::RunConfig& cfg, int ranks, const Data& data, int first
   return ends[0];
 }
 
-constexpr int kSteps = 6;
+constexpr int kSteps = 20;
 
 State one_process(const std::string& model, int steps = kSteps) {
   const auto cfg = config_of(model, "local");
@@ -175,6 +175,15 @@ INSTANTIATE_TEST_SUITE_P(
                  {"parallel.mesh.tp=2", "parallel.tensor.sequence_parallel=true"}},
         MeshCase{"VitTp2", "vit", "data_parallel", 2, {"parallel.mesh.tp=2"}},
         MeshCase{"LmTp2Replicas2", "lm", "data_parallel", 4, {"parallel.mesh.tp=2"}},
+        // PowerSGD on the data axis at full rank (min(rows, cols)) reconstructs every gradient matrix.
+        MeshCase{
+            "LmTp2Replicas2PowerSgdFullRank",
+            "lm",
+            "data_parallel",
+            4,
+            {"parallel.mesh.tp=2", "parallel.data_parallel.compression=powersgd",
+             "parallel.data_parallel.powersgd_rank=64", "parallel.data_parallel.powersgd_min_compression=0",
+             "parallel.data_parallel.powersgd_start_step=0"}},
         MeshCase{"LmTp2Shard2", "lm", "zero", 4, {"parallel.mesh.tp=2", "parallel.zero.stage=3"}},
         MeshCase{"LmHsdp2x2Tp2",
                  "lm",
@@ -196,6 +205,19 @@ INSTANTIATE_TEST_SUITE_P(
                   "parallel.pipeline.schedule=1f1b", "parallel.pipeline.micro_batches=2",
                   "parallel.tensor.sequence_parallel=true"}},
         MeshCase{"VitTp2Pp2", "vit", "pipeline", 4, {"parallel.mesh.pp=2", "parallel.mesh.tp=2"}},
+        MeshCase{"LmPp2Shard2", "lm", "pipeline", 4, {"parallel.mesh.pp=2", "parallel.mesh.dp_shard=2"}},
+        MeshCase{"LmPp2Replicate2Shard2",
+                 "lm",
+                 "pipeline",
+                 8,
+                 {"parallel.mesh.pp=2", "parallel.mesh.dp_replicate=2", "parallel.mesh.dp_shard=2",
+                  "parallel.pipeline.schedule=1f1b", "parallel.pipeline.micro_batches=2"}},
+        MeshCase{"Lm3dShardTp",
+                 "lm",
+                 "pipeline",
+                 8,
+                 {"parallel.mesh.pp=2", "parallel.mesh.dp_shard=2", "parallel.mesh.tp=2",
+                  "parallel.pipeline.schedule=gpipe", "parallel.pipeline.micro_batches=2"}},
         MeshCase{"LmTp2Recomputed",
                  "lm",
                  "data_parallel",
@@ -240,6 +262,30 @@ TEST(TensorParallel, CheckpointsMoveBetweenMeshesAndOneProcess) {
   const auto hsdp_tp = config_of(
       "lm", "zero", {"parallel.mesh.dp_replicate=2", "parallel.mesh.tp=2", "parallel.zero.stage=2"});
   EXPECT_LE(max_abs_difference(train(hsdp_tp, 4, data, half, kSteps, &from_tp), uninterrupted), 1e-6);
+}
+
+// A pipeline whose stages shard their optimizer state over dp_shard saves it whole by name: one
+// process resumes from it, and the sharded pipeline from one process's, each ending where the
+// uninterrupted run ends.
+TEST(TensorParallel, ShardedPipelineCheckpointsMoveToOneProcessAndBack) {
+  const auto sharded = config_of("lm", "pipeline", {"parallel.mesh.pp=2", "parallel.mesh.dp_shard=2"});
+  const auto local = config_of("lm", "local");
+  const auto data = data_of(sharded, kSteps);
+  const int half = kSteps / 2;
+  io::Checkpoint from_sharded, from_local;
+  train(sharded, 4, data, 0, half, nullptr, &from_sharded);
+  train(local, 0, data, 0, half, nullptr, &from_local);
+  for (const auto& [key, value] : from_local.tensors()) {
+    ASSERT_TRUE(from_sharded.contains(key)) << key;
+    EXPECT_EQ(from_sharded.tensor(key).sizes(), value.sizes()) << key;
+    EXPECT_LE(
+        (from_sharded.tensor(key).to(torch::kDouble) - value.to(torch::kDouble)).abs().max().item<double>(),
+        1e-9)
+        << key;
+  }
+  const auto uninterrupted = one_process("lm");
+  EXPECT_LE(max_abs_difference(train(local, 0, data, half, kSteps, &from_sharded), uninterrupted), 1e-6);
+  EXPECT_LE(max_abs_difference(train(sharded, 4, data, half, kSteps, &from_local), uninterrupted), 1e-6);
 }
 
 // Megatron-LM's count: per block, two all-reduces of the (b, s, h) activations forward and two

@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
+
 #include "dtrain/train/Metrics.h"
 #include "support/ThreadWorld.h"
 
@@ -105,6 +107,41 @@ TEST(Metrics, SequenceOutputsAreFlattened) {
   acc.add(logits, targets, 0.0);
   EXPECT_EQ(acc.result().samples, 6);
   EXPECT_DOUBLE_EQ(acc.result().top1, 4.0 / 6);
+}
+
+// A language model's perplexity is exp of its mean token loss; a classifier reports none.
+TEST(Metrics, ALanguageModelReportsPerplexity) {
+  MetricsAccumulator lm(4, /*language_model=*/true), classifier(4);
+  const auto logits = torch::zeros({2, 3, 4});
+  const auto targets = torch::tensor({{2, 2, 1}, {2, 0, 2}}, torch::kLong);
+  lm.add(logits, targets, 6 * 1.5);
+  classifier.add(logits, targets, 6 * 1.5);
+  ASSERT_TRUE(lm.result().perplexity.has_value());
+  EXPECT_DOUBLE_EQ(*lm.result().perplexity, std::exp(1.5));
+  EXPECT_DOUBLE_EQ(lm.result().named("val/").at("val/perplexity"), std::exp(1.5));
+  EXPECT_FALSE(classifier.result().perplexity.has_value());
+  EXPECT_EQ(classifier.result().named("").count("perplexity"), 0u);
+}
+
+// A word-level vocabulary's confusion matrix would not fit (33,278 words: 8.9 GB): beyond
+// kMaxConfusionClasses only the loss and top-k are kept, and the class figures are not reported.
+TEST(Metrics, BeyondTheConfusionLimitOnlyLossAndTopKAreKept) {
+  const auto classes = kMaxConfusionClasses + 1;
+  MetricsAccumulator acc(classes, /*language_model=*/true);
+  auto logits = torch::zeros({3, classes});
+  logits.index_put_({torch::indexing::Slice(), 7}, 1.0);
+  acc.add(logits, torch::tensor({7, 7, 1}, torch::kLong), 3.0);
+  EXPECT_EQ(acc.packed().numel(), 7);
+  const auto m = acc.result();
+  EXPECT_FALSE(m.class_metrics);
+  EXPECT_DOUBLE_EQ(m.top1, 2.0 / 3);
+  EXPECT_TRUE(m.class_samples.empty());
+  const auto named = m.named("");
+  EXPECT_EQ(named.count("mcc") + named.count("f1") + named.count("precision") + named.count("recall"), 0u);
+  EXPECT_EQ(named.count("top5"), 1u);
+  MetricsAccumulator again(classes, true);
+  again.load(acc.packed());
+  EXPECT_DOUBLE_EQ(again.result().top1, 2.0 / 3);
 }
 
 TEST(Metrics, AllReduceEqualsOneAccumulatorOverTheUnion) {

@@ -128,8 +128,7 @@ DataSets load_synthetic(const config::DataConfig& data, const std::string& root)
   return finish_images(std::move(train), std::move(test), data, root);
 }
 
-DataSets load_text_set(const config::DataConfig& data, const std::string&) {
-  auto split = load_text(data.text_path, data.seq_len);
+DataSets language_model_sets(const TextSplit& split, const config::DataConfig& data) {
   TORCH_CHECK(data.subset_size >= 0 && data.test_subset_size >= 0,
               "data.subset_size / data.test_subset_size: expected >= 0");
   std::shared_ptr<const Dataset> train = data.subset_size > 0 ? split.train->head(data.subset_size)
@@ -138,6 +137,14 @@ DataSets load_text_set(const config::DataConfig& data, const std::string&) {
                                             ? split.test->head(data.test_subset_size)
                                             : std::shared_ptr<const Dataset>(split.test);
   return DataSets{train, train, test, {}};
+}
+
+DataSets load_text_set(const config::DataConfig& data, const std::string&) {
+  return language_model_sets(load_text(data.text_path, data.seq_len), data);
+}
+
+DataSets load_wikitext_set(const config::DataConfig& data, const std::string& root) {
+  return language_model_sets(load_word_corpus(root, data.seq_len), data);
 }
 
 DataSets load_sentence_set(const config::DataConfig& data, const std::string&) {
@@ -227,6 +234,13 @@ std::vector<DatasetEntry> builtin_datasets() {
        load_synthetic,
        nullptr},
       {{"text", "a character-level language-model corpus (data.text_path)"}, "", load_text_set, nullptr},
+      {{"wikitext",
+        "a word-level language-model corpus in WikiText's layout: wiki.train.tokens and wiki.test.tokens "
+        "under "
+        "data.root"},
+       "",
+       load_wikitext_set,
+       nullptr},
       {{"sentences",
         "labelled sentences for a classifier over tokens: GLUE's CoLA or SST-2 TSV, text<TAB>label or JSON "
         "lines (train and dev files under data.root), tokenized by the SentencePiece model data.tokenizer",

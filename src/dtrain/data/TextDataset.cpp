@@ -7,8 +7,13 @@
 
 namespace dtrain::data {
 
-TextDataset::TextDataset(std::string name, torch::Tensor tokens, std::string vocab, int seq_len)
-    : name_(std::move(name)), tokens_(tokens.contiguous()), vocab_(std::move(vocab)), seq_len_(seq_len) {
+TextDataset::TextDataset(std::string name, torch::Tensor tokens, std::vector<std::string> vocab, int seq_len,
+                         std::string separator)
+    : name_(std::move(name)),
+      tokens_(tokens.contiguous()),
+      vocab_(std::move(vocab)),
+      separator_(std::move(separator)),
+      seq_len_(seq_len) {
   TORCH_CHECK(seq_len >= 1, "data.seq_len: expected >= 1, found ", seq_len);
   TORCH_INTERNAL_ASSERT(tokens_.dim() == 1 && tokens_.scalar_type() == torch::kLong);
   // A window needs seq_len inputs and one more token for its last target.
@@ -29,27 +34,12 @@ Batch TextDataset::get_batch(const torch::Tensor& indices, std::uint64_t /*augme
 std::string TextDataset::decode(const torch::Tensor& ids) const {
   auto flat = ids.to(torch::kLong).contiguous().view({-1});
   std::string out;
-  out.reserve(static_cast<std::size_t>(flat.numel()));
   const auto* p = flat.data_ptr<std::int64_t>();
   for (std::int64_t i = 0; i < flat.numel(); ++i) {
     TORCH_CHECK(p[i] >= 0 && p[i] < num_classes(), name_, ": token id ", p[i], " outside the vocabulary of ",
                 num_classes());
-    out.push_back(vocab_[static_cast<std::size_t>(p[i])]);
-  }
-  return out;
-}
-
-torch::Tensor TextDataset::encode(const std::string& text) const {
-  std::array<std::int64_t, 256> id;
-  id.fill(-1);
-  for (std::size_t i = 0; i < vocab_.size(); ++i)
-    id[static_cast<unsigned char>(vocab_[i])] = static_cast<std::int64_t>(i);
-  auto out = torch::empty({static_cast<std::int64_t>(text.size())}, torch::kLong);
-  auto* p = out.data_ptr<std::int64_t>();
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    p[i] = id[static_cast<unsigned char>(text[i])];
-    TORCH_CHECK(p[i] >= 0, name_, ": character code ", static_cast<int>(static_cast<unsigned char>(text[i])),
-                " at position ", i, " is not in the vocabulary");
+    if (i > 0) out += separator_;
+    out += vocab_[static_cast<std::size_t>(p[i])];
   }
   return out;
 }
@@ -59,7 +49,7 @@ std::shared_ptr<TextDataset> TextDataset::head(std::int64_t n) const {
   const std::int64_t keep = std::min(n, size_);
   const std::int64_t length = keep > 0 ? keep * seq_len_ + 1 : 0;
   return std::make_shared<TextDataset>(name_, tokens_.narrow(0, 0, length), vocab_,
-                                       static_cast<int>(seq_len_));
+                                       static_cast<int>(seq_len_), separator_);
 }
 
 TextSplit load_text(const std::string& path, int seq_len) {
@@ -71,9 +61,12 @@ TextSplit load_text(const std::string& path, int seq_len) {
 
   std::array<bool, 256> present{};
   for (char c : text) present[static_cast<unsigned char>(c)] = true;
-  std::string vocab;
+  std::vector<std::string> vocab;
+  std::array<std::int64_t, 256> id{};
   for (int b = 0; b < 256; ++b) {
-    if (present[b]) vocab.push_back(static_cast<char>(b));
+    if (!present[b]) continue;
+    id[b] = static_cast<std::int64_t>(vocab.size());
+    vocab.emplace_back(1, static_cast<char>(b));
   }
   const auto length = static_cast<std::int64_t>(text.size());
   const std::int64_t test_chars = length / 10;
@@ -82,8 +75,9 @@ TextSplit load_text(const std::string& path, int seq_len) {
               " characters give no full window of data.seq_len = ", seq_len,
               " (+1) in both the train (90%) and ",
               "test (10%) parts; use a longer file or a smaller data.seq_len");
-  TextDataset all("text", torch::zeros({0}, torch::kLong), vocab, seq_len);
-  auto tokens = all.encode(text);
+  auto tokens = torch::empty({length}, torch::kLong);
+  auto* ids = tokens.data_ptr<std::int64_t>();
+  for (std::int64_t i = 0; i < length; ++i) ids[i] = id[static_cast<unsigned char>(text[i])];
   TextSplit split;
   split.train =
       std::make_shared<TextDataset>("text/train", tokens.narrow(0, 0, train_chars).clone(), vocab, seq_len);

@@ -10,14 +10,16 @@
 namespace dtrain::train {
 
 std::map<std::string, double> EvalMetrics::named(const std::string& prefix) const {
-  return {{prefix + "loss", loss},
-          {prefix + "top1", top1},
-          {prefix + "top3", top3},
-          {prefix + "top5", top5},
-          {prefix + "precision", precision},
-          {prefix + "recall", recall},
-          {prefix + "f1", f1},
-          {prefix + "mcc", mcc}};
+  std::map<std::string, double> out{
+      {prefix + "loss", loss}, {prefix + "top1", top1}, {prefix + "top3", top3}, {prefix + "top5", top5}};
+  if (class_metrics) {
+    out[prefix + "precision"] = precision;
+    out[prefix + "recall"] = recall;
+    out[prefix + "f1"] = f1;
+    out[prefix + "mcc"] = mcc;
+  }
+  if (perplexity) out[prefix + "perplexity"] = *perplexity;
+  return out;
 }
 
 double matthews_correlation(const at::Tensor& confusion) {
@@ -33,11 +35,20 @@ double matthews_correlation(const at::Tensor& confusion) {
   return cov_ytyp / std::sqrt(cov_ytyt * cov_ypyp);
 }
 
-MetricsAccumulator::MetricsAccumulator(std::int64_t num_classes)
+namespace {
+
+std::int64_t confusion_side(std::int64_t num_classes) {
+  return num_classes <= kMaxConfusionClasses ? num_classes : 0;
+}
+
+}  // namespace
+
+MetricsAccumulator::MetricsAccumulator(std::int64_t num_classes, bool language_model)
     : num_classes_(num_classes),
+      language_model_(language_model),
       loss_sum_(torch::zeros({1}, torch::kDouble)),
       within_top_(torch::zeros({5}, torch::kLong)),
-      confusion_(torch::zeros({num_classes, num_classes}, torch::kLong)) {
+      confusion_(torch::zeros({confusion_side(num_classes), confusion_side(num_classes)}, torch::kLong)) {
   TORCH_CHECK(num_classes > 0, "metrics need at least one class, got ", num_classes);
 }
 
@@ -62,9 +73,11 @@ void MetricsAccumulator::count(const at::Tensor& outputs, const at::Tensor& targ
   // A label occurs at most once in a row of top: the running sum along k is 1 from its position on.
   within_top_.narrow(0, 0, kmax).add_(top.eq(labels.unsqueeze(1)).cumsum(1, torch::kLong).sum(0));
   if (kmax < 5) within_top_.narrow(0, kmax, 5 - kmax).add_(n);
-  // index_add_ rather than bincount: a GPU's bincount reads the largest index on the host first.
-  const auto cells = labels * num_classes_ + top.select(1, 0);
-  confusion_.view({-1}).index_add_(0, cells, torch::ones_like(cells));
+  if (confusion_.numel() > 0) {
+    // index_add_ rather than bincount: a GPU's bincount reads the largest index on the host first.
+    const auto cells = labels * num_classes_ + top.select(1, 0);
+    confusion_.view({-1}).index_add_(0, cells, torch::ones_like(cells));
+  }
   samples_ += n;
 }
 
@@ -92,11 +105,12 @@ at::Tensor MetricsAccumulator::packed() const {
 }
 
 void MetricsAccumulator::load(const at::Tensor& packed) {
-  const auto cells = num_classes_ * num_classes_;
+  const auto side = confusion_side(num_classes_);
+  const auto cells = side * side;
   TORCH_CHECK(packed.dim() == 1 && packed.numel() == cells + 7, "metrics state of ", packed.numel(),
               " values does not fit ", num_classes_, " classes (", cells + 7, " values)");
   const auto values = packed.to(torch::kDouble);
-  confusion_ = values.narrow(0, 0, cells).round().to(torch::kLong).view({num_classes_, num_classes_});
+  confusion_ = values.narrow(0, 0, cells).round().to(torch::kLong).view({side, side});
   loss_sum_ = values.narrow(0, cells, 1).clone();
   samples_ = static_cast<std::int64_t>(values[cells + 1].item<double>());
   within_top_ = values.narrow(0, cells + 2, 5).round().to(torch::kLong);
@@ -119,6 +133,11 @@ EvalMetrics MetricsAccumulator::result() const {
   m.top1 = correct(1) / n;
   m.top3 = correct(3) / n;
   m.top5 = correct(5) / n;
+  if (language_model_) m.perplexity = std::exp(m.loss);
+  if (confusion_.numel() == 0) {
+    m.class_metrics = false;
+    return m;
+  }
   const auto confusion = confusion_.to(torch::kCPU).to(torch::kDouble);
   const auto true_positive = confusion.diagonal();
   const auto predicted = confusion.sum(0);  // per class: how often it was predicted

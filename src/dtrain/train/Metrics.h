@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,12 @@ struct EvalMetrics {
   // Matthews correlation (CoLA's metric) over every class, in [-1, 1]: scikit-learn's
   // matthews_corrcoef of the confusion matrix; 0 when every target or every prediction is one class.
   double mcc = 0.0;
+  // Whether precision, recall, F1, Matthews correlation and the per-class figures were computed:
+  // not beyond kMaxConfusionClasses classes (a word-level vocabulary), whose confusion matrix would
+  // not fit; named() then leaves them out.
+  bool class_metrics = true;
+  // exp(loss) for a language model (per-token cross-entropy), as PyTorch's word_language_model reports it.
+  std::optional<double> perplexity;
   std::int64_t samples = 0;
   // Per class (index = label): how often it was the target, its recall and its precision; what a
   // report lists by class name (results' per_class.csv).
@@ -45,9 +52,13 @@ struct EvalMetrics {
   std::map<std::string, double> named(const std::string& prefix) const;
 };
 
+// The most classes the confusion matrix is kept for ((C, C) int64: 8 MB at 1,024).
+constexpr std::int64_t kMaxConfusionClasses = 1024;
+
 class MetricsAccumulator {
  public:
-  explicit MetricsAccumulator(std::int64_t num_classes);
+  // `language_model`: the targets are next tokens, and result() reports the perplexity.
+  explicit MetricsAccumulator(std::int64_t num_classes, bool language_model = false);
 
   // outputs (N, C) logits or (N, T, C) for sequences; targets (N) or (N, T); loss_sum is the summed
   // (not mean) loss of these predictions.
@@ -69,11 +80,12 @@ class MetricsAccumulator {
 
  private:
   std::int64_t num_classes_;
+  bool language_model_;
   std::int64_t samples_ = 0;
   // The summed loss (float64, 1), hits within the top k for k = 1..5 (int64, 5; k beyond the number
   // of classes counts as every class) and the confusion matrix ((C, C) int64: [target][prediction]),
   // as tensors on the device of the outputs added (the CPU until then), so that adding a batch
-  // costs no synchronisation.
+  // costs no synchronisation. Beyond kMaxConfusionClasses the confusion matrix is empty.
   at::Tensor loss_sum_;
   at::Tensor within_top_;
   at::Tensor confusion_;

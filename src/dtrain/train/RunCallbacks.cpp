@@ -13,9 +13,13 @@ namespace dtrain::train {
 namespace {
 
 std::string describe(const EvalMetrics& m) {
-  return fmt::format(
-      "loss {:.4f} top1 {:.4f} top3 {:.4f} top5 {:.4f} precision {:.4f} recall {:.4f} f1 {:.4f} mcc {:.4f}",
-      m.loss, m.top1, m.top3, m.top5, m.precision, m.recall, m.f1, m.mcc);
+  auto out = fmt::format("loss {:.4f} top1 {:.4f} top3 {:.4f} top5 {:.4f}", m.loss, m.top1, m.top3, m.top5);
+  if (m.class_metrics) {
+    out += fmt::format(" precision {:.4f} recall {:.4f} f1 {:.4f} mcc {:.4f}", m.precision, m.recall, m.f1,
+                       m.mcc);
+  }
+  if (m.perplexity) out += fmt::format(" perplexity {:.2f}", *m.perplexity);
+  return out;
 }
 
 void write_scalars(const io::MetricsSinkPtr& sink, std::int64_t step, std::int64_t epoch,

@@ -276,7 +276,7 @@ MetricsAccumulator Trainer::evaluate_model(std::size_t index, const parallel::Ev
   const bool held_out = shard_.held_out.defined() && shard_.held_out.numel() > 0;
   const auto& dataset = held_out ? data_.train_plain : data_.test;
   const torch::Tensor indices = held_out ? shard_.held_out : torch::Tensor();
-  MetricsAccumulator metrics(dataset->num_classes());
+  MetricsAccumulator metrics(dataset->num_classes(), language_model());
   // A model every rank holds is evaluated on each rank's share; one that lives on one rank, by
   // that rank on the whole set. Either way the sum over ranks is the model's figure.
   const bool shared = model.owner < 0;
@@ -334,7 +334,7 @@ bool Trainer::train_epoch(TrainResult& result, std::int64_t warmup) {
   const auto per_epoch = epoch_steps();
   feed_->start_epoch(epoch_, epoch_batch_, remainder_ ? &remainder_->rest : nullptr);
   const JoinSchedule* join = remainder_ && remainder_->join ? &*remainder_->join : join_ ? &*join_ : nullptr;
-  if (epoch_batch_ == 0 || !train_metrics_) train_metrics_.emplace(data_.train->num_classes());
+  if (epoch_batch_ == 0 || !train_metrics_) train_metrics_.emplace(data_.train->num_classes(), language_model());
   double epoch_seconds = 0.0;
   auto t_prev = Clock::now();
   for (;;) {

@@ -108,6 +108,8 @@ class Trainer {
   // evaluated, checkpointed, the epoch's or the run's last, or every step with train.sync_every_step.
   bool read_point(std::int64_t step, bool epoch_end) const;
   MetricsAccumulator evaluate_model(std::size_t index, const parallel::EvalModel& model);
+  // Whether the targets are next tokens (a text corpus): the metrics report perplexity.
+  bool language_model() const { return data_.train->tokens() && !data_.train->per_sample_labels(); }
   void run_evaluation();
   // Trains the rest of epoch_; false when the run stopped before the epoch's end.
   bool train_epoch(TrainResult& result, std::int64_t warmup);

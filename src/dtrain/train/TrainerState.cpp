@@ -155,7 +155,7 @@ void Trainer::load_state(const io::Checkpoint& checkpoint) {
   last_eval_step_ = -1;
   train_metrics_.reset();
   if (epoch_batch_ > 0 && checkpoint.contains("train_metrics")) {
-    train_metrics_.emplace(data_.train->num_classes());
+    train_metrics_.emplace(data_.train->num_classes(), language_model());
     const auto& sums = checkpoint.tensor("train_metrics");
     const auto classes = data_.train->num_classes();
     if (sums.dim() != 1 || sums.numel() != classes * classes + 7) {

@@ -59,7 +59,8 @@ TEST_P(SameNumbersOnAnyRanks, SixNodesOnTwoThreeAndSixRanks) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Algorithms, SameNumbersOnAnyRanks,
-                         ::testing::Values("dsgd", "cadmm", "dsgt", "choco", "local_sgd", "centralized"));
+                         ::testing::Values("dsgd", "cadmm", "dsgt", "choco", "push_sum", "local_sgd",
+                                           "centralized"));
 
 TEST(Decentralized, ChocoWithTheIdentityCompressorIsDsgdMixedOnceMore) {
   // DSGD mixes then steps: x+ = W x - lr g(W x). Choco with Q = identity and gamma = 1 steps then

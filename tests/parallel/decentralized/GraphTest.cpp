@@ -1,9 +1,12 @@
 // Communication graphs: every type's shape, Metropolis weights symmetric and doubly stochastic,
 // Erdős–Rényi redrawn until connected (and the error when it never is), seeded and time-varying
-// draws, edge lists, and how nodes are spread over ranks.
+// draws, edge lists, the directed exponential graphs and the Base-(k+1) graphs and their mixing
+// matrices, per-edge weights, schedules of types, and how nodes are spread over ranks.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <functional>
 #include <stdexcept>
 #include <string>
 
@@ -138,6 +141,211 @@ TEST(Graph, EdgeListsAreParsedAndCheckedAndSettingsOfOtherTypesRefused) {
   torus.torus_rows = 5;
   EXPECT_NE(error_of([&] { make_graph(torus, 12, 0); }).find("torus_rows"), std::string::npos);
   EXPECT_EQ(error_of([&] { check_graph(torus); }), "");
+}
+
+using Matrix = std::vector<std::vector<double>>;
+
+Matrix times(const Matrix& a, const Matrix& b) {
+  const std::size_t n = a.size();
+  Matrix c(n, std::vector<double>(n, 0.0));
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t k = 0; k < n; ++k)
+      for (std::size_t j = 0; j < n; ++j) c[i][j] += a[i][k] * b[k][j];
+  return c;
+}
+
+// Sums of every row and column of W: (worst |row - 1|, worst |column - 1|).
+std::pair<double, double> stochastic_errors(const Matrix& w) {
+  double rows = 0, columns = 0;
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    double row = 0, column = 0;
+    for (std::size_t j = 0; j < w.size(); ++j) {
+      row += w[i][j];
+      column += w[j][i];
+      EXPECT_GE(w[i][j], 0.0);
+    }
+    rows = std::max(rows, std::abs(row - 1.0));
+    columns = std::max(columns, std::abs(column - 1.0));
+  }
+  return {rows, columns};
+}
+
+TEST(Graph, ExponentialGraphsSendToEveryPowerOfTheBaseWithDoublyStochasticWeights) {
+  auto o = of("exponential");
+  const auto g = make_graph(o, 12, 0);
+  EXPECT_TRUE(g.is_directed());
+  EXPECT_EQ(g.out_neighbours(0), (std::vector<int>{1, 2, 4, 8}));
+  EXPECT_EQ(g.in_neighbours(0), (std::vector<int>{4, 8, 10, 11}));
+  EXPECT_DOUBLE_EQ(g.weight(8, 0), 0.2);  // 1 / (log2-ceil(12) + 1), as BlueFog's ExponentialGraph(12)
+  EXPECT_DOUBLE_EQ(g.weight(0, 0), 0.2);
+  EXPECT_EQ(g.weight(0, 1), 0.0);  // 0 sends to 1; 1 does not send to 0
+  for (int base : {2, 3, 4}) {
+    o.base = base;
+    for (int n : {1, 2, 3, 5, 8, 12, 16, 17}) {
+      const auto e = make_graph(o, n, 0);
+      EXPECT_TRUE(e.connected()) << base << " " << n;
+      const auto [rows, columns] = stochastic_errors(e.mixing_matrix());
+      EXPECT_LT(rows, 1e-12) << "base " << base << ", " << n << " nodes";
+      EXPECT_LT(columns, 1e-12) << "base " << base << ", " << n << " nodes";
+      EXPECT_NO_THROW(check_mixing(e, Mixing::DoublyStochastic, "dsgd"));
+    }
+  }
+  // Offsets are integer powers: 3^5 = 243 < 250 is one (a float logarithm can miss it).
+  o.base = 3;
+  EXPECT_EQ(make_graph(o, 250, 0).out_neighbours(0), (std::vector<int>{1, 3, 9, 27, 81, 243}));
+}
+
+TEST(Graph, OnePeerExponentialRoundsMultiplyToTheExactAverage) {
+  const auto o = of("one_peer_exponential");
+  for (int n : {2, 4, 8, 16}) {
+    int rounds = 0;
+    while ((1 << rounds) < n) ++rounds;
+    const Matrix average(static_cast<std::size_t>(n),
+                         std::vector<double>(static_cast<std::size_t>(n), 1.0 / n));
+    for (std::int64_t start : {0, 5}) {  // any log2(n) consecutive rounds
+      Matrix product = make_graph(o, n, 0, start).mixing_matrix();
+      EXPECT_TRUE(graph_changes_at(o, start + 1));
+      for (int k = 1; k < rounds; ++k) {
+        const auto g = make_graph(o, n, 0, start + k);
+        EXPECT_EQ(g.degree(0), 1);
+        EXPECT_EQ(g.out_neighbours(0).front(), 1 << ((start + k) % rounds));
+        if (k == rounds - 1 && n > 2) {
+          EXPECT_NE(product, average) << "averaged after fewer rounds";
+        }
+        product = times(g.mixing_matrix(), product);
+      }
+      EXPECT_EQ(product, average) << n << " nodes from round " << start;  // exact: every entry is 2^-j
+    }
+  }
+  const auto message = error_of([&] { make_graph(o, 12, 0); });
+  EXPECT_NE(message.find("parallel.graph.type: one_peer_exponential"), std::string::npos) << message;
+  EXPECT_NE(message.find("found 12 nodes"), std::string::npos) << message;
+}
+
+TEST(Graph, BaseGraphRoundsAverageExactlyForAnyNodeCount) {
+  auto o = of("base");
+  for (int peers : {1, 2, 3}) {
+    o.peers = peers;
+    for (int n = 1; n <= 25; ++n) {
+      const auto rounds = static_cast<std::int64_t>(base_graph_rounds(n, peers).size());
+      Matrix product(static_cast<std::size_t>(n), std::vector<double>(static_cast<std::size_t>(n), 0.0));
+      for (int i = 0; i < n; ++i) product[static_cast<std::size_t>(i)][static_cast<std::size_t>(i)] = 1.0;
+      for (std::int64_t t = 0; t < rounds; ++t) {
+        const auto g = make_graph(o, n, 0, t);
+        const auto w = g.mixing_matrix();
+        EXPECT_FALSE(g.is_directed());
+        for (int i = 0; i < n; ++i) EXPECT_LE(g.degree(i), peers) << n << " nodes, round " << t;
+        const auto [rows, columns] = stochastic_errors(w);
+        EXPECT_LT(std::max(rows, columns), 1e-12) << n << " nodes, round " << t;
+        product = times(w, product);
+      }
+      double worst = 0.0;
+      for (const auto& row : product)
+        for (double x : row) worst = std::max(worst, std::abs(x - 1.0 / n));
+      EXPECT_LT(worst, 1e-12) << n << " nodes, " << peers << " peers, " << rounds << " rounds";
+      EXPECT_EQ(make_graph(o, n, 0, rounds).edges(), make_graph(o, n, 0, 0).edges());  // a cycle of rounds
+    }
+  }
+  // One peer: 8 nodes in three rounds, like the one-peer exponential graph; 6 = 4 + 2 nodes in
+  // five: each part averages (two rounds), the two join (one), the four spread it (two).
+  EXPECT_EQ(base_graph_rounds(8, 1).size(), 3u);
+  EXPECT_EQ(base_graph_rounds(6, 1).size(), 5u);
+  EXPECT_EQ(base_graph_rounds(6, 2).size(), 2u);  // 2 x 3: a hyper-hypercube
+  EXPECT_TRUE(graph_varies(o));
+  auto cycle = of("cycle");
+  cycle.peers = 2;
+  EXPECT_NE(error_of([&] { check_graph(cycle); }).find("parallel.graph.peers: a setting of graph type base"),
+            std::string::npos);
+}
+
+TEST(Graph, WeightsAreReadPerEdgeAndCheckedForWhatTheAlgorithmNeeds) {
+  auto o = of("directed_cycle");
+  EXPECT_DOUBLE_EQ(make_graph(o, 4, 0).weight(1, 0), 0.5);
+  EXPECT_NO_THROW(check_mixing(make_graph(o, 4, 0), Mixing::DoublyStochastic, "dsgd"));
+  o.weights = "0-1:0.1";  // node 0 keeps 0.9: columns still sum to one, rows 0 and 1 no longer
+  const auto g = make_graph(o, 4, 0);
+  EXPECT_DOUBLE_EQ(g.weight(0, 0), 0.9);
+  EXPECT_DOUBLE_EQ(g.weight(1, 0), 0.1);
+  EXPECT_TRUE(g.custom_weights());
+  EXPECT_NO_THROW(check_mixing(g, Mixing::ColumnStochastic, "push_sum"));
+  auto message = error_of([&] { check_mixing(g, Mixing::DoublyStochastic, "dsgd"); });
+  EXPECT_EQ(message.rfind("parallel.graph.weights: row 0", 0), 0u) << message;
+  EXPECT_NE(message.find("dsgd averages and needs doubly stochastic weights"), std::string::npos) << message;
+  EXPECT_EQ(message.find('\n'), std::string::npos);
+  o.weights = "0-1:0.3 0-0:0.3";  // column 0 sums to 0.6
+  message = error_of([&] { check_mixing(make_graph(o, 4, 0), Mixing::ColumnStochastic, "push_sum"); });
+  EXPECT_EQ(message.rfind("parallel.graph.weights: column 0", 0), 0u) << message;
+  // Undirected weights hold both ways; the diagonal takes the rest of each row.
+  auto cycle = of("cycle");
+  cycle.weights = "0-1:0.5, 1-2:0.25";
+  const auto c = make_graph(cycle, 4, 0);
+  EXPECT_DOUBLE_EQ(c.weight(1, 0), 0.5);
+  EXPECT_DOUBLE_EQ(c.weight(0, 1), 0.5);
+  EXPECT_DOUBLE_EQ(c.weight(1, 1), 0.25);
+  EXPECT_DOUBLE_EQ(c.weight(0, 0), 1.0 - 0.5 - 1.0 / 3.0);  // 0-3 keeps its Metropolis weight
+  EXPECT_NO_THROW(check_mixing(c, Mixing::DoublyStochastic, "dsgd"));
+  const std::vector<std::pair<std::string, std::string>> bad{
+      {"0-1", "'0-1' is not a weight"},         {"0-1:x", "'0-1:x' is not a weight"},
+      {"0-2:0.5", "0-2:0.5 is no edge"},        {"1-0:0.5", "1-0:0.5 is no edge of the directed_cycle"},
+      {"0-1:1.5", "must be a share in [0, 1]"}, {"0-1:0.1 0-1:0.2", "edge 0-1 given twice"},
+      {"0-9:0.1", "names a node outside 0..3"}, {"0-1:-0.5", "must be a share in [0, 1]"}};
+  for (const auto& [text, expected] : bad) {
+    o.weights = text;
+    message = error_of([&] { make_graph(o, 4, 0); });
+    EXPECT_EQ(message.rfind("parallel.graph.weights: ", 0), 0u) << text << ": " << message;
+    EXPECT_NE(message.find(expected), std::string::npos) << text << ": " << message;
+  }
+  cycle.weights = "0-1:0.7 0-3:0.7";
+  message = error_of([&] { make_graph(cycle, 4, 0); });
+  EXPECT_NE(message.find("node 0's edges take 1.4 of it"), std::string::npos) << message;
+  // Weights name the edges of one graph: refused where the graph changes.
+  auto peer = of("one_peer_exponential");
+  peer.weights = "0-1:0.5";
+  EXPECT_NE(error_of([&] { check_graph(peer); }).find("parallel.graph.weights: name the edges of one fixed"),
+            std::string::npos);
+  cycle.redraw_every = 3;
+  EXPECT_NE(error_of([&] { check_graph(cycle); }).find("(redraw_every)"), std::string::npos);
+}
+
+TEST(Graph, SchedulesTakeOneTypePerRoundInTurnAndSettingsBelongToTheirTypes) {
+  auto o = of("schedule");
+  o.schedule = {"exponential", "ring"};
+  o.base = 3;
+  EXPECT_NO_THROW(check_graph(o));
+  EXPECT_TRUE(graph_varies(o));
+  EXPECT_TRUE(graph_directed(o));
+  EXPECT_TRUE(graph_changes_at(o, 1));
+  const auto r0 = make_graph(o, 10, 0, 0), r1 = make_graph(o, 10, 0, 1), r2 = make_graph(o, 10, 0, 2);
+  EXPECT_EQ(r0.type, "exponential");
+  EXPECT_EQ(r0.out_neighbours(0), (std::vector<int>{1, 3, 9}));
+  EXPECT_EQ(r1.type, "cycle");
+  EXPECT_FALSE(r1.is_directed());
+  EXPECT_EQ(r2.edges(), r0.edges());
+  const std::vector<std::pair<std::function<void(GraphOptions&)>, std::string>> bad{
+      {[](GraphOptions& g) { g.schedule = {}; }, "parallel.graph.schedule: empty"},
+      {[](GraphOptions& g) {
+         g.schedule = {"cycle", "hypercube"};
+       },
+       "found 'hypercube'"},
+      {[](GraphOptions& g) { g.schedule = {"schedule"}; }, "found 'schedule'"},
+      {[](GraphOptions& g) { g.type = "cycle"; },
+       "parallel.graph.schedule: a setting of graph type schedule"},
+      {[](GraphOptions& g) {
+         g.schedule = {"cycle", "torus"};
+       },
+       "parallel.graph.base: a setting of graph type"},
+  };
+  for (const auto& [change, expected] : bad) {
+    auto b = o;
+    change(b);
+    const auto message = error_of([&] { check_graph(b); });
+    EXPECT_NE(message.find(expected), std::string::npos) << message;
+  }
+  auto cycle = of("cycle");
+  cycle.base = 4;
+  EXPECT_NE(error_of([&] { check_graph(cycle); }).find("parallel.graph.base"), std::string::npos);
+  EXPECT_FALSE(graph_directed(cycle));
+  EXPECT_FALSE(graph_varies(of("exponential")));
 }
 
 TEST(NodeLayout, NodesAreSpreadInEqualContiguousShares) {

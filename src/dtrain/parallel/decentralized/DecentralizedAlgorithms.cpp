@@ -13,6 +13,10 @@
 //          taken on the first round's batch (the original draws one more batch for it).
 //   choco  Koloskova et al. 2019, Algorithm 2 (CHOCO-SGD): x_i <- step; q_i = Q(x_i - xhat_i);
 //          xhat_j += q_j for j in N(i) and i; x_i += gamma sum_j W_ij (xhat_j - xhat_i).
+//   push_sum  Assran et al. 2019 (SGP), Algorithm 1, as BlueFog's DistributedPushSumOptimizer: a step
+//          of optim.* at z_i = x_i / w_i; then node i sends W_ji (w_i z_i, w_i) to each out-neighbour j
+//          and keeps W_ii of it; x_i <- sum_j W_ij x_j, w_i <- sum_j W_ij w_j. W need only be column
+//          stochastic (directed, time-varying graphs). See Note [Push-sum in rounds].
 //   local_sgd  Stich 2019 / Lin et al. 2020: local optimizer steps, every local_steps rounds the
 //          average of all nodes; DiLoCo (Douillard et al. 2023) optionally treats the change of the
 //          average as an outer gradient for Nesterov momentum (outer_lr, outer_momentum).
@@ -241,6 +245,37 @@ torch::Tensor DecentralizedStrategy::round_choco(const data::Batch& batch, doubl
     for (int j : graph_->neighbours(node->index))
       step.add_(xhat_.at(j) - own, graph_->weight(node->index, j));
     node->theta.add_(step, options_.consensus_step);
+  }
+  return outputs;
+}
+
+// Note [Push-sum in rounds]
+// BlueFog's DistributedPushSumOptimizer accumulates into MPI windows (win_accumulate) while the
+// next forward runs, one push-sum weight per parameter tensor. dtrain's rounds are synchronous:
+// every node sends (w_i z_i, w_i) as one message through NodeExchange, and reads its
+// in-neighbours' messages of the same round, so the run is the same on any number of ranks; one
+// weight per node, since every parameter of a node is mixed with the same shares. The node holds
+// z_i = x_i / w_i in theta, so evaluation, the consensus error and the optimizer all see the
+// de-biased parameters, and the optimizer steps z_i, as SGP's code steps the unbiased model. On a
+// column-stochastic W the sums of x and of w are kept, w stays positive, and z_i tends to
+// sum x / sum w; plain averaging with such a W (not doubly stochastic) drifts to a weighted
+// mean instead, which is why dsgd and dsgt refuse it.
+torch::Tensor DecentralizedStrategy::round_push_sum(const data::Batch& batch, double& loss,
+                                                    StepTiming& timing) {
+  auto outputs = round_local(batch, loss, timing);  // z_i <- a step of optim.* at z_i
+  torch::NoGradGuard no_grad;
+  const auto values = gossip(messages_of(nodes_,
+                                         [](const Node& n) {
+                                           return torch::cat({n.theta * n.push_weight, n.push_weight});
+                                         }),
+                             timing);
+  charge_bytes(4.0 * static_cast<double>(length_ + 1));
+  std::vector<torch::Tensor> mixed;  // every mix before any node changes
+  for (const auto& node : nodes_) mixed.push_back(mix(node->index, values));
+  for (std::size_t h = 0; h < nodes_.size(); ++h) {
+    auto& node = *nodes_[h];
+    node.push_weight.copy_(mixed[h].narrow(0, length_, 1));
+    node.theta.copy_(mixed[h].narrow(0, 0, length_) / node.push_weight);
   }
   return outputs;
 }

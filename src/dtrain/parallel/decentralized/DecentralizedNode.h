@@ -23,6 +23,7 @@ struct DecentralizedStrategy::Node {
   double bytes_sent = 0.0;               // bytes a deployment would send: each neighbour its message
   torch::Tensor dual;                    // cadmm: p_i (L)
   torch::Tensor tracker, last_gradient;  // dsgt: y_i and g_i (L)
+  torch::Tensor push_weight;             // push_sum: w_i (1); theta holds the de-biased x_i / w_i
 };
 
 }  // namespace dtrain::parallel

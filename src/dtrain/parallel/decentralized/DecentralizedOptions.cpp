@@ -17,6 +17,10 @@ const config::ChoiceSet& algorithms() {
     s.add({"cadmm", "consensus ADMM as in DiNNO: dual ascent, then primal optimizer steps", {"dinno"}});
     s.add({"dsgt", "gradient tracking: mix parameters and gradient trackers"});
     s.add({"choco", "Choco-SGD: a local step, then gossip of compressed differences"});
+    s.add({"push_sum",
+           "stochastic gradient push: a local step, then shares of (w x, w) along column-stochastic weights; "
+           "directed and time-varying graphs",
+           {"sgp"}});
     s.add({"local_sgd", "local steps, then an average over all nodes (DiLoCo's outer step optional)"});
     s.add({"centralized", "one model on all nodes' data: the reference"});
     s.add({"individual", "every node alone on its data, no communication"});

@@ -24,7 +24,7 @@ inline constexpr util::EnumNames<OuterOptimizer, 2> kOuterOptimizerNames{
     {{{OuterOptimizer::None, "none"}, {OuterOptimizer::Nesterov, "nesterov"}}}};
 
 struct DecentralizedOptions {
-  // dsgd | cadmm | dsgt | choco | local_sgd | centralized | individual
+  // dsgd | cadmm | dsgt | choco | push_sum | local_sgd | centralized | individual
   std::string algorithm = "dsgd";
   // cadmm (DiNNO): penalty rho, scaled by rho_scaling every round before use; primal optimizer
   // steps (optim.*) per round, each on a fresh batch; the optimizer kept across rounds or rebuilt.

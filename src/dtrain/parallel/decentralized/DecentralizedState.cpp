@@ -71,7 +71,7 @@ MemoryFootprint DecentralizedStrategy::memory_footprint() const {
   for (const auto& node : nodes_) {
     parameters.push_back(node->theta);
     for (const auto& t : optim::optimizer_state_tensors(*node->optimizer)) state.push_back(t);
-    state.insert(state.end(), {node->dual, node->tracker, node->last_gradient});
+    state.insert(state.end(), {node->dual, node->tracker, node->last_gradient, node->push_weight});
   }
   for (const auto& p : model_params_) gradients.push_back(p.grad());
   for (const auto& entry : xhat_) state.push_back(entry.second);
@@ -83,7 +83,7 @@ std::map<std::string, torch::Tensor> DecentralizedStrategy::model_state() const 
   auto* self = const_cast<DecentralizedStrategy*>(this);
   const double n = layout_.nodes();
   std::map<std::string, torch::Tensor> state;
-  const auto theta = self->sum_over_nodes([](const Node& node) { return node.theta; }, nullptr) / n;
+  const auto theta = self->node_average(nullptr);
   std::int64_t offset = 0;
   for (std::size_t p = 0; p < model_params_.size(); ++p) {
     state[param_names_[p]] =
@@ -113,6 +113,7 @@ std::map<std::string, torch::Tensor> node_fields(const DecentralizedStrategy::No
   if (node.dual.defined()) fields["dual"] = node.dual;
   if (node.tracker.defined()) fields["tracker"] = node.tracker;
   if (node.last_gradient.defined()) fields["last_gradient"] = node.last_gradient;
+  if (node.push_weight.defined()) fields["push_weight"] = node.push_weight;
   if (node.optimizer) {
     for (const auto& [key, value] : optim::named_optimizer_state(*node.optimizer, named)) fields[key] = value;
   }
@@ -193,6 +194,8 @@ void DecentralizedStrategy::load(const io::Checkpoint& checkpoint) {
       node->last_gradient =
           field(i, "last_gradient").to(node->theta.device(), /*non_blocking=*/false, /*copy=*/true);
     }
+    if (node->push_weight.defined() && has(i, "push_weight"))
+      node->push_weight.copy_(field(i, "push_weight"));
     if (node->optimizer) {
       std::map<std::string, torch::Tensor> entries;
       const auto prefix = fmt::format("{}node{}/", kPrefix, i);

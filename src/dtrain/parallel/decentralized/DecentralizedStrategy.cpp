@@ -59,6 +59,48 @@ void check_compressor(const DecentralizedOptions& options) {
   }
 }
 
+// What the algorithm needs of the graph: CADMM's dual and Choco-SGD's x_hat pair each node with
+// its neighbours both ways, so they take undirected graphs (Choco-SGD a fixed one, since x_hat is
+// kept from round 0); an algorithm that never reads W refuses parallel.graph.weights.
+void check_graph_for(const DecentralizedOptions& options, const GraphOptions& graph) {
+  const auto& a = options.algorithm;
+  if (a == "choco" && graph_varies(graph)) {
+    throw std::invalid_argument(
+        "parallel.graph: choco keeps every neighbour's x_hat from round 0, so it needs a fixed graph; set "
+        "redraw_every: 0 and a type that does not change between rounds");
+  }
+  const bool reads_weights = a == "dsgd" || a == "dsgt" || a == "choco" || a == "push_sum";
+  if (!reads_weights && !graph.weights.empty()) {
+    throw std::invalid_argument(fmt::format(
+        "parallel.graph.weights: {} does not mix with graph weights; remove them or use dsgd, dsgt, choco or "
+        "push_sum",
+        a));
+  }
+  if ((a == "cadmm" || a == "choco") && graph_directed(graph)) {
+    throw std::invalid_argument(fmt::format(
+        "parallel.graph.type: {} is directed, but {} exchanges with its neighbours both ways; use an "
+        "undirected graph (cycle, torus, complete, ...) or algorithm dsgd, dsgt or push_sum",
+        graph.type, a));
+  }
+}
+
+// The weights an algorithm mixes with must be doubly stochastic (averages) or column stochastic
+// (push-sum); see Note [Directed graphs and mixing weights].
+void check_mixing_for(const std::string& algorithm, const Graph& graph) {
+  if (algorithm == "push_sum") check_mixing(graph, Mixing::ColumnStochastic, algorithm);
+  if (algorithm == "dsgd" || algorithm == "dsgt" || algorithm == "choco")
+    check_mixing(graph, Mixing::DoublyStochastic, algorithm);
+}
+
+// Builds the graph of the first round of each type (every entry of a schedule), so that weights
+// an algorithm cannot mix with, or a node count a type cannot take, fail before training starts.
+void check_first_graphs(const std::string& algorithm, const GraphOptions& graph, int nodes,
+                        std::uint64_t seed) {
+  const std::size_t rounds = std::max<std::size_t>(1, graph.schedule.size());
+  for (std::size_t r = 0; r < rounds; ++r)
+    check_mixing_for(algorithm, make_graph(graph, nodes, seed, static_cast<std::int64_t>(r)));
+}
+
 }  // namespace
 
 DecentralizedStrategy::DecentralizedStrategy(StrategyContext context)
@@ -76,12 +118,7 @@ DecentralizedStrategy::DecentralizedStrategy(StrategyContext context)
         "pattern; "
         "use parallel.backend: gloo or mpi (tensors on a GPU cross through host memory)");
   }
-  if (options_.algorithm == "choco" && graph_options_.redraw_every > 0) {
-    throw std::invalid_argument(
-        "parallel.graph.redraw_every: choco keeps every neighbour's x_hat from round 0, so it needs a fixed "
-        "graph; "
-        "set redraw_every: 0");
-  }
+  check_graph_for(options_, graph_options_);
   check_compressor(options_);
   for (const auto& p : context_.model->named_parameters(/*recurse=*/true)) {
     // Nodes mix whole flat parameter vectors with their neighbours: a frozen parameter would still
@@ -124,8 +161,10 @@ DecentralizedStrategy::DecentralizedStrategy(StrategyContext context)
     const bool own_optimizer = options_.algorithm != "dsgt" &&
                                (options_.algorithm != "cadmm" || options_.persistent_primal_optimizer);
     if (own_optimizer) node->optimizer = make_node_optimizer();
+    if (options_.algorithm == "push_sum") node->push_weight = torch::ones({1}, node->theta.options());
     nodes_.push_back(std::move(node));
   }
+  check_first_graphs(options_.algorithm, graph_options_, layout_.nodes(), context_.seed);
   start_round();
   if (options_.algorithm == "local_sgd" && options_.outer_optimizer == OuterOptimizer::Nesterov) {
     outer_ = nodes_.front()->theta.clone();  // the initial weights, the same on every rank
@@ -154,6 +193,7 @@ std::unique_ptr<torch::optim::Optimizer> DecentralizedStrategy::make_node_optimi
 void DecentralizedStrategy::start_round() {
   if (graph_ && !graph_changes_at(graph_options_, round_)) return;
   graph_ = std::make_unique<Graph>(make_graph(graph_options_, layout_.nodes(), context_.seed, round_));
+  check_mixing_for(options_.algorithm, *graph_);
   exchange_ = std::make_unique<NodeExchange>(context_.comm.get(), layout_, *graph_);
 }
 
@@ -254,9 +294,23 @@ torch::Tensor DecentralizedStrategy::sum_over_nodes(const std::function<torch::T
   return sum;
 }
 
+torch::Tensor DecentralizedStrategy::node_average(StepTiming* timing) {
+  if (options_.algorithm != "push_sum") {
+    return sum_over_nodes([](const Node& node) { return node.theta; }, timing) /
+           static_cast<double>(layout_.nodes());
+  }
+  // Push-sum's nodes agree on sum_i x_i / sum_i w_i with x_i = w_i z_i; both sums in one all-reduce.
+  const auto sums = sum_over_nodes(
+      [](const Node& node) {
+        return torch::cat({node.theta * node.push_weight, node.push_weight});
+      },
+      timing);
+  return sums.narrow(0, 0, length_) / sums.narrow(0, length_, 1);
+}
+
 torch::Tensor DecentralizedStrategy::mix(int node, const std::map<int, torch::Tensor>& values) const {
   auto mixed = values.at(node) * graph_->weight(node, node);
-  for (int j : graph_->neighbours(node)) mixed.add_(values.at(j), graph_->weight(node, j));
+  for (int j : graph_->in_neighbours(node)) mixed.add_(values.at(j), graph_->weight(node, j));
   return mixed;
 }
 
@@ -281,6 +335,8 @@ StepResult DecentralizedStrategy::train_step(const data::Batch& batch) {
     result.outputs = round_dsgt(batch, loss, result.timing);
   } else if (a == "choco") {
     result.outputs = round_choco(batch, loss, result.timing);
+  } else if (a == "push_sum") {
+    result.outputs = round_push_sum(batch, loss, result.timing);
   } else if (a == "centralized") {
     result.outputs = round_centralized(batch, loss, result.timing);
   } else {
@@ -316,7 +372,7 @@ void DecentralizedStrategy::begin_evaluation() {
     }
     for (const auto& b : model_buffers_) average_->buffers.push_back(b.detach().clone());
   }
-  average_->theta.copy_(sum_over_nodes([](const Node& node) { return node.theta; }, nullptr) / n);
+  average_->theta.copy_(node_average(nullptr));
   for (std::size_t b = 0; b < model_buffers_.size(); ++b) {
     if (!torch::isFloatingType(model_buffers_[b].scalar_type())) {
       average_->buffers[b].copy_(nodes_.front()->buffers[b]);
@@ -353,7 +409,10 @@ torch::Tensor DecentralizedStrategy::node_parameters(int node) const {
 std::map<std::string, std::string> DecentralizedStrategy::notes() const {
   std::map<std::string, std::string> notes{
       {"decentralized_algorithm", options_.algorithm},
-      {"decentralized_graph", graph_->describe()},
+      {"decentralized_graph", graph_varies(graph_options_)
+                                  ? fmt::format("{} of {} nodes, changing between rounds",
+                                                graph_name(graph_options_), layout_.nodes())
+                                  : graph_->describe()},
       {"decentralized_nodes_per_rank", std::to_string(layout_.per_rank())},
       {"decentralized_parameters_per_node", std::to_string(length_)}};
   if (compressor_) notes["decentralized_message_bytes"] = std::to_string(compressor_->message_bytes());
@@ -367,7 +426,7 @@ StrategyInfo decentralized_info() {
   config::register_section("parallel", "graph", GraphOptions{}, describe_graph);
   StrategyInfo info{"decentralized",
                     "one model per graph node, each on its own data, talking to its neighbours "
-                    "(dsgd, cadmm, dsgt, choco, local_sgd, centralized)",
+                    "(dsgd, cadmm, dsgt, choco, push_sum, local_sgd, centralized)",
                     /*exact=*/false, /*needs_communicator=*/false,
                     [](StrategyContext c) -> std::unique_ptr<Strategy> {
                       return std::make_unique<DecentralizedStrategy>(std::move(c));
@@ -378,8 +437,13 @@ StrategyInfo decentralized_info() {
   info.data_holders = [](const config::ParallelConfig& parallel, int world) {
     const auto& graph = parallel.options.get<GraphOptions>("graph");
     check_graph(graph);
-    parallel.options.get<DecentralizedOptions>("decentralized").check();
-    return NodeLayout(graph_nodes(graph, world), world).nodes();
+    const auto& options = parallel.options.get<DecentralizedOptions>("decentralized");
+    options.check();
+    check_graph_for(options, graph);
+    const NodeLayout layout(graph_nodes(graph, world), world);
+    // A random graph needs the run's seed, unknown here: the strategy checks it when it is made.
+    if (!graph_random(graph)) check_first_graphs(options.algorithm, graph, layout.nodes(), 0);
+    return layout.nodes();
   };
   info.tagged_point_to_point = true;  // gossip: every receive posted before the sends
   auto& can = info.capabilities;

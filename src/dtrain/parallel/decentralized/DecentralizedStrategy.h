@@ -87,10 +87,13 @@ class DecentralizedStrategy final : public Strategy {
   torch::Tensor round_cadmm(const data::Batch& batch, double& loss, StepTiming& timing);
   torch::Tensor round_dsgt(const data::Batch& batch, double& loss, StepTiming& timing);
   torch::Tensor round_choco(const data::Batch& batch, double& loss, StepTiming& timing);
+  torch::Tensor round_push_sum(const data::Batch& batch, double& loss, StepTiming& timing);
   torch::Tensor round_local(const data::Batch& batch, double& loss, StepTiming& timing);
   torch::Tensor round_centralized(const data::Batch& batch, double& loss, StepTiming& timing);
   void average_all_nodes(StepTiming& timing);
-  // The message and in-memory mixing: sum_j W_ij v_j over i's neighbourhood (and itself).
+  // The nodes' consensus point: their mean, or push-sum's sum_i w_i z_i / sum_i w_i (collective).
+  torch::Tensor node_average(StepTiming* timing);
+  // The message and in-memory mixing: sum_j W_ij v_j over i's in-neighbours and itself.
   torch::Tensor mix(int node, const std::map<int, torch::Tensor>& values) const;
   std::unique_ptr<torch::optim::Optimizer> make_node_optimizer();
   void charge_bytes(double bytes_per_neighbour);

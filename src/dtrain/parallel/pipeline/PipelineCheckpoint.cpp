@@ -44,7 +44,7 @@ std::map<std::string, torch::Tensor> PipelineStrategy::model_state() const {
 
 void PipelineStrategy::save(io::Checkpoint& checkpoint) const {
   for (const auto& [name, tensor] : model_state()) checkpoint.set_tensor("model." + name, tensor);
-  const auto mine = optim::named_optimizer_state(*optimizer_, parameters_);
+  const auto mine = stage_optimizer_state();  // collective within a shard group
   const int rank = world_->rank();
   if (rank == 0) {
     for (const auto& [key, value] : mine) checkpoint.set_tensor(key, value);
@@ -77,11 +77,7 @@ void PipelineStrategy::load(const io::Checkpoint& checkpoint) {
       t.copy_(saved);
     }
   }
-  std::map<std::string, torch::Tensor> entries;
-  for (const auto& [key, value] : checkpoint.tensors()) {
-    if (key.rfind("optimizer", 0) == 0) entries.emplace(key, value);
-  }
-  optim::load_named_optimizer_state(*optimizer_, parameters_, entries);
+  load_stage_optimizer_state(checkpoint);
   precision_.load(checkpoint);
 }
 

@@ -111,10 +111,13 @@ std::map<std::string, double> PipelineStrategy::metrics() {
 
 std::map<std::string, std::string> PipelineStrategy::notes() const {
   std::map<std::string, std::string> out;
-  out["pipeline/stages"] =
-      fmt::format("{} x {} stages ({}, {} micro-batches, balance {}): {}", layout_.replicas, layout_.stages,
-                  kScheduleNames.name(schedule_), options_.micro_batches,
-                  kBalanceNames.name(options_.balance), describe_bounds(layout_.bounds, parameter_counts_));
+  out["pipeline/stages"] = fmt::format(
+      "{} x {} stages ({}, {} micro-batches, balance {}{}): {}", layout_.replicas, layout_.stages,
+      kScheduleNames.name(schedule_), options_.micro_batches, kBalanceNames.name(options_.balance),
+      layout_.shards > 1
+          ? fmt::format(", gradients and optimizer state sharded over dp_shard {}", layout_.shards)
+          : std::string(),
+      describe_bounds(layout_.bounds, parameter_counts_));
   if (!stage_idle_fraction_.empty()) {
     std::vector<std::string> parts;
     for (std::size_t s = 0; s < stage_idle_fraction_.size(); ++s) {

@@ -326,14 +326,20 @@ void PipelineStrategy::run_schedule(ScheduleRun& run, const StepPlan& plan, Step
   result.timing.communication += run.sends.wait_all();
 }
 
-// After the schedule: the stage's gradients all-reduced across replicas, fp16's overflow check,
+// After the schedule: the stage's gradients all-reduced across replicas (with dp_shard,
+// reduce-scattered and the shards all-reduced: Note [A stage sharded over dp_shard]), fp16's overflow check,
 // the global batch's mean loss on every rank, the optimizer's step.
 void PipelineStrategy::finish_step(const std::vector<torch::Tensor>& parameters, double loss_sum,
                                    StepResult& result) {
-  allreduce_gradients(result.timing);
+  auto updated = parameters;
+  if (layout_.shards > 1) {
+    updated = reduce_scatter_gradients(result.timing);
+  } else {
+    allreduce_gradients(result.timing);
+  }
   bool step = true;
   if (precision_.scaling()) {
-    step = precision_.finish_gradients(parameters, &result.timing.communication);
+    step = precision_.finish_gradients(updated, &result.timing.communication);
     result.skipped = precision_.last_skipped();
     result.loss_scale = precision_.loss_scale_figure();
   }
@@ -344,6 +350,7 @@ void PipelineStrategy::finish_step(const std::vector<torch::Tensor>& parameters,
   result.timing.communication += util::seconds_since(t0);
   result.loss = loss.item<double>();
   if (step) optimizer_->step();
+  if (step && layout_.shards > 1) gather_parameters(result.timing);
   result.closure_evaluations = 1;
 }
 

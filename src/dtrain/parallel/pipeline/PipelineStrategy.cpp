@@ -74,7 +74,9 @@ PipelineStrategy::PipelineStrategy(StrategyContext context)
   const int rank = world_->rank();
   if (mesh_set(context_.parallel.mesh)) {
     // The mesh's pp is the stages (resolve_mesh checked that parallel.pipeline.stages agrees).
-    options_.stages = resolve_mesh(context_.parallel, world)->pp;
+    const auto mesh = resolve_mesh(context_.parallel, world);
+    options_.stages = mesh->pp;
+    layout_.shards = mesh->dp_shard;
     layout_.stages_outermost = true;
   }
   layout_.stages = check_options(options_, world);
@@ -95,8 +97,10 @@ PipelineStrategy::PipelineStrategy(StrategyContext context)
   layout_.bounds = cut_layers(layers);
   assign_tensors();
   split_groups();
+  if (layout_.shards > 1) split_shard_groups();
   add_own_communication(comm::difference(world_->stats(), before));
   release_other_stages();
+  if (layout_.shards > 1) shard_stage();
   build_optimizer();
 }
 
@@ -234,7 +238,11 @@ void PipelineStrategy::release_other_stages() {
 
 void PipelineStrategy::build_optimizer() {
   std::vector<torch::Tensor> trainable;
-  for (const auto& [name, p] : parameters_) trainable.push_back(p);
+  if (layout_.shards > 1) {
+    trainable.push_back(stage_shard_);  // Note [A stage sharded over dp_shard]
+  } else {
+    for (const auto& [name, p] : parameters_) trainable.push_back(p);
+  }
   optimizer_ = context_.make_optimizer(trainable);
   if (dynamic_cast<torch::optim::LBFGS*>(optimizer_.get())) {
     throw std::invalid_argument(
@@ -293,6 +301,7 @@ MemoryFootprint PipelineStrategy::memory_footprint() const {
     parameters.push_back(p);
     gradients.push_back(p.grad());
   }
+  if (layout_.shards > 1) gradients.push_back(stage_shard_.grad());
   return footprint_of(parameters, gradients, optim::optimizer_state_tensors(*optimizer_));
 }
 
@@ -316,9 +325,11 @@ StrategyInfo pipeline_info() {
   auto& can = info.capabilities;
   can.fixed_because = "each member holds its own stages, which another number of members splits otherwise";
   can.fp16 = true;
-  info.mesh.dims = {MeshDim::Pp, MeshDim::DpReplicate, MeshDim::Tp};
+  info.mesh.dims = {MeshDim::Pp, MeshDim::DpReplicate, MeshDim::DpShard, MeshDim::Tp};
   info.mesh.because =
-      "it cuts the layers into pp stages and all-reduces each stage's gradients over dp_replicate";
+      "it cuts the layers into pp stages, shards each stage's gradients and optimizer state over dp_shard "
+      "and "
+      "all-reduces the shards over dp_replicate";
   info.mesh.own_degree = [](const config::ParallelConfig& parallel, MeshDim dim) {
     return dim == MeshDim::Pp ? parallel.options.get<PipelineOptions>("pipeline").stages : 0;
   };

@@ -17,6 +17,7 @@
 #include "dtrain/parallel/pipeline/PipelineOptions.h"
 #include "dtrain/parallel/pipeline/PipelineSchedule.h"
 #include "dtrain/parallel/pipeline/StagePartition.h"
+#include "dtrain/parallel/zero/ShardedUnits.h"
 
 namespace dtrain::parallel::pipeline {
 
@@ -26,6 +27,10 @@ struct StageLayout {
   int replicas = 1;
   int stage = 0;    // this rank's stage
   int replica = 0;  // this rank's pipeline
+  // parallel.mesh.dp_shard: the replicas of a stage come in groups of `shards` consecutive ones
+  // that shard its optimizer state (Note [A stage sharded over dp_shard]); replicas / shards such
+  // groups all-reduce their gradient shards.
+  int shards = 1;
   // Where the ranks sit: without parallel.mesh a pipeline's stages are consecutive ranks; on a mesh,
   // its order (Note [The device mesh]): pp outermost, so a stage's replicas are consecutive.
   bool stages_outermost = false;
@@ -76,7 +81,8 @@ class PipelineStrategy final : public Strategy {
   std::map<std::string, double> metrics() override;
   // pipeline/stages (the cut) and pipeline/idle (the last metrics() figures in one line).
   std::map<std::string, std::string> notes() const override;
-  // This rank's stage: its parameters, gradients and optimizer state.
+  // This rank's stage: its parameters, gradients and optimizer state (with dp_shard, its shard of
+  // the gradients and of the optimizer state).
   MemoryFootprint memory_footprint() const override;
 
   const StageLayout& layout() const { return layout_; }
@@ -121,6 +127,16 @@ class PipelineStrategy final : public Strategy {
   torch::Tensor micro_batch_loss(ScheduleRun& run, const StepPlan& plan, int m, const torch::Tensor& y);
   void finish_step(const std::vector<torch::Tensor>& parameters, double loss_sum, StepResult& result);
   void allreduce_gradients(StepTiming& timing);
+
+  // dp_shard (PipelineShards.cpp, Note [A stage sharded over dp_shard]).
+  void split_shard_groups();  // collective
+  void shard_stage();         // the flat buffer and this rank's shard of it
+  // The stage's gradients reduce-scattered within the shard group, the shard all-reduced across
+  // groups, the full gradients let go; returns the tensors the optimizer updates.
+  std::vector<torch::Tensor> reduce_scatter_gradients(StepTiming& timing);
+  void gather_parameters(StepTiming& timing);  // every shard into every rank's whole stage
+  std::map<std::string, torch::Tensor> stage_optimizer_state() const;  // whole, by name; collective
+  void load_stage_optimizer_state(const io::Checkpoint& checkpoint);
   // The world's, the pipeline's and the stage group's traffic, and the step's share of it counted
   // as this strategy's own (result.bytes_sent).
   std::vector<comm::CommStats> traffic_snapshot() const;
@@ -143,6 +159,12 @@ class PipelineStrategy final : public Strategy {
   comm::CommunicatorPtr world_;
   std::shared_ptr<comm::Communicator> pipe_;   // this rank's pipeline, ranked by stage
   std::shared_ptr<comm::Communicator> group_;  // the ranks holding this stage, ranked by replica
+  // dp_shard > 1: this stage's ranks of this rank's shard group, ranked by shard, and those of
+  // this rank's shard index in every group.
+  std::shared_ptr<comm::Communicator> shard_group_, across_groups_;
+  zero::UnitLayout stage_unit_;  // the stage's trainable parameters in one flat buffer (dp_shard > 1)
+  torch::Tensor stage_flat_;     // that buffer, which the parameters alias
+  torch::Tensor stage_shard_;    // this rank's part of it: what the optimizer updates
   bool evaluating_ = false;
   // Set while a training step's schedule runs: polls its transfers (Note [Transfers kept moving
   // between layers]); run_stage calls it after each layer's forward and backward.

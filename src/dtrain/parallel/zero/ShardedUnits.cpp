@@ -5,6 +5,7 @@
 #include <c10/util/strides.h>
 #include <fmt/format.h>
 
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <unordered_map>
@@ -167,6 +168,67 @@ torch::Tensor join_whole(const UnitLayout& unit, const std::map<std::string, tor
     flat.narrow(0, p.offset, p.numel).copy_(it->second.reshape({-1}));
   }
   return flat;
+}
+
+namespace {
+
+constexpr const char* kOptimizerPrefix = "optimizer/";
+const std::vector<std::string> kStateFields{"momentum_buffer", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
+
+}  // namespace
+
+std::map<std::string, torch::Tensor> whole_optimizer_state(const UnitLayout& unit,
+                                                           const std::string& unit_key,
+                                                           const std::map<std::string, torch::Tensor>& state,
+                                                           comm::Communicator* group) {
+  std::map<std::string, torch::Tensor> out;
+  const std::string prefix = kOptimizerPrefix + unit_key + "/";
+  // Every member of the group has the same keys in the same (sorted) order: the gathers match.
+  for (auto it = state.lower_bound(prefix); it != state.end() && it->first.rfind(prefix, 0) == 0; ++it) {
+    const auto field = it->first.substr(prefix.size());
+    if (field == "step") {
+      for (const auto& p : unit.params) out[kOptimizerPrefix + p.name + "/step"] = it->second;
+      continue;
+    }
+    auto whole = it->second.contiguous();
+    if (group && group->size() > 1) {
+      whole = torch::empty({unit.padded}, it->second.options());
+      group->allgather(it->second.contiguous(), whole);
+    }
+    for (const auto& [name, value] : split_whole(unit, whole))
+      out[kOptimizerPrefix + name + "/" + field] = value;
+  }
+  return out;
+}
+
+void add_shard_optimizer_entries(const UnitLayout& unit, const std::string& unit_key, int index,
+                                 const io::Checkpoint& checkpoint,
+                                 std::map<std::string, torch::Tensor>& entries) {
+  const std::string key = kOptimizerPrefix + unit_key + "/";
+  std::optional<std::int64_t> step;
+  for (const auto& p : unit.params) {
+    const auto name = kOptimizerPrefix + p.name + "/step";
+    if (!checkpoint.contains(name)) continue;
+    const auto s = checkpoint.tensor(name).item<std::int64_t>();
+    if (step && *step != s) {
+      throw std::invalid_argument(fmt::format(
+          "checkpoint: the parameters of stage {} took different numbers of optimizer steps ({} and {} for "
+          "'{}'); a sharded stage keeps one step count, so resume with the strategy it was saved with",
+          unit.stage, *step, s, p.name));
+    }
+    step = s;
+  }
+  if (step) entries[key + "step"] = torch::tensor(*step);
+  for (const auto& field : kStateFields) {
+    std::map<std::string, torch::Tensor> whole;
+    for (const auto& p : unit.params) {
+      const auto name = kOptimizerPrefix + p.name + "/" + field;
+      if (checkpoint.contains(name)) whole[p.name] = checkpoint.tensor(name);
+    }
+    if (whole.empty()) continue;
+    const auto flat = join_whole(unit, whole, "optimizer state " + field);
+    entries[key + field] = flat.narrow(0, index * unit.shard, unit.shard).clone();
+  }
 }
 
 }  // namespace dtrain::parallel::zero

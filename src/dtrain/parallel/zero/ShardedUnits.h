@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "dtrain/comm/Communicator.h"
+#include "dtrain/io/Checkpoint.h"
 #include "dtrain/models/Network.h"
 
 namespace dtrain::parallel::zero {
@@ -98,5 +100,22 @@ std::map<std::string, torch::Tensor> split_whole(const UnitLayout& unit, const t
 // std::invalid_argument naming `what` and the parameter when one is missing or misshapen.
 torch::Tensor join_whole(const UnitLayout& unit, const std::map<std::string, torch::Tensor>& whole,
                          const std::string& what);
+
+// A unit's optimizer state in a checkpoint's layout (Note [Checkpoint layout]): whole tensors by
+// parameter name. `state` is named_optimizer_state() over shards named `unit_key` (entries
+// "optimizer/<unit_key>/<field>"); each field is gathered over `group` (the unit's shard group,
+// ranked by shard index; collective over it, nullptr for a unit in one shard) and cut into
+// "optimizer/<parameter>/<field>", the step count written under every parameter of the unit.
+std::map<std::string, torch::Tensor> whole_optimizer_state(const UnitLayout& unit,
+                                                           const std::string& unit_key,
+                                                           const std::map<std::string, torch::Tensor>& state,
+                                                           comm::Communicator* group);
+// The inverse for shard `index`: adds "optimizer/<unit_key>/<field>" entries (for
+// load_named_optimizer_state() over the shards) from `checkpoint`'s whole tensors. Throws
+// std::invalid_argument when the unit's parameters took different numbers of steps or a field is
+// missing or misshapen for some of them.
+void add_shard_optimizer_entries(const UnitLayout& unit, const std::string& unit_key, int index,
+                                 const io::Checkpoint& checkpoint,
+                                 std::map<std::string, torch::Tensor>& entries);
 
 }  // namespace dtrain::parallel::zero

@@ -19,9 +19,6 @@ std::string unit_key(std::size_t u) {
   return fmt::format("zero_unit_{}", u);
 }
 
-constexpr const char* kOptimizerPrefix = "optimizer/";
-const std::vector<std::string> kStateFields{"momentum_buffer", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
-
 }  // namespace
 
 std::map<std::string, torch::Tensor> ZeroStrategy::model_state() const {
@@ -44,23 +41,11 @@ void ZeroStrategy::save(io::Checkpoint& checkpoint) const {
   optim::NamedParameters named;
   for (std::size_t u = 0; u < units_.size(); ++u) named.emplace_back(unit_key(u), units_[u].shard);
   const auto state = optim::named_optimizer_state(*optimizer_, named);
-  // Every rank has the same keys in the same (sorted) order: the gathers match.
   for (std::size_t u = 0; u < units_.size(); ++u) {
-    const auto& unit = units_[u];
-    const std::string prefix = kOptimizerPrefix + unit_key(u) + "/";
-    for (auto it = state.lower_bound(prefix); it != state.end() && it->first.rfind(prefix, 0) == 0; ++it) {
-      const auto field = it->first.substr(prefix.size());
-      if (field == "step") {
-        for (const auto& p : unit.layout.params)
-          checkpoint.set_tensor(kOptimizerPrefix + p.name + "/step", it->second);
-        continue;
-      }
-      auto whole = torch::empty({unit.layout.padded}, it->second.options());
-      // Within the shard group: every replica holds the same state, so its group's gather is whole.
-      shard_->allgather(it->second.contiguous(), whole);
-      for (const auto& [name, value] : zero::split_whole(unit.layout, whole))
-        checkpoint.set_tensor(kOptimizerPrefix + name + "/" + field, value);
-    }
+    // Within the shard group: every replica holds the same state, so its group's gather is whole.
+    for (const auto& [key, value] :
+         zero::whole_optimizer_state(units_[u].layout, unit_key(u), state, shard_.get()))
+      checkpoint.set_tensor(key, value);
   }
   precision_.save(checkpoint);
 }
@@ -91,33 +76,8 @@ void ZeroStrategy::load(const io::Checkpoint& checkpoint) {
   std::map<std::string, torch::Tensor> entries;
   optim::NamedParameters named;
   for (std::size_t u = 0; u < units_.size(); ++u) {
-    const auto& unit = units_[u];
-    named.emplace_back(unit_key(u), unit.shard);
-    const std::string key = kOptimizerPrefix + unit_key(u) + "/";
-    std::optional<std::int64_t> step;
-    for (const auto& p : unit.layout.params) {
-      const auto name = kOptimizerPrefix + p.name + "/step";
-      if (!checkpoint.contains(name)) continue;
-      const auto s = checkpoint.tensor(name).item<std::int64_t>();
-      if (step && *step != s) {
-        throw std::invalid_argument(fmt::format(
-            "checkpoint: the parameters of stage {} took different numbers of optimizer steps ({} and {} for "
-            "'{}'); zero keeps one step count per stage, so resume with the strategy it was saved with",
-            unit.layout.stage, *step, s, p.name));
-      }
-      step = s;
-    }
-    if (step) entries[key + "step"] = torch::tensor(*step);
-    for (const auto& field : kStateFields) {
-      std::map<std::string, torch::Tensor> whole;
-      for (const auto& p : unit.layout.params) {
-        const auto name = kOptimizerPrefix + p.name + "/" + field;
-        if (checkpoint.contains(name)) whole[p.name] = checkpoint.tensor(name);
-      }
-      if (whole.empty()) continue;
-      const auto flat = zero::join_whole(unit.layout, whole, "optimizer state " + field);
-      entries[key + field] = flat.narrow(0, rank_ * unit.layout.shard, unit.layout.shard).clone();
-    }
+    named.emplace_back(unit_key(u), units_[u].shard);
+    zero::add_shard_optimizer_entries(units_[u].layout, unit_key(u), rank_, checkpoint, entries);
   }
   optim::load_named_optimizer_state(*optimizer_, named, entries);
   precision_.load(checkpoint);
