@@ -53,7 +53,8 @@ void flatten(const YAML::Node& node, const std::string& prefix, std::map<std::st
 }
 
 // The default of every key as config.yaml writes it: a strategy's own options appear under that
-// strategy only, so each registered strategy is asked in turn.
+// strategy only, so each registered strategy is asked in turn; a model's own (model.albert.*) under
+// that model only.
 std::map<std::string, std::string> written_defaults() {
   std::map<std::string, std::string> defaults;
   flatten(dtrain::config::to_yaml_node(dtrain::config::RunConfig{}), "", defaults);
@@ -64,6 +65,12 @@ std::map<std::string, std::string> written_defaults() {
     for (const auto& [key, value] : with_strategy) {
       if (key != dtrain::config::kStrategyKey) defaults.emplace(key, value);
     }
+  }
+  std::map<std::string, std::string> with_albert;
+  flatten(dtrain::config::to_yaml_node(dtrain::config::parse_run_config("model: {name: albert}\n")), "",
+          with_albert);
+  for (const auto& [key, value] : with_albert) {
+    if (key.rfind("model.albert.", 0) == 0) defaults.emplace(key, value);
   }
   return defaults;
 }

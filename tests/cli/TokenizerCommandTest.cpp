@@ -1,9 +1,10 @@
 // `dtrain tokenizer train` and a `dtrain train` on the sentences it tokenizes, end to end through the
 // real binary: a model with ALBERT's special pieces learnt from the bundled CoLA sample, then a
-// transformer classifier trained on that sample for a few steps, its results carrying Matthews
-// correlation and per-class figures.
+// transformer classifier and ALBERT trained on that sample for a few steps, the results carrying
+// Matthews correlation and per-class figures.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -77,6 +78,38 @@ TEST_F(TokenizerCommand, TrainsAModelThenATransformerOnCola) {
   std::string header;
   std::getline(per_class, header);
   EXPECT_EQ(header, "class,name,samples,precision,recall,f1");
+}
+
+TEST_F(TokenizerCommand, TrainsAlbertOnColaWithTheDataSetsVocabulary) {
+  ASSERT_EQ(run("tokenizer train --input " + (dir_ / "cola/train.tsv").string() + " --model-prefix " +
+                    (dir_ / "spiece").string() + " --vocab-size 100",
+                dir_.path())
+                .exit_code,
+            0);
+  std::ofstream(dir_ / "albert.yaml")
+      << "name: albert-cola\nout_dir: " << (dir_ / "runs").string()
+      << "\nnproc: 1\n"
+         "data: {dataset: sentences, root: "
+      << (dir_ / "cola").string() << ", tokenizer: " << (dir_ / "spiece.model").string()
+      << ", seq_len: 24, batch_size: 8, eval_batch_size: 12}\n"
+         "model: {name: albert, size: tiny, albert: {num_layers: 1}}\n"
+         "optim: {name: adamw, lr: 0.003}\n"
+         "parallel: {strategy: local}\n"
+         "train: {epochs: 2, max_steps: 6, checkpoint_every_epochs: 0, seed: 1}\n";
+  const auto trained = run("train " + (dir_ / "albert.yaml").string(), dir_.path());
+  ASSERT_EQ(trained.exit_code, 0) << trained.err;
+  const auto results = last_json_line(trained.out);
+  EXPECT_EQ(results["model"], "albert");
+  EXPECT_EQ(results["steps"], 6);
+  // Tiny ALBERT's parameters other than the word embeddings (12,322), and the tokenizer's 100 pieces
+  // at E = 16: the vocabulary is the data set's.
+  EXPECT_EQ(results["parameters"], 12322 + 100 * 16);
+  // The padding it masks is the tokenizer's <pad>.
+  EXPECT_NE(trained.err.find("input tokens T=24 V=100 pad=0 -> 2 classes"), std::string::npos) << trained.err;
+  const auto& final_eval = results["final"];
+  EXPECT_EQ(final_eval["samples"], 12);
+  ASSERT_TRUE(final_eval.contains("mcc")) << final_eval.dump();
+  EXPECT_TRUE(std::isfinite(final_eval["loss"].get<double>())) << final_eval.dump();
 }
 
 TEST_F(TokenizerCommand, RefusesAnUnknownModelTypeAndAMissingSubcommand) {

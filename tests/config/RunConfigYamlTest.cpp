@@ -100,6 +100,24 @@ TEST(RunConfigYaml, JsonHasEverySection) {
   EXPECT_DOUBLE_EQ(json.at("optim").at("lr").get<double>(), 0.05);
 }
 
+// model.size and model.albert.* are typed and refused by name; the albert section belongs to albert.
+TEST(RunConfigYaml, AlbertSettings) {
+  const auto config =
+      parse_run_config("model:\n  name: albert\n  size: large\n  albert:\n    num_layers: 4\n", "x.yaml",
+                       {"model.albert.hidden_size=256"});
+  EXPECT_EQ(config.model.size, ModelSize::Large);
+  EXPECT_EQ(config.model.albert.num_layers, 4);
+  EXPECT_EQ(config.model.albert.hidden_size, 256);
+  EXPECT_EQ(config.model.albert.embedding_size, 0);  // the size's
+  EXPECT_EQ(parse_run_config(to_yaml(config)), config);
+  EXPECT_EQ(error_of_text("model:\n  name: albert\n  size: huge\n").key(), "model.size");
+  EXPECT_EQ(error_of_text("model:\n  name: albert\n  albert:\n    num_layer: 4\n").key(),
+            "model.albert.num_layer");
+  const auto elsewhere = error_of_text("model:\n  name: vit\n  albert:\n    num_layers: 4\n");
+  EXPECT_NE(std::string(elsewhere.what()).find("model.name is vit"), std::string::npos) << elsewhere.what();
+  EXPECT_EQ(to_yaml(parse_run_config("model:\n  name: vit\n")).find("albert:"), std::string::npos);
+}
+
 TEST(RunConfigYaml, OverridesApplyAndValidate) {
   const RunConfig c =
       load_run_config(kExample, {"optim.lr=0.01", "parallel.strategy=local", "parallel.data_parallel=null",
@@ -348,8 +366,9 @@ TEST(RunConfigYaml, KeyHelpListsEveryOptionWithTheDefaultConfigYamlWrites) {
   for (const auto& k : help) {
     EXPECT_FALSE(k.help.empty()) << k.key << " has no help";
     EXPECT_EQ(k.help.find('\n'), std::string::npos) << k.key;
-    // config.yaml writes only the chosen strategy's section.
+    // config.yaml writes only the chosen strategy's section, and the chosen model's.
     if (k.key.rfind("parallel.", 0) == 0 && std::count(k.key.begin(), k.key.end(), '.') > 1) continue;
+    if (k.key.rfind("model.albert.", 0) == 0) continue;
     YAML::Emitter value;
     value << YAML::Flow << value_at(written, k.key);
     EXPECT_EQ(k.default_text, value.c_str()) << k.key;

@@ -1,5 +1,6 @@
 // Fuzz target: checkpoint readers. The input is loaded as a checkpoint file (Checkpoint::load), as
-// a state_dict (import_state_dict: LibTorch's pickle_load behind util::check_archive); and, split
+// a state_dict (import_state_dict: LibTorch's pickle_load behind util::check_archive), as a
+// pytorch_model.bin (read_torch_state_dict: dtrain's restricted unpickler); and, split
 // at its first newline, as a CheckpointStore's `latest` marker (the first line) naming
 // checkpoint-000000000001.ckpt (the rest). Before util::check_archive (Note [Checking an archive
 // before LibTorch reads it]) LibTorch's unpickler allocated what a pickle's length field said, up
@@ -8,6 +9,7 @@
 #include <string>
 
 #include "dtrain/io/Checkpoint.h"
+#include "dtrain/io/TorchStateDict.h"
 #include "fuzz/FuzzInput.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -20,6 +22,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   try {
     io::import_state_dict(path);
+  } catch (const io::CheckpointError&) {
+  }
+  try {
+    io::read_torch_state_dict(path);
   } catch (const io::CheckpointError&) {
   }
   const auto newline = bytes.find('\n');

@@ -142,4 +142,23 @@ put("imagenet", "not-a-dict", pickle.dumps([1, 2, "three", (4, 5.0)], 2))
 put("imagenet", "clsloc", "".join("n%08d %d name_%d\n" % (k, k, k) for k in range(1, 40)))
 put("imagenet", "clsidx", "{" + ",\n ".join("%d: 'name %d'" % (j, j) for j in range(40)) + "}")
 put("imagenet", "clsidx-bad", "{0: 'tench', 1: \"jack-o'-lantern\", 2: 'unterminated}")
+# ---- safetensors (model.safetensors): a valid file, then each malformation the reader refuses ----
+def safetensors(header, data):
+    text = header.encode() if isinstance(header, str) else header
+    return struct.pack("<Q", len(text)) + text + data
+
+
+W = '"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}'
+put("safetensors", "valid", safetensors('{"__metadata__":{"format":"pt"},' + W +
+                                        ',"b":{"dtype":"BF16","shape":[1,2],"data_offsets":[8,12]}}  ',
+                                        struct.pack("<2f", 1.5, -2.0) + b"\x80\x3f\x00\x40"))
+put("safetensors", "empty-tensor", safetensors('{"e":{"dtype":"I64","shape":[0,3],"data_offsets":[0,0]}}', b""))
+put("safetensors", "past-the-end", safetensors("{" + W + "}", b"\0" * 4))
+put("safetensors", "overlap", safetensors("{" + W + ',"v":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}}',
+                                          b"\0" * 12))
+put("safetensors", "byte-count", safetensors('{"w":{"dtype":"F64","shape":[2],"data_offsets":[0,8]}}', b"\0" * 8))
+put("safetensors", "huge-header", struct.pack("<Q", 1 << 40) + b"{}")
+put("safetensors", "huge-shape",
+    safetensors('{"w":{"dtype":"F32","shape":[4611686018427387904,8],"data_offsets":[0,8]}}', b"\0" * 8))
+put("safetensors", "not-json", safetensors('{"w": [', b""))
 print("wrote", sum(len(files) for _, _, files in os.walk(CORPUS)), "files under", CORPUS)

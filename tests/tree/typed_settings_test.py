@@ -43,6 +43,8 @@ ALLOWED = [
     ("parallel/pipeline/PipelineStrategy.cpp", "world_->backend()", "the communicator's name of its own backend"),
     ("experiment/ReportRuns.cpp", "wire", "results.json's text, read back for a report"),
     ("run/RunResults.cpp", "value", "the device settings as results.json states them (true/false)"),
+    ("experiment/ExperimentFile.cpp", "key", "an experiment file's own keys (base: its base configuration)"),
+    ("parallel/decentralized/Graph.cpp", "o.type", "parallel.graph.type's own words (base: the Base-(k+1) graph), not model.size's"),
 ]
 
 

@@ -43,6 +43,10 @@ inline constexpr util::EnumNames<Stem, 2> kStemNames{
 enum class Task { Classifier, Lm };  // model.task
 inline constexpr util::EnumNames<Task, 2> kTaskNames{{{{Task::Classifier, "classifier"}, {Task::Lm, "lm"}}}};
 
+enum class ModelSize { Tiny, Base, Large };  // model.size (albert)
+inline constexpr util::EnumNames<ModelSize, 3> kModelSizeNames{
+    {{{ModelSize::Tiny, "tiny"}, {ModelSize::Base, "base"}, {ModelSize::Large, "large"}}}};
+
 enum class LineSearch { None, StrongWolfe };  // optim.lbfgs_line_search
 inline constexpr util::EnumNames<LineSearch, 2> kLineSearchNames{
     {{{LineSearch::None, "none"}, {LineSearch::StrongWolfe, "strong_wolfe"}}}};
@@ -116,6 +120,9 @@ struct DataConfig {
   std::vector<std::int64_t> synthetic_shape{1, 28, 28};
   int synthetic_classes = 10;
   std::int64_t synthetic_size = 1024;
+  // > 0: token sequences of synthetic_shape [T] with ids below this (0 = padding), one class each,
+  // instead of images
+  int synthetic_vocab = 0;
   // text (character-level language model)
   std::string text_path;
   // text: characters per sequence; sentences: tokens per sentence, [CLS] and [SEP] included
@@ -134,8 +141,22 @@ struct DataConfig {
   int prefetch = 2;  // batches prepared ahead per loader
 };
 
+// model.albert: ALBERT's sizes over those model.size names (Hugging Face's AlbertConfig names them
+// alike); 0 = the size's.
+struct AlbertConfig {
+  int embedding_size = 0;     // E: the factorized embedding's width
+  int hidden_size = 0;        // H
+  int num_layers = 0;         // applications of the one shared layer
+  int num_heads = 0;          // attention heads; must divide H
+  int intermediate_size = 0;  // the FFN's width
+  int max_positions = 0;      // learned positions; sequences may be no longer
+  int vocab_size = 0;         // 0 = the data set's vocabulary
+  double classifier_dropout = 0.1;
+  double layer_norm_eps = 1e-12;
+};
+
 struct ModelConfig {
-  // registered by models/: mlp, mnistnet, lenet5, resnet18, resnet50, vit, transformer
+  // registered by models/: mlp, mnistnet, lenet5, resnet18, resnet50, vit, transformer, albert
   std::string name = "lenet5";
   std::vector<int> hidden{256, 128};         // mlp
   Activation activation = Activation::Relu;  // mlp: relu | tanh | gelu | sigmoid
@@ -151,6 +172,10 @@ struct ModelConfig {
   int num_filters = 3;
   int kernel_size = 5;
   int linear_width = 64;
+  // albert (Lan et al. 2020): a named size, its sizes overridden by model.albert.*. The padding
+  // token masked out of attention is the data set's (data::Dataset::pad_id).
+  ModelSize size = ModelSize::Base;
+  AlbertConfig albert;
   // Transfer learning: start from the weights in this dtrain checkpoint, run folder (its model.pt,
   // else its latest checkpoint) or exported model.pt, matched by name and shape; "" = from the seed.
   std::string init_from;

@@ -53,6 +53,10 @@ void describe_data(OptionVisitor& v, DataConfig& d) {
              "synthetic: the shape of one sample, e.g. [3, 32, 32]");
   v.integer("synthetic_classes", d.synthetic_classes, at_least(1), "synthetic: number of classes");
   v.integer("synthetic_size", d.synthetic_size, at_least(1), "synthetic: number of training samples");
+  v.integer(
+      "synthetic_vocab", d.synthetic_vocab, at_least(0),
+      "synthetic: > 0: token sequences of synthetic_shape [T] with ids below this (0 = padding) instead "
+      "of images");
   v.text("text_path", d.text_path, Text::Any, "text: the text file of the character-level language model");
   v.integer(
       "seq_len", d.seq_len, at_least(1),
@@ -70,6 +74,20 @@ void describe_data(OptionVisitor& v, DataConfig& d) {
   v.integer("prefetch", d.prefetch, at_least(0), "Batches prepared ahead per loader");
 }
 
+void describe_albert(OptionVisitor& v, AlbertConfig& a) {
+  v.integer("embedding_size", a.embedding_size, at_least(0),
+            "E, the factorized embedding's width (0 = model.size's)");
+  v.integer("hidden_size", a.hidden_size, at_least(0), "H, the hidden width (0 = model.size's)");
+  v.integer("num_layers", a.num_layers, at_least(0),
+            "Applications of the one shared layer (0 = model.size's)");
+  v.integer("num_heads", a.num_heads, at_least(0), "Attention heads, dividing H (0 = model.size's)");
+  v.integer("intermediate_size", a.intermediate_size, at_least(0), "The FFN's width (0 = model.size's)");
+  v.integer("max_positions", a.max_positions, at_least(0), "Learned positions (0 = model.size's)");
+  v.integer("vocab_size", a.vocab_size, at_least(0), "Token ids (0 = the data set's vocabulary)");
+  v.number("classifier_dropout", a.classifier_dropout, kUnitOpen, "Dropout before the classifier");
+  v.number("layer_norm_eps", a.layer_norm_eps, kPositive, "LayerNorm's epsilon");
+}
+
 void describe_model(OptionVisitor& v, ModelConfig& m) {
   v.choice("name", m.name, registered(kModelKey), "The model (Models below)");
   v.int_list("hidden", m.hidden, 1, /*allow_empty=*/true, "mlp: widths of the hidden layers");
@@ -85,8 +103,19 @@ void describe_model(OptionVisitor& v, ModelConfig& m) {
   v.integer("num_filters", m.num_filters, at_least(1), "dinnocnn: filters of its convolution");
   v.integer("kernel_size", m.kernel_size, at_least(1), "dinnocnn: kernel size of its convolution");
   v.integer("linear_width", m.linear_width, at_least(1), "dinnocnn: width of its hidden linear layer");
-  v.text("init_from", m.init_from, Text::Any,
-         "Start from the weights of this checkpoint, run folder or model.pt (\"\" = from train.seed)");
+  v.choice("size", m.size, kModelSizeNames, "albert: tiny, base (H 768, 12 layers) or large (H 1024, 24)");
+  // Read after name: only a model that declares the section takes it.
+  const Choice* chosen = registered(kModelKey).find(m.name);
+  const bool albert = chosen && std::find(chosen->sections.begin(), chosen->sections.end(), "albert") !=
+                                    chosen->sections.end();
+  const std::string unused =
+      "sizes of model albert, but model.name is " + m.name + "; remove the section or set model.name: albert";
+  v.section(
+      "albert", [&] { describe_albert(v, m.albert); }, albert ? nullptr : unused.c_str());
+  v.text(
+      "init_from", m.init_from, Text::Any,
+      "Start from the weights of this checkpoint, run folder, model.pt, or a Hugging Face model.safetensors "
+      "or pytorch_model.bin (or their folder) (\"\" = from train.seed)");
   v.boolean("init_strict", m.init_strict,
             "init_from: every parameter must be found with its shape (false: load what matches)");
   v.text_list("freeze", m.freeze, "Glob patterns of parameter names not trained, e.g. [\"layers.0.*\"]");

@@ -109,6 +109,18 @@ DataSets load_synthetic(const config::DataConfig& data, const std::string& root)
   o.shape = data.synthetic_shape;
   o.classes = data.synthetic_classes;
   o.size = data.synthetic_size;
+  if (data.synthetic_vocab > 0) {
+    // data.subset_size and test_subset_size cap the sets' sizes.
+    if (data.subset_size > 0) o.size = std::min(o.size, data.subset_size);
+    auto train =
+        std::make_shared<SentenceDataset>(make_synthetic_tokens(o, data.synthetic_vocab, "synthetic/train"));
+    o.stream = 1;
+    o.size = std::max<std::int64_t>(1, data.synthetic_size / 5);
+    if (data.test_subset_size > 0) o.size = std::min(o.size, data.test_subset_size);
+    auto test =
+        std::make_shared<SentenceDataset>(make_synthetic_tokens(o, data.synthetic_vocab, "synthetic/test"));
+    return DataSets{train, train, test, {}};
+  }
   auto train = make_synthetic(o, "synthetic/train");
   o.stream = 1;
   o.size = std::max<std::int64_t>(1, data.synthetic_size / 5);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "dtrain/data/Dataset.h"
+#include "dtrain/data/SentenceDataset.h"
 
 #include <cstdint>
 #include <vector>
@@ -20,5 +21,12 @@ struct SyntheticOptions {
 };
 
 ImageDataset make_synthetic(const SyntheticOptions& options, const std::string& name = "synthetic");
+
+// Token sequences of options.shape [T] with ids in [1, vocab) and 0 as padding, for sequence
+// classifiers: every class has a fixed random prototype sequence; a sample is its class prototype with
+// each token replaced by a random one with probability 0.3, cut to a random length of T/2 to T tokens
+// and padded with 0 after it (so the padding mask matters). Held as labelled sentences are, pad id 0.
+SentenceDataset make_synthetic_tokens(const SyntheticOptions& options, std::int64_t vocab,
+                                      const std::string& name = "synthetic");
 
 }  // namespace dtrain::data

@@ -31,7 +31,6 @@ class TextDataset : public Dataset {
   Batch get_batch(const torch::Tensor& indices, std::uint64_t augment_seed) const override;
 
   const std::vector<std::string>& vocab() const { return vocab_; }
-  std::int64_t vocab_size() const override { return num_classes(); }
   std::string decode(const torch::Tensor& ids) const;
   // The first n windows (sharing storage).
   std::shared_ptr<TextDataset> head(std::int64_t n) const;

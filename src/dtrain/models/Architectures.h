@@ -18,6 +18,7 @@ NetworkPtr build_lenet5(const config::ModelConfig& config, const InputSpec& inpu
 NetworkPtr build_resnet(const config::ModelConfig& config, const InputSpec& input, int depth);
 NetworkPtr build_vit(const config::ModelConfig& config, const InputSpec& input);
 NetworkPtr build_transformer(const config::ModelConfig& config, const InputSpec& input);
+NetworkPtr build_albert(const config::ModelConfig& config, const InputSpec& input);
 
 // Throws std::invalid_argument unless the input is an image (C, H, W) with positive sizes.
 void require_image_input(const std::string& model, const InputSpec& input);

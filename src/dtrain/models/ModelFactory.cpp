@@ -8,6 +8,7 @@
 
 #include "dtrain/config/Registry.h"
 #include "dtrain/config/Schema.h"
+#include "dtrain/models/Albert.h"
 #include "dtrain/models/Architectures.h"
 
 namespace dtrain::models {
@@ -17,6 +18,7 @@ namespace {
 struct ModelEntry {
   config::Choice choice;
   ModelBuilder build;
+  HuggingFaceImport import_hugging_face = nullptr;  // null: the model reads no Hugging Face checkpoint
 };
 
 // Every model, written once: its name (matched without regard to case), its help line, and its
@@ -40,6 +42,13 @@ std::vector<ModelEntry> builtin_models() {
       {{"vit", "vision transformer: model.patch, dim, depth, heads, mlp_ratio"}, detail::build_vit},
       {{"transformer", "transformer encoder on token sequences; model.task classifier or lm"},
        detail::build_transformer},
+      {{"albert",
+        "ALBERT (Lan et al. 2020) sequence classifier: factorized embedding, one layer shared by all; "
+        "model.size tiny|base|large, model.albert.*",
+        {},
+        {"albert"}},
+       detail::build_albert,
+       import_albert},
   };
 }
 
@@ -75,6 +84,13 @@ NetworkPtr create_model(const config::ModelConfig& config, const InputSpec& inpu
   throw std::invalid_argument(
       fmt::format("model.name: expected one of {}, found '{}'; set model.name to one of them",
                   config::registered_choices(config::kModelKey).list(), config.name));
+}
+
+const HuggingFaceImport* hugging_face_import(const std::string& kind) {
+  for (const auto& entry : model_table()) {
+    if (entry.choice.name == kind && entry.import_hugging_face) return &entry.import_hugging_face;
+  }
+  return nullptr;
 }
 
 std::int64_t parameter_count(const torch::nn::Module& module) {

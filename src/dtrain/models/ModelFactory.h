@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "dtrain/config/RunConfig.h"
+#include "dtrain/models/HuggingFace.h"
 #include "dtrain/models/Network.h"
 
 namespace dtrain::models {
@@ -38,6 +39,9 @@ bool register_model(config::Choice choice, ModelBuilder build);
 //   DTRAIN_REGISTER_MODEL(mynet, {"mynet", "my network"}, [](const auto&, const auto& in) {...});
 #define DTRAIN_REGISTER_MODEL(id, ...) \
   [[maybe_unused]] static const bool dtrain_model_##id = ::dtrain::models::register_model(__VA_ARGS__)
+
+// How model `kind` (Network::kind()) reads a Hugging Face checkpoint, or null when it reads none.
+const HuggingFaceImport* hugging_face_import(const std::string& kind);
 
 // Number of scalar parameters (trainable or not), buffers excluded.
 std::int64_t parameter_count(const torch::nn::Module& module);

@@ -9,6 +9,9 @@
 #include <stdexcept>
 
 #include "dtrain/io/Checkpoint.h"
+#include "dtrain/io/SafeTensors.h"
+#include "dtrain/io/TorchStateDict.h"
+#include "dtrain/models/ModelFactory.h"
 
 namespace dtrain::train {
 namespace {
@@ -226,9 +229,63 @@ std::vector<std::string> freeze_parameters(torch::nn::Module& module,
   return frozen;
 }
 
+std::optional<fs::path> hugging_face_file(const std::string& where) {
+  const fs::path path(where);
+  if (fs::is_regular_file(path)) {
+    if (path.extension() == ".safetensors" || path.filename() == "pytorch_model.bin") return path;
+    return std::nullopt;
+  }
+  // A folder save_pretrained wrote; the safetensors file first, as transformers reads it.
+  if (!fs::is_directory(path) || fs::exists(path / "model.pt") || fs::is_directory(path / "checkpoints")) {
+    return std::nullopt;
+  }
+  for (const char* name : {"model.safetensors", "pytorch_model.bin"}) {
+    if (fs::is_regular_file(path / name)) return path / name;
+  }
+  return std::nullopt;
+}
+
+TransferReport load_hugging_face(models::Network& network, const fs::path& file, bool strict) {
+  const auto* import = models::hugging_face_import(network.kind());
+  if (!import) {
+    throw std::invalid_argument(fmt::format(
+        "model.init_from: {} is a Hugging Face checkpoint, and model {} reads none (albert does); "
+        "name a dtrain checkpoint or model.pt",
+        file.string(), network.kind()));
+  }
+  std::map<std::string, at::Tensor> weights;
+  try {
+    // pytorch_model.bin is torch.save's zip of an OrderedDict, which LibTorch's unpickler cannot
+    // read: Note [A restricted unpickler for state dicts].
+    weights =
+        file.extension() == ".safetensors" ? io::read_safetensors(file) : io::read_torch_state_dict(file);
+  } catch (const io::CheckpointError& e) {
+    throw std::invalid_argument(std::string("model.init_from: ") + e.what());
+  }
+  auto imported = (*import)(weights, network, strict, file.string());
+  TransferReport report;
+  report.source = file.string();
+  report.kept = std::move(imported.kept);
+  report.unused = std::move(imported.unused);
+  torch::NoGradGuard no_grad;
+  auto copy = [&](const std::string& name, at::Tensor& target) {
+    const auto it = imported.tensors.find(name);
+    if (it == imported.tensors.end()) return;
+    target.copy_(it->second);
+    report.loaded.push_back(name);
+  };
+  for (auto& p : network.named_parameters(/*recurse=*/true)) copy(p.key(), p.value());
+  for (auto& b : network.named_buffers(/*recurse=*/true)) copy(b.key(), b.value());
+  return report;
+}
+
 TransferReport apply_transfer(models::Network& network, const config::ModelConfig& config) {
   TransferReport report;
-  if (!config.init_from.empty()) {
+  std::optional<fs::path> hugging_face;
+  if (!config.init_from.empty()) hugging_face = hugging_face_file(config.init_from);
+  if (hugging_face) {
+    report = load_hugging_face(network, *hugging_face, config.init_strict);
+  } else if (!config.init_from.empty()) {
     const auto file = weights_file(config.init_from);
     report = load_matching(network, read_model_weights(file), config.init_strict, file.string());
   }

@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,11 @@ std::filesystem::path weights_file(const std::string& path, const std::string& w
 // Throws std::invalid_argument naming the file when it is neither, the message starting with `what`.
 std::map<std::string, at::Tensor> read_model_weights(const std::filesystem::path& file,
                                                      const std::string& what = "model.init_from");
+
+// The Hugging Face checkpoint model.init_from names, if it names one: a *.safetensors file, a
+// pytorch_model.bin, or a folder save_pretrained wrote (its model.safetensors, else its
+// pytorch_model.bin); nullopt for anything else (a dtrain checkpoint, run folder or model.pt).
+std::optional<std::filesystem::path> hugging_face_file(const std::string& path);
 
 // What init_from did, for the run's log.
 struct TransferReport {
@@ -58,6 +64,13 @@ bool glob_match(const std::string& pattern, const std::string& name);
 // no parameter (a typo would otherwise train everything), listing a few of the names there are.
 std::vector<std::string> freeze_parameters(torch::nn::Module& module,
                                            const std::vector<std::string>& patterns);
+
+// The Hugging Face checkpoint `file` read into the network through its model's import
+// (models::hugging_face_import): every tensor the model needs found with its shape, a missing
+// classification head left as initialised (in the report's kept), the rest of the file in unused.
+// Throws std::invalid_argument naming the file and the tensor otherwise, and for a model that reads no
+// Hugging Face checkpoint.
+TransferReport load_hugging_face(models::Network& network, const std::filesystem::path& file, bool strict);
 
 // model.init_from and model.freeze, applied to a freshly built network. A resumed run builds its
 // trainer without init_from (its checkpoint holds the weights) and keeps freeze.
