@@ -341,7 +341,8 @@ bool Trainer::train_epoch(TrainResult& result, std::int64_t warmup) {
   const auto per_epoch = epoch_steps();
   feed_->start_epoch(epoch_, epoch_batch_, remainder_ ? &remainder_->rest : nullptr);
   const JoinSchedule* join = remainder_ && remainder_->join ? &*remainder_->join : join_ ? &*join_ : nullptr;
-  if (epoch_batch_ == 0 || !train_metrics_) train_metrics_.emplace(data_.train->num_classes(), language_model());
+  if (epoch_batch_ == 0 || !train_metrics_)
+    train_metrics_.emplace(data_.train->num_classes(), language_model());
   double epoch_seconds = 0.0;
   auto t_prev = Clock::now();
   for (;;) {
