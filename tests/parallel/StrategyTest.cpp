@@ -361,6 +361,11 @@ TEST(StrategyMemory, ReplicaFootprintIsZerosAccounting) {
     const auto before = strategy->memory_footprint();
     EXPECT_EQ(before.parameters, 4 * psi);
     EXPECT_EQ(before.optimizer_state, 0u) << optimizer;
+    // What the run plans before the first step is what the step then holds.
+    const auto planned = strategy->planned_footprint();
+    EXPECT_EQ(planned.parameters, 4 * psi) << optimizer;
+    EXPECT_EQ(planned.gradients, 4 * psi) << optimizer;
+    EXPECT_EQ(planned.optimizer_state, state_per_parameter * psi) << optimizer;
     strategy->train_step({data.inputs[0], data.targets[0]});
     const auto after = strategy->memory_footprint();
     EXPECT_EQ(after.parameters, 4 * psi) << optimizer;

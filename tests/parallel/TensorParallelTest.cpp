@@ -82,7 +82,9 @@ State train(const config::RunConfig& cfg, int ranks, const Data& data, int first
   const int n = std::max(ranks, 1);
   std::vector<models::NetworkPtr> models;
   for (int r = 0; r < n; ++r) {
-    torch::manual_seed(7 + r);
+    // Other seeds per rank show that the strategy starts every rank from the same weights; a
+    // deferred model is built from the one seed on every rank instead (it is never broadcast).
+    torch::manual_seed(cfg.model.deferred_init ? 7 : 7 + r);
     auto model = models::create_model(cfg.model, input_of(cfg));
     model->to(torch::kDouble);
     models::apply_activation_checkpointing(*model, cfg.train.activation_checkpointing,
@@ -218,6 +220,19 @@ INSTANTIATE_TEST_SUITE_P(
                  8,
                  {"parallel.mesh.pp=2", "parallel.mesh.dp_shard=2", "parallel.mesh.tp=2",
                   "parallel.pipeline.schedule=gpipe", "parallel.pipeline.micro_batches=2"}},
+        // Each rank builds only its stage's layers and its tp shards of them.
+        MeshCase{"Lm3dShardTpDeferred",
+                 "lm",
+                 "pipeline",
+                 8,
+                 {"parallel.mesh.pp=2", "parallel.mesh.dp_shard=2", "parallel.mesh.tp=2",
+                  "parallel.pipeline.schedule=1f1b", "parallel.pipeline.micro_batches=2",
+                  "model.deferred_init=true"}},
+        MeshCase{"LmTp2Shard2Deferred",
+                 "lm",
+                 "zero",
+                 4,
+                 {"parallel.mesh.tp=2", "parallel.zero.stage=3", "model.deferred_init=true"}},
         MeshCase{"LmTp2Recomputed",
                  "lm",
                  "data_parallel",

@@ -448,6 +448,10 @@ int run_throughput_worker(const BenchThroughputOptions& o) {
     report["gradients_bytes"] = footprint.gradients;
     report["optimizer_bytes"] = footprint.optimizer_state;
     report["peak_rss_bytes"] = peak_rss_bytes();
+    // What the run predicted before its first step (parallel/MemoryPlan.h), beside what it held.
+    const auto& plan = trainer->model_facts().memory;
+    report["planned_state_bytes"] = plan.state.total();
+    report["planned_peak_bytes"] = plan.peak();
   } catch (const std::exception& e) {
     return finish("failed", one_line(e.what()));
   }

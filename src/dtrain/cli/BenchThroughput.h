@@ -49,6 +49,9 @@ struct RankMemory {
   std::uint64_t parameters_bytes = 0;
   std::uint64_t gradients_bytes = 0;
   std::uint64_t optimizer_bytes = 0;
+  // The peak the run predicted before its first step (parallel/MemoryPlan.h); 0 where its strategy
+  // predicts nothing.
+  std::uint64_t planned_peak_bytes = 0;
 };
 
 struct ThroughputResult {

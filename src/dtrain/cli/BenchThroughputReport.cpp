@@ -80,10 +80,10 @@ ThroughputResult combine_reports(const ThroughputPoint& point, int steps, int wa
   r.step_ms = timed > 0 ? seconds / static_cast<double>(timed) * 1e3 : 0.0;
   for (std::size_t rank = 0; rank < reports.size(); ++rank) {
     const auto& j = reports[rank];
-    r.ranks.push_back({static_cast<int>(rank), j.at("peak_rss_bytes").get<std::uint64_t>(),
-                       j.at("parameters_bytes").get<std::uint64_t>(),
-                       j.at("gradients_bytes").get<std::uint64_t>(),
-                       j.at("optimizer_bytes").get<std::uint64_t>()});
+    r.ranks.push_back(
+        {static_cast<int>(rank), j.at("peak_rss_bytes").get<std::uint64_t>(),
+         j.at("parameters_bytes").get<std::uint64_t>(), j.at("gradients_bytes").get<std::uint64_t>(),
+         j.at("optimizer_bytes").get<std::uint64_t>(), j.value("planned_peak_bytes", std::uint64_t{0})});
   }
   return r;
 }
@@ -112,6 +112,7 @@ std::string to_json_line(const ThroughputResult& r) {
     rank["parameters_bytes"] = m.parameters_bytes;
     rank["gradients_bytes"] = m.gradients_bytes;
     rank["optimizer_bytes"] = m.optimizer_bytes;
+    rank["planned_peak_bytes"] = m.planned_peak_bytes;
     j["ranks"].push_back(std::move(rank));
   }
   return j.dump();
@@ -148,18 +149,20 @@ void write_markdown(std::ostream& out, const std::vector<ThroughputResult>& resu
     out << "\n";
   }
 
-  out << "\nper point, memory per rank in MiB (rank 0 / rank 1 / ...): peak resident set, and the "
-         "parameters, gradients and optimizer state the strategy holds\n\n"
-         "| model | batch | precision | workers | strategy | samples/s | step ms | peak RSS | parameters | "
-         "gradients | optimizer | status |\n"
-         "|---|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---|\n";
+  out << "\nper point, memory per rank in MiB (rank 0 / rank 1 / ...): peak resident set, the peak the run "
+         "planned before its first step, and the parameters, gradients and optimizer state the strategy "
+         "holds\n\n"
+         "| model | batch | precision | workers | strategy | samples/s | step ms | peak RSS | planned peak | "
+         "parameters | gradients | optimizer | status |\n"
+         "|---|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|\n";
   for (const auto& r : results) {
     const bool ok = r.status == "ok";
-    out << fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", r.point.model,
+    out << fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", r.point.model,
                        r.point.batch, r.point.precision, r.point.workers, r.point.strategy,
                        ok ? fmt::format("{:.1f}", r.samples_per_second) : "-",
                        ok ? fmt::format("{:.2f}", r.step_ms) : "-",
                        per_rank(r.ranks, [](const RankMemory& m) { return m.peak_rss_bytes; }),
+                       per_rank(r.ranks, [](const RankMemory& m) { return m.planned_peak_bytes; }),
                        per_rank(r.ranks, [](const RankMemory& m) { return m.parameters_bytes; }),
                        per_rank(r.ranks, [](const RankMemory& m) { return m.gradients_bytes; }),
                        per_rank(r.ranks, [](const RankMemory& m) { return m.optimizer_bytes; }),

@@ -184,6 +184,9 @@ struct ModelConfig {
   bool init_strict = true;
   // Glob patterns ('*', '?') over parameter names ("layers.0.*"): those parameters are not trained.
   std::vector<std::string> freeze;
+  // Each rank builds only the stages and shards it keeps, from the weights an eager build gives
+  // (Note [Deferred initialisation] in models/Network.h): vit and transformer.
+  bool deferred_init = false;
 };
 
 struct SchedulerConfig {

@@ -119,6 +119,8 @@ void describe_model(OptionVisitor& v, ModelConfig& m) {
   v.boolean("init_strict", m.init_strict,
             "init_from: every parameter must be found with its shape (false: load what matches)");
   v.text_list("freeze", m.freeze, "Glob patterns of parameter names not trained, e.g. [\"layers.0.*\"]");
+  v.boolean("deferred_init", m.deferred_init,
+            "vit, transformer: each rank builds only the stages and shards it keeps (the same weights)");
 }
 
 void describe_scheduler(OptionVisitor& v, SchedulerConfig& s) {

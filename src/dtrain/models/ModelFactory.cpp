@@ -79,7 +79,16 @@ bool register_model(config::Choice choice, ModelBuilder build) {
 NetworkPtr create_model(const config::ModelConfig& config, const InputSpec& input) {
   const auto name = config::registered_choices(config::kModelKey).resolve(config.name);
   for (const auto& entry : model_table()) {
-    if (name && entry.choice.name == *name) return entry.build(config, input);
+    if (!name || entry.choice.name != *name) continue;
+    auto network = entry.build(config, input);
+    if (config.deferred_init && !network->deferred()) {
+      throw std::invalid_argument(fmt::format(
+          "model.deferred_init: model {} is built at once, stage by stage deferral is what vit and "
+          "transformer "
+          "do (a model of one's own: build it with models::deferred_network); set model.deferred_init: false",
+          config.name));
+    }
+    return network;
   }
   throw std::invalid_argument(
       fmt::format("model.name: expected one of {}, found '{}'; set model.name to one of them",

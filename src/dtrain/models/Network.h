@@ -4,6 +4,7 @@
 #pragma once
 
 #include <torch/nn/module.h>
+#include <torch/nn/modules/container/any.h>
 #include <torch/nn/modules/container/sequential.h>
 
 #include <cstddef>
@@ -11,6 +12,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -93,6 +95,33 @@ class Network : public torch::nn::Module {
   void set_stage_input(std::size_t stage, StageFunction function);
   void set_stage_output(std::size_t stage, StageFunction function);
 
+  // Deferred initialisation (model.deferred_init, deferred_network(); Note [Deferred
+  // initialisation]): the stages' parameters are shapes on the meta device until materialize()
+  // builds the ones a rank keeps.
+  bool deferred() const { return !builders_.empty(); }
+  // Whether stage `stage` of a deferred network still holds meta parameters.
+  bool stage_deferred(std::size_t stage) const;
+  // Builds these stages again from the generator state each was first built from, so they hold
+  // the weights an eager build gives, and keeps in each parameter what the cuts make of it (in the
+  // order added; none: the whole tensor), on the device set_device() named. Stages already built are
+  // left alone. Takes generator_mutex() and leaves the generator's state as it was.
+  void materialize(const std::vector<std::size_t>& stages);
+  void materialize_all();
+  // What a rank keeps of a parameter built whole: `whole` -> the tensor to hold (a shard), for the
+  // parameter's name in this network ("layers.1.attn.qkv.weight"). Tensor parallelism adds one
+  // when it splits a deferred network's layers.
+  using Cut = std::function<torch::Tensor(const std::string& name, const torch::Tensor& whole)>;
+  void add_cut(Cut cut);
+  // Where materialize() puts what it builds (a deferred network's parameters have no device
+  // until then); the CPU unless set.
+  void set_device(torch::Device device) { device_ = device; }
+  torch::Device device() const { return device_; }
+  // Calls `visit` with each stage built whole in turn (without the cuts), in order, each freed
+  // before the next is built: what reads every weight of a deferred network (the run's hash of
+  // its initial weights) without holding them all.
+  void for_each_built_stage(
+      const std::function<void(std::size_t stage, torch::nn::Module& built)>& visit) const;
+
  private:
   std::string kind_;
   torch::nn::Sequential layers_;
@@ -103,9 +132,47 @@ class Network : public torch::nn::Module {
   bool channels_last_on_cpu_ = false;
   bool channels_last_ = false;
   bool single_module_ = false;
+  // Deferred initialisation: per stage, how to build it and the generator's state before it was.
+  using StageBuilder = std::function<torch::nn::AnyModule()>;
+  std::vector<StageBuilder> builders_;
+  std::vector<torch::Tensor> generator_states_;
+  std::vector<bool> stage_built_;
+  std::vector<Cut> cuts_;
+  torch::Device device_ = torch::kCPU;
+  torch::nn::AnyModule build_stage(std::size_t stage) const;
+  friend std::shared_ptr<Network> deferred_network(std::string kind, std::vector<StageBuilder> builders);
 };
 
 using NetworkPtr = std::shared_ptr<Network>;
+
+// Note [Deferred initialisation]
+// A model too large for one rank cannot be built whole on every rank and cut afterwards: a 400M
+// parameter transformer is 1.6 GB a rank before tensor parallelism, the pipeline or a shard group
+// throws most of it away. With model.deferred_init each stage of the network is built in turn and
+// its parameters replaced at once by meta tensors of the same shapes (buffers stay: they are
+// small), so building costs one stage's memory at a time; the network records, per stage, the
+// state of torch's generator before the stage was built. What cuts the model (tensor parallelism's
+// plan, the pipeline's stages) works on the shapes; then each rank materializes the stages it
+// keeps: it sets the generator to the stage's recorded state, builds the stage again whole, and
+// keeps its cut of each parameter. The weights are those an eager build gives, bit for bit, on every
+// rank and for every mesh, so no rank broadcasts them. This is torchdistx's deferred_init (record
+// a module's construction, replay it to materialize), replayed per stage rather than per operation
+// since a stage's constructor is its recipe; torchtitan instead builds on the meta device and
+// initialises each shard afresh (init_weights), which gives other weights than one process builds.
+// A stage must draw from torch's global generator only, as create_model() requires of every model.
+// Torch's global generator is one per process: every use of it that must not interleave with
+// another thread's (ranks that are threads of one process build models at the same time) holds
+// this mutex.
+std::mutex& generator_mutex();
+
+using StageBuilder = std::function<torch::nn::AnyModule()>;
+// A network whose stages `builders` make, in order, built deferred (see the Note): each builder is
+// called once now, its parameters turned to meta tensors, and again by materialize(). Like any
+// model's construction it draws from the global generator: a caller whose process holds other ranks
+// holds generator_mutex() around it.
+NetworkPtr deferred_network(std::string kind, std::vector<StageBuilder> builders);
+// The same stages built at once (what model.deferred_init: false builds): equal weights.
+NetworkPtr eager_network(std::string kind, const std::vector<StageBuilder>& builders);
 
 // A model of one's own as the Network the trainer and every strategy take. A torch::nn::Sequential's
 // modules are the stages, in order (what pipeline cuts); the Network shares them, so training it

@@ -45,20 +45,29 @@ AttentionOptions attention_options(const std::string& model, const config::Model
   return options;
 }
 
-// Appends `depth` encoder blocks; returns their stage indices (the network's blocks).
-std::vector<std::size_t> push_blocks(torch::nn::Sequential& layers, const AttentionOptions& options,
+// Appends builders of `depth` encoder blocks; returns their stage indices (the network's blocks).
+std::vector<std::size_t> push_blocks(std::vector<StageBuilder>& stages, const AttentionOptions& options,
                                      int depth) {
   std::vector<std::size_t> blocks;
   for (int i = 0; i < depth; ++i) {
-    blocks.push_back(layers->size());
-    layers->push_back(EncoderBlock(options));
+    blocks.push_back(stages.size());
+    stages.push_back([options] { return torch::nn::AnyModule(EncoderBlock(options)); });
   }
   return blocks;
 }
 
-NetworkPtr with_blocks(NetworkPtr network, std::vector<std::size_t> blocks) {
+// The network of these stages, built at once or deferred as model.deferred_init says.
+NetworkPtr assemble(const config::ModelConfig& config, std::string kind,
+                    const std::vector<StageBuilder>& stages, std::vector<std::size_t> blocks) {
+  auto network = config.deferred_init ? deferred_network(std::move(kind), stages)
+                                      : eager_network(std::move(kind), stages);
   network->set_blocks(std::move(blocks));
   return network;
+}
+
+template <class Module, class... Args>
+StageBuilder stage(Args... args) {
+  return [args...] { return torch::nn::AnyModule(Module(args...)); };
 }
 
 }  // namespace
@@ -76,11 +85,11 @@ NetworkPtr build_vit(const config::ModelConfig& config, const InputSpec& input) 
         "of height and width (or set data.image_size to a multiple of the patch)",
         height, width, config.patch));
   }
-  torch::nn::Sequential layers;
-  layers->push_back(PatchEmbedding(channels, height, width, config.patch, config.dim, config.dropout));
-  auto blocks = push_blocks(layers, options, config.depth);
-  layers->push_back(ClassifierHead(config.dim, input.num_classes, Pooling::ClassToken));
-  return with_blocks(std::make_shared<Network>("vit", layers), std::move(blocks));
+  std::vector<StageBuilder> stages{
+      stage<PatchEmbedding>(channels, height, width, config.patch, config.dim, config.dropout)};
+  auto blocks = push_blocks(stages, options, config.depth);
+  stages.push_back(stage<ClassifierHead>(config.dim, input.num_classes, Pooling::ClassToken));
+  return assemble(config, "vit", stages, std::move(blocks));
 }
 
 NetworkPtr build_transformer(const config::ModelConfig& config, const InputSpec& input) {
@@ -93,11 +102,11 @@ NetworkPtr build_transformer(const config::ModelConfig& config, const InputSpec&
                       input.describe()));
     }
     const auto options = attention_options("transformer", config, /*causal=*/true);
-    torch::nn::Sequential layers;
-    layers->push_back(TokenEmbedding(input.vocab_size, input.seq_len, config.dim, config.dropout));
-    auto blocks = push_blocks(layers, options, config.depth);
-    layers->push_back(LanguageModelHead(config.dim, input.vocab_size));
-    return with_blocks(std::make_shared<Network>("transformer-lm", layers), std::move(blocks));
+    std::vector<StageBuilder> stages{
+        stage<TokenEmbedding>(input.vocab_size, input.seq_len, config.dim, config.dropout)};
+    auto blocks = push_blocks(stages, options, config.depth);
+    stages.push_back(stage<LanguageModelHead>(config.dim, input.vocab_size));
+    return assemble(config, "transformer-lm", stages, std::move(blocks));
   }
   if (input.is_tokens() && input.num_classes <= 0) {
     throw std::invalid_argument(
@@ -106,21 +115,21 @@ NetworkPtr build_transformer(const config::ModelConfig& config, const InputSpec&
   }
   require_classes("transformer", input);
   const auto options = attention_options("transformer", config, /*causal=*/false);
-  torch::nn::Sequential layers;
+  std::vector<StageBuilder> stages;
   if (input.is_tokens()) {
     if (input.seq_len <= 0) {
       throw std::invalid_argument(fmt::format(
           "transformer: expected a positive sequence length for token inputs, found {}", input.seq_len));
     }
-    layers->push_back(TokenEmbedding(input.vocab_size, input.seq_len, config.dim, config.dropout));
+    stages.push_back(stage<TokenEmbedding>(input.vocab_size, input.seq_len, config.dim, config.dropout));
   } else {
     require_image_input("transformer", input);
-    layers->push_back(RowEmbedding(input.sample_shape[0], input.sample_shape[1], input.sample_shape[2],
-                                   config.dim, config.dropout));
+    stages.push_back(stage<RowEmbedding>(input.sample_shape[0], input.sample_shape[1], input.sample_shape[2],
+                                         config.dim, config.dropout));
   }
-  auto blocks = push_blocks(layers, options, config.depth);
-  layers->push_back(ClassifierHead(config.dim, input.num_classes, Pooling::Mean));
-  return with_blocks(std::make_shared<Network>("transformer", layers), std::move(blocks));
+  auto blocks = push_blocks(stages, options, config.depth);
+  stages.push_back(stage<ClassifierHead>(config.dim, input.num_classes, Pooling::Mean));
+  return assemble(config, "transformer", stages, std::move(blocks));
 }
 
 }  // namespace dtrain::models::detail

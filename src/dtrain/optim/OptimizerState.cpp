@@ -199,6 +199,27 @@ std::vector<torch::Tensor> optimizer_state_tensors(const torch::optim::Optimizer
   return out;
 }
 
+std::uint64_t planned_optimizer_state_bytes(const torch::optim::Optimizer& optimizer) {
+  std::uint64_t bytes = 0;
+  for (const auto& group : optimizer.param_groups()) {
+    std::uint64_t parameters = 0;
+    for (const auto& p : group.params()) parameters += p.numel() * p.element_size();
+    const auto* options = &group.options();
+    std::uint64_t copies = 0;
+    if (const auto* sgd = dynamic_cast<const torch::optim::SGDOptions*>(options)) {
+      copies = sgd->momentum() != 0.0 ? 1 : 0;
+    } else if (const auto* adam = dynamic_cast<const torch::optim::AdamOptions*>(options)) {
+      copies = adam->amsgrad() ? 3 : 2;
+    } else if (const auto* adamw = dynamic_cast<const torch::optim::AdamWOptions*>(options)) {
+      copies = adamw->amsgrad() ? 3 : 2;
+    } else if (const auto* lbfgs = dynamic_cast<const torch::optim::LBFGSOptions*>(options)) {
+      copies = 2 * static_cast<std::uint64_t>(lbfgs->history_size()) + 3;
+    }
+    bytes += copies * parameters;
+  }
+  return bytes;
+}
+
 std::uint64_t unique_storage_bytes(const std::vector<torch::Tensor>& tensors) {
   std::set<const void*> seen;
   std::uint64_t bytes = 0;

@@ -33,6 +33,11 @@ void load_named_optimizer_state(torch::optim::Optimizer& optimizer, const NamedP
 // counting the bytes a rank keeps (parallel::MemoryFootprint). Empty before the first step.
 std::vector<torch::Tensor> optimizer_state_tensors(const torch::optim::Optimizer& optimizer);
 
+// The bytes optimizer_state_tensors() holds once every parameter has stepped, from the parameters'
+// bytes and the options, before the first step: sgd's momentum (1x, none without momentum), adam's
+// and adamw's moments (2x, 3x with amsgrad), lbfgs's history (2 history_size + 3 flat copies).
+std::uint64_t planned_optimizer_state_bytes(const torch::optim::Optimizer& optimizer);
+
 // The bytes of the storages behind `tensors`, each storage counted once (views of one flat
 // buffer count as the buffer); undefined tensors count nothing.
 std::uint64_t unique_storage_bytes(const std::vector<torch::Tensor>& tensors);

@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "dtrain/config/Schema.h"
+#include "dtrain/parallel/MemoryPlan.h"
 #include "dtrain/parallel/TensorParallel.h"
 
 namespace dtrain::parallel {
@@ -103,8 +104,18 @@ std::unique_ptr<Strategy> create_strategy(StrategyContext context) {
                     info.name));
   }
   const auto mesh = resolve_mesh(context.parallel, context.comm ? context.comm->size() : 1);
-  if (mesh && mesh->tp > 1) return tensor::create_tensor_parallel(std::move(context), *mesh, info.create);
-  return info.create(std::move(context));
+  // After tensor parallelism has cut a deferred model's layers (its shards are what is built).
+  auto create = [&info](StrategyContext inner) {
+    if (inner.model->deferred() && !info.materializes_stages) {
+      const auto& dims = info.mesh.dims;
+      if (std::find(dims.begin(), dims.end(), MeshDim::DpShard) == dims.end())
+        check_replicas_fit(inner, info.name);
+      inner.model->materialize_all();
+    }
+    return info.create(std::move(inner));
+  };
+  if (mesh && mesh->tp > 1) return tensor::create_tensor_parallel(std::move(context), *mesh, create);
+  return create(std::move(context));
 }
 
 }  // namespace dtrain::parallel

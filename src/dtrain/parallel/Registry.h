@@ -73,6 +73,10 @@ struct StrategyInfo {
   StrategyCapabilities capabilities{};
   // The parallel.mesh dimensions it takes, and the mesh it runs without one (Note [The device mesh]).
   MeshUse mesh{};
+  // Builds the stages it keeps of a deferred model itself (pipeline: its stage's); create_strategy
+  // materializes the whole of a deferred model for any other (Note [Deferred initialisation] in
+  // models/Network.h).
+  bool materializes_stages = false;
 };
 
 // Registers a strategy without options of its own; returns true, for a static initialiser.

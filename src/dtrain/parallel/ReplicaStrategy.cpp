@@ -74,6 +74,19 @@ MemoryFootprint ReplicaStrategy::memory_footprint() const {
   return module_footprint(*context_.model, optim::optimizer_state_tensors(*optimizer_));
 }
 
+MemoryFootprint ReplicaStrategy::planned_footprint() const {
+  std::vector<torch::Tensor> parameters, trainable;
+  for (const auto& p : context_.model->parameters()) {
+    parameters.push_back(p);
+    if (p.requires_grad()) trainable.push_back(p);
+  }
+  MemoryFootprint plan;
+  plan.parameters = optim::unique_storage_bytes(parameters);
+  plan.gradients = optim::unique_storage_bytes(trainable);  // a gradient the size of each
+  plan.optimizer_state = optim::planned_optimizer_state_bytes(*optimizer_);
+  return plan;
+}
+
 void ReplicaStrategy::save(io::Checkpoint& checkpoint) const {
   checkpoint.set_module_state("model", *context_.model);
   for (const auto& [key, value] :

@@ -28,6 +28,7 @@ class ReplicaStrategy : public Strategy {
   // The model's parameters and gradients (data_parallel's flat buckets, which the gradients view,
   // included) and the optimizer's state.
   MemoryFootprint memory_footprint() const override;
+  MemoryFootprint planned_footprint() const override;
   // The optimizer over the model's parameters (what train.cuda_graph hands its learning rate to).
   torch::optim::Optimizer& optimizer() { return *optimizer_; }
 

@@ -189,6 +189,12 @@ class Strategy {
   // What this rank holds in parameters, gradients and optimizer state now (after a step the
   // optimizer state exists). Local, no communication.
   virtual MemoryFootprint memory_footprint() const = 0;
+  // What this rank will hold once it has stepped, predicted when the strategy is built, before the
+  // first step allocates gradients and optimizer state: memory_footprint()'s accounting, with the
+  // gradients a step holds at once on its way (a stage's whole gradient before its reduce-scatter).
+  // What the run prints and checks against the host's memory before it starts (parallel/MemoryPlan.h).
+  // All zero where the strategy predicts nothing. Local, no communication.
+  virtual MemoryFootprint planned_footprint() const { return {}; }
 
  protected:
   Strategy() = default;

@@ -191,6 +191,7 @@ class TensorParallelStrategy : public Strategy {
     return notes;
   }
   MemoryFootprint memory_footprint() const override { return inner_->memory_footprint(); }
+  MemoryFootprint planned_footprint() const override { return inner_->planned_footprint(); }
 
  private:
   // This rank's rows of outputs computed on a union, whole along the vocabulary.
@@ -315,8 +316,16 @@ std::unique_ptr<Strategy> create_tensor_parallel(
   }
 
   auto [group, rest] = split_groups(context.comm, tp);
-  broadcast_model(*context.model, *group);
+  // A deferred model is built from train.seed alike on every rank, when materialized.
+  if (!context.model->deferred()) broadcast_model(*context.model, *group);
   auto applied = apply_plan(*context.model, plan, tensor.sequence_parallel, group);
+  if (context.model->deferred()) {
+    context.model->add_cut([sharded = applied.sharded, rank = group->rank(), tp](const std::string& name,
+                                                                                 const torch::Tensor& whole) {
+      const auto spec = sharded.find(name);
+      return spec == sharded.end() ? whole : shard_of(whole, spec->second, rank, tp);
+    });
+  }
 
   StrategyContext inner = std::move(context);
   inner.comm = rest;

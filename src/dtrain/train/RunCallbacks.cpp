@@ -75,6 +75,8 @@ void MetricsLog::on_train_begin(Trainer& trainer) {
   logger_->info(trainer.model_facts().summary);
   for (const auto& line : trainer.model_facts().transfer) logger_->info(line);
   if (!trainer.model_facts().recomputation.empty()) logger_->info(trainer.model_facts().recomputation);
+  if (trainer.model_facts().memory.state.total() > 0)
+    logger_->info(trainer.model_facts().memory.describe(trainer.rank()));
   logger_->info(fmt::format(
       "strategy {} on {} rank(s), {} steps ({} per epoch), starting at step {}, precision {}",
       trainer.strategy().name(), trainer.world_size(), trainer.total_steps(), trainer.steps_per_epoch(),

@@ -28,8 +28,7 @@ using util::Clock;
 
 // Serialises seeding and drawing from the process's default CPU generator while models are built.
 std::mutex& process_generator_mutex() {
-  static std::mutex mutex;
-  return mutex;
+  return models::generator_mutex();
 }
 
 models::InputSpec input_spec(const data::Dataset& train) {
@@ -177,6 +176,7 @@ Trainer::Trainer(config::RunConfig config, comm::CommunicatorPtr comm, int local
   shard_ = local.front();
   partition_hash_ = train::data_partition_hash(holders_, config_.data, data_.train->labels(), seed);
 
+  const auto host = parallel::read_host_memory();
   // Every rank builds the same initial weights from the seed, so a run is reproducible even before
   // a strategy broadcasts rank 0's copy. The generator is the process's: ranks that are threads of
   // one process (an in-process world) take turns, or one's draws would land in another's weights.
@@ -198,7 +198,14 @@ Trainer::Trainer(config::RunConfig config, comm::CommunicatorPtr comm, int local
   facts_.initial_hash = parameter_hash(*model);
   // Built and initialised on the CPU from the seed, then moved: a GPU run starts from the very
   // weights a CPU run starts from.
-  if (!device_.is_cpu()) model->to(device_);
+  if (model->deferred()) {
+    // Only the buffers exist yet; the parameters are built where the strategy materializes them.
+    model->set_device(device_);
+    torch::NoGradGuard no_grad;
+    for (auto& b : model->buffers(/*recurse=*/true)) b.set_data(b.to(device_));
+  } else if (!device_.is_cpu()) {
+    model->to(device_);
+  }
   facts_.channels_last = apply_channels_last(*model, config_.train.channels_last, device_);
   scheduler_ = std::make_unique<optim::Scheduler>(config_.optim.scheduler, config_.optim.lr);
   loss_ = optim::create_loss(config_.optim.loss);
@@ -210,8 +217,15 @@ Trainer::Trainer(config::RunConfig config, comm::CommunicatorPtr comm, int local
   context.precision = config_.train.precision;
   context.input = input_spec(*data_.train);
   context.local_world_size = local_world_size;
-  parallel::check_precision_runs(context.precision, *model, context.input);
+  // A deferred model is dtrain's transformer or vit, whose stages run in every precision; probing
+  // it would build it whole.
+  if (!model->deferred()) parallel::check_precision_runs(context.precision, *model, context.input);
   strategy_ = parallel::create_strategy(std::move(context));
+  facts_.memory.state = strategy_->planned_footprint();
+  facts_.memory.before_model = host.resident;
+  facts_.memory.available = host.available;
+  facts_.memory.ranks_on_host = std::max(1, local_world_size);
+  parallel::check_fits(facts_.memory, strategy_->name());
   if (config_.train.cuda_graph) graph_ = std::make_unique<CudaGraphStep>(*strategy_);
   feed_ = std::make_unique<DeviceFeed>(
       std::make_unique<StepFeed>(data_.train, local, config_.data, seed, strategy_->batches_per_step(),

@@ -21,6 +21,7 @@
 #include "dtrain/models/Network.h"
 #include "dtrain/optim/Loss.h"
 #include "dtrain/optim/Scheduler.h"
+#include "dtrain/parallel/MemoryPlan.h"
 #include "dtrain/parallel/Strategy.h"
 #include "dtrain/train/Callback.h"
 #include "dtrain/train/CudaGraphStep.h"
@@ -47,6 +48,9 @@ struct ModelFacts {
   // train.activation_checkpointing as applied, for the log: "activation checkpointing: full, 6 of 6
   // blocks recomputed (stages 1-6)"; empty with none.
   std::string recomputation;
+  // The model state this rank's strategy plans to hold, checked against the host (MemoryPlan.h);
+  // its state is all zero where the strategy predicts nothing.
+  parallel::MemoryPlan memory;
 };
 
 class Trainer {

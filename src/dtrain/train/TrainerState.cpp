@@ -49,9 +49,22 @@ at::Generator device_generator(const torch::Device& device) {
 
 std::string parameter_hash(const torch::nn::Module& module) {
   util::Fnv1a64 hash;
-  for (const auto& p : module.named_parameters(/*recurse=*/true)) {
-    hash.add(p.key());
-    add_tensor(hash, p.value());
+  const auto* network = dynamic_cast<const models::Network*>(&module);
+  if (network && network->deferred()) {
+    // The parameters as an eager build holds them (in the same order: stage by stage), one stage
+    // built at a time (Note [Deferred initialisation]).
+    const auto children = network->layers()->named_children();
+    network->for_each_built_stage([&](std::size_t stage, torch::nn::Module& built) {
+      for (const auto& p : built.named_parameters(/*recurse=*/true)) {
+        hash.add("layers." + children[stage].key() + "." + p.key());
+        add_tensor(hash, p.value());
+      }
+    });
+  } else {
+    for (const auto& p : module.named_parameters(/*recurse=*/true)) {
+      hash.add(p.key());
+      add_tensor(hash, p.value());
+    }
   }
   for (const auto& b : module.named_buffers(/*recurse=*/true)) {
     hash.add(b.key());

@@ -281,6 +281,11 @@ TransferReport load_hugging_face(models::Network& network, const fs::path& file,
 
 TransferReport apply_transfer(models::Network& network, const config::ModelConfig& config) {
   TransferReport report;
+  if (network.deferred() && !config.init_from.empty()) {
+    throw std::invalid_argument(
+        "model.init_from: loads weights into a model built whole, and model.deferred_init builds each rank's "
+        "part from train.seed when the strategy cuts it; set model.deferred_init: false");
+  }
   std::optional<fs::path> hugging_face;
   if (!config.init_from.empty()) hugging_face = hugging_face_file(config.init_from);
   if (hugging_face) {

@@ -277,12 +277,13 @@ TEST(PipelineOptions, CutPointsAndBalanceReachTheStages) {
     const auto cfg = config_of("pipeline", "sgd", options);
     std::vector<models::NetworkPtr> models{testing::build_model(cfg, 1), testing::build_model(cfg, 1)};
     std::vector<StageBounds> seen(2);
-    std::vector<MemoryFootprint> footprints(2);
+    std::vector<MemoryFootprint> footprints(2), planned(2);
     std::vector<std::string> notes(2);
     dtrain::testing::run_world(2, [&](comm::CommunicatorPtr comm) {
       auto strategy = testing::build_strategy(cfg, models[comm->rank()], comm);
       seen[comm->rank()] = dynamic_cast<PipelineStrategy&>(*strategy).layout().bounds;
       footprints[comm->rank()] = strategy->memory_footprint();
+      planned[comm->rank()] = strategy->planned_footprint();
       notes[comm->rank()] = strategy->notes().at("pipeline/stages");
     });
     EXPECT_EQ(seen[0], seen[1]);  // time: rank 0's measurement decides for both
@@ -294,6 +295,11 @@ TEST(PipelineOptions, CutPointsAndBalanceReachTheStages) {
     // Each rank holds its stage's parameters only: together the model's (4 bytes each).
     const double total = static_cast<double>(models::parameter_count(*testing::build_model(cfg, 1))) * 4.0;
     EXPECT_EQ(static_cast<double>(footprints[0].parameters + footprints[1].parameters), total);
+    for (int r = 0; r < 2; ++r) {
+      // Planned: the stage's parameters, a gradient for each.
+      EXPECT_EQ(planned[r].parameters, footprints[r].parameters);
+      EXPECT_EQ(planned[r].gradients, footprints[r].parameters);
+    }
     EXPECT_NE(notes[0].find("stage 0: layers 0-"), std::string::npos) << notes[0];
   }
 }

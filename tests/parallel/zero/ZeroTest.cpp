@@ -165,10 +165,16 @@ TEST(Zero, MemoryFootprintIsZerosAccountingWithPadding) {
         EXPECT_EQ(layouts[0].padded, 24336);
         EXPECT_EQ(layouts[1].shard, 107);
         EXPECT_EQ(strategy->memory_footprint().optimizer_state, 0u);
+        const auto planned = strategy->planned_footprint();
         strategy->train_step(rank_slice(data, 0, r, 3));
         const auto f = strategy->memory_footprint();
         const std::uint64_t parameters = stage == 3 ? 4 * S : 4 * P;
         const std::uint64_t gradients = stage == 1 ? 4 * P : 4 * S;
+        // Planned before the step: the same, with stages 2 and 3's whole gradients while a
+        // backward runs (both units here: kGradientBuffers is 2).
+        EXPECT_EQ(planned.parameters, parameters) << "stage " << stage;
+        EXPECT_EQ(planned.gradients, gradients + (stage == 1 ? 0 : 4 * P)) << "stage " << stage;
+        EXPECT_EQ(planned.optimizer_state, state_bytes * S) << "stage " << stage << " " << optimizer;
         EXPECT_EQ(f.parameters, parameters) << "stage " << stage << " " << optimizer;
         EXPECT_EQ(f.gradients, gradients) << "stage " << stage << " " << optimizer;
         EXPECT_EQ(f.optimizer_state, state_bytes * S) << "stage " << stage << " " << optimizer;

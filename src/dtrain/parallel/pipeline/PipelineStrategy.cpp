@@ -66,9 +66,13 @@ PipelineStrategy::PipelineStrategy(StrategyContext context)
       world_(context_.comm) {
   check_model_and_world();
   auto& model = *context_.model;
-  for (const auto& p : model.parameters()) {
-    device_ = p.device();
-    break;
+  if (model.deferred()) {
+    device_ = model.device();
+  } else {
+    for (const auto& p : model.parameters()) {
+      device_ = p.device();
+      break;
+    }
   }
   const int world = world_->size();
   const int rank = world_->rank();
@@ -92,9 +96,17 @@ PipelineStrategy::PipelineStrategy(StrategyContext context)
   const auto before = world_->stats();
   // Every rank starts from rank 0's weights (they may have been built from other seeds).
   verify_same_module(*world_, model);
-  broadcast_coalesced(*world_, module_state(model), 0);
+  // A deferred model is built from train.seed alike on every rank, when materialized below.
+  if (!model.deferred()) broadcast_coalesced(*world_, module_state(model), 0);
   parameter_counts_ = layer_parameter_counts(model);
   layout_.bounds = cut_layers(layers);
+  if (model.deferred()) {
+    // Only this stage's layers are built (Note [Deferred initialisation] in models/Network.h).
+    std::vector<std::size_t> mine;
+    for (int i = layout_.bounds[layout_.stage]; i < layout_.bounds[layout_.stage + 1]; ++i)
+      mine.push_back(static_cast<std::size_t>(i));
+    model.materialize(mine);
+  }
   assign_tensors();
   split_groups();
   if (layout_.shards > 1) split_shard_groups();
@@ -146,6 +158,12 @@ StageBounds PipelineStrategy::cut_layers(int layers) {
     return bounds_from_cut_points(options_.cut_points, layers, layout_.stages);
   }
   if (options_.balance == Balance::Time) {
+    if (context_.model->deferred()) {
+      throw std::invalid_argument(
+          "parallel.pipeline.balance: time runs every layer on rank 0, which model.deferred_init leaves "
+          "unbuilt "
+          "there; use balance: parameters or cut_points");
+    }
     auto seconds = torch::zeros({layers}, torch::kDouble);
     if (world_->rank() == 0) {
       const auto measured = measure_layer_seconds(*context_.model, context_.input);
@@ -305,6 +323,21 @@ MemoryFootprint PipelineStrategy::memory_footprint() const {
   return footprint_of(parameters, gradients, optim::optimizer_state_tensors(*optimizer_));
 }
 
+MemoryFootprint PipelineStrategy::planned_footprint() const {
+  std::vector<torch::Tensor> parameters, trainable;
+  for (const auto& [name, p] : parameters_) {
+    parameters.push_back(p);
+    if (p.requires_grad()) trainable.push_back(p);
+  }
+  MemoryFootprint plan;
+  plan.parameters = optim::unique_storage_bytes(parameters);
+  // The stage's whole gradient until the step reduces it, and with dp_shard the shard's beside it.
+  plan.gradients = optim::unique_storage_bytes(trainable);
+  if (layout_.shards > 1) plan.gradients += stage_shard_.numel() * stage_shard_.element_size();
+  plan.optimizer_state = optim::planned_optimizer_state_bytes(*optimizer_);
+  return plan;
+}
+
 namespace {
 
 StrategyInfo pipeline_info() {
@@ -322,6 +355,7 @@ StrategyInfo pipeline_info() {
     return world;
   };
   info.tagged_point_to_point = true;  // activations and gradients by tag, received ahead
+  info.materializes_stages = true;    // its stage's layers only
   auto& can = info.capabilities;
   can.fixed_because = "each member holds its own stages, which another number of members splits otherwise";
   can.fp16 = true;

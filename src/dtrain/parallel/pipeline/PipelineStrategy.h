@@ -84,6 +84,7 @@ class PipelineStrategy final : public Strategy {
   // This rank's stage: its parameters, gradients and optimizer state (with dp_shard, its shard of
   // the gradients and of the optimizer state).
   MemoryFootprint memory_footprint() const override;
+  MemoryFootprint planned_footprint() const override;
 
   const StageLayout& layout() const { return layout_; }
   // The most micro-batches this rank's stage held activations of at once, over all steps.

@@ -355,6 +355,25 @@ std::map<std::string, std::string> ZeroStrategy::notes() const {
   return {{"zero/layout", layout}};
 }
 
+MemoryFootprint ZeroStrategy::planned_footprint() const {
+  std::uint64_t whole = 0, shards = 0, largest = 0;
+  for (const auto& unit : units_) {
+    const std::uint64_t bytes = unit.shard.numel() * unit.shard.element_size();
+    shards += bytes;
+    whole += bytes * shards_;
+    largest = std::max(largest, bytes * shards_);
+  }
+  MemoryFootprint plan;
+  // Stages 1 and 2: the shard is a view of the whole flat parameters.
+  plan.parameters = sharded_parameters() ? shards : whole;
+  // Stage 1 keeps the whole step's gradient (the shard's is a view of it); stages 2 and 3 the
+  // shard's and, while a backward runs, up to kGradientBuffers units' whole gradients.
+  plan.gradients =
+      options_.stage == 1 ? whole : shards + std::min<std::uint64_t>(whole, largest * kGradientBuffers);
+  plan.optimizer_state = optim::planned_optimizer_state_bytes(*optimizer_);
+  return plan;
+}
+
 MemoryFootprint ZeroStrategy::memory_footprint() const {
   std::vector<torch::Tensor> parameters, gradients;
   for (const auto& unit : units_) {

@@ -56,6 +56,9 @@ class ZeroStrategy final : public Strategy {
   std::map<std::string, std::string> notes() const override;
   // What this rank holds: see Note [ZeRO's accounting].
   MemoryFootprint memory_footprint() const override;
+  // The same accounting predicted before the first step, the gradient buffers of Note [Gradient
+  // buffers] counted at their most (stages 2 and 3).
+  MemoryFootprint planned_footprint() const override;
 
   int stage() const { return options_.stage; }
   // The bytes of the buffers a step reuses (Note [Reused buffers]): kept after the step, beyond
