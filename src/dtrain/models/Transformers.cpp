@@ -1,5 +1,6 @@
-// vit (Dosovitskiy et al. 2021: patches, class token, pre-norm encoder) and transformer: an
-// encoder classifier over image rows or tokens, or a causal language model (GPT-2 style).
+// vit (Dosovitskiy et al. 2021: patches, class token, pre-norm encoder), transformer: an encoder
+// classifier over image rows or tokens, or a causal language model, and gpt: GPT-2's decoder (causal
+// pre-norm blocks, learned positions, a bias-free output layer tied to the token embedding).
 #include <fmt/format.h>
 
 #include <cmath>
@@ -83,6 +84,23 @@ NetworkPtr build_vit(const config::ModelConfig& config, const InputSpec& input) 
   return with_blocks(std::make_shared<Network>("vit", layers), std::move(blocks));
 }
 
+NetworkPtr build_gpt(const config::ModelConfig& config, const InputSpec& input, bool tied) {
+  if (!input.is_tokens() || input.seq_len <= 0) {
+    throw std::invalid_argument(fmt::format(
+        "gpt: expected token inputs with a vocabulary and a sequence length, found {}; use data.dataset: "
+        "text or wikitext",
+        input.describe()));
+  }
+  const auto options = attention_options("gpt", config, /*causal=*/true);
+  torch::nn::Sequential layers;
+  TokenEmbedding embedding(input.vocab_size, input.seq_len, config.dim, config.dropout);
+  layers->push_back(embedding);
+  auto blocks = push_blocks(layers, options, config.depth);
+  layers->push_back(
+      GptHead(config.dim, input.vocab_size, tied ? embedding->token_weight() : torch::Tensor()));
+  return with_blocks(std::make_shared<Network>("gpt", layers), std::move(blocks));
+}
+
 NetworkPtr build_transformer(const config::ModelConfig& config, const InputSpec& input) {
   if (config.task == config::Task::Lm) {
     if (!input.is_tokens() || input.seq_len <= 0) {
@@ -105,21 +123,25 @@ NetworkPtr build_transformer(const config::ModelConfig& config, const InputSpec&
         "text set is for language modelling); set model.task: lm");
   }
   require_classes("transformer", input);
-  const auto options = attention_options("transformer", config, /*causal=*/false);
+  auto options = attention_options("transformer", config, /*causal=*/false);
+  // Padded sentences: the padding is neither attended to nor pooled (Note [Padding beside the
+  // activations]).
+  if (input.is_tokens() && input.pad_id >= 0) options.padding = std::make_shared<PaddingMask>();
   torch::nn::Sequential layers;
   if (input.is_tokens()) {
     if (input.seq_len <= 0) {
       throw std::invalid_argument(fmt::format(
           "transformer: expected a positive sequence length for token inputs, found {}", input.seq_len));
     }
-    layers->push_back(TokenEmbedding(input.vocab_size, input.seq_len, config.dim, config.dropout));
+    layers->push_back(TokenEmbedding(input.vocab_size, input.seq_len, config.dim, config.dropout,
+                                     input.pad_id, options.padding));
   } else {
     require_image_input("transformer", input);
     layers->push_back(RowEmbedding(input.sample_shape[0], input.sample_shape[1], input.sample_shape[2],
                                    config.dim, config.dropout));
   }
   auto blocks = push_blocks(layers, options, config.depth);
-  layers->push_back(ClassifierHead(config.dim, input.num_classes, Pooling::Mean));
+  layers->push_back(ClassifierHead(config.dim, input.num_classes, Pooling::Mean, options.padding));
   return with_blocks(std::make_shared<Network>("transformer", layers), std::move(blocks));
 }
 
