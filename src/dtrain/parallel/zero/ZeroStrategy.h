@@ -132,6 +132,10 @@ class ZeroStrategy final : public Strategy {
   int ranks_ = 1;   // the world: each rank's gradient weighs 1/ranks_ in the mean
   std::vector<Unit> units_;
   std::vector<int> unit_of_stage_;  // -1 for stages without parameters
+  // Per stage, the units of other stages it computes with (Note [Tied parameters under zero]), and
+  // whether a unit is so borrowed: stage 3 then keeps it gathered from its forward to its backward.
+  std::vector<std::vector<std::size_t>> borrowed_;
+  std::vector<bool> lent_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   MixedPrecision precision_;
   std::size_t next_reduction_ = 0;  // into units_ counted from the back (backward's order)
