@@ -146,18 +146,27 @@ TEST(TiedEmbeddings, APipelinesCheckpointHoldsTheTiedWeightOnceAndMovesToOneProc
   EXPECT_LE(max_relative(train(pipeline, 2, data, 2, kSteps, &from_local), straight), 1e-6);
 }
 
-TEST(TiedEmbeddings, TensorParallelismRefusesTheTieInOneLine) {
-  const auto cfg = config_of("data_parallel", {"parallel.mesh.tp=2"});
-  std::string message;
+std::string refusal(const config::RunConfig& cfg, int ranks) {
   try {
-    train(cfg, 2, make_data(), 0, 1);
+    train(cfg, ranks, make_data(), 0, 1);
   } catch (const std::exception& e) {
-    message = e.what();
+    return e.what();
   }
-  EXPECT_NE(message.find("parallel.mesh.tp: model gpt computes its output layer (layers.3)"),
-            std::string::npos)
-      << message;
-  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  return "no error";
+}
+
+TEST(TiedEmbeddings, TensorParallelismAndAShardedPipelineStageRefuseTheTieInOneLine) {
+  const auto tp = refusal(config_of("data_parallel", {"parallel.mesh.tp=2"}), 2);
+  EXPECT_NE(tp.find("parallel.mesh.tp: model gpt computes its output layer (layers.3)"), std::string::npos)
+      << tp;
+  EXPECT_EQ(tp.find('\n'), std::string::npos) << tp;
+  const auto sharded = refusal(
+      config_of("pipeline", {"parallel.mesh.pp=2", "parallel.mesh.dp_shard=2", "parallel.pipeline.stages=2"}),
+      4);
+  EXPECT_EQ(sharded.rfind("parallel.mesh.dp_shard: pipeline stages 0 and 1 share layers.0.tokens.weight", 0),
+            0u)
+      << sharded;
+  EXPECT_EQ(sharded.find('\n'), std::string::npos) << sharded;
 }
 
 }  // namespace

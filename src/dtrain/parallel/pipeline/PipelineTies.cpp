@@ -21,15 +21,17 @@ namespace dtrain::parallel::pipeline {
 // which is the one-process gradient, and every optimizer we allow applies the same element-wise
 // update to the same values, so the copies stay equal bit for bit. The all-reduce runs before the
 // replicas' all-reduce of each stage's gradients; the sums commute.
-// Megatron-LM does the same in outline (the first and last stages form an embedding group;
-// _allreduce_word_embedding_grads sums the word embedding's gradients over it after backward).
+// Megatron-LM does the same in outline: the first and last stages form an embedding group, and
+// _allreduce_word_embedding_grads sums the word embedding's gradients over it after backward.
 // What dtrain does otherwise: the tie is found from the model (a module that computes with a
-// parameter it does not register) rather than declared by a model flag and a stage's position;
-// the last stage's copy starts from the weights every rank already holds, where Megatron zeroes
-// the output layer's copy and all-reduces the embedding into it at initialisation; and a
-// checkpoint holds the parameter once, under its owner's name, where Megatron's last stage saves
-// its copy in its own checkpoint shard: here the copy loads from the owner's entry, so a
-// checkpoint resumes under any strategy and any cut. dp_shard over a stage with a tie is refused.
+// parameter it does not register, models/TiedParameters.h) rather than declared by a model flag
+// (share_embeddings_and_output_weights) and a stage's position; the last stage's copy starts from
+// the weights every rank already holds, where Megatron fills its copy with zeros and all-reduces
+// the embedding into it at initialisation (setup_embeddings_and_output_layer); and the checkpoint
+// is dtrain's consolidated one, the parameter once under its owner's name, from which the copy
+// loads, so it resumes under any strategy and any cut (Megatron's distributed checkpoint maps the
+// copy onto the embedding's key as a replica; its older per-rank files kept it in the last
+// stage's). dp_shard over a stage with a tie is refused.
 
 void PipelineStrategy::find_ties(const std::map<const void*, std::pair<int, std::string>>& owner) {
   auto& model = *context_.model;

@@ -29,8 +29,8 @@ class ZeroStrategy final : public Strategy {
  public:
   // Collective: checks that every rank built the same model and broadcasts rank 0's parameters
   // and buffers, splits the mesh's shard and replicate groups, then shards them. Refuses lbfgs (its history
-  // is one vector over all parameters, not element-wise) and a model whose parameters are not each in exactly
-  // one stage.
+  // is one vector over all parameters, not element-wise) and a model with a parameter in no stage; a
+  // parameter two stages share belongs to the first (Note [Tied parameters under zero]).
   explicit ZeroStrategy(StrategyContext context);
   // Stage 3 leaves the model's parameters without storage (the shards are the parameters); read
   // them through model_state() before destroying the strategy.
