@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "dtrain/config/RunConfigYaml.h"
 #include "dtrain/io/Checkpoint.h"
 #include "dtrain/models/ModelFactory.h"
+#include "dtrain/models/TiedParameters.h"
 #include "dtrain/parallel/Registry.h"
 #include "parallel/ParallelTestUtil.h"
 #include "support/ThreadWorld.h"
@@ -46,14 +48,17 @@ config::RunConfig config_of(const std::string& strategy, std::vector<std::string
 
 // Steps [first, last) of `cfg` on `ranks` ranks over gloo (one process without a communicator when
 // ranks is 0), every rank's model from its own seed (the strategy broadcasts rank 0's); loads
-// `resume` first and saves rank 0's checkpoint into `saved`; returns rank 0's model state.
+// `resume` first and saves rank 0's checkpoint into `saved`; returns rank 0's model state. The
+// model is cfg.model, or what `build` returns.
+using Builder = std::function<models::NetworkPtr()>;
 State train(const config::RunConfig& cfg, int ranks, const Data& data, int first, int last,
-            const io::Checkpoint* resume = nullptr, io::Checkpoint* saved = nullptr) {
+            const io::Checkpoint* resume = nullptr, io::Checkpoint* saved = nullptr,
+            const Builder& build = {}) {
   const int n = std::max(ranks, 1);
   std::vector<models::NetworkPtr> models;
   for (int r = 0; r < n; ++r) {
     torch::manual_seed(7 + r);
-    auto model = models::create_model(cfg.model, models::InputSpec::tokens(kVocab, kSeq));
+    auto model = build ? build() : models::create_model(cfg.model, models::InputSpec::tokens(kVocab, kSeq));
     model->to(torch::kDouble);
     models.push_back(model);
   }
@@ -144,6 +149,41 @@ TEST(TiedEmbeddings, APipelinesCheckpointHoldsTheTiedWeightOnceAndMovesToOneProc
   train(local, 0, data, 0, 2, nullptr, &from_local);
   // The last stage's copy of the tied weight, and its Adam state, load from the embedding's entries.
   EXPECT_LE(max_relative(train(pipeline, 2, data, 2, kSteps, &from_local), straight), 1e-6);
+}
+
+// A decoder of one's own, tied as the guide says: the embedding registers the weight, the output
+// layer computes with it and says so (models::TiedParameterUser).
+class OwnOutputImpl : public torch::nn::Module, public models::TiedParameterUser {
+ public:
+  explicit OwnOutputImpl(torch::Tensor weight) : weight_(std::move(weight)) {}
+  torch::Tensor forward(const torch::Tensor& x) { return torch::linear(x, weight_); }  // (N, T, V)
+  torch::Tensor tied_parameter() const override { return weight_; }
+  void use_tied_parameter(torch::Tensor tensor) override { weight_ = std::move(tensor); }
+
+ private:
+  torch::Tensor weight_;
+};
+TORCH_MODULE(OwnOutput);
+
+models::NetworkPtr own_decoder() {
+  torch::nn::Embedding embedding(kVocab, 6);
+  torch::nn::Sequential layers(embedding, torch::nn::Linear(6, 6), torch::nn::Functional(torch::tanh),
+                               OwnOutput(embedding->weight));
+  return models::network("own-decoder", layers);
+}
+
+TEST(TiedEmbeddings, AModuleOfOnesOwnTiesUnderZeroAndPipeline) {
+  const auto data = make_data();
+  const auto reference = train(config_of("local"), 0, data, 0, kSteps, nullptr, nullptr, own_decoder);
+  EXPECT_EQ(reference.size(), 3u);  // the embedding, the Linear's weight and bias: the tie once
+  for (const auto& cfg :
+       {config_of("zero", {"parallel.zero.stage=3"}),
+        config_of("pipeline",
+                  {"parallel.pipeline.stages=2", "parallel.pipeline.micro_batches=2",
+                   "parallel.pipeline.balance=cut_points", "parallel.pipeline.cut_points=[2]"})}) {
+    SCOPED_TRACE(cfg.parallel.strategy);
+    EXPECT_LE(max_relative(train(cfg, 2, data, 0, kSteps, nullptr, nullptr, own_decoder), reference), 1e-6);
+  }
 }
 
 std::string refusal(const config::RunConfig& cfg, int ranks) {
