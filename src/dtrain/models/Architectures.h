@@ -18,6 +18,8 @@ NetworkPtr build_lenet5(const config::ModelConfig& config, const InputSpec& inpu
 NetworkPtr build_resnet(const config::ModelConfig& config, const InputSpec& input, int depth);
 NetworkPtr build_vit(const config::ModelConfig& config, const InputSpec& input);
 NetworkPtr build_transformer(const config::ModelConfig& config, const InputSpec& input);
+// tied: the output layer computes with the token embedding's weight (GPT-2); else a Linear of its own.
+NetworkPtr build_gpt(const config::ModelConfig& config, const InputSpec& input, bool tied = true);
 NetworkPtr build_albert(const config::ModelConfig& config, const InputSpec& input);
 
 // Throws std::invalid_argument unless the input is an image (C, H, W) with positive sizes.

@@ -42,6 +42,10 @@ std::vector<ModelEntry> builtin_models() {
       {{"vit", "vision transformer: model.patch, dim, depth, heads, mlp_ratio"}, detail::build_vit},
       {{"transformer", "transformer encoder on token sequences; model.task classifier or lm"},
        detail::build_transformer},
+      {{"gpt",
+        "GPT-2-style decoder language model: causal pre-norm blocks, learned positions, output layer tied "
+        "to the token embedding; model.dim, depth, heads, mlp_ratio"},
+       [](const config::ModelConfig& c, const InputSpec& i) { return detail::build_gpt(c, i); }},
       {{"albert",
         "ALBERT (Lan et al. 2020) sequence classifier: factorized embedding, one layer shared by all; "
         "model.size tiny|base|large, model.albert.*",
@@ -134,7 +138,7 @@ std::string with_thousands(std::int64_t value) {
 
 std::string summary(const Network& network, const InputSpec& input) {
   std::string output;
-  if (network.kind() == "transformer-lm") {
+  if (network.kind() == "transformer-lm" || network.kind() == "gpt") {
     output = fmt::format("next-token logits over {} tokens", input.vocab_size);
   } else {
     output = fmt::format("{} classes", input.num_classes);

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <stdexcept>
+#include <utility>
 
 namespace dtrain::models {
 
@@ -42,6 +43,13 @@ torch::Tensor SelfAttentionImpl::forward(torch::Tensor x) {
   if (options_.causal) {
     auto future = torch::ones({t, t}, torch::dtype(torch::kBool).device(x.device())).triu(1);
     scores = scores.masked_fill(future, -std::numeric_limits<float>::infinity());
+  }
+  if (options_.padding) {
+    const auto& padded = options_.padding->padded;  // (N, T) -> keys (N, 1, 1, T)
+    TORCH_INTERNAL_ASSERT(
+        padded.defined() && padded.size(0) == n && padded.size(1) == t,
+        "attention: no padding mask for this batch (Note [Padding beside the activations])");
+    scores = scores.masked_fill(padded.view({n, 1, 1, t}), -std::numeric_limits<float>::infinity());
   }
   auto weights = attention_dropout_->forward(torch::softmax(scores, -1));
   // (N, heads, T, head_dim) -> (N, T, dim)
@@ -117,8 +125,9 @@ torch::Tensor RowEmbeddingImpl::forward(torch::Tensor images) {
 }
 
 TokenEmbeddingImpl::TokenEmbeddingImpl(std::int64_t vocab_size, std::int64_t max_len, std::int64_t dim,
-                                       double dropout)
-    : max_len_(max_len) {
+                                       double dropout, std::int64_t pad_id, PaddingMaskPtr padding)
+    : max_len_(max_len), pad_id_(pad_id), padding_(std::move(padding)) {
+  TORCH_INTERNAL_ASSERT(!padding_ || pad_id_ >= 0);
   tokens_ = register_module("tokens", Embedding(vocab_size, dim));
   torch::NoGradGuard no_grad;
   tokens_->weight.normal_(0.0, 0.02);
@@ -134,17 +143,27 @@ torch::Tensor TokenEmbeddingImpl::forward(torch::Tensor tokens) {
         "build the model for longer sequences",
         max_len_, t, max_len_));
   }
+  if (padding_) padding_->padded = tokens.eq(pad_id_);
   return dropout_->forward(tokens_->forward(tokens) + position_.narrow(1, 0, t));
 }
 
-ClassifierHeadImpl::ClassifierHeadImpl(std::int64_t dim, std::int64_t classes, Pooling pooling)
-    : pooling_(pooling) {
+ClassifierHeadImpl::ClassifierHeadImpl(std::int64_t dim, std::int64_t classes, Pooling pooling,
+                                       PaddingMaskPtr padding)
+    : pooling_(pooling), padding_(std::move(padding)) {
   norm_ = register_module("norm", LayerNorm(torch::nn::LayerNormOptions({dim})));
   fc_ = register_module("fc", Linear(dim, classes));
 }
 
 torch::Tensor ClassifierHeadImpl::forward(torch::Tensor x) {
   x = norm_->forward(x);
+  if (pooling_ == Pooling::Mean && padding_) {
+    // The mean over the sentence's own tokens: (N, T, 1) weights 1 at a token, 0 at padding.
+    const auto& padded = padding_->padded;
+    TORCH_INTERNAL_ASSERT(padded.defined() && padded.size(0) == x.size(0) && padded.size(1) == x.size(1),
+                          "classifier head: no padding mask for this batch");
+    const auto kept = padded.logical_not().unsqueeze(-1).to(x.scalar_type());
+    return fc_->forward((x * kept).sum(1) / kept.sum(1).clamp_min(1.0));
+  }
   auto pooled = pooling_ == Pooling::ClassToken ? x.select(1, 0) : x.mean(1);
   return fc_->forward(pooled);
 }
@@ -156,6 +175,28 @@ LanguageModelHeadImpl::LanguageModelHeadImpl(std::int64_t dim, std::int64_t voca
 
 torch::Tensor LanguageModelHeadImpl::forward(torch::Tensor x) {
   return fc_->forward(norm_->forward(x));
+}
+
+GptHeadImpl::GptHeadImpl(std::int64_t dim, std::int64_t vocab_size, torch::Tensor tied)
+    : tied_(std::move(tied)) {
+  norm_ = register_module("norm", LayerNorm(torch::nn::LayerNormOptions({dim})));
+  if (tied_.defined()) {
+    TORCH_INTERNAL_ASSERT(tied_.dim() == 2 && tied_.size(0) == vocab_size && tied_.size(1) == dim);
+    return;
+  }
+  fc_ = register_module("fc", Linear(torch::nn::LinearOptions(dim, vocab_size).bias(false)));
+  torch::NoGradGuard no_grad;
+  fc_->weight.normal_(0.0, 0.02);
+}
+
+void GptHeadImpl::use_tied_parameter(torch::Tensor tensor) {
+  TORCH_INTERNAL_ASSERT(tied_.defined() && tensor.sizes() == tied_.sizes());
+  tied_ = std::move(tensor);
+}
+
+torch::Tensor GptHeadImpl::forward(torch::Tensor x) {
+  x = norm_->forward(x);
+  return tied_.defined() ? torch::linear(x, tied_) : fc_->forward(x);
 }
 
 }  // namespace dtrain::models

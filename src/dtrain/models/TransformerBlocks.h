@@ -10,11 +10,25 @@
 #include <torch/nn/modules/normalization.h>
 
 #include <cstdint>
+#include <memory>
 
 #include "dtrain/models/Layers.h"
 #include "dtrain/models/Linear.h"
+#include "dtrain/models/TiedParameters.h"
 
 namespace dtrain::models {
+
+// Note [Padding beside the activations]
+// A token classifier on padded sentences (InputSpec::pad_id) must neither attend to nor pool the
+// padding, but its stages (a torch::nn::Sequential) hand each other one tensor. So the token
+// embedding writes where the batch is padded here, and every block's attention and the head's
+// pooling read it: one object the model's stages share. That holds while its stages run one after
+// another in one process (every strategy but pipeline, which refuses such a model, and
+// recomputation, which re-runs a block within the same micro-batch's backward).
+struct PaddingMask {
+  torch::Tensor padded;  // (N, T) bool, true at padding: the last batch the embedding saw
+};
+using PaddingMaskPtr = std::shared_ptr<PaddingMask>;
 
 struct AttentionOptions {
   std::int64_t dim = 64;
@@ -23,6 +37,8 @@ struct AttentionOptions {
   double dropout = 0.0;
   // Each position attends only to itself and earlier ones (language model).
   bool causal = false;
+  // Padded keys are not attended to (Note [Padding beside the activations]); null: none.
+  PaddingMaskPtr padding;
 };
 
 // (N, T, dim) -> (N, T, dim). The heads it computes are those the qkv projection yields (3 x heads x
@@ -94,11 +110,20 @@ TORCH_MODULE(RowEmbedding);
 // (N, T) token ids -> (N, T, dim), T <= max_len.
 class TokenEmbeddingImpl : public torch::nn::Module {
  public:
-  TokenEmbeddingImpl(std::int64_t vocab_size, std::int64_t max_len, std::int64_t dim, double dropout);
+  // padding non-null: each forward records where tokens equal pad_id there (Note [Padding beside
+  // the activations]).
+  TokenEmbeddingImpl(std::int64_t vocab_size, std::int64_t max_len, std::int64_t dim, double dropout,
+                     std::int64_t pad_id = -1, PaddingMaskPtr padding = nullptr);
   torch::Tensor forward(torch::Tensor tokens);
+  // Whether its blocks and head read the padding it records: stages that must run in one process.
+  bool shares_padding() const { return padding_ != nullptr; }
+  // (vocab, dim): the token embedding, which a tied output layer computes with.
+  torch::Tensor token_weight() const { return tokens_->weight; }
 
  private:
   std::int64_t max_len_;
+  std::int64_t pad_id_;
+  PaddingMaskPtr padding_;
   Embedding tokens_{nullptr};
   torch::Tensor position_;
   torch::nn::Dropout dropout_{nullptr};
@@ -107,14 +132,17 @@ TORCH_MODULE(TokenEmbedding);
 
 enum class Pooling { ClassToken, Mean };
 
-// (N, T, dim) -> (N, classes): final norm, pool (class token or mean over tokens), Linear.
+// (N, T, dim) -> (N, classes): final norm, pool (class token or mean over tokens, the padding
+// left out where `padding` is given), Linear.
 class ClassifierHeadImpl : public torch::nn::Module {
  public:
-  ClassifierHeadImpl(std::int64_t dim, std::int64_t classes, Pooling pooling);
+  ClassifierHeadImpl(std::int64_t dim, std::int64_t classes, Pooling pooling,
+                     PaddingMaskPtr padding = nullptr);
   torch::Tensor forward(torch::Tensor x);
 
  private:
   Pooling pooling_;
+  PaddingMaskPtr padding_;
   LayerNorm norm_{nullptr};
   Linear fc_{nullptr};
 };
@@ -131,5 +159,22 @@ class LanguageModelHeadImpl : public torch::nn::Module {
   Linear fc_{nullptr};
 };
 TORCH_MODULE(LanguageModelHead);
+
+// gpt's output layer, (N, T, dim) -> (N, T, vocab): final norm, then logits x W^T with no bias, as
+// GPT-2's. Tied (`tied` defined, (vocab, dim)): W is the token embedding's weight, which this module
+// uses without registering (models/TiedParameters.h); untied: a Linear of its own, "fc.weight".
+class GptHeadImpl : public torch::nn::Module, public TiedParameterUser {
+ public:
+  GptHeadImpl(std::int64_t dim, std::int64_t vocab_size, torch::Tensor tied);
+  torch::Tensor forward(torch::Tensor x);
+  torch::Tensor tied_parameter() const override { return tied_; }
+  void use_tied_parameter(torch::Tensor tensor) override;
+
+ private:
+  LayerNorm norm_{nullptr};
+  Linear fc_{nullptr};  // untied only
+  torch::Tensor tied_;
+};
+TORCH_MODULE(GptHead);
 
 }  // namespace dtrain::models

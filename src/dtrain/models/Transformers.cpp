@@ -1,5 +1,6 @@
-// vit (Dosovitskiy et al. 2021: patches, class token, pre-norm encoder) and transformer: an
-// encoder classifier over image rows or tokens, or a causal language model (GPT-2 style).
+// vit (Dosovitskiy et al. 2021: patches, class token, pre-norm encoder), transformer: an encoder
+// classifier over image rows or tokens, or a causal language model, and gpt: GPT-2's decoder (causal
+// pre-norm blocks, learned positions, a bias-free output layer tied to the token embedding).
 #include <fmt/format.h>
 
 #include <cmath>
@@ -92,6 +93,28 @@ NetworkPtr build_vit(const config::ModelConfig& config, const InputSpec& input) 
   return assemble(config, "vit", stages, std::move(blocks));
 }
 
+NetworkPtr build_gpt(const config::ModelConfig& config, const InputSpec& input, bool tied) {
+  if (!input.is_tokens() || input.seq_len <= 0) {
+    throw std::invalid_argument(fmt::format(
+        "gpt: expected token inputs with a vocabulary and a sequence length, found {}; use data.dataset: "
+        "text or wikitext",
+        input.describe()));
+  }
+  const auto options = attention_options("gpt", config, /*causal=*/true);
+  // Built at once: the head holds the embedding's weight itself, which a stage built again on its
+  // own could not (model.deferred_init is refused for gpt by create_model).
+  TokenEmbedding embedding(input.vocab_size, input.seq_len, config.dim, config.dropout);
+  std::vector<StageBuilder> stages{[embedding] { return torch::nn::AnyModule(embedding); }};
+  auto blocks = push_blocks(stages, options, config.depth);
+  stages.push_back([=] {
+    return torch::nn::AnyModule(
+        GptHead(config.dim, input.vocab_size, tied ? embedding->token_weight() : torch::Tensor()));
+  });
+  auto network = eager_network("gpt", stages);
+  network->set_blocks(std::move(blocks));
+  return network;
+}
+
 NetworkPtr build_transformer(const config::ModelConfig& config, const InputSpec& input) {
   if (config.task == config::Task::Lm) {
     if (!input.is_tokens() || input.seq_len <= 0) {
@@ -114,21 +137,25 @@ NetworkPtr build_transformer(const config::ModelConfig& config, const InputSpec&
         "text set is for language modelling); set model.task: lm");
   }
   require_classes("transformer", input);
-  const auto options = attention_options("transformer", config, /*causal=*/false);
+  auto options = attention_options("transformer", config, /*causal=*/false);
+  // Padded sentences: the padding is neither attended to nor pooled (Note [Padding beside the
+  // activations]).
+  if (input.is_tokens() && input.pad_id >= 0) options.padding = std::make_shared<PaddingMask>();
   std::vector<StageBuilder> stages;
   if (input.is_tokens()) {
     if (input.seq_len <= 0) {
       throw std::invalid_argument(fmt::format(
           "transformer: expected a positive sequence length for token inputs, found {}", input.seq_len));
     }
-    stages.push_back(stage<TokenEmbedding>(input.vocab_size, input.seq_len, config.dim, config.dropout));
+    stages.push_back(stage<TokenEmbedding>(input.vocab_size, input.seq_len, config.dim, config.dropout,
+                                           input.pad_id, options.padding));
   } else {
     require_image_input("transformer", input);
     stages.push_back(stage<RowEmbedding>(input.sample_shape[0], input.sample_shape[1], input.sample_shape[2],
                                          config.dim, config.dropout));
   }
   auto blocks = push_blocks(stages, options, config.depth);
-  stages.push_back(stage<ClassifierHead>(config.dim, input.num_classes, Pooling::Mean));
+  stages.push_back(stage<ClassifierHead>(config.dim, input.num_classes, Pooling::Mean, options.padding));
   return assemble(config, "transformer", stages, std::move(blocks));
 }
 

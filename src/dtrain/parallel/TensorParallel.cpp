@@ -104,7 +104,7 @@ std::vector<PlanEntry> parse_plan(const std::vector<std::string>& lines) {
 
 std::vector<std::string> model_plan(const models::Network& model, int tp, bool sequence_parallel) {
   const auto& kind = model.kind();
-  if (kind != "transformer" && kind != "transformer-lm" && kind != "vit") {
+  if (kind != "transformer" && kind != "transformer-lm" && kind != "gpt" && kind != "vit") {
     throw std::invalid_argument(fmt::format(
         "{}: empty, and model {} has no tensor-parallel plan of its own (transformer and vit have); list "
         "its modules' styles, e.g. [\"layers.*.fc1=colwise\", \"layers.*.fc2=rowwise\"]",
@@ -139,7 +139,7 @@ std::vector<std::string> model_plan(const models::Network& model, int tp, bool s
     const auto* embedding = dynamic_cast<const models::EmbeddingImpl*>(item.value().get());
     if (embedding && embedding->weight.size(0) % tp == 0) plan.push_back(item.key() + "=embedding");
   }
-  if (kind == "transformer-lm") {
+  if (kind == "transformer-lm" || kind == "gpt") {
     const auto head = fmt::format("layers.{}.fc", layers->size() - 1);
     for (const auto& item : model.named_modules("", false)) {
       const auto* linear = dynamic_cast<const models::LinearImpl*>(item.value().get());

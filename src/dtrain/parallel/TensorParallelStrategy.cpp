@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "dtrain/models/TiedParameters.h"
 #include "dtrain/parallel/TensorOps.h"
 #include "dtrain/parallel/TensorParallel.h"
 
@@ -285,6 +286,13 @@ std::unique_ptr<Strategy> create_tensor_parallel(
     StrategyContext context, const MeshShape& shape,
     const std::function<std::unique_ptr<Strategy>(StrategyContext)>& create) {
   const int tp = shape.tp;
+  if (const auto tied = models::tied_parameter_users(*context.model); !tied.empty()) {
+    throw std::invalid_argument(fmt::format(
+        "parallel.mesh.tp: model {} computes its output layer ({}) with its token embedding's weight (tied "
+        "embeddings), which tensor parallelism would split as two layers, each its own way; leave "
+        "parallel.mesh.tp out for this model",
+        context.model->kind(), tied.front().first));
+  }
   if (context.precision == optim::Precision::Fp16) {
     throw std::invalid_argument(
         "train.precision: fp16 with parallel.mesh.tp: a skipped step must be agreed over the tp group's "

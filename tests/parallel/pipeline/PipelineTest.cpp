@@ -243,6 +243,20 @@ TEST(PipelineOptions, ModelsAndSettingsAPipelineCannotHonourAreRefused) {
                        "otherwise",
                        0),
             0u);
+
+  // A transformer classifier on padded sentences: its stages share the padding mask (Note [Padding
+  // beside the activations]).
+  const auto classifier =
+      config_of("pipeline", "sgd", {"model.name=transformer", "model.dim=8", "model.heads=2"});
+  auto sentences = models::InputSpec::tokens(10, 6, 2);
+  sentences.pad_id = 0;
+  torch::manual_seed(1);
+  EXPECT_EQ(
+      construction_error(classifier, 2, models::create_model(classifier.model, sentences))
+          .rfind("parallel.strategy: pipeline cuts model transformer into stages on several ranks, but on "
+                 "padded sentences",
+                 0),
+      0u);
 }
 
 TEST(PipelineOptions, MicroBatchesBeyondThePipelinesBatchAreRefusedAtTheStep) {

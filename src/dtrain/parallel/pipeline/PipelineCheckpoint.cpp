@@ -67,7 +67,8 @@ void PipelineStrategy::save(io::Checkpoint& checkpoint) const {
 
 void PipelineStrategy::load(const io::Checkpoint& checkpoint) {
   torch::NoGradGuard no_grad;
-  for (auto* named : {&parameters_, &buffers_}) {
+  // A tied copy loads from its owner's entry (Note [Tied embeddings across pipeline stages]).
+  for (auto* named : {&parameters_, &buffers_, &tied_copies_}) {
     for (auto& [name, t] : *named) {
       const auto& saved = checkpoint.tensor("model." + name);
       if (saved.sizes() != t.sizes()) {

@@ -110,7 +110,7 @@ void PipelineStrategy::gather_parameters(StepTiming& timing) {
 }
 
 std::map<std::string, torch::Tensor> PipelineStrategy::stage_optimizer_state() const {
-  if (layout_.shards == 1) return optim::named_optimizer_state(*optimizer_, parameters_);
+  if (layout_.shards == 1) return optim::named_optimizer_state(*optimizer_, optimized());
   const optim::NamedParameters named{{"pipeline_stage", stage_shard_}};
   return zero::whole_optimizer_state(stage_unit_, "pipeline_stage",
                                      optim::named_optimizer_state(*optimizer_, named), shard_group_.get());
@@ -127,7 +127,7 @@ void PipelineStrategy::load_stage_optimizer_state(const io::Checkpoint& checkpoi
     for (const auto& [key, value] : checkpoint.tensors()) {
       if (key.rfind("optimizer", 0) == 0) entries.emplace(key, value);
     }
-    optim::load_named_optimizer_state(*optimizer_, parameters_, entries);
+    optim::load_named_optimizer_state(*optimizer_, optimized(), entries);
     return;
   }
   zero::add_shard_optimizer_entries(stage_unit_, "pipeline_stage", shard_group_->rank(), checkpoint, entries);

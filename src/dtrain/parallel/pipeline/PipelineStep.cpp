@@ -332,6 +332,7 @@ void PipelineStrategy::run_schedule(ScheduleRun& run, const StepPlan& plan, Step
 void PipelineStrategy::finish_step(const std::vector<torch::Tensor>& parameters, double loss_sum,
                                    StepResult& result) {
   auto updated = parameters;
+  allreduce_tied_gradients(result.timing);  // Note [Tied embeddings across pipeline stages]
   if (layout_.shards > 1) {
     updated = reduce_scatter_gradients(result.timing);
   } else {
@@ -366,7 +367,7 @@ StepResult PipelineStrategy::train_step(const data::Batch& batch) {
 
   optimizer_->zero_grad();
   std::vector<torch::Tensor> parameters;
-  for (const auto& [name, p] : parameters_) parameters.push_back(p);
+  for (const auto& [name, p] : optimized()) parameters.push_back(p);
   run.loss_scale = precision_.loss_scale();
   const auto schedule_start = util::Clock::now();
   {

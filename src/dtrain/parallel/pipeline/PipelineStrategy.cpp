@@ -15,6 +15,7 @@
 #include <stdexcept>
 #include <typeinfo>
 
+#include "dtrain/models/TransformerBlocks.h"
 #include "dtrain/optim/OptimizerState.h"
 #include "dtrain/parallel/ModuleSync.h"
 #include "dtrain/parallel/Registry.h"
@@ -109,6 +110,7 @@ PipelineStrategy::PipelineStrategy(StrategyContext context)
   }
   assign_tensors();
   split_groups();
+  split_tie_groups();
   if (layout_.shards > 1) split_shard_groups();
   add_own_communication(comm::difference(world_->stats(), before));
   release_other_stages();
@@ -141,6 +143,16 @@ void PipelineStrategy::check_model_and_world() const {
         "that is not a Sequential; build it as one (dtrain::models::network(name, "
         "torch::nn::Sequential(...)))",
         model.kind()));
+  }
+  for (const auto& item : model.named_modules("", /*include_self=*/false)) {
+    const auto* embedding = dynamic_cast<const models::TokenEmbeddingImpl*>(item.value().get());
+    if (embedding && embedding->shares_padding()) {
+      throw std::invalid_argument(fmt::format(
+          "parallel.strategy: pipeline cuts model {} into stages on several ranks, but on padded sentences "
+          "(data set pad id) its embedding hands the padding mask to its blocks and head within one process "
+          "(Note [Padding beside the activations]); use data_parallel or zero",
+          model.kind()));
+    }
   }
   if (context_.parallel.accumulation_steps != 1) {
     throw std::invalid_argument(fmt::format(
@@ -177,8 +189,8 @@ StageBounds PipelineStrategy::cut_layers(int layers) {
 }
 
 // The model's parameters and buffers by layer, each with its stage; this stage's layers and
-// tensors kept. A tensor two stages share cannot be cut, and a parameter outside the layers has
-// no stage.
+// tensors kept. A tensor two stages register cannot be cut, and a parameter outside the layers has
+// no stage; a tied parameter another stage computes with is copied there (find_ties).
 void PipelineStrategy::assign_tensors() {
   auto& model = *context_.model;
   const auto children = model.layers()->named_children();
@@ -219,6 +231,7 @@ void PipelineStrategy::assign_tensors() {
                       model.kind(), p.key()));
     }
   }
+  find_ties(owner);
 }
 
 // Pipelines are consecutive ranks; a stage group holds one stage of every pipeline. Collective:
@@ -259,7 +272,7 @@ void PipelineStrategy::build_optimizer() {
   if (layout_.shards > 1) {
     trainable.push_back(stage_shard_);  // Note [A stage sharded over dp_shard]
   } else {
-    for (const auto& [name, p] : parameters_) trainable.push_back(p);
+    for (const auto& [name, p] : optimized()) trainable.push_back(p);
   }
   optimizer_ = context_.make_optimizer(trainable);
   if (dynamic_cast<torch::optim::LBFGS*>(optimizer_.get())) {
@@ -293,7 +306,7 @@ void PipelineStrategy::count_step_communication(const std::vector<comm::CommStat
 void PipelineStrategy::allreduce_gradients(StepTiming& timing) {
   if (!group_ || group_->size() < 2) return;
   std::map<torch::ScalarType, std::vector<torch::Tensor>> by_dtype;
-  for (auto& [name, p] : parameters_) {
+  for (auto& [name, p] : optimized()) {
     if (!p.requires_grad()) continue;
     if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
     by_dtype[p.scalar_type()].push_back(p.grad());
@@ -315,7 +328,7 @@ void PipelineStrategy::allreduce_gradients(StepTiming& timing) {
 
 MemoryFootprint PipelineStrategy::memory_footprint() const {
   std::vector<torch::Tensor> parameters, gradients;
-  for (const auto& [name, p] : parameters_) {
+  for (const auto& [name, p] : optimized()) {
     parameters.push_back(p);
     gradients.push_back(p.grad());
   }

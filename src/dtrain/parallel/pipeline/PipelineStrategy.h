@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "dtrain/models/TiedParameters.h"
 #include "dtrain/parallel/MixedPrecision.h"
 #include "dtrain/parallel/Strategy.h"
 #include "dtrain/parallel/pipeline/PipelineOptions.h"
@@ -104,6 +105,15 @@ class PipelineStrategy final : public Strategy {
     torch::Tensor input;  // the received activation (a leaf that collects its gradient); undefined on stage 0
     torch::Tensor output;  // the sent activation, or on the last stage the weighted, scaled loss
   };
+  // A parameter one stage owns and another stage computes with (tied embeddings): the user stage
+  // holds a copy; see Note [Tied embeddings across pipeline stages].
+  struct Tie {
+    std::string name;  // the owner's name for it, "layers.0.tokens.weight"
+    int owner = 0;     // stages
+    int user = 0;
+    models::TiedParameterUser* module = nullptr;  // the user, in this rank's copy of the model
+    std::shared_ptr<comm::Communicator> pair;     // this pipeline's owner and user ranks; null elsewhere
+  };
   struct StepPlan;     // the rows of one step (PipelineStep.cpp)
   struct ScheduleRun;  // one step's schedule as it runs on this stage (PipelineStep.cpp)
 
@@ -111,7 +121,11 @@ class PipelineStrategy final : public Strategy {
   void check_model_and_world() const;
   StageBounds cut_layers(int layers);  // collective with balance: time
   void assign_tensors();
-  void split_groups();  // collective
+  void find_ties(const std::map<const void*, std::pair<int, std::string>>& owner);
+  void split_groups();      // collective
+  void split_tie_groups();  // collective
+  // What the optimizer updates without dp_shard: this stage's parameters, then its tied copies.
+  std::vector<std::pair<std::string, torch::Tensor>> optimized() const;
   void release_other_stages();
   void build_optimizer();
 
@@ -128,6 +142,7 @@ class PipelineStrategy final : public Strategy {
   torch::Tensor micro_batch_loss(ScheduleRun& run, const StepPlan& plan, int m, const torch::Tensor& y);
   void finish_step(const std::vector<torch::Tensor>& parameters, double loss_sum, StepResult& result);
   void allreduce_gradients(StepTiming& timing);
+  void allreduce_tied_gradients(StepTiming& timing);
 
   // dp_shard (PipelineShards.cpp, Note [A stage sharded over dp_shard]).
   void split_shard_groups();  // collective
@@ -154,6 +169,8 @@ class PipelineStrategy final : public Strategy {
   std::vector<std::pair<std::string, torch::Tensor>> parameters_;  // this stage's, by model name
   std::vector<std::pair<std::string, torch::Tensor>> buffers_;
   std::vector<Entry> entries_;
+  std::vector<Tie> ties_;                                           // every tie across stages
+  std::vector<std::pair<std::string, torch::Tensor>> tied_copies_;  // this stage's, by the owner's name
   std::vector<double> parameter_counts_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   MixedPrecision precision_;

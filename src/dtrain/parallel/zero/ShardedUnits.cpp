@@ -5,10 +5,13 @@
 #include <c10/util/strides.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <optional>
 #include <set>
 #include <stdexcept>
 #include <unordered_map>
+
+#include "dtrain/models/TiedParameters.h"
 
 namespace dtrain::parallel::zero {
 
@@ -37,12 +40,7 @@ std::vector<UnitLayout> plan_units(const models::Network& network, int world) {
     for (const auto& p : stages[s].ptr()->parameters(/*recurse=*/true)) {
       const auto* key = p.unsafeGetTensorImpl();
       const auto name = names.count(key) ? names.at(key) : fmt::format("stage {} parameter", s);
-      if (!seen.insert(key).second) {
-        throw std::invalid_argument(fmt::format(
-            "parallel.strategy zero: parameter '{}' is shared by two stages of the model; zero shards "
-            "each stage's parameters separately, so use parallel.strategy: data_parallel for this model",
-            name));
-      }
+      if (!seen.insert(key).second) continue;  // tied: its first stage's (Note [Tied parameters under zero])
       if (!p.requires_grad()) {
         throw std::invalid_argument(fmt::format(
             "parallel.strategy zero: parameter '{}' is frozen (model.freeze); zero shards every parameter "
@@ -76,6 +74,30 @@ std::vector<UnitLayout> plan_units(const models::Network& network, int world) {
     }
   }
   return units;
+}
+
+std::vector<std::vector<std::size_t>> borrowed_units(const models::Network& network,
+                                                     const std::vector<UnitLayout>& units) {
+  std::unordered_map<const void*, std::size_t> owner;
+  for (std::size_t u = 0; u < units.size(); ++u) {
+    for (const auto& p : units[u].params) owner.emplace(p.param.unsafeGetTensorImpl(), u);
+  }
+  const auto stages = network.stages();
+  std::vector<std::vector<std::size_t>> borrowed(stages.size());
+  for (std::size_t s = 0; s < stages.size(); ++s) {
+    std::vector<const void*> used;
+    for (const auto& p : stages[s].ptr()->parameters(/*recurse=*/true))
+      used.push_back(p.unsafeGetTensorImpl());
+    for (const auto& [name, user] : models::tied_parameter_users(*stages[s].ptr()))
+      used.push_back(user->tied_parameter().unsafeGetTensorImpl());
+    for (const auto* key : used) {
+      const auto it = owner.find(key);
+      if (it == owner.end() || units[it->second].stage == static_cast<int>(s)) continue;
+      auto& list = borrowed[s];
+      if (std::find(list.begin(), list.end(), it->second) == list.end()) list.push_back(it->second);
+    }
+  }
+  return borrowed;
 }
 
 torch::Tensor alias(const torch::Tensor& buffer, std::int64_t offset, torch::IntArrayRef sizes) {

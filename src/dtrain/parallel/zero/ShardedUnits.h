@@ -40,10 +40,21 @@ struct UnitLayout {
   std::int64_t shard = 0;   // padded / world: the elements each rank owns
 };
 
-// The units of `network` for `world` ranks, in forward order. Throws std::invalid_argument, naming
-// the parameter, for a parameter outside every stage, one shared by two stages, one that does not
-// require gradients (model.freeze) or one of another dtype or device than its unit.
+// The units of `network` for `world` ranks, in forward order. A parameter two stages share (tied
+// embeddings) belongs to the unit of the first stage that registers it, once: its gradient, which
+// autograd sums over every use, is that unit's. Throws std::invalid_argument, naming the parameter,
+// for a parameter outside every stage, one that does not require gradients (model.freeze) or one
+// of another dtype or device than its unit.
 std::vector<UnitLayout> plan_units(const models::Network& network, int world);
+
+// Note [Tied parameters under zero]
+// A stage that computes with a parameter of another stage's unit (a tied output layer, a parameter
+// registered by two stages) borrows that unit: stage 3 gathers it before the stage's forward and
+// keeps it gathered until the unit's own gradients are reduced, after every use's backward (the
+// parameter's gradient accumulator runs once, when all uses have added in). Returns, per stage of
+// network.stages(), the indices into `units` of the units it borrows.
+std::vector<std::vector<std::size_t>> borrowed_units(const models::Network& network,
+                                                     const std::vector<UnitLayout>& units);
 
 // A tensor of `sizes` over `buffer`'s storage from element `offset`, sharing it without being an
 // autograd view (LibTorch's optimizers call detach_() on gradients, which autograd refuses on views).

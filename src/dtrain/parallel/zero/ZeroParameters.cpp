@@ -85,6 +85,7 @@ torch::Tensor ZeroStrategy::forward_sharded(const torch::Tensor& inputs) {
     auto stages = model.stages();
     for (std::size_t s = 0; s < stages.size(); ++s) {
       const int u = unit_of_stage_[s];
+      for (const auto borrowed : borrowed_[s]) wait_gather(borrowed);
       if (u >= 0) {
         wait_gather(static_cast<std::size_t>(u));
         if (options_.prefetch && static_cast<std::size_t>(u) + 1 < units_.size()) launch_gather(u + 1);
@@ -95,9 +96,10 @@ torch::Tensor ZeroStrategy::forward_sharded(const torch::Tensor& inputs) {
         const auto unit = static_cast<std::size_t>(u);
         x.register_hook([this, unit](const torch::Tensor&) { pre_backward(unit); });
       }
-      // The last unit's backward comes right after its forward: it stays.
-      if (!(training && static_cast<std::size_t>(u) + 1 == units_.size()))
-        release(static_cast<std::size_t>(u));
+      // The last unit's backward comes right after its forward: it stays. A unit another stage
+      // borrows stays until its own backward (Note [Tied parameters under zero]).
+      const bool stays = training && (static_cast<std::size_t>(u) + 1 == units_.size() || lent_[u]);
+      if (!stays) release(static_cast<std::size_t>(u));
     }
     return fp16 ? round_through_half(x) : x;
   };

@@ -161,6 +161,11 @@ ZeroStrategy::ZeroStrategy(StrategyContext context)
     shards.push_back(unit.shard);
     units_.push_back(std::move(unit));
   }
+  borrowed_ = zero::borrowed_units(model, layouts);
+  lent_.assign(units_.size(), false);
+  for (const auto& units : borrowed_) {
+    for (const auto u : units) lent_[u] = true;
+  }
   std::size_t unit_bytes = 0, shard_bytes = 0;
   for (const auto& unit : units_) {
     unit_bytes =

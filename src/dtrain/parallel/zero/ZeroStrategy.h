@@ -29,8 +29,8 @@ class ZeroStrategy final : public Strategy {
  public:
   // Collective: checks that every rank built the same model and broadcasts rank 0's parameters
   // and buffers, splits the mesh's shard and replicate groups, then shards them. Refuses lbfgs (its history
-  // is one vector over all parameters, not element-wise) and a model whose parameters are not each in exactly
-  // one stage.
+  // is one vector over all parameters, not element-wise) and a model with a parameter in no stage; a
+  // parameter two stages share belongs to the first (Note [Tied parameters under zero]).
   explicit ZeroStrategy(StrategyContext context);
   // Stage 3 leaves the model's parameters without storage (the shards are the parameters); read
   // them through model_state() before destroying the strategy.
@@ -135,6 +135,10 @@ class ZeroStrategy final : public Strategy {
   int ranks_ = 1;   // the world: each rank's gradient weighs 1/ranks_ in the mean
   std::vector<Unit> units_;
   std::vector<int> unit_of_stage_;  // -1 for stages without parameters
+  // Per stage, the units of other stages it computes with (Note [Tied parameters under zero]), and
+  // whether a unit is so borrowed: stage 3 then keeps it gathered from its forward to its backward.
+  std::vector<std::vector<std::size_t>> borrowed_;
+  std::vector<bool> lent_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   MixedPrecision precision_;
   std::size_t next_reduction_ = 0;  // into units_ counted from the back (backward's order)
