@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "dtrain/models/Network.h"
+#include "dtrain/util/Allocator.h"
 
 namespace dtrain::models {
 namespace {
@@ -70,6 +71,7 @@ NetworkPtr deferred_network(std::string kind, std::vector<StageBuilder> builders
   network->builders_ = std::move(builders);
   network->generator_states_ = std::move(states);
   network->stage_built_.assign(network->builders_.size(), false);
+  util::return_freed_memory();
   return network;
 }
 
@@ -118,6 +120,7 @@ void Network::materialize(const std::vector<std::size_t>& stages) {
     }
     stage_built_[stage] = true;
   }
+  util::return_freed_memory();
 }
 
 void Network::materialize_all() {
@@ -136,6 +139,7 @@ void Network::for_each_built_stage(
     auto built = build_stage(stage);
     visit(stage, *built.ptr());
   }
+  util::return_freed_memory();
 }
 
 }  // namespace dtrain::models

@@ -19,6 +19,7 @@
 #include "dtrain/train/CudaGraphStep.h"
 #include "dtrain/train/DeviceMemory.h"
 #include "dtrain/train/Transfer.h"
+#include "dtrain/util/Allocator.h"
 #include "dtrain/util/Clock.h"
 
 namespace dtrain::train {
@@ -221,6 +222,7 @@ Trainer::Trainer(config::RunConfig config, comm::CommunicatorPtr comm, int local
   // it would build it whole.
   if (!model->deferred()) parallel::check_precision_runs(context.precision, *model, context.input);
   strategy_ = parallel::create_strategy(std::move(context));
+  util::return_freed_memory();  // what building and cutting the model freed
   facts_.memory.state = strategy_->planned_footprint();
   facts_.memory.before_model = host.resident;
   facts_.memory.available = host.available;

@@ -83,15 +83,29 @@ void PipelineStrategy::shard_stage() {
   stage_shard_.set_requires_grad(true);  // trainable: the run's optimizer factory leaves out frozen tensors
 }
 
+void PipelineStrategy::gradients_into_flat_buffer() {
+  // Autograd adds each micro-batch's gradient into a defined grad() in place, so the stage's whole
+  // gradient builds up in the one buffer the reduce-scatter sends, with no copy beside it.
+  torch::NoGradGuard no_grad;
+  stage_grad_flat_ = torch::zeros({stage_unit_.padded}, stage_flat_.options());
+  for (const auto& p : stage_unit_.params)
+    p.param.mutable_grad() = zero::alias(stage_grad_flat_, p.offset, p.param.sizes());
+}
+
 std::vector<torch::Tensor> PipelineStrategy::reduce_scatter_gradients(StepTiming& timing) {
   torch::NoGradGuard no_grad;
   const auto& unit = stage_unit_;
-  auto flat = torch::zeros({unit.padded}, stage_flat_.options());
+  auto flat = std::move(stage_grad_flat_);
+  stage_grad_flat_ = torch::Tensor();
   for (const auto& p : unit.params) {
-    if (p.param.grad().defined()) flat.narrow(0, p.offset, p.numel).copy_(p.param.grad().reshape({-1}));
+    // A gradient autograd replaced rather than added to (none does today) is copied in.
+    const auto& grad = p.param.grad();
+    if (grad.defined() && grad.data_ptr() != flat.narrow(0, p.offset, 1).data_ptr())
+      flat.narrow(0, p.offset, p.numel).copy_(grad.reshape({-1}));
     p.param.mutable_grad() = torch::Tensor();  // the whole gradient goes; the shard is what stays
   }
-  auto shard_grad = torch::empty({unit.shard}, flat.options());
+  // The last step's shard gradient (zeroed since) is the output: one shard-sized buffer, not two.
+  auto shard_grad = stage_shard_.grad().defined() ? stage_shard_.grad() : torch::empty({unit.shard}, flat.options());
   const auto start = util::Clock::now();
   shard_group_->reduce_scatter(flat, shard_grad);
   if (across_groups_) across_groups_->allreduce(shard_grad);

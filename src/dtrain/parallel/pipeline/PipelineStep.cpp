@@ -366,6 +366,7 @@ StepResult PipelineStrategy::train_step(const data::Batch& batch) {
   gather_batch(batch, plan.sizes, run.inputs, run.targets, result.timing);
 
   optimizer_->zero_grad();
+  if (layout_.shards > 1) gradients_into_flat_buffer();
   std::vector<torch::Tensor> parameters;
   for (const auto& [name, p] : optimized()) parameters.push_back(p);
   run.loss_scale = precision_.loss_scale();

@@ -149,6 +149,7 @@ class PipelineStrategy final : public Strategy {
   void shard_stage();         // the flat buffer and this rank's shard of it
   // The stage's gradients reduce-scattered within the shard group, the shard all-reduced across
   // groups, the full gradients let go; returns the tensors the optimizer updates.
+  void gradients_into_flat_buffer();
   std::vector<torch::Tensor> reduce_scatter_gradients(StepTiming& timing);
   void gather_parameters(StepTiming& timing);  // every shard into every rank's whole stage
   std::map<std::string, torch::Tensor> stage_optimizer_state() const;  // whole, by name; collective
@@ -183,6 +184,7 @@ class PipelineStrategy final : public Strategy {
   zero::UnitLayout stage_unit_;  // the stage's trainable parameters in one flat buffer (dp_shard > 1)
   torch::Tensor stage_flat_;     // that buffer, which the parameters alias
   torch::Tensor stage_shard_;    // this rank's part of it: what the optimizer updates
+  torch::Tensor stage_grad_flat_;  // during a step: the stage's whole gradient, which its grad()s view
   bool evaluating_ = false;
   // Set while a training step's schedule runs: polls its transfers (Note [Transfers kept moving
   // between layers]); run_stage calls it after each layer's forward and backward.
