@@ -154,6 +154,32 @@ std::string computed_precision(config::Precision precision, const models::Networ
   return precision == config::Precision::Fp32 ? precision_of(model) : config::kPrecisionNames.name(precision);
 }
 
+// Built and initialised on the CPU from the seed, then moved: a GPU run starts from the very
+// weights a CPU run starts from.
+void move_to_device(models::Network& model, const torch::Device& device) {
+  if (model.deferred()) {
+    // Only the buffers exist yet; the parameters are built where the strategy materializes them.
+    model.set_device(device);
+    torch::NoGradGuard no_grad;
+    for (auto& b : model.buffers(/*recurse=*/true)) b.set_data(b.to(device));
+  } else if (!device.is_cpu()) {
+    model.to(device);
+  }
+}
+
+// What the strategy plans to hold on this rank against what the host had before the model was
+// built; refused when the host's ranks would not fit (parallel/MemoryPlan.h).
+parallel::MemoryPlan plan_memory(const parallel::Strategy& strategy, const parallel::HostMemory& host,
+                                 int local_world_size) {
+  parallel::MemoryPlan plan;
+  plan.state = strategy.planned_footprint();
+  plan.before_model = host.resident;
+  plan.available = host.available;
+  plan.ranks_on_host = std::max(1, local_world_size);
+  parallel::check_fits(plan, strategy.name());
+  return plan;
+}
+
 }  // namespace
 
 Trainer::Trainer(config::RunConfig config, comm::CommunicatorPtr comm, int local_rank, int local_world_size)
@@ -197,16 +223,7 @@ Trainer::Trainer(config::RunConfig config, comm::CommunicatorPtr comm, int local
   facts_.parameters = models::parameter_count(*model);
   facts_.precision = computed_precision(config_.train.precision, *model);
   facts_.initial_hash = parameter_hash(*model);
-  // Built and initialised on the CPU from the seed, then moved: a GPU run starts from the very
-  // weights a CPU run starts from.
-  if (model->deferred()) {
-    // Only the buffers exist yet; the parameters are built where the strategy materializes them.
-    model->set_device(device_);
-    torch::NoGradGuard no_grad;
-    for (auto& b : model->buffers(/*recurse=*/true)) b.set_data(b.to(device_));
-  } else if (!device_.is_cpu()) {
-    model->to(device_);
-  }
+  move_to_device(*model, device_);
   facts_.channels_last = apply_channels_last(*model, config_.train.channels_last, device_);
   scheduler_ = std::make_unique<optim::Scheduler>(config_.optim.scheduler, config_.optim.lr);
   loss_ = optim::create_loss(config_.optim.loss);
@@ -223,11 +240,7 @@ Trainer::Trainer(config::RunConfig config, comm::CommunicatorPtr comm, int local
   if (!model->deferred()) parallel::check_precision_runs(context.precision, *model, context.input);
   strategy_ = parallel::create_strategy(std::move(context));
   util::return_freed_memory();  // what building and cutting the model freed
-  facts_.memory.state = strategy_->planned_footprint();
-  facts_.memory.before_model = host.resident;
-  facts_.memory.available = host.available;
-  facts_.memory.ranks_on_host = std::max(1, local_world_size);
-  parallel::check_fits(facts_.memory, strategy_->name());
+  facts_.memory = plan_memory(*strategy_, host, local_world_size);
   if (config_.train.cuda_graph) graph_ = std::make_unique<CudaGraphStep>(*strategy_);
   feed_ = std::make_unique<DeviceFeed>(
       std::make_unique<StepFeed>(data_.train, local, config_.data, seed, strategy_->batches_per_step(),
