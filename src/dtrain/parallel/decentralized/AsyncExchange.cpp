@@ -92,11 +92,11 @@ void AsyncExchange::post_send(Peer& peer, const std::vector<torch::Tensor>& stat
 
 void AsyncExchange::start(const std::vector<torch::Tensor>& states, std::int64_t step) {
   TORCH_INTERNAL_ASSERT(!running_);
-  if (settled_at_ != step) settle(states, step);
   for (auto& peer : peers_) {
     if (!peer.recv.empty()) post_receive(peer);
   }
   running_ = true;
+  send(states, step);
 }
 
 void AsyncExchange::send(const std::vector<torch::Tensor>& states, std::int64_t step) {
@@ -146,10 +146,8 @@ void AsyncExchange::poll(const std::vector<torch::Tensor>& states, std::int64_t 
 void AsyncExchange::settle(const std::vector<torch::Tensor>& states, std::int64_t step) {
   if (peers_.empty()) {
     running_ = false;
-    settled_at_ = step;
     return;
   }
-  // A settle from rest (the first round, or right after another settle) has no receives posted.
   // A peer may have settled first, its last message already taken while this rank still ran.
   for (auto& peer : peers_) {
     if (!peer.recv.empty() && !peer.receiving && !peer.last_received) post_receive(peer);
@@ -187,7 +185,6 @@ void AsyncExchange::settle(const std::vector<torch::Tensor>& states, std::int64_
     peer.last_received = peer.last_sent = false;
   }
   running_ = false;
-  settled_at_ = step;
 }
 
 void AsyncExchange::fail_settle(const std::vector<int>& silent) const {

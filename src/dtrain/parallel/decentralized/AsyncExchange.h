@@ -29,9 +29,9 @@ class AsyncExchange {
 
   // Whether receives are posted (between start() and settle()).
   bool running() const { return running_; }
-  // Before the first round after construction or settle(): settles at `step` unless the last
-  // settle was at that step (so every node begins knowing its neighbours' states of `step`), then
-  // posts a receive for every peer rank. states[h]: this rank's h-th node's state (1-D).
+  // Before the first round after construction or settle(): posts a receive for every peer rank
+  // and sends the states stamped `step` (states[h]: this rank's h-th node's state, 1-D). Never
+  // waits: a neighbour not heard from yet is left out until its first message arrives.
   void start(const std::vector<torch::Tensor>& states, std::int64_t step);
   // Sends the states stamped `step` to every peer rank that has taken this rank's previous message;
   // to a peer still taking it they go as soon as it has, from poll(), as the newest states then.
@@ -79,7 +79,6 @@ class AsyncExchange {
   std::vector<Peer> peers_;
   std::map<int, Newest> newest_;  // by remote graph node
   bool running_ = false;
-  std::int64_t settled_at_ = -1;
   std::int64_t sends_superseded_ = 0;
 };
 

@@ -166,8 +166,9 @@ torch::Tensor DecentralizedStrategy::round_dsgd_awc(const data::Batch& batch, do
 // whose receives are full cannot wait on each other. After it no transfer is in flight, every rank
 // has reached the same step (the trainer runs the collective at the same step on every rank) and
 // every node knows its neighbours' states of that step; the usual node average and evaluation
-// follow unchanged. The first round settles the same way, so every node starts from its
-// neighbours' true states.
+// follow unchanged. A run's first round, and the first after a settle, only posts the receives
+// and sends the states: nothing waits at the start either, and a neighbour not heard from yet is
+// left out, as a late one is.
 //
 // With staleness 0 and every neighbour's state of step t arrived when node i mixes at step t, the
 // round is synchronous dsgd's round, bit for bit (the same weights, added in the same order).

@@ -54,8 +54,8 @@ class DecentralizedStrategy final : public Strategy {
   // For tests: graph node `node`'s parameters as one vector (only on the rank hosting it).
   torch::Tensor node_parameters(int node) const;
   const Graph& graph() const { return *graph_; }
-  // For tests, asynchronous gossip between rounds: starts it if need be (the first settle), takes
-  // the messages that have arrived and
+  // For tests, asynchronous gossip between rounds: starts it if need be, takes the messages that
+  // have arrived (sending what is owed) and
   // returns the oldest step among the newest states of this rank's nodes' remote in-neighbours.
   std::int64_t poll_gossip();
   const NodeLayout& layout() const { return layout_; }
