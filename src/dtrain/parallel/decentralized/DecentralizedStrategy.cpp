@@ -208,24 +208,7 @@ DecentralizedStrategy::DecentralizedStrategy(StrategyContext context)
   }
   rho_ = options_.rho_init;
   const int me = context_.comm ? context_.comm->rank() : 0;
-  for (int index : layout_.local(me)) {
-    auto node = std::make_unique<Node>();
-    node->index = index;
-    std::vector<torch::Tensor> flat;
-    for (const auto& p : model_params_) flat.push_back(p.detach().reshape({-1}));
-    node->theta = torch::cat(flat).clone();
-    std::int64_t offset = 0;
-    for (const auto& p : model_params_) {
-      node->params.push_back(node->theta.narrow(0, offset, p.numel()).view(p.sizes()));
-      offset += p.numel();
-    }
-    for (const auto& b : model_buffers_) node->buffers.push_back(b.detach().clone());
-    const bool own_optimizer = options_.algorithm != "dsgt" &&
-                               (options_.algorithm != "cadmm" || options_.persistent_primal_optimizer);
-    if (own_optimizer) node->optimizer = make_node_optimizer();
-    if (options_.algorithm == "push_sum") node->push_weight = torch::ones({1}, node->theta.options());
-    nodes_.push_back(std::move(node));
-  }
+  for (int index : layout_.local(me)) nodes_.push_back(make_node(index));
   check_first_graphs(options_.algorithm, graph_options_, gossip_nodes(), context_.seed);
   start_round();
   if (options_.asynchronous) {
@@ -245,6 +228,26 @@ DecentralizedStrategy::DecentralizedStrategy(StrategyContext context)
       for (int j : graph_->neighbours(node->index)) xhat_[j] = torch::zeros({length_}, node->theta.device());
     }
   }
+}
+
+// Graph node `index` at the model's weights, with its optimizer and its algorithm's state.
+std::unique_ptr<DecentralizedStrategy::Node> DecentralizedStrategy::make_node(int index) {
+  auto node = std::make_unique<Node>();
+  node->index = index;
+  std::vector<torch::Tensor> flat;
+  for (const auto& p : model_params_) flat.push_back(p.detach().reshape({-1}));
+  node->theta = torch::cat(flat).clone();
+  std::int64_t offset = 0;
+  for (const auto& p : model_params_) {
+    node->params.push_back(node->theta.narrow(0, offset, p.numel()).view(p.sizes()));
+    offset += p.numel();
+  }
+  for (const auto& b : model_buffers_) node->buffers.push_back(b.detach().clone());
+  const bool own_optimizer =
+      options_.algorithm != "dsgt" && (options_.algorithm != "cadmm" || options_.persistent_primal_optimizer);
+  if (own_optimizer) node->optimizer = make_node_optimizer();
+  if (options_.algorithm == "push_sum") node->push_weight = torch::ones({1}, node->theta.options());
+  return node;
 }
 
 DecentralizedStrategy::~DecentralizedStrategy() = default;

@@ -112,6 +112,7 @@ class DecentralizedStrategy final : public Strategy {
   // The message and in-memory mixing: sum_j W_ij v_j over i's in-neighbours and itself.
   torch::Tensor mix(int node, const std::map<int, torch::Tensor>& values) const;
   std::unique_ptr<torch::optim::Optimizer> make_node_optimizer();
+  std::unique_ptr<Node> make_node(int index);
   void charge_bytes(double bytes_per_neighbour);
 
   StrategyContext context_;
