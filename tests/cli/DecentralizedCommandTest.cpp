@@ -372,6 +372,26 @@ long last_step(const std::string& err) {
   return step;
 }
 
+// Asynchronous dsgd (staleness 2) on a cycle of four mlp nodes of Fashion-MNIST, 16384 images
+// (256 steps an epoch), logging every 40 steps: `dir`/async.yaml.
+void write_async_config(const fs::path& dir, int epochs, int max_steps) {
+  std::ofstream(dir / "async.yaml")
+      << "name: async\nout_dir: " << (dir / "runs").string() << "\n"
+      << "data: {dataset: fashion-mnist, subset_size: 16384, test_subset_size: 500, batch_size: 16, "
+         "partition: random}\n"
+         "model: {name: mlp, hidden: [32]}\n"
+         "optim: {name: sgd, lr: 0.05}\n"
+         "parallel:\n"
+         "  strategy: decentralized\n"
+         "  timeout_s: 60\n"
+         "  decentralized: {algorithm: dsgd, asynchronous: true, staleness: 2}\n"
+         "  graph: {type: cycle, nodes: 4}\n"
+         "train: {epochs: "
+      << epochs << ", max_steps: " << max_steps
+      << ", eval_every_steps: 0, eval_every_epochs: 0, eval_at_start: false,\n"
+         "        checkpoint_every_epochs: 0, log_every_steps: 40, seed: 3, threads: 1}\n";
+}
+
 // Asynchronous dsgd on four workers, a node each on a cycle, Fashion-MNIST. Rank 3 is stopped with
 // SIGSTOP as soon as rank 0 reports the run's set-up, and stays stopped until rank 0 has logged
 // step 40: the others train on without it (up to step 40, where the workers agree on an
@@ -384,20 +404,7 @@ TEST_F(DecentralizedCommand, AsynchronousDsgdTrainsOnWhileAWorkerIsStoppedAndEnd
   }
   // 16384 images over four nodes: 256 steps an epoch, so that no epoch's end (a collective)
   // falls inside the 160 steps.
-  std::ofstream(dir_ / "async.yaml")
-      << "name: async\nout_dir: " << (dir_ / "runs").string() << "\n"
-      << "data: {dataset: fashion-mnist, subset_size: 16384, test_subset_size: 500, batch_size: 16, "
-         "partition: random}\n"
-         "model: {name: mlp, hidden: [32]}\n"
-         "optim: {name: sgd, lr: 0.05}\n"
-         "parallel:\n"
-         "  strategy: decentralized\n"
-         "  timeout_s: 60\n"
-         "  decentralized: {algorithm: dsgd, asynchronous: true, staleness: 2}\n"
-         "  graph: {type: cycle, nodes: 4}\n"
-         "train: {epochs: 1, max_steps: 160, eval_every_steps: 0, eval_every_epochs: 0, eval_at_start: "
-         "false,\n"
-         "        checkpoint_every_epochs: 0, log_every_steps: 40, seed: 3, threads: 1}\n";
+  write_async_config(dir_.path(), 1, 160);
   using Clock = std::chrono::steady_clock;
   const auto out = dir_ / "job.out", err = dir_ / "job.err";
   const pid_t job = spawn({DTRAIN_BINARY, "train", (dir_ / "async.yaml").string(), "--nproc", "4"}, out, err);
@@ -443,6 +450,34 @@ TEST_F(DecentralizedCommand, AsynchronousDsgdTrainsOnWhileAWorkerIsStoppedAndEnd
   std::cout << "consensus error " << metrics["consensus_error"] << ", staleness mean "
             << metrics["staleness_mean"] << " max " << metrics["staleness_max"] << ", neighbours skipped "
             << metrics["stale_neighbours_skipped"] << ", top-1 " << result["final"]["top1"] << "\n";
+}
+
+// A worker of an asynchronous run that really dies (SIGKILL) ends the job with the launcher's usual
+// line naming its rank, as in every strategy.
+TEST_F(DecentralizedCommand, AsynchronousDsgdEndsNamingAWorkerThatDies) {
+  if (!fs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")) {
+    GTEST_SKIP() << "dataset-fashion-mnist is not installed";
+  }
+  write_async_config(dir_.path(), 100, 25600);
+  const auto out = dir_ / "job.out", err = dir_ / "job.err";
+  const pid_t job = spawn({DTRAIN_BINARY, "train", (dir_ / "async.yaml").string(), "--nproc", "4"}, out, err);
+  ASSERT_GT(job, 0);
+  JobGuard guard{job};
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (last_step(read_file(err)) < 40 && std::chrono::steady_clock::now() < deadline &&
+         state_of(job) != 'Z')
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));  // a poll interval, not a synchronisation
+  const pid_t victim = worker_of(job, 3);
+  ASSERT_GT(victim, 0) << read_file(err);
+  ASSERT_EQ(::kill(victim, SIGKILL), 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(job, &status, 0), job);
+  guard.job = -1;
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_NE(WEXITSTATUS(status), 0);
+  const auto text = read_file(err);
+  EXPECT_NE(text.find("rank 3 on"), std::string::npos) << text;
+  EXPECT_NE(text.find("failed with exit code 137"), std::string::npos) << text;
 }
 }  // namespace
 
