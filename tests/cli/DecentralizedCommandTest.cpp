@@ -2,8 +2,9 @@
 // their own data on one worker or spread over two give the same numbers, a run saved by two
 // workers continues on one, metrics.jsonl carries every node and the consensus error, push-sum on
 // a one-peer exponential graph, hierarchical dsgd over two hosts and adapt-with-combine dsgd train
-// on Fashion-MNIST, bad graph settings are refused by name, and asynchronous dsgd keeps training on
-// three workers while the fourth is stopped with SIGSTOP, then ends cleanly when it continues.
+// on Fashion-MNIST, bad graph and asynchronous-gossip settings are refused by name, asynchronous dsgd
+// keeps training on three workers while the fourth is stopped with SIGSTOP, then ends cleanly when it
+// continues, and a worker of it that dies ends the job naming its rank.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>

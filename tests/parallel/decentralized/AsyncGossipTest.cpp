@@ -1,8 +1,9 @@
 // Asynchronous dsgd (Note [Asynchronous gossip]) through the strategy's real exchange between ranks
-// as threads over gloo: each round mixes the newest state of every neighbour (which is why staleness
-// 0 is not synchronous dsgd); a neighbour that lags is left out and
-// its weight kept by the node, and the run still settles; and every setting that cannot go with it is refused
-// by name in one line.
+// as threads over gloo: each round mixes the newest state of every neighbour, against rounds
+// computed by hand (which is why staleness 0 is not synchronous dsgd, except on one rank, where it
+// is); a neighbour that lags is left out and its weight kept by the node; a checkpoint mid-run
+// settles the ranks and the run goes on; and every setting that cannot go with it is refused by
+// name in one line.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -87,6 +88,33 @@ TEST(AsyncGossip, EachRoundMixesTheNewestStateOfEveryNeighbour) {
   EXPECT_LT(max_difference(got, expected), 1e-12);
   EXPECT_EQ(metrics.at("staleness_max"), 0.0);  // rank 1's neighbours are ahead: age 0
   EXPECT_EQ(metrics.at("stale_neighbours_skipped"), 0.0);
+}
+
+// Every node on one rank: all in step, read in memory, so the rounds are synchronous dsgd's.
+TEST(AsyncGossip, OnOneRankItIsSynchronousDsgd) {
+  const auto cfg = decentralized_config("dsgd", "cycle", 4);
+  const auto synchronous = run_nodes(cfg, 1, 4);
+  const auto run = run_nodes(asynchronous(cfg, 0), 1, 4);
+  EXPECT_EQ(max_difference(run.nodes, synchronous.nodes), 0.0);
+  EXPECT_EQ(run.metrics.at("stale_neighbours_skipped"), 0.0);
+}
+
+// A checkpoint mid-run is a meeting point: it settles every rank (nothing in flight, all at one
+// step), holds that step, and the gossip starts again after it.
+TEST(AsyncGossip, ACheckpointMidRunSettlesAndTheRunGoesOn) {
+  const auto cfg = asynchronous(decentralized_config("dsgd", "cycle", 4), 2);
+  std::mutex mutex;
+  std::vector<std::int64_t> saved_rounds;
+  const auto run = run_nodes(cfg, 2, 6, 8, [&](DecentralizedStrategy& s, int k) {
+    if (k != 2) return;
+    io::Checkpoint checkpoint;
+    s.save(checkpoint);
+    std::lock_guard<std::mutex> lock(mutex);
+    saved_rounds.push_back(checkpoint.tensor("strategy/decentralized/round").item<std::int64_t>());
+  });
+  EXPECT_EQ(run.nodes.size(), 4u);
+  for (const auto& [node, theta] : run.nodes) EXPECT_TRUE(torch::isfinite(theta).all().item<bool>()) << node;
+  EXPECT_EQ(saved_rounds, (std::vector<std::int64_t>{3, 3}));
 }
 
 // Two nodes on two ranks, learning rate 0 so that only mixing moves them. Rank 0 stops after its

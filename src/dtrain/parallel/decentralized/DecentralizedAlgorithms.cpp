@@ -178,13 +178,16 @@ torch::Tensor DecentralizedStrategy::round_dsgd_awc(const data::Batch& batch, do
 // BlueFog's asynchronous optimizers (DistributedWinPutOptimizer over win_create, win_put and
 // win_update) are built on MPI one-sided windows: each rank exposes a buffer per in-neighbour,
 // win_put writes a rank's parameters into its out-neighbours' buffers, and win_update averages the
-// rank's own tensor with whatever the buffers hold. We differ in three ways. No window: our
-// backends (Gloo above all) have no one-sided operations, so the receiver's posted receive stands
-// in for the window, and the receiver, not the network, chooses when to read it. A step travels
-// with every state, so a round can bound the staleness it mixes and report it; a window buffer
-// holds no step, so win_update mixes a neighbour that stopped long ago at full weight. And the
-// run ends by settle(), a handshake between neighbours, where BlueFog leaves the user to call a
-// barrier and win_free.
+// rank's own tensor with whatever the buffers hold (win_mutex guards against reading a buffer
+// half-written). We differ in four ways. No window: our backends (Gloo above all) have no
+// one-sided operations, so the receiver's posted receive stands in for the window, and a message
+// is copied out only once it has arrived whole, so no mutex is needed. A step travels with every
+// state, so a round can bound the staleness it mixes and report it; a window buffer holds no
+// step, so win_update mixes a neighbour that stopped long ago at full weight. Push-sum is refused:
+// BlueFog's asynchronous push-sum adds into the buffers (win_accumulate, with the push-sum weight
+// as the window's associated p) so that every share of mass arrives exactly once, where our
+// newest-state messages replace one another. And the run ends by settle(), a handshake between
+// neighbours, where BlueFog leaves the user to call a barrier and win_free.
 torch::Tensor DecentralizedStrategy::round_dsgd_async(const data::Batch& batch, double& loss,
                                                       StepTiming& timing) {
   communicate(&timing, [&] {
