@@ -173,7 +173,7 @@ void DecentralizedStrategy::save(io::Checkpoint& checkpoint) const {
 }
 
 void DecentralizedStrategy::load(const io::Checkpoint& checkpoint) {
-  // The nodes change: the next round settles again, so that every node hears the loaded states.
+  // Nothing may be in flight while the nodes change; the next round sends the loaded states.
   settle_gossip();
   torch::NoGradGuard no_grad;
   precision_.load(checkpoint);

@@ -84,8 +84,7 @@ void check_asynchronous_for(const DecentralizedOptions& options, const GraphOpti
   if (graph_varies(graph)) {
     throw std::invalid_argument(
         "parallel.decentralized.asynchronous: keeps each neighbour's newest state, so it needs a fixed "
-        "graph; "
-        "set parallel.graph.redraw_every: 0 and a type that does not change between rounds");
+        "graph; set parallel.graph.redraw_every: 0 and a type that does not change between rounds");
   }
 }
 
@@ -93,8 +92,7 @@ void check_asynchronous_precision(const DecentralizedOptions& options, optim::Pr
   if (options.asynchronous && precision == optim::Precision::Fp16) {
     throw std::invalid_argument(
         "parallel.decentralized.asynchronous: fp16 agrees on skipping a step over all ranks every step, "
-        "which "
-        "waits for the slowest; use train.precision bf16 or fp32, or asynchronous: false");
+        "which waits for the slowest; use train.precision bf16 or fp32, or asynchronous: false");
   }
 }
 
