@@ -114,10 +114,13 @@ void check_graph_for(const DecentralizedOptions& options, const GraphOptions& gr
         a));
   }
   if ((a == "cadmm" || a == "choco") && graph_directed(graph)) {
+    const bool arcs = graph_name(graph) == "edges";
     throw std::invalid_argument(fmt::format(
-        "parallel.graph.type: {} is directed, but {} exchanges with its neighbours both ways; use an "
-        "undirected graph (cycle, torus, complete, ...) or algorithm dsgd, dsgt or push_sum",
-        graph.type, a));
+        "{} is directed, but {} exchanges with its neighbours both ways; use an undirected graph ({}) or "
+        "algorithm dsgd, dsgt or push_sum",
+        arcs ? fmt::format("parallel.graph.edges: '{}' holds arcs a->b, so the graph", graph.edges)
+             : fmt::format("parallel.graph.type: {}", graph.type),
+        a, arcs ? "edges a-b only" : "cycle, torus, complete, ..."));
   }
 }
 
