@@ -243,6 +243,13 @@ TEST_F(DecentralizedCommand, GraphKeysAndBadValuesAreRefusedByNameBeforeARunStar
       {"parallel.decentralized.algorithm=push_sum parallel.graph.type=directed_cycle "
        "parallel.graph.weights=0-0:0.5,0-1:0.1",
        "parallel.graph.weights: column 0 of the directed_cycle graph's mixing matrix"},
+      {"parallel.graph.type=edges 'parallel.graph.edges=0->1,1->2,2->3,3->0,0-2'",
+       "parallel.graph.edges: row 0 of the edges graph's mixing matrix"},
+      {"parallel.graph.type=edges 'parallel.graph.edges=0->1,1->5'",
+       "parallel.graph.edges: arc 1->5 must join two different nodes in 0..3"},
+      {"parallel.graph.type=edges 'parallel.graph.edges=0->1,1->2,2->3,3->0' "
+       "parallel.decentralized.algorithm=cadmm",
+       "parallel.graph.edges: '0->1,1->2,2->3,3->0' holds arcs a->b, so the graph is directed, but cadmm"},
       {"parallel.graph.peers=2", "parallel.graph.peers: a setting of graph type base"},
       {"parallel.graph.type=base parallel.graph.peers=0",
        "parallel.graph.peers: expected a positive integer"},
