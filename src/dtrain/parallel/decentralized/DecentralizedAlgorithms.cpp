@@ -88,17 +88,26 @@ torch::Tensor DecentralizedStrategy::round_dsgd(const data::Batch& batch, double
 // every x of round t. So a round posts the exchange of the nodes' parameters (NodeExchange::post,
 // which reads them in place: nothing changes them until it finishes), computes every node's
 // gradient meanwhile, waits, mixes, and steps the optimizer from the mixed point with the kept
-// gradient (plain SGD: exactly the form above). The overlap, reported as
+// gradient (plain SGD: exactly the form above). Push-sum combines so as well: its message
+// (w_i z_i, w_i) of round t is in flight while each node's gradient is taken at its own z_i, then
+// z_i <- sum_j W_ij x_j / sum_j W_ij w_j and the step from there with the kept gradient; with plain
+// SGD x_i <- sum_j W_ij x_j - lr w_i' g_i(z_i), w_i' the new weight, the weighting SGP's own step
+// gives a gradient (it sends w_i (z_i - lr g_i)). A column-stochastic W keeps sum w, and on a doubly
+// stochastic one every w stays 1 and the rounds are dsgd's. The overlap, reported as
 // strategy/exchange_overlap, is the time the exchange was in flight while this rank computed
 // over the time it was in flight, from post to the first check that found it done: checks run
 // after each node's gradient and in the wait, so the figure is exact to one node's gradient. A
 // round with nothing to send to other ranks (one rank) has no exchange in flight and adds nothing.
-torch::Tensor DecentralizedStrategy::round_dsgd_awc(const data::Batch& batch, double& loss,
-                                                    StepTiming& timing) {
+torch::Tensor DecentralizedStrategy::round_awc(const data::Batch& batch, double& loss, StepTiming& timing) {
+  const bool push = options_.algorithm == "push_sum";
   const auto before = context_.comm ? context_.comm->stats() : comm::CommStats{};
   const auto posted = util::Clock::now();
-  auto pending = exchange_->post(messages_of(nodes_, [](const Node& n) { return n.theta; }));
-  charge_bytes(4.0 * static_cast<double>(length_));
+  // Kept until finish(): the exchange reads them in place.
+  const auto messages = messages_of(nodes_, [push](const Node& n) {
+    return push ? torch::cat({n.theta * n.push_weight, n.push_weight}) : n.theta;
+  });
+  auto pending = exchange_->post(messages);
+  charge_bytes(4.0 * static_cast<double>(length_ + (push ? 1 : 0)));
   const bool remote = !pending.works.empty();
   std::optional<util::Clock::time_point> done;
   const auto rows = batch.size() / static_cast<std::int64_t>(nodes_.size());
@@ -128,7 +137,15 @@ torch::Tensor DecentralizedStrategy::round_dsgd_awc(const data::Batch& batch, do
     torch::NoGradGuard no_grad;
     std::vector<torch::Tensor> mixed;
     for (const auto& node : nodes_) mixed.push_back(mix(node->index, values));
-    for (std::size_t h = 0; h < nodes_.size(); ++h) nodes_[h]->theta.copy_(mixed[h]);
+    for (std::size_t h = 0; h < nodes_.size(); ++h) {
+      auto& node = *nodes_[h];
+      if (!push) {
+        node.theta.copy_(mixed[h]);
+        continue;
+      }
+      node.push_weight.copy_(mixed[h].narrow(0, length_, 1));
+      node.theta.copy_(mixed[h].narrow(0, 0, length_) / node.push_weight);
+    }
   }
   for (std::size_t h = 0; h < nodes_.size(); ++h) {
     bind(*nodes_[h]);

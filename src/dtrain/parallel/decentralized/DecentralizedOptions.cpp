@@ -63,8 +63,8 @@ void describe_decentralized(config::OptionVisitor& v, DecentralizedOptions& o) {
   v.integer("ranks_per_host", o.ranks_per_host, config::at_least(0),
             "hierarchical: consecutive ranks that form a host (0: the launcher's local world size)");
   v.boolean("adapt_with_combine", o.adapt_with_combine,
-            "dsgd: gradients at the round's own parameters while their exchange is in flight, then "
-            "x <- W x - lr g");
+            "dsgd, push_sum: gradients at the round's own parameters while their exchange is in flight, "
+            "then x <- W x - lr g");
   v.boolean("asynchronous", o.asynchronous,
             "dsgd: gossip without a round barrier; mix each neighbour's newest state at most staleness "
             "steps old");
@@ -95,8 +95,6 @@ void DecentralizedOptions::check() const {
        [](auto& a, auto& b) { return a.outer_optimizer == b.outer_optimizer; }},
       {"outer_lr", "local_sgd", [](auto& a, auto& b) { return a.outer_lr == b.outer_lr; }},
       {"outer_momentum", "local_sgd", [](auto& a, auto& b) { return a.outer_momentum == b.outer_momentum; }},
-      {"adapt_with_combine", "dsgd",
-       [](auto& a, auto& b) { return a.adapt_with_combine == b.adapt_with_combine; }},
   };
   for (const auto& entry : owned) {
     if (algorithm != entry.algorithm && !entry.same(*this, d)) {
@@ -105,6 +103,12 @@ void DecentralizedOptions::check() const {
           "remove it or set the algorithm to {}",
           entry.key, entry.algorithm, algorithm, entry.algorithm));
     }
+  }
+  if (adapt_with_combine && algorithm != "dsgd" && algorithm != "push_sum") {
+    throw std::invalid_argument(fmt::format(
+        "parallel.decentralized.adapt_with_combine: a setting of algorithms dsgd and push_sum, but "
+        "parallel.decentralized.algorithm is {}; remove it or set the algorithm to dsgd or push_sum",
+        algorithm));
   }
   check_hierarchy();
   check_asynchronous();

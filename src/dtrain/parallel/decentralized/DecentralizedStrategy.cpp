@@ -406,9 +406,10 @@ StepResult DecentralizedStrategy::train_step(const data::Batch& batch) {
   const auto& a = options_.algorithm;
   if (a == "dsgd" && options_.asynchronous) {
     result.outputs = round_dsgd_async(batch, loss, result.timing);
+  } else if (options_.adapt_with_combine) {
+    result.outputs = round_awc(batch, loss, result.timing);  // dsgd or push_sum
   } else if (a == "dsgd") {
-    result.outputs = options_.adapt_with_combine ? round_dsgd_awc(batch, loss, result.timing)
-                                                 : round_dsgd(batch, loss, result.timing);
+    result.outputs = round_dsgd(batch, loss, result.timing);
   } else if (a == "cadmm") {
     result.outputs = round_cadmm(batch, loss, result.timing);
   } else if (a == "dsgt") {

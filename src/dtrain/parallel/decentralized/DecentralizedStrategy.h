@@ -95,7 +95,8 @@ class DecentralizedStrategy final : public Strategy {
   // The algorithms' rounds (DecentralizedAlgorithms.cpp). Each returns the outputs for batch rows
   // in order and leaves the mean loss in `loss`.
   torch::Tensor round_dsgd(const data::Batch& batch, double& loss, StepTiming& timing);
-  torch::Tensor round_dsgd_awc(const data::Batch& batch, double& loss, StepTiming& timing);
+  // dsgd and push_sum with the exchange in flight beside the gradients (Note [Adapt with combine]).
+  torch::Tensor round_awc(const data::Batch& batch, double& loss, StepTiming& timing);
   torch::Tensor round_dsgd_async(const data::Batch& batch, double& loss, StepTiming& timing);
   // Asynchronous gossip: ends every transfer in flight (AsyncExchange::settle) before a collective.
   void settle_gossip();
