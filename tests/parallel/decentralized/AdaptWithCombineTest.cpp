@@ -109,12 +109,69 @@ TEST(AdaptWithCombine, RoundsAreTheMixOfTheRoundBeforeLessTheOwnGradient) {
   EXPECT_GT(max_difference(plain.nodes, expected), 1e-6);
 }
 
+TEST(AdaptWithCombine, PushSumRoundsMixTheRoundBeforeAndStepFromThereOnADirectedRing) {
+  const double lr = 0.1;
+  const int nodes = 4, rounds = 3;
+  // A directed ring where node 0 keeps 0.9: W is column stochastic only, so the weights move.
+  auto cfg = adapt_with_combine(decentralized_config("push_sum", "directed_cycle", nodes));
+  cfg.parallel.options.get<GraphOptions>("graph").weights = "0-1:0.1";
+  const auto start = starts(nodes, parameters_of(cfg));
+  const auto w = make_graph(cfg.parallel.options.get<GraphOptions>("graph"), nodes, 3).mixing_matrix();
+  std::vector<torch::Tensor> x = start;
+  std::vector<double> weight(nodes, 1.0);
+  for (int k = 0; k < rounds; ++k) {
+    std::vector<torch::Tensor> next;
+    std::vector<double> next_weight;
+    for (int i = 0; i < nodes; ++i) {
+      auto mixed = torch::zeros_like(x[0]);
+      double mixed_weight = 0.0;
+      for (int j = 0; j < nodes; ++j) {
+        mixed += w[i][j] * x[static_cast<std::size_t>(j)];
+        mixed_weight += w[i][j] * weight[static_cast<std::size_t>(j)];
+      }
+      const auto own = x[static_cast<std::size_t>(i)] / weight[static_cast<std::size_t>(i)];  // z_i
+      const auto z = mixed / mixed_weight - lr * gradient_at(cfg, own, node_batch(i, k, 0, 2));
+      next.push_back(z * mixed_weight);
+      next_weight.push_back(mixed_weight);
+    }
+    x = next;
+    weight = next_weight;
+  }
+  EXPECT_NEAR(weight[1], 0.6, 0.3);  // the weights moved (0.6 after the first round)
+  EXPECT_NE(weight[1], 1.0);
+  std::map<int, torch::Tensor> expected;
+  for (int i = 0; i < nodes; ++i)
+    expected[i] = x[static_cast<std::size_t>(i)] / weight[static_cast<std::size_t>(i)];
+  for (const int world : {4, 2, 1}) {
+    SCOPED_TRACE(std::to_string(world) + " ranks");
+    const auto run = run_rounds(cfg, world, rounds, lr, start);
+    EXPECT_LT(max_difference(run.nodes, expected), 1e-10);
+    if (world > 1) {
+      EXPECT_GE(run.metrics.at("exchange_overlap"), 0.0);
+    }
+  }
+  // Plain push-sum steps before it mixes: other numbers.
+  auto plain = cfg;
+  plain.parallel.options.get<DecentralizedOptions>("decentralized").adapt_with_combine = false;
+  EXPECT_GT(max_difference(run_rounds(plain, 2, rounds, lr, start).nodes, expected), 1e-6);
+  // On a doubly stochastic W every weight stays 1, and the rounds are adapt-with-combine dsgd's.
+  const auto cycle_push =
+      run_rounds(adapt_with_combine(decentralized_config("push_sum", "cycle", nodes)), 2, rounds, lr, start);
+  const auto cycle_dsgd =
+      run_rounds(adapt_with_combine(decentralized_config("dsgd", "cycle", nodes)), 2, rounds, lr, start);
+  EXPECT_LT(max_difference(cycle_push.nodes, cycle_dsgd.nodes), 1e-12);
+}
+
 TEST(AdaptWithCombine, WhatCannotCombineSoIsRefusedByName) {
   const auto message_of = [](config::RunConfig cfg) {
     return error_of([&] { make_decentralized(cfg, decentralized_model(cfg), nullptr); });
   };
   const auto cadmm = message_of(adapt_with_combine(decentralized_config("cadmm", "cycle", 4)));
-  EXPECT_EQ(cadmm.rfind("parallel.decentralized.adapt_with_combine: a setting of algorithm dsgd", 0), 0u)
+  EXPECT_EQ(
+      cadmm.rfind("parallel.decentralized.adapt_with_combine: a setting of algorithms dsgd and push_sum, "
+                  "but parallel.decentralized.algorithm is cadmm",
+                  0),
+      0u)
       << cadmm;
   auto both = adapt_with_combine(decentralized_config("dsgd", "cycle", 4));
   both.parallel.options.get<DecentralizedOptions>("decentralized").hierarchical = true;

@@ -146,6 +146,37 @@ TEST(PushSum, CheckpointKeepsThePushWeights) {
   EXPECT_LT(max_difference(nodes, straight.nodes), 1e-6);
 }
 
+// Arcs from YAML: a directed ring with a chord both ways, whose W is column stochastic only.
+TEST(PushSum, ReachesTheAverageOnADirectedEdgeListThatAveragingRefuses) {
+  const auto arcs = [](const std::string& algorithm) {
+    auto cfg = decentralized_config(algorithm, "edges", 4);
+    cfg.parallel.options.get<GraphOptions>("graph").edges = "0->1 1->2 2->3 3->0 0-2";
+    return cfg;
+  };
+  const auto cfg = arcs("push_sum");
+  const auto start = starts(4, parameters_of(cfg));
+  const auto pushed = mix_only(cfg, 2, 100, start);
+  EXPECT_LT(distance_from(pushed, mean_of(start)), 1e-12);
+  EXPECT_EQ(max_difference(mix_only(cfg, 1, 100, start), pushed), 0.0);
+  for (const std::string algorithm : {"dsgd", "dsgt"}) {
+    const auto refused = arcs(algorithm);
+    const auto message =
+        error_of([&] { make_decentralized(refused, decentralized_model(refused), nullptr); });
+    EXPECT_EQ(message.rfind("parallel.graph.edges: row 0 of the edges graph's mixing matrix", 0), 0u)
+        << message;
+    EXPECT_NE(message.find(algorithm + " averages and needs doubly stochastic weights"), std::string::npos)
+        << message;
+  }
+  const auto cadmm = arcs("cadmm");
+  const auto message = error_of([&] { make_decentralized(cadmm, decentralized_model(cadmm), nullptr); });
+  EXPECT_EQ(message.rfind("parallel.graph.edges: '0->1 1->2 2->3 3->0 0-2' holds arcs a->b, so the graph is "
+                          "directed, but cadmm",
+                          0),
+            0u)
+      << message;
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+}
+
 TEST(PushSum, GraphsAnAlgorithmCannotRunOnAreRefusedByName) {
   const auto refusal = [](const std::string& algorithm, const std::string& graph,
                           const std::function<void(config::RunConfig&)>& change = {}) {

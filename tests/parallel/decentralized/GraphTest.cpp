@@ -307,6 +307,63 @@ TEST(Graph, WeightsAreReadPerEdgeAndCheckedForWhatTheAlgorithmNeeds) {
   EXPECT_NE(error_of([&] { check_graph(cycle); }).find("(redraw_every)"), std::string::npos);
 }
 
+TEST(Graph, ArcsInAnEdgeListMakeADirectedGraphWhoseWeightsAreChecked) {
+  auto o = of("edges");
+  o.edges = "0->1 1->2, 2->3 3->0";
+  const auto ring = make_graph(o, 4, 0);
+  EXPECT_TRUE(ring.is_directed());
+  EXPECT_TRUE(graph_directed(o));
+  EXPECT_EQ(ring.edges(), (std::vector<std::pair<int, int>>{{0, 1}, {1, 2}, {2, 3}, {3, 0}}));
+  EXPECT_DOUBLE_EQ(ring.weight(1, 0), 0.5);  // 1 takes half of 0's value
+  EXPECT_DOUBLE_EQ(ring.weight(0, 1), 0.0);  // and sends 0 nothing
+  EXPECT_NO_THROW(check_mixing(ring, Mixing::DoublyStochastic, "dsgd"));
+  // An edge a-b beside arcs is both arcs. Node 0 sends to 1 and 2, keeping a third: every column
+  // sums to one, row 0 (1/3 of its own, 1/3 of node 2's, 1/2 of node 3's) to 7/6.
+  o.edges = "0->1 1->2 2->3 3->0 0-2";
+  const auto lopsided = make_graph(o, 4, 0);
+  EXPECT_EQ(lopsided.edges().size(), 6u);
+  EXPECT_DOUBLE_EQ(lopsided.weight(0, 2), 1.0 / 3.0);
+  EXPECT_DOUBLE_EQ(lopsided.weight(2, 0), 1.0 / 3.0);
+  EXPECT_NO_THROW(check_mixing(lopsided, Mixing::ColumnStochastic, "push_sum"));
+  auto message = error_of([&] { check_mixing(lopsided, Mixing::DoublyStochastic, "dsgd"); });
+  EXPECT_EQ(message.rfind("parallel.graph.edges: row 0 of the edges graph's mixing matrix", 0), 0u)
+      << message;
+  EXPECT_NE(message.find("sums to 1.1666"), std::string::npos) << message;
+  // Weights of arcs: the share of a's value that b takes; a's own is what its arcs leave.
+  o.edges = "0->1 1->2 2->0";
+  o.weights = "0-1:0.25";
+  const auto weighted = make_graph(o, 3, 0);
+  EXPECT_DOUBLE_EQ(weighted.weight(1, 0), 0.25);
+  EXPECT_DOUBLE_EQ(weighted.weight(0, 0), 0.75);
+  message = error_of([&] { check_mixing(weighted, Mixing::DoublyStochastic, "dsgd"); });
+  EXPECT_EQ(message.rfind("parallel.graph.weights: row 0", 0), 0u) << message;  // 0.75 + 2's 0.5
+  EXPECT_NE(message.find("sums to 1.25"), std::string::npos) << message;
+  o.weights = "1-0:0.25";
+  EXPECT_NE(
+      error_of([&] { make_graph(o, 3, 0); }).find("1-0:0.25 is no edge of the edges graph (a directed one"),
+      std::string::npos);
+  o.weights.clear();
+  // Every bad arc is refused by name, in one line.
+  const std::vector<std::pair<std::string, std::string>> bad{
+      {"0->4", "arc 0->4 must join two different nodes in 0..3"},
+      {"1->1", "arc 1->1 must join two different nodes"},
+      {"0-->1", "arc 0-->1 must join two different nodes"},
+      {"0=>1", "'0=>1' is not an edge"},
+      {"0->", "'0->' is not an edge"},
+      {"->1", "'->1' is not an edge"},
+      {"0->1 x", "'x' is not an edge"},
+      {"0->1 1->2 2->3", "the edges graph of 4 nodes is not strongly connected"}};
+  for (const auto& [text, expected] : bad) {
+    o.edges = text;
+    message = error_of([&] { make_graph(o, 4, 0); });
+    EXPECT_EQ(message.rfind("parallel.graph", 0), 0u) << text << ": " << message;
+    EXPECT_NE(message.find(expected), std::string::npos) << text << ": " << message;
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  }
+  o.edges = "0-1 1-2 2-3";
+  EXPECT_FALSE(graph_directed(o));
+}
+
 TEST(Graph, SchedulesTakeOneTypePerRoundInTurnAndSettingsBelongToTheirTypes) {
   auto o = of("schedule");
   o.schedule = {"exponential", "ring"};

@@ -88,17 +88,26 @@ torch::Tensor DecentralizedStrategy::round_dsgd(const data::Batch& batch, double
 // every x of round t. So a round posts the exchange of the nodes' parameters (NodeExchange::post,
 // which reads them in place: nothing changes them until it finishes), computes every node's
 // gradient meanwhile, waits, mixes, and steps the optimizer from the mixed point with the kept
-// gradient (plain SGD: exactly the form above). The overlap, reported as
+// gradient (plain SGD: exactly the form above). Push-sum combines so as well: its message
+// (w_i z_i, w_i) of round t is in flight while each node's gradient is taken at its own z_i, then
+// z_i <- sum_j W_ij x_j / sum_j W_ij w_j and the step from there with the kept gradient; with plain
+// SGD x_i <- sum_j W_ij x_j - lr w_i' g_i(z_i), w_i' the new weight, the weighting SGP's own step
+// gives a gradient (it sends w_i (z_i - lr g_i)). A column-stochastic W keeps sum w, and on a doubly
+// stochastic one every w stays 1 and the rounds are dsgd's. The overlap, reported as
 // strategy/exchange_overlap, is the time the exchange was in flight while this rank computed
 // over the time it was in flight, from post to the first check that found it done: checks run
 // after each node's gradient and in the wait, so the figure is exact to one node's gradient. A
 // round with nothing to send to other ranks (one rank) has no exchange in flight and adds nothing.
-torch::Tensor DecentralizedStrategy::round_dsgd_awc(const data::Batch& batch, double& loss,
-                                                    StepTiming& timing) {
+torch::Tensor DecentralizedStrategy::round_awc(const data::Batch& batch, double& loss, StepTiming& timing) {
+  const bool push = options_.algorithm == "push_sum";
   const auto before = context_.comm ? context_.comm->stats() : comm::CommStats{};
   const auto posted = util::Clock::now();
-  auto pending = exchange_->post(messages_of(nodes_, [](const Node& n) { return n.theta; }));
-  charge_bytes(4.0 * static_cast<double>(length_));
+  // Kept until finish(): the exchange reads them in place.
+  const auto messages = messages_of(nodes_, [push](const Node& n) {
+    return push ? torch::cat({n.theta * n.push_weight, n.push_weight}) : n.theta;
+  });
+  auto pending = exchange_->post(messages);
+  charge_bytes(4.0 * static_cast<double>(length_ + (push ? 1 : 0)));
   const bool remote = !pending.works.empty();
   std::optional<util::Clock::time_point> done;
   const auto rows = batch.size() / static_cast<std::int64_t>(nodes_.size());
@@ -128,7 +137,15 @@ torch::Tensor DecentralizedStrategy::round_dsgd_awc(const data::Batch& batch, do
     torch::NoGradGuard no_grad;
     std::vector<torch::Tensor> mixed;
     for (const auto& node : nodes_) mixed.push_back(mix(node->index, values));
-    for (std::size_t h = 0; h < nodes_.size(); ++h) nodes_[h]->theta.copy_(mixed[h]);
+    for (std::size_t h = 0; h < nodes_.size(); ++h) {
+      auto& node = *nodes_[h];
+      if (!push) {
+        node.theta.copy_(mixed[h]);
+        continue;
+      }
+      node.push_weight.copy_(mixed[h].narrow(0, length_, 1));
+      node.theta.copy_(mixed[h].narrow(0, 0, length_) / node.push_weight);
+    }
   }
   for (std::size_t h = 0; h < nodes_.size(); ++h) {
     bind(*nodes_[h]);
@@ -138,6 +155,98 @@ torch::Tensor DecentralizedStrategy::round_dsgd_awc(const data::Batch& batch, do
   }
   loss /= static_cast<double>(nodes_.size());
   return torch::cat(outputs);
+}
+
+// Note [Asynchronous gossip]
+// parallel.decentralized.asynchronous: dsgd without the round barrier. Node i at its step t mixes
+// the newest state it has received from each in-neighbour j, x_j^(s_j), if s_j >= t - staleness;
+// a neighbour whose newest state is older (or who has sent none) is left out of this round and
+// its weight W_ij goes to i itself, so the row still sums to one; then the local step; then i's
+// state of step t + 1 goes to its neighbours' ranks. Nodes on the same rank are in step and read
+// each other's state of step t in memory, as in synchronous dsgd.
+//
+// Transport (AsyncExchange): non-blocking tagged send/recv on the run's communicator, polled by
+// the training thread at the start of each round — no background thread, since the communicator
+// takes its operations from one thread at a time. Each rank keeps one receive posted per peer
+// rank and takes every message that has arrived; a message carries its step, and only the newest
+// state per node is kept. A send goes out after each step unless the peer has not yet taken the
+// previous one; then it is owed, and the next poll that finds the previous one taken sends the
+// states of that moment (so a state nobody could take is replaced by a newer one, never queued):
+// a stopped peer holds at most one message of each neighbour in flight, and nothing waits for it. A neighbour
+// silent for parallel.timeout_s fails the run as a dead one does: the receive's wait ends with the
+// communicator's error naming the rank and the operation, and the launcher's one-line report of
+// the failed rank follows as for every strategy.
+//
+// The run ends, and pauses for every collective the trainer runs (evaluation, metrics, checkpoint,
+// the final model), with settle(): every rank sends each peer a last message holding its current
+// states and takes its peers' messages up to their last ones, all by polling, so that ranks
+// whose receives are full cannot wait on each other. After it no transfer is in flight, every rank
+// has reached the same step (the trainer runs the collective at the same step on every rank) and
+// every node knows its neighbours' states of that step; the usual node average and evaluation
+// follow unchanged. A run's first round, and the first after a settle, only posts the receives
+// and sends the states: nothing waits at the start either, and a neighbour not heard from yet is
+// left out, as a late one is.
+//
+// With staleness 0 and every neighbour's state of step t arrived when node i mixes at step t, the
+// round is synchronous dsgd's round, bit for bit (the same weights, added in the same order).
+// Staleness 0 does not make the run synchronous: a neighbour one step late is left out, not
+// waited for, so which neighbours a round mixes depends on timing.
+//
+// BlueFog's asynchronous optimizers (DistributedWinPutOptimizer over win_create, win_put and
+// win_update) are built on MPI one-sided windows: each rank exposes a buffer per in-neighbour,
+// win_put writes a rank's parameters into its out-neighbours' buffers, and win_update averages the
+// rank's own tensor with whatever the buffers hold (win_mutex guards against reading a buffer
+// half-written). We differ in four ways. No window: our backends (Gloo above all) have no
+// one-sided operations, so the receiver's posted receive stands in for the window, and a message
+// is copied out only once it has arrived whole, so no mutex is needed. A step travels with every
+// state, so a round can bound the staleness it mixes and report it; a window buffer holds no
+// step, so win_update mixes a neighbour that stopped long ago at full weight. Push-sum is refused:
+// BlueFog's asynchronous push-sum adds into the buffers (win_accumulate, with the push-sum weight
+// as the window's associated p) so that every share of mass arrives exactly once, where our
+// newest-state messages replace one another. And the run ends by settle(), a handshake between
+// neighbours, where BlueFog leaves the user to call a barrier and win_free.
+torch::Tensor DecentralizedStrategy::round_dsgd_async(const data::Batch& batch, double& loss,
+                                                      StepTiming& timing) {
+  communicate(&timing, [&] {
+    if (!async_->running()) async_->start(node_states(), round_);
+    async_->poll(node_states(), round_);
+  });
+  {
+    torch::NoGradGuard no_grad;
+    std::map<int, torch::Tensor> local;  // this rank's nodes at step t, before any mixes
+    for (const auto& node : nodes_) local[node->index] = node->theta.clone();
+    for (auto& node : nodes_) {
+      const int i = node->index;
+      double own = graph_->weight(i, i), left_out = 0.0;
+      std::vector<std::pair<const torch::Tensor*, double>> mixed;
+      for (int j : graph_->in_neighbours(i)) {
+        if (const auto it = local.find(j); it != local.end()) {
+          mixed.emplace_back(&it->second, graph_->weight(i, j));
+          continue;
+        }
+        const auto& newest = async_->newest(j);
+        const std::int64_t age = round_ - newest.step;
+        if (newest.step < 0 || age > options_.staleness) {
+          left_out += graph_->weight(i, j);
+          staleness_.skipped += 1.0;
+          continue;
+        }
+        mixed.emplace_back(&newest.state, graph_->weight(i, j));
+        const double behind = static_cast<double>(std::max<std::int64_t>(age, 0));
+        staleness_.age_sum += behind;
+        staleness_.age_max = std::max(staleness_.age_max, behind);
+        staleness_.mixed += 1.0;
+      }
+      auto value = local.at(i) * (left_out > 0.0 ? own + left_out : own);
+      for (const auto& [state, weight] : mixed) value.add_(*state, weight);
+      node->theta.copy_(value);
+      staleness_.node_rounds += 1.0;
+    }
+  }
+  auto outputs = round_local(batch, loss, timing);
+  communicate(&timing, [&] { async_->send(node_states(), round_ + 1); });
+  charge_bytes(4.0 * static_cast<double>(length_));
+  return outputs;
 }
 
 // Note [Hierarchical gossip]

@@ -63,8 +63,16 @@ void describe_decentralized(config::OptionVisitor& v, DecentralizedOptions& o) {
   v.integer("ranks_per_host", o.ranks_per_host, config::at_least(0),
             "hierarchical: consecutive ranks that form a host (0: the launcher's local world size)");
   v.boolean("adapt_with_combine", o.adapt_with_combine,
-            "dsgd: gradients at the round's own parameters while their exchange is in flight, then "
-            "x <- W x - lr g");
+            "dsgd, push_sum: gradients at the round's own parameters while their exchange is in flight, "
+            "then x <- W x - lr g");
+  v.boolean("asynchronous", o.asynchronous,
+            "dsgd: gossip without a round barrier; mix each neighbour's newest state at most staleness "
+            "steps old");
+  v.integer("staleness", o.staleness, config::at_least(0),
+            "asynchronous: how many steps a neighbour's state may lag and still be mixed (default 2)");
+  v.integer("delay_rank", o.delay_rank, config::at_least(-1),
+            "a straggler for experiments: the rank that sleeps delay_ms after each step (-1: none)");
+  v.number("delay_ms", o.delay_ms, config::kNonNegative, "the straggler's sleep after each step, in ms");
 }
 
 void DecentralizedOptions::check() const {
@@ -87,8 +95,6 @@ void DecentralizedOptions::check() const {
        [](auto& a, auto& b) { return a.outer_optimizer == b.outer_optimizer; }},
       {"outer_lr", "local_sgd", [](auto& a, auto& b) { return a.outer_lr == b.outer_lr; }},
       {"outer_momentum", "local_sgd", [](auto& a, auto& b) { return a.outer_momentum == b.outer_momentum; }},
-      {"adapt_with_combine", "dsgd",
-       [](auto& a, auto& b) { return a.adapt_with_combine == b.adapt_with_combine; }},
   };
   for (const auto& entry : owned) {
     if (algorithm != entry.algorithm && !entry.same(*this, d)) {
@@ -98,7 +104,21 @@ void DecentralizedOptions::check() const {
           entry.key, entry.algorithm, algorithm, entry.algorithm));
     }
   }
+  if (adapt_with_combine && algorithm != "dsgd" && algorithm != "push_sum") {
+    throw std::invalid_argument(fmt::format(
+        "parallel.decentralized.adapt_with_combine: a setting of algorithms dsgd and push_sum, but "
+        "parallel.decentralized.algorithm is {}; remove it or set the algorithm to dsgd or push_sum",
+        algorithm));
+  }
   check_hierarchy();
+  check_asynchronous();
+  if ((delay_rank >= 0) != (delay_ms > 0.0)) {
+    throw std::invalid_argument(
+        delay_rank >= 0 ? "parallel.decentralized.delay_rank: names a straggler, but delay_ms is 0; set "
+                          "parallel.decentralized.delay_ms or remove delay_rank"
+                        : "parallel.decentralized.delay_ms: set, but no delay_rank names the straggler; set "
+                          "parallel.decentralized.delay_rank or remove delay_ms");
+  }
   if (algorithm == "local_sgd" && outer_optimizer == OuterOptimizer::None &&
       (outer_lr != d.outer_lr || outer_momentum != d.outer_momentum)) {
     throw std::invalid_argument(
@@ -140,6 +160,48 @@ void DecentralizedOptions::check_hierarchy() const {
           "dsgd or push_sum, or hierarchical: false",
           name, why));
     }
+  }
+}
+
+// Asynchronous gossip mixes whatever state a neighbour last sent; it needs an algorithm whose
+// messages may arrive late, twice or not at all (Note [Asynchronous gossip]).
+void DecentralizedOptions::check_asynchronous() const {
+  if (!asynchronous) {
+    if (staleness != DecentralizedOptions{}.staleness) {
+      throw std::invalid_argument(
+          "parallel.decentralized.staleness: a setting of asynchronous gossip; set "
+          "parallel.decentralized.asynchronous: true or remove it");
+    }
+    return;
+  }
+  static const std::vector<std::pair<const char*, const char*>> refused{
+      {"cadmm", "its dual update pairs each node with each neighbour's parameters of the same round"},
+      {"dsgt", "its gradient trackers keep their sum only if every round mixes every neighbour's tracker"},
+      {"choco", "each compressed difference must reach every neighbour's x_hat exactly once, in order"},
+      {"push_sum",
+       "its mass (w x, w) must arrive exactly once, and a newest state mixed twice or left out "
+       "adds or loses mass"},
+      {"local_sgd", "it averages all nodes at once and does not gossip"},
+      {"centralized", "it trains one model and does not gossip"},
+      {"individual", "its nodes never communicate"},
+  };
+  for (const auto& [name, why] : refused) {
+    if (algorithm == name) {
+      throw std::invalid_argument(fmt::format(
+          "parallel.decentralized.asynchronous: algorithm {} cannot gossip asynchronously: {}; use algorithm "
+          "dsgd, or asynchronous: false",
+          name, why));
+    }
+  }
+  if (hierarchical) {
+    throw std::invalid_argument(
+        "parallel.decentralized.asynchronous: hierarchical gossip averages within each host by collectives, "
+        "which wait for every rank of the host; set one of them");
+  }
+  if (adapt_with_combine) {
+    throw std::invalid_argument(
+        "parallel.decentralized.asynchronous: adapt_with_combine waits for the exchange of each round; set "
+        "one of them");
   }
 }
 

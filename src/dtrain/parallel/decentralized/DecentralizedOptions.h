@@ -57,11 +57,21 @@ struct DecentralizedOptions {
   // x_i <- sum_j W_ij x_j - lr g_i(x_i), both at round t; else the mix first, then the gradient at
   // the mixed point.
   bool adapt_with_combine = false;
+  // dsgd: asynchronous gossip (see Note [Asynchronous gossip]): no round barrier; each node mixes
+  // the newest state received from each neighbour no more than `staleness` steps behind it, and a
+  // neighbour further behind gives its weight to the node itself instead of being waited for.
+  bool asynchronous = false;
+  int staleness = 2;
+  // A straggler for experiments, with any algorithm: rank delay_rank sleeps delay_ms after each
+  // step, as a slower worker would (-1: none).
+  int delay_rank = -1;
+  double delay_ms = 0.0;
 
   // Throws std::invalid_argument naming a setting that differs from its default but belongs to
   // another algorithm than `algorithm`, or hierarchical settings an algorithm cannot take.
   void check() const;
   void check_hierarchy() const;
+  void check_asynchronous() const;
 };
 
 void describe_decentralized(config::OptionVisitor& visitor, DecentralizedOptions& options);

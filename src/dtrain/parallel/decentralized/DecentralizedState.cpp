@@ -31,6 +31,7 @@ torch::Tensor gather_nodes(const comm::CommunicatorPtr& comm, const torch::Tenso
 // over nodes (printed with the min and max over nodes). DiNNO prints the distance of each node
 // to the mean of the normalised vectors instead; the pairwise mean is what the seed asks for.
 std::map<std::string, double> DecentralizedStrategy::metrics() {
+  settle_gossip();
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> thetas, stats;
   for (const auto& node : nodes_) {
@@ -63,6 +64,20 @@ std::map<std::string, double> DecentralizedStrategy::metrics() {
         last_exchange_seconds_ > 0.0 ? last_overlap_seconds_ / last_exchange_seconds_ : 0.0;
     out["exchange_overlap_all_rounds"] = exchange_seconds_ > 0.0 ? overlap_seconds_ / exchange_seconds_ : 0.0;
   }
+  if (async_) {
+    // Every rank's mixes since the last report (Note [Asynchronous gossip]).
+    const auto& s = staleness_;
+    const auto all = gather_nodes(
+        context_.comm,
+        torch::tensor({{s.age_sum, s.age_max, s.mixed, s.skipped, s.node_rounds}}, torch::kDouble));
+    const auto sums = all.sum(0);
+    const double mixed = sums[2].item<double>(), rounds = sums[4].item<double>();
+    out["staleness_mean"] = mixed > 0.0 ? sums[0].item<double>() / mixed : 0.0;
+    out["staleness_max"] = all.select(1, 1).max().item<double>();
+    out["stale_neighbours_skipped"] = sums[3].item<double>();
+    out["stale_neighbours_skipped_per_round"] = rounds > 0.0 ? sums[3].item<double>() / rounds : 0.0;
+    staleness_ = Staleness{};
+  }
   out["consensus_error"] = mean;
   out["consensus_error_min"] = low;
   out["consensus_error_max"] = high;
@@ -87,6 +102,7 @@ MemoryFootprint DecentralizedStrategy::memory_footprint() const {
 
 std::map<std::string, torch::Tensor> DecentralizedStrategy::model_state() const {
   auto* self = const_cast<DecentralizedStrategy*>(this);
+  self->settle_gossip();
   const double n = layout_.nodes();
   std::map<std::string, torch::Tensor> state;
   const auto theta = self->node_average(nullptr);
@@ -129,6 +145,7 @@ std::map<std::string, torch::Tensor> node_fields(const DecentralizedStrategy::No
 }  // namespace
 
 void DecentralizedStrategy::save(io::Checkpoint& checkpoint) const {
+  const_cast<DecentralizedStrategy*>(this)->settle_gossip();
   for (const auto& [name, value] : model_state()) checkpoint.set_tensor("model." + name, value);
   optim::NamedParameters named;
   for (std::size_t p = 0; p < model_params_.size(); ++p)
@@ -156,6 +173,8 @@ void DecentralizedStrategy::save(io::Checkpoint& checkpoint) const {
 }
 
 void DecentralizedStrategy::load(const io::Checkpoint& checkpoint) {
+  // Nothing may be in flight while the nodes change; the next round sends the loaded states.
+  settle_gossip();
   torch::NoGradGuard no_grad;
   precision_.load(checkpoint);
   if (!checkpoint.contains(kPrefix + "round")) {

@@ -4,7 +4,10 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
+#include <limits>
 #include <stdexcept>
+#include <thread>
 
 #include "dtrain/config/Registry.h"
 #include "dtrain/parallel/Registry.h"
@@ -69,6 +72,30 @@ void check_adapt_with_combine(const DecentralizedOptions& options, optim::Precis
   }
 }
 
+// Asynchronous gossip keeps each neighbour's newest state, so the neighbours must stay the same;
+// fp16's agreement on skipping a step is a collective every step, which would put the barrier back.
+void check_asynchronous_for(const DecentralizedOptions& options, const GraphOptions& graph, int world) {
+  if (options.delay_rank >= world) {
+    throw std::invalid_argument(fmt::format(
+        "parallel.decentralized.delay_rank: {} is not a rank of this run of {} ranks; set 0 to {} or -1",
+        options.delay_rank, world, world - 1));
+  }
+  if (!options.asynchronous) return;
+  if (graph_varies(graph)) {
+    throw std::invalid_argument(
+        "parallel.decentralized.asynchronous: keeps each neighbour's newest state, so it needs a fixed "
+        "graph; set parallel.graph.redraw_every: 0 and a type that does not change between rounds");
+  }
+}
+
+void check_asynchronous_precision(const DecentralizedOptions& options, optim::Precision precision) {
+  if (options.asynchronous && precision == optim::Precision::Fp16) {
+    throw std::invalid_argument(
+        "parallel.decentralized.asynchronous: fp16 agrees on skipping a step over all ranks every step, "
+        "which waits for the slowest; use train.precision bf16 or fp32, or asynchronous: false");
+  }
+}
+
 // What the algorithm needs of the graph: CADMM's dual and Choco-SGD's x_hat pair each node with
 // its neighbours both ways, so they take undirected graphs (Choco-SGD a fixed one, since x_hat is
 // kept from round 0); an algorithm that never reads W refuses parallel.graph.weights.
@@ -87,10 +114,13 @@ void check_graph_for(const DecentralizedOptions& options, const GraphOptions& gr
         a));
   }
   if ((a == "cadmm" || a == "choco") && graph_directed(graph)) {
+    const bool arcs = graph_name(graph) == "edges";
     throw std::invalid_argument(fmt::format(
-        "parallel.graph.type: {} is directed, but {} exchanges with its neighbours both ways; use an "
-        "undirected graph (cycle, torus, complete, ...) or algorithm dsgd, dsgt or push_sum",
-        graph.type, a));
+        "{} is directed, but {} exchanges with its neighbours both ways; use an undirected graph ({}) or "
+        "algorithm dsgd, dsgt or push_sum",
+        arcs ? fmt::format("parallel.graph.edges: '{}' holds arcs a->b, so the graph", graph.edges)
+             : fmt::format("parallel.graph.type: {}", graph.type),
+        a, arcs ? "edges a-b only" : "cycle, torus, complete, ..."));
   }
 }
 
@@ -150,6 +180,8 @@ DecentralizedStrategy::DecentralizedStrategy(StrategyContext context)
   check_graph_for(options_, graph_options_);
   check_compressor(options_);
   check_adapt_with_combine(options_, context_.precision);
+  check_asynchronous_for(options_, graph_options_, world_of(context_.comm));
+  check_asynchronous_precision(options_, context_.precision);
   if (options_.hierarchical) hierarchy_ = make_hierarchy(options_, context_);
   for (const auto& p : context_.model->named_parameters(/*recurse=*/true)) {
     // Nodes mix whole flat parameter vectors with their neighbours: a frozen parameter would still
@@ -177,26 +209,13 @@ DecentralizedStrategy::DecentralizedStrategy(StrategyContext context)
   }
   rho_ = options_.rho_init;
   const int me = context_.comm ? context_.comm->rank() : 0;
-  for (int index : layout_.local(me)) {
-    auto node = std::make_unique<Node>();
-    node->index = index;
-    std::vector<torch::Tensor> flat;
-    for (const auto& p : model_params_) flat.push_back(p.detach().reshape({-1}));
-    node->theta = torch::cat(flat).clone();
-    std::int64_t offset = 0;
-    for (const auto& p : model_params_) {
-      node->params.push_back(node->theta.narrow(0, offset, p.numel()).view(p.sizes()));
-      offset += p.numel();
-    }
-    for (const auto& b : model_buffers_) node->buffers.push_back(b.detach().clone());
-    const bool own_optimizer = options_.algorithm != "dsgt" &&
-                               (options_.algorithm != "cadmm" || options_.persistent_primal_optimizer);
-    if (own_optimizer) node->optimizer = make_node_optimizer();
-    if (options_.algorithm == "push_sum") node->push_weight = torch::ones({1}, node->theta.options());
-    nodes_.push_back(std::move(node));
-  }
+  for (int index : layout_.local(me)) nodes_.push_back(make_node(index));
   check_first_graphs(options_.algorithm, graph_options_, gossip_nodes(), context_.seed);
   start_round();
+  if (options_.asynchronous) {
+    async_ = std::make_unique<AsyncExchange>(context_.comm.get(), layout_, *graph_, length_,
+                                             nodes_.front()->theta.options());
+  }
   if (options_.algorithm == "local_sgd" && options_.outer_optimizer == OuterOptimizer::Nesterov) {
     outer_ = nodes_.front()->theta.clone();  // the initial weights, the same on every rank
     outer_momentum_ = torch::zeros_like(outer_);
@@ -210,6 +229,26 @@ DecentralizedStrategy::DecentralizedStrategy(StrategyContext context)
       for (int j : graph_->neighbours(node->index)) xhat_[j] = torch::zeros({length_}, node->theta.device());
     }
   }
+}
+
+// Graph node `index` at the model's weights, with its optimizer and its algorithm's state.
+std::unique_ptr<DecentralizedStrategy::Node> DecentralizedStrategy::make_node(int index) {
+  auto node = std::make_unique<Node>();
+  node->index = index;
+  std::vector<torch::Tensor> flat;
+  for (const auto& p : model_params_) flat.push_back(p.detach().reshape({-1}));
+  node->theta = torch::cat(flat).clone();
+  std::int64_t offset = 0;
+  for (const auto& p : model_params_) {
+    node->params.push_back(node->theta.narrow(0, offset, p.numel()).view(p.sizes()));
+    offset += p.numel();
+  }
+  for (const auto& b : model_buffers_) node->buffers.push_back(b.detach().clone());
+  const bool own_optimizer =
+      options_.algorithm != "dsgt" && (options_.algorithm != "cadmm" || options_.persistent_primal_optimizer);
+  if (own_optimizer) node->optimizer = make_node_optimizer();
+  if (options_.algorithm == "push_sum") node->push_weight = torch::ones({1}, node->theta.options());
+  return node;
 }
 
 DecentralizedStrategy::~DecentralizedStrategy() = default;
@@ -365,9 +404,12 @@ StepResult DecentralizedStrategy::train_step(const data::Batch& batch) {
   double loss = 0.0;
   const auto skipped_before = precision_.scaler() ? precision_.scaler()->skipped_steps() : 0;
   const auto& a = options_.algorithm;
-  if (a == "dsgd") {
-    result.outputs = options_.adapt_with_combine ? round_dsgd_awc(batch, loss, result.timing)
-                                                 : round_dsgd(batch, loss, result.timing);
+  if (a == "dsgd" && options_.asynchronous) {
+    result.outputs = round_dsgd_async(batch, loss, result.timing);
+  } else if (options_.adapt_with_combine) {
+    result.outputs = round_awc(batch, loss, result.timing);  // dsgd or push_sum
+  } else if (a == "dsgd") {
+    result.outputs = round_dsgd(batch, loss, result.timing);
   } else if (a == "cadmm") {
     result.outputs = round_cadmm(batch, loss, result.timing);
   } else if (a == "dsgt") {
@@ -388,6 +430,11 @@ StepResult DecentralizedStrategy::train_step(const data::Batch& batch) {
     result.loss_scale = scaler->scale();
   }
   result.bytes_sent = comm::difference(comm_stats(), before).total().wire_bytes;
+  const int me = context_.comm ? context_.comm->rank() : 0;
+  if (options_.delay_rank == me) {
+    // The straggler of parallel.decentralized.delay_rank: a slower worker, counted as its step.
+    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(options_.delay_ms));
+  }
   result.timing.set_update_to_rest(util::seconds_since(start));
   return result;
 }
@@ -399,7 +446,18 @@ std::vector<EvalModel> DecentralizedStrategy::eval_models() const {
   return models;
 }
 
+void DecentralizedStrategy::settle_gossip() {
+  if (async_ && async_->running()) async_->settle(node_states(), round_);
+}
+
+std::vector<torch::Tensor> DecentralizedStrategy::node_states() const {
+  std::vector<torch::Tensor> states;
+  for (const auto& node : nodes_) states.push_back(node->theta);
+  return states;
+}
+
 void DecentralizedStrategy::begin_evaluation() {
+  settle_gossip();
   const double n = layout_.nodes();
   if (!average_) {
     average_ = std::make_unique<Node>();
@@ -436,6 +494,19 @@ torch::Tensor DecentralizedStrategy::eval_forward(std::size_t model, const torch
 
 void DecentralizedStrategy::end_evaluation() {
   context_.model->train();
+}
+
+std::int64_t DecentralizedStrategy::poll_gossip() {
+  TORCH_INTERNAL_ASSERT(async_);
+  if (!async_->running()) async_->start(node_states(), round_);
+  async_->poll(node_states(), round_);
+  std::int64_t oldest = std::numeric_limits<std::int64_t>::max();
+  for (const auto& node : nodes_) {
+    for (int j : graph_->in_neighbours(node->index)) {
+      if (layout_.owner(j) != layout_.owner(node->index)) oldest = std::min(oldest, async_->newest(j).step);
+    }
+  }
+  return oldest;
 }
 
 torch::Tensor DecentralizedStrategy::node_parameters(int node) const {
@@ -483,6 +554,7 @@ StrategyInfo decentralized_info() {
     const auto& options = parallel.options.get<DecentralizedOptions>("decentralized");
     options.check();
     check_graph_for(options, graph);
+    check_asynchronous_for(options, graph, world);
     const NodeLayout layout(graph_nodes(graph, world), world);
     // Hierarchical gossip's graph is over hosts, known here only when ranks_per_host is set.
     int gossip_nodes = layout.nodes();

@@ -17,6 +17,7 @@
 
 #include "dtrain/parallel/MixedPrecision.h"
 #include "dtrain/parallel/Strategy.h"
+#include "dtrain/parallel/decentralized/AsyncExchange.h"
 #include "dtrain/parallel/decentralized/Compressor.h"
 #include "dtrain/parallel/decentralized/DecentralizedOptions.h"
 #include "dtrain/parallel/decentralized/Graph.h"
@@ -53,6 +54,10 @@ class DecentralizedStrategy final : public Strategy {
   // For tests: graph node `node`'s parameters as one vector (only on the rank hosting it).
   torch::Tensor node_parameters(int node) const;
   const Graph& graph() const { return *graph_; }
+  // For tests, asynchronous gossip between rounds: starts it if need be, takes the messages that
+  // have arrived (sending what is owed) and
+  // returns the oldest step among the newest states of this rank's nodes' remote in-neighbours.
+  std::int64_t poll_gossip();
   const NodeLayout& layout() const { return layout_; }
 
   struct Node;  // one graph node's state (DecentralizedNode.h)
@@ -90,7 +95,12 @@ class DecentralizedStrategy final : public Strategy {
   // The algorithms' rounds (DecentralizedAlgorithms.cpp). Each returns the outputs for batch rows
   // in order and leaves the mean loss in `loss`.
   torch::Tensor round_dsgd(const data::Batch& batch, double& loss, StepTiming& timing);
-  torch::Tensor round_dsgd_awc(const data::Batch& batch, double& loss, StepTiming& timing);
+  // dsgd and push_sum with the exchange in flight beside the gradients (Note [Adapt with combine]).
+  torch::Tensor round_awc(const data::Batch& batch, double& loss, StepTiming& timing);
+  torch::Tensor round_dsgd_async(const data::Batch& batch, double& loss, StepTiming& timing);
+  // Asynchronous gossip: ends every transfer in flight (AsyncExchange::settle) before a collective.
+  void settle_gossip();
+  std::vector<torch::Tensor> node_states() const;
   torch::Tensor round_cadmm(const data::Batch& batch, double& loss, StepTiming& timing);
   torch::Tensor round_dsgt(const data::Batch& batch, double& loss, StepTiming& timing);
   torch::Tensor round_choco(const data::Batch& batch, double& loss, StepTiming& timing);
@@ -103,6 +113,7 @@ class DecentralizedStrategy final : public Strategy {
   // The message and in-memory mixing: sum_j W_ij v_j over i's in-neighbours and itself.
   torch::Tensor mix(int node, const std::map<int, torch::Tensor>& values) const;
   std::unique_ptr<torch::optim::Optimizer> make_node_optimizer();
+  std::unique_ptr<Node> make_node(int index);
   void charge_bytes(double bytes_per_neighbour);
 
   StrategyContext context_;
@@ -131,6 +142,13 @@ class DecentralizedStrategy final : public Strategy {
   // computed gradients meanwhile; the last round's and all rounds' (Note [Adapt with combine]).
   double exchange_seconds_ = 0.0, overlap_seconds_ = 0.0;
   double last_exchange_seconds_ = 0.0, last_overlap_seconds_ = 0.0;
+  // Asynchronous gossip (Note [Asynchronous gossip]) and what its mixes used since the last
+  // metrics(): the summed and largest age of the remote neighbour states mixed, how many were
+  // mixed and left out, and the node rounds.
+  std::unique_ptr<AsyncExchange> async_;
+  struct Staleness {
+    double age_sum = 0.0, age_max = 0.0, mixed = 0.0, skipped = 0.0, node_rounds = 0.0;
+  } staleness_;
 };
 
 }  // namespace dtrain::parallel

@@ -98,26 +98,50 @@ std::vector<std::string> tokens_of(const std::string& text) {
   return out;
 }
 
-Edges parse_edges(const std::string& text, int nodes) {
-  Edges edges;
+struct Shape {
+  Edges pairs;
+  bool directed = false;
+};
+
+// Whether `text` (a token or a whole list) holds an arc a->b.
+bool has_arc(const std::string& text) {
+  return text.find("->") != std::string::npos;
+}
+
+// parallel.graph.edges: undirected edges "a-b" and arcs "a->b" (a sends to b). A list with any arc
+// is a directed graph, in which an edge a-b is the two arcs a->b and b->a.
+Shape parse_edges(const std::string& text, int nodes) {
+  Shape shape;
   for (const auto& token : tokens_of(text)) {
-    const auto pair = parse_pair(token);
+    const bool arc = has_arc(token);
+    std::string pair_text = token;
+    if (arc) pair_text.erase(token.find("->") + 1, 1);  // "a->b" as "a-b"
+    const auto pair = parse_pair(pair_text);
     if (!pair) {
-      throw std::invalid_argument(
-          fmt::format("parallel.graph.edges: '{}' is not an edge; write pairs of node numbers as a-b, e.g. "
-                      "\"0-1 1-2 2-0\"",
-                      token));
+      throw std::invalid_argument(fmt::format(
+          "parallel.graph.edges: '{}' is not an edge; write pairs of node numbers as a-b, or a->b "
+          "for an arc from a to b, e.g. \"0-1 1-2 2-0\" or \"0->1 1->2 2->0\"",
+          token));
     }
     const auto [a, b] = *pair;
     if (a < 0 || b < 0 || a >= nodes || b >= nodes || a == b) {
-      throw std::invalid_argument(fmt::format(
-          "parallel.graph.edges: edge {} must join two different nodes in 0..{}", token, nodes - 1));
+      throw std::invalid_argument(
+          fmt::format("parallel.graph.edges: {} {} must join two different nodes in 0..{}",
+                      arc ? "arc" : "edge", token, nodes - 1));
     }
-    edges.emplace_back(a, b);
+    shape.pairs.emplace_back(a, b);
+    shape.directed = shape.directed || arc;
   }
-  if (edges.empty() && nodes > 1)
+  if (shape.pairs.empty() && nodes > 1)
     throw std::invalid_argument("parallel.graph.edges: empty; list the edges as \"0-1 1-2 ...\"");
-  return edges;
+  if (shape.directed) {
+    const auto tokens = tokens_of(text);
+    for (std::size_t t = 0; t < tokens.size(); ++t) {
+      const auto [a, b] = shape.pairs[t];
+      if (!has_arc(tokens[t])) shape.pairs.emplace_back(b, a);
+    }
+  }
+  return shape;
 }
 
 bool power_of_two(int n) {
@@ -149,11 +173,6 @@ Edges one_peer_exponential(int n, std::int64_t round) {
   return arcs;
 }
 
-struct Shape {
-  Edges pairs;
-  bool directed = false;
-};
-
 Shape shape(const GraphOptions& o, int n, std::int64_t round) {
   Edges edges;
   if (o.type == "complete") {
@@ -170,7 +189,7 @@ Shape shape(const GraphOptions& o, int n, std::int64_t round) {
   } else if (o.type == "torus") {
     edges = torus(n, o.torus_rows);
   } else if (o.type == "edges") {
-    edges = parse_edges(o.edges, n);
+    return parse_edges(o.edges, n);
   } else if (o.type == "exponential") {
     return {exponential(n, o.base), true};
   } else if (o.type == "one_peer_exponential") {
@@ -232,7 +251,8 @@ void describe_graph(config::OptionVisitor& v, GraphOptions& o) {
   v.integer("gen_attempts", o.gen_attempts, config::at_least(1),
             "random: draws until a connected graph, else an error");
   v.integer("torus_rows", o.torus_rows, config::at_least(0), "torus: rows of the grid (0: the most square)");
-  v.text("edges", o.edges, config::Text::Any, "type edges: pairs a-b, e.g. \"0-1 1-2 2-0\"");
+  v.text("edges", o.edges, config::Text::Any,
+         "type edges: pairs a-b, or arcs a->b (a sends to b: a directed graph), e.g. \"0-1 1-2 2-0\"");
   v.integer("base", o.base, config::at_least(2), "exponential: node i sends to i + base^k mod n");
   v.integer("peers", o.peers, config::at_least(1),
             "base: k of the Base-(k+1) graph, the most neighbours a node has per round");
@@ -410,7 +430,9 @@ std::string Graph::describe() const {
 void check_mixing(const Graph& graph, Mixing need, const std::string& algorithm) {
   const auto w = graph.mixing_matrix();
   const int n = graph.size();
-  const char* key = graph.custom_weights() ? "parallel.graph.weights" : "parallel.graph.type";
+  const char* key = graph.custom_weights()  ? "parallel.graph.weights"
+                    : graph.type == "edges" ? "parallel.graph.edges"
+                                            : "parallel.graph.type";
   for (int j = 0; j < n; ++j) {
     double column = 0.0, row = 0.0;
     for (int i = 0; i < n; ++i) {
@@ -503,7 +525,8 @@ bool graph_varies(const GraphOptions& options) {
 
 bool graph_directed(const GraphOptions& options) {
   const auto types = types_of(options);
-  return types.count("exponential") || types.count("one_peer_exponential") || types.count("directed_cycle");
+  return types.count("exponential") || types.count("one_peer_exponential") || types.count("directed_cycle") ||
+         (types.count("edges") && has_arc(options.edges));
 }
 
 bool graph_random(const GraphOptions& options) {

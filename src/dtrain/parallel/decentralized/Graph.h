@@ -26,7 +26,8 @@ struct GraphOptions {
   double p = 0.3;                     // random: the probability of each edge
   int gen_attempts = 10;              // random: draws until a connected graph, else an error
   int torus_rows = 0;                 // torus: rows of the rows x cols grid; 0 = the most square
-  std::string edges;                  // edges: "0-1 1-2 2-0" (pairs a-b, separated by spaces or commas)
+  std::string edges;                  // edges: "0-1 1-2 2-0" (pairs a-b, separated by spaces or commas;
+                                      // arcs a->b make the graph directed, a-b then both arcs)
   int base = 2;                       // exponential: node i sends to i + base^k mod n
   int peers = 1;                      // base: k of the Base-(k+1) graph, neighbours per round at most
   std::string weights;                // "a-b:w ...": the share of a's value that b takes (any static type)
@@ -105,7 +106,8 @@ void check_graph(const GraphOptions& options);
 bool graph_changes_at(const GraphOptions& options, std::int64_t round);
 // Whether the graph differs between rounds (redraw_every, one_peer_exponential, a schedule).
 bool graph_varies(const GraphOptions& options);
-// Whether any of its rounds' graphs is directed (exponential, one_peer_exponential, directed_cycle).
+// Whether any of its rounds' graphs is directed (exponential, one_peer_exponential, directed_cycle,
+// an edge list with arcs a->b).
 bool graph_directed(const GraphOptions& options);
 // Whether any of its rounds' graphs is drawn from the seed (random).
 bool graph_random(const GraphOptions& options);
