@@ -1,7 +1,8 @@
 // What the report reads of a results.json's timing: the time blocked on the strategy's
 // communication, from step_time.comm_s (the per-step mean) since results carry the step time
 // split, and from comm_wait_seconds in results written before; the step table of the dAD paper's
-// comparison; the bytes graph nodes sent, and the kind of training a run's scaling is measured in.
+// comparison; the bytes graph nodes sent, the kind of training a run's scaling is measured in, and
+// the strategy (with zero's stage) that tells the FSDP table's columns apart.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -74,6 +75,38 @@ TEST(ReportRuns, GraphNodesTrafficComesFromTheStrategysNodeBytes) {
   EXPECT_EQ(dp.kind, "");
   EXPECT_EQ(parse_run_results(json{{"strategy", "rankdad"}}).kind, "rankdad");
   EXPECT_EQ(parse_run_results(json{{"strategy", "no_such_strategy"}}).kind, "no_such_strategy");
+}
+
+// The FSDP table: zero stage 3 against data_parallel on two workers, each a column of its own, the
+// one-worker runs in one column as before.
+TEST(ReportRuns, TheThroughputTableTellsStrategiesOnSeveralWorkersApart) {
+  const auto results = [](const char* strategy, int workers, const char* precision,
+                          double samples_per_second) {
+    json r{{"model", "albert"},
+           {"strategy", strategy},
+           {"world_size", workers},
+           {"precision", precision},
+           {"samples_per_second", samples_per_second},
+           {"config", {{"data", {{"batch_size", 8}}}, {"parallel", {{"zero", {{"stage", 3}}}}}}}};
+    return ReportRun{strategy, parse_run_results(r), {}};
+  };
+  const std::vector<ReportRun> runs{
+      results("local", 1, "fp32", 20),         results("data_parallel", 2, "fp32", 35),
+      results("zero", 2, "fp32", 25),          results("zero", 2, "bf16", 22),
+      results("data_parallel", 2, "bf16", 30), results("data_parallel", 2, "fp32", 31)};
+  EXPECT_EQ(runs[2].results.layout, "zero stage 3");
+  EXPECT_EQ(runs[1].results.layout, "data_parallel");
+  const Table expected{
+      {"model", "batch per worker", "bf16, data_parallel, 2 workers (samples/s)",
+       "bf16, zero stage 3, 2 workers (samples/s)", "fp32, 1 worker (samples/s)",
+       "fp32, data_parallel, 2 workers (samples/s)", "fp32, zero stage 3, 2 workers (samples/s)"},
+      {"albert", "8", "30", "22", "20", "35", "25"}};  // the best of the two fp32 data_parallel
+  EXPECT_EQ(throughput_table(runs), expected);
+  // One strategy on several workers: the columns are precision and workers only, as before.
+  const std::vector<ReportRun> one_strategy{runs[0], runs[1], runs[4]};
+  EXPECT_EQ(throughput_table(one_strategy)[0],
+            (std::vector<std::string>{"model", "batch per worker", "bf16, 2 workers (samples/s)",
+                                      "fp32, 1 worker (samples/s)", "fp32, 2 workers (samples/s)"}));
 }
 
 }  // namespace

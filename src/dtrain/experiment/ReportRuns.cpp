@@ -63,6 +63,13 @@ RunResults parse_run_results(const json& r) {
   // compressed, is "fp32, fp16 wire" or "fp32, powersgd r4 wire". A strategy this build does not
   // register (a run of another build) shows none.
   const auto* info = parallel::strategy_info(out.strategy);
+  out.layout = out.strategy;
+  if (info) {
+    const auto& options = member(member(member(r, "config"), "parallel"), info->options_section.c_str());
+    const auto stage = options.find("stage");
+    if (stage != options.end() && stage->is_number_integer())
+      out.layout += fmt::format(" stage {}", stage->get<int>());
+  }
   if (out.world_size > 1 && info && info->capabilities.wire_compression) {
     const auto& options = member(member(member(r, "config"), "parallel"), info->options_section.c_str());
     const std::string wire = options.value("compression", "none");

@@ -16,8 +16,11 @@ namespace dtrain::experiment {
 
 // What the report uses of a run's results.json; fields the file lacks keep these defaults.
 struct RunResults {
-  std::string model;               // model
-  std::string strategy;            // strategy
+  std::string model;     // model
+  std::string strategy;  // strategy
+  // The strategy as the throughput table tells runs apart: its name and, where its options have one,
+  // its stage ("zero stage 3", "data_parallel").
+  std::string layout;
   std::string backend;             // backend
   std::string precision = "fp32";  // precision, and data_parallel's wire compression (", fp16 wire")
   int world_size = 1;              // world_size: workers

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <set>
+#include <tuple>
 #include <utility>
 
 namespace dtrain::experiment {
@@ -166,20 +167,28 @@ bool shows_step_table(const std::vector<ReportRun>& runs) {
 }
 
 Table throughput_table(const std::vector<ReportRun>& runs) {
-  using Column = std::pair<std::string, int>;  // (precision, workers)
-  using Row = std::pair<std::string, int>;     // (model, batch per worker)
+  // Several strategies on several workers (zero stage 3 against data_parallel, the FSDP table) are
+  // columns of their own; otherwise the best run of a precision and worker count fills its cell.
+  std::set<std::string> layouts;
+  for (const auto& run : runs) {
+    if (run.results.world_size > 1) layouts.insert(run.results.layout);
+  }
+  const bool by_layout = layouts.size() > 1;
+  using Column = std::tuple<std::string, std::string, int>;  // (precision, strategy or "", workers)
+  using Row = std::pair<std::string, int>;                   // (model, batch per worker)
   std::set<Column> columns;
   std::map<Row, std::map<Column, double>> cells;  // the best samples/s
   for (const auto& run : runs) {
     const auto& r = run.results;
-    const Column column{r.precision, r.world_size};
+    const Column column{r.precision, by_layout && r.world_size > 1 ? r.layout : "", r.world_size};
     columns.insert(column);
     auto& cell = cells[{r.model, r.batch_size}][column];
     cell = std::max(cell, r.samples_per_second);
   }
   Table table{{"model", "batch per worker"}};
-  for (const auto& [precision, w] : columns) {
-    table[0].push_back(fmt::format("{}, {} worker{} (samples/s)", precision, w, w == 1 ? "" : "s"));
+  for (const auto& [precision, layout, w] : columns) {
+    table[0].push_back(fmt::format("{}{}, {} worker{} (samples/s)", precision,
+                                   layout.empty() ? "" : ", " + layout, w, w == 1 ? "" : "s"));
   }
   for (const auto& [row, by_column] : cells) {
     std::vector<std::string> cells_of_row{row.first, std::to_string(row.second)};

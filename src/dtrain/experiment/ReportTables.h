@@ -78,7 +78,8 @@ Table step_table(const std::vector<ReportRun>& runs);
 bool shows_step_table(const std::vector<ReportRun>& runs);
 
 // The Horovod/FSDP/pipeline study's table: rows model x batch per worker (sorted), columns precision x
-// workers (sorted), cells the best samples/s of the runs there, empty where no run is.
+// workers (sorted), and x strategy (RunResults::layout) where the runs on several workers differ in
+// it; cells the best samples/s of the runs there, empty where no run is.
 Table throughput_table(const std::vector<ReportRun>& runs);
 
 // The throughput table compares something: several model x batch rows, or several worker counts.
