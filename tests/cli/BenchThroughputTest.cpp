@@ -228,7 +228,7 @@ TEST(BenchThroughput, MarkdownIsAThroughputTableWithARowPerPoint) {
     r.point = {"mlp", 8, "fp32", workers, std::move(strategy)};
     r.samples_per_second = sps;
     r.ranks.resize(static_cast<std::size_t>(workers));
-    for (int w = 0; w < workers; ++w) r.ranks[w] = {w, 3 << 20, 1 << 20, 1 << 20, 2 << 20};
+    for (int w = 0; w < workers; ++w) r.ranks[w] = {w, 3 << 20, 1 << 20, 1 << 20, 2 << 20, 4 << 20};
     return r;
   };
   auto refused = point("decentralized", 1, 0.0);
@@ -244,8 +244,8 @@ TEST(BenchThroughput, MarkdownIsAThroughputTableWithARowPerPoint) {
   EXPECT_NE(text.find("| mlp | 8 | 100.0 | 150.3 | refused |"), std::string::npos) << text;
   EXPECT_NE(
       text.find(
-          "| mlp | 8 | fp32 | 2 | data_parallel | 150.3 | 0.00 | 3.00 / 3.00 | 1.00 / 1.00 | 1.00 / 1.00 | "
-          "2.00 / 2.00 | ok |"),
+          "| mlp | 8 | fp32 | 2 | data_parallel | 150.3 | 0.00 | 3.00 / 3.00 | 4.00 / 4.00 | 1.00 / 1.00 | "
+          "1.00 / 1.00 | 2.00 / 2.00 | ok |"),
       std::string::npos)
       << text;
   EXPECT_NE(text.find("| refused: a \\| b |"), std::string::npos) << text;
@@ -289,6 +289,8 @@ TEST(BenchThroughput, TinySweepThroughTheBinary) {
     ASSERT_EQ(row["ranks"].size(), static_cast<std::size_t>(expected[i].first));
     for (const auto& rank : row["ranks"]) {
       EXPECT_GT(rank["peak_rss_bytes"].get<std::uint64_t>(), 10u << 20);  // LibTorch alone is more
+      // Planned before the first step: the process then, and Adam's 16 bytes a parameter.
+      EXPECT_GT(rank["planned_peak_bytes"].get<std::uint64_t>(), (10u << 20) + 16 * kTinyPsi);
       // ZeRO's accounting of a replica with Adam: 4Ψ, 4Ψ, 8Ψ on every rank; data_parallel's flat
       // gradient buffer also holds the slots of the values it carries (the loss) in its last bucket.
       const std::uint64_t carried = expected[i].second == "data_parallel" ? 4 * kCarriedValues : 0;
