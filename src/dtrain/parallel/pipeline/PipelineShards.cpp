@@ -105,7 +105,8 @@ std::vector<torch::Tensor> PipelineStrategy::reduce_scatter_gradients(StepTiming
     p.param.mutable_grad() = torch::Tensor();  // the whole gradient goes; the shard is what stays
   }
   // The last step's shard gradient (zeroed since) is the output: one shard-sized buffer, not two.
-  auto shard_grad = stage_shard_.grad().defined() ? stage_shard_.grad() : torch::empty({unit.shard}, flat.options());
+  auto shard_grad =
+      stage_shard_.grad().defined() ? stage_shard_.grad() : torch::empty({unit.shard}, flat.options());
   const auto start = util::Clock::now();
   shard_group_->reduce_scatter(flat, shard_grad);
   if (across_groups_) across_groups_->allreduce(shard_grad);

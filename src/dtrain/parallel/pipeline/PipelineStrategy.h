@@ -181,9 +181,9 @@ class PipelineStrategy final : public Strategy {
   // dp_shard > 1: this stage's ranks of this rank's shard group, ranked by shard, and those of
   // this rank's shard index in every group.
   std::shared_ptr<comm::Communicator> shard_group_, across_groups_;
-  zero::UnitLayout stage_unit_;  // the stage's trainable parameters in one flat buffer (dp_shard > 1)
-  torch::Tensor stage_flat_;     // that buffer, which the parameters alias
-  torch::Tensor stage_shard_;    // this rank's part of it: what the optimizer updates
+  zero::UnitLayout stage_unit_;    // the stage's trainable parameters in one flat buffer (dp_shard > 1)
+  torch::Tensor stage_flat_;       // that buffer, which the parameters alias
+  torch::Tensor stage_shard_;      // this rank's part of it: what the optimizer updates
   torch::Tensor stage_grad_flat_;  // during a step: the stage's whole gradient, which its grad()s view
   bool evaluating_ = false;
   // Set while a training step's schedule runs: polls its transfers (Note [Transfers kept moving
