@@ -235,8 +235,7 @@ Trainer::Trainer(config::RunConfig config, comm::CommunicatorPtr comm, int local
   context.precision = config_.train.precision;
   context.input = input_spec(*data_.train);
   context.local_world_size = local_world_size;
-  // Not a deferred model (dtrain's transformer or vit, which run in every precision): it would be built
-  // whole.
+  // The probe builds a model whole; a deferred one (transformer, vit) runs in every precision.
   if (!model->deferred()) parallel::check_precision_runs(context.precision, *model, context.input);
   strategy_ = parallel::create_strategy(std::move(context));
   util::return_freed_memory();  // what building and cutting the model freed
