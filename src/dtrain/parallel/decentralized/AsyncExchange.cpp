@@ -40,26 +40,11 @@ AsyncExchange::AsyncExchange(comm::Communicator* comm, const NodeLayout& layout,
                              std::int64_t length, torch::TensorOptions options)
     : comm_(comm), layout_(layout), length_(length) {
   const int me = comm ? comm->rank() : 0;
-  // As NodeExchange: both ends of a link derive the same lists from the same graph.
-  std::map<int, std::set<int>> send, recv;
-  for (int node : layout.local(me)) {
-    for (int neighbour : graph.out_neighbours(node)) {
-      const int owner = layout.owner(neighbour);
-      if (owner != me) send[owner].insert(node);
-    }
-    for (int neighbour : graph.in_neighbours(node)) {
-      const int owner = layout.owner(neighbour);
-      if (owner != me) recv[owner].insert(neighbour);
-    }
-  }
-  std::set<int> ranks;
-  for (const auto& entry : send) ranks.insert(entry.first);
-  for (const auto& entry : recv) ranks.insert(entry.first);
-  for (int rank : ranks) {
+  for (auto& link : node_links(graph, layout, me)) {
     Peer peer;
-    peer.rank = rank;
-    peer.send.assign(send[rank].begin(), send[rank].end());
-    peer.recv.assign(recv[rank].begin(), recv[rank].end());
+    peer.rank = link.rank;
+    peer.send = std::move(link.send);
+    peer.recv = std::move(link.recv);
     const auto in = static_cast<std::int64_t>(peer.recv.size());
     const auto out = static_cast<std::int64_t>(peer.send.size());
     if (in > 0) peer.inbox = torch::empty({kHeader + in * length}, options);

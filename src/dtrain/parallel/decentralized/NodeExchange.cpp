@@ -9,26 +9,9 @@ NodeExchange::NodeExchange(comm::Communicator* comm, const NodeLayout& layout, c
     : comm_(comm), layout_(layout) {
   const int me = comm ? comm->rank() : 0;
   local_ = layout.local(me);
-  // A node's message goes to the hosts of its out-neighbours; it hears its in-neighbours (the same
-  // nodes on an undirected graph). Both ends of a link derive the same lists from the same graph.
-  std::map<int, std::set<int>> send, recv;
-  for (int node : local_) {
-    for (int neighbour : graph.out_neighbours(node)) {
-      const int owner = layout.owner(neighbour);
-      if (owner != me) send[owner].insert(node);
-    }
-    for (int neighbour : graph.in_neighbours(node)) {
-      const int owner = layout.owner(neighbour);
-      if (owner != me) recv[owner].insert(neighbour);
-    }
-  }
-  std::set<int> ranks;
-  for (const auto& entry : send) ranks.insert(entry.first);
-  for (const auto& entry : recv) ranks.insert(entry.first);
-  for (int rank : ranks) {
-    peers_.push_back(
-        Peer{rank, {send[rank].begin(), send[rank].end()}, {recv[rank].begin(), recv[rank].end()}});
-  }
+  // A node's message goes to the hosts of its out-neighbours; it hears its in-neighbours.
+  for (auto& link : node_links(graph, layout, me))
+    peers_.push_back(Peer{link.rank, std::move(link.send), std::move(link.recv)});
   TORCH_INTERNAL_ASSERT(peers_.empty() || comm_, "graph nodes on other ranks but no communicator");
 }
 

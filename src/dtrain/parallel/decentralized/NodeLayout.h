@@ -23,4 +23,17 @@ class NodeLayout {
   int world_;
 };
 
+class Graph;
+
+// What `rank` exchanges with another rank over `graph`: its nodes with an out-neighbour on that rank
+// (send) and that rank's nodes with an out-neighbour here (recv), both ascending; the ranks ascending,
+// each once. Both ends of a link derive the same lists from the same graph (the same nodes both ways
+// on an undirected one).
+struct NodeLink {
+  int rank = 0;
+  std::vector<int> send;
+  std::vector<int> recv;
+};
+std::vector<NodeLink> node_links(const Graph& graph, const NodeLayout& layout, int rank);
+
 }  // namespace dtrain::parallel
