@@ -112,6 +112,38 @@ TEST(Gpt, EachPositionSeesOnlyItselfAndEarlierOnes) {
   EXPECT_FALSE(torch::allclose(a.select(1, kSeq - 1), b.select(1, kSeq - 1), 1e-6, 1e-6));
 }
 
+TEST(Gpt, TieEmbeddingsFalseBuildsAnOutputLayerOfItsOwn) {
+  auto config = gpt_config();
+  config.tie_embeddings = false;
+  torch::manual_seed(0);
+  auto untied = create_model(config, kTokens);
+  EXPECT_TRUE(tied_parameter_users(*untied).empty());
+  const auto named = untied->named_parameters();
+  ASSERT_TRUE(named.contains("layers.3.fc.weight"));
+  EXPECT_FALSE(named["layers.3.fc.weight"].is_same(named["layers.0.tokens.weight"]));
+  EXPECT_EQ(parameter_count(*untied) - parameter_count(*create_model(gpt_config(), kTokens)), kVocab * 16);
+}
+
+TEST(Gpt, TieEmbeddingsFalseIsRefusedByEveryOtherModelInOneLine) {
+  for (const std::string name : {"transformer", "albert", "mlp"}) {
+    SCOPED_TRACE(name);
+    auto config = gpt_config();
+    config.name = name;
+    config.size = config::ModelSize::Tiny;
+    config.tie_embeddings = false;
+    try {
+      create_model(config, name == "mlp" ? InputSpec::image(1, 4, 4, 3) : InputSpec::tokens(kVocab, kSeq, 2));
+      FAIL() << "expected a refusal";
+    } catch (const std::invalid_argument& e) {
+      const std::string what = e.what();
+      EXPECT_EQ(what.rfind("model.tie_embeddings: model " + name + " has no output layer tied", 0), 0u)
+          << what;
+      EXPECT_NE(what.find("remove model.tie_embeddings"), std::string::npos) << what;
+      EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+    }
+  }
+}
+
 TEST(Gpt, ImagesAreRefusedNamingTheDataSet) {
   try {
     create_model(gpt_config(), InputSpec::image(1, 28, 28, 10));

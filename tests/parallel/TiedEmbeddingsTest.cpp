@@ -1,7 +1,7 @@
 // gpt's tied embeddings under every strategy that takes them: data_parallel, zero stages 1 to 3 and
 // a two-stage pipeline on two ranks end where one process ends (float64, Adam), a pipeline's
-// checkpoint holds the tied weight once and continues in one process and back, and tensor
-// parallelism refuses the tie in one line.
+// checkpoint holds the tied weight once and continues in one process and back, tensor parallelism
+// refuses the tie in one line, and an untied gpt (model.tie_embeddings: false) trains under it.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -199,6 +199,7 @@ TEST(TiedEmbeddings, TensorParallelismAndAShardedPipelineStageRefuseTheTieInOneL
   const auto tp = refusal(config_of("data_parallel", {"parallel.mesh.tp=2"}), 2);
   EXPECT_NE(tp.find("parallel.mesh.tp: model gpt computes its output layer (layers.3)"), std::string::npos)
       << tp;
+  EXPECT_NE(tp.find("set model.tie_embeddings: false"), std::string::npos) << tp;
   EXPECT_EQ(tp.find('\n'), std::string::npos) << tp;
   const auto sharded = refusal(
       config_of("pipeline", {"parallel.mesh.pp=2", "parallel.mesh.dp_shard=2", "parallel.pipeline.stages=2"}),
@@ -206,7 +207,27 @@ TEST(TiedEmbeddings, TensorParallelismAndAShardedPipelineStageRefuseTheTieInOneL
   EXPECT_EQ(sharded.rfind("parallel.mesh.dp_shard: pipeline stages 0 and 1 share layers.0.tokens.weight", 0),
             0u)
       << sharded;
+  EXPECT_NE(sharded.find("set model.tie_embeddings: false"), std::string::npos) << sharded;
   EXPECT_EQ(sharded.find('\n'), std::string::npos) << sharded;
+}
+
+// model.tie_embeddings: false, the way out the refusals name: the output layer has its own weight,
+// which tensor parallelism splits as any Linear, and the run ends where one process ends.
+TEST(TiedEmbeddings, AnUntiedGptTrainsUnderTensorParallelismAsInOneProcess) {
+  const auto data = make_data();
+  const auto untied = config_of("local", {"model.tie_embeddings=false"});
+  EXPECT_FALSE(untied.model.tie_embeddings);
+  EXPECT_TRUE(config_of("local").model.tie_embeddings);
+  const auto reference = train(untied, 0, data, 0, kSteps);
+  ASSERT_TRUE(reference.count("layers.3.fc.weight"));
+  const auto tp = train(config_of("data_parallel", {"model.tie_embeddings=false", "parallel.mesh.tp=2"}), 2,
+                        data, 0, kSteps);
+  EXPECT_LE(max_relative(tp, reference), 1e-6);
+  EXPECT_GT((tp.at("layers.3.fc.weight") - train(untied, 0, data, 0, 0).at("layers.3.fc.weight"))
+                .abs()
+                .max()
+                .item<double>(),
+            1e-4);
 }
 
 }  // namespace

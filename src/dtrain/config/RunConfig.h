@@ -187,6 +187,10 @@ struct ModelConfig {
   // Each rank builds only the stages and shards it keeps, from the weights an eager build gives
   // (Note [Deferred initialisation] in models/Network.h): vit and transformer.
   bool deferred_init = false;
+  // gpt: the output layer computes with the token embedding's weight (true, GPT-2's and Hugging
+  // Face's tie_word_embeddings) or has its own (false: what tensor parallelism and a sharded
+  // pipeline with the embedding and the head on different stages need).
+  bool tie_embeddings = true;
 };
 
 struct SchedulerConfig {

@@ -121,6 +121,8 @@ void describe_model(OptionVisitor& v, ModelConfig& m) {
   v.text_list("freeze", m.freeze, "Glob patterns of parameter names not trained, e.g. [\"layers.0.*\"]");
   v.boolean("deferred_init", m.deferred_init,
             "vit, transformer: each rank builds only the stages and shards it keeps (the same weights)");
+  v.boolean("tie_embeddings", m.tie_embeddings,
+            "gpt: the output layer computes with the token embedding's weight (false: its own weight)");
 }
 
 void describe_scheduler(OptionVisitor& v, SchedulerConfig& s) {

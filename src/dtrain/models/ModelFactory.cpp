@@ -44,8 +44,10 @@ std::vector<ModelEntry> builtin_models() {
        detail::build_transformer},
       {{"gpt",
         "GPT-2-style decoder language model: causal pre-norm blocks, learned positions, output layer tied "
-        "to the token embedding; model.dim, depth, heads, mlp_ratio"},
-       [](const config::ModelConfig& c, const InputSpec& i) { return detail::build_gpt(c, i); }},
+        "to the token embedding (model.tie_embeddings); model.dim, depth, heads, mlp_ratio"},
+       [](const config::ModelConfig& c, const InputSpec& i) {
+         return detail::build_gpt(c, i, c.tie_embeddings);
+       }},
       {{"albert",
         "ALBERT (Lan et al. 2020) sequence classifier: factorized embedding, one layer shared by all; "
         "model.size tiny|base|large, model.albert.*",
@@ -84,6 +86,13 @@ NetworkPtr create_model(const config::ModelConfig& config, const InputSpec& inpu
   const auto name = config::registered_choices(config::kModelKey).resolve(config.name);
   for (const auto& entry : model_table()) {
     if (!name || entry.choice.name != *name) continue;
+    // Only gpt reads the key: an untied output layer asked of another model would be ignored.
+    if (!config.tie_embeddings && entry.choice.name != "gpt") {
+      throw std::invalid_argument(fmt::format(
+          "model.tie_embeddings: model {} has no output layer tied to its embedding (only gpt does), found "
+          "false; remove model.tie_embeddings",
+          config.name));
+    }
     auto network = entry.build(config, input);
     if (config.deferred_init && !network->deferred()) {
       throw std::invalid_argument(fmt::format(

@@ -289,8 +289,8 @@ std::unique_ptr<Strategy> create_tensor_parallel(
   if (const auto tied = models::tied_parameter_users(*context.model); !tied.empty()) {
     throw std::invalid_argument(fmt::format(
         "parallel.mesh.tp: model {} computes its output layer ({}) with its token embedding's weight (tied "
-        "embeddings), which tensor parallelism would split as two layers, each its own way; leave "
-        "parallel.mesh.tp out for this model",
+        "embeddings), which tensor parallelism would split as two layers, each its own way; set "
+        "model.tie_embeddings: false (gpt; a model of one's own: untie it) or leave parallel.mesh.tp out",
         context.model->kind(), tied.front().first));
   }
   if (context.precision == optim::Precision::Fp16) {

@@ -52,7 +52,8 @@ void PipelineStrategy::find_ties(const std::map<const void*, std::pair<int, std:
       if (layout_.shards > 1) {
         throw std::invalid_argument(fmt::format(
             "parallel.mesh.dp_shard: pipeline stages {} and {} share {} (tied), and a sharded stage cannot "
-            "keep a copy of it; leave parallel.mesh.dp_shard out for this model",
+            "keep a copy of it; set model.tie_embeddings: false (gpt; a model of one's own: untie it) or "
+            "leave parallel.mesh.dp_shard out",
             it->second.first, stage, it->second.second));
       }
       Tie tie;
