@@ -36,6 +36,18 @@ TEST(MemoryPlan, PeakIsThePlannedStateOnWhatTheProcessHeld) {
             "this host, 20.00 GB available");
 }
 
+TEST(MemoryPlan, ASteppedGradientIsSaidApartFromWhatIsHeldBetweenSteps) {
+  auto plan = plan_of(1'600'000'000, 8, 20'000'000'000);
+  plan.state.gradients += 400'000'000;
+  plan.state.step_gradients = 400'000'000;
+  EXPECT_EQ(plan.state.held(), 6'400'000'000u);
+  EXPECT_EQ(plan.describe(0),
+            "memory: rank 0 plans 6.80 GB of model state, 6.40 GB of it held between steps (parameters 1.60 "
+            "GB, gradients 2.00 GB of which 400 MB only while a step runs, optimizer state 3.20 GB), 7.00 GB "
+            "at peak with the 200 MB the process held before the model; 8 rank(s) on this host, 20.00 GB "
+            "available");
+}
+
 TEST(MemoryPlan, RanksThatDoNotFitAreRefusedInOneLine) {
   // 8 ranks of 6.4 GB need 51.2 GB; 4 ranks of 1 GB fit in 20 GB.
   EXPECT_NO_THROW(check_fits(plan_of(250'000'000, 4, 20'000'000'000), "pipeline"));

@@ -57,10 +57,20 @@ std::string format_bytes(std::uint64_t bytes) {
 }
 
 std::string MemoryPlan::describe(int rank) const {
+  // A sharded strategy's step holds whole gradients only while it runs: both figures are said, the
+  // state kept between steps (ZeRO's accounting) and the step's.
+  const auto gradients = state.step_gradients == 0
+                             ? format_bytes(state.gradients)
+                             : fmt::format("{} of which {} only while a step runs",
+                                           format_bytes(state.gradients), format_bytes(state.step_gradients));
+  const auto held = state.step_gradients == 0
+                        ? std::string()
+                        : fmt::format(", {} of it held between steps", format_bytes(state.held()));
   return fmt::format(
-      "memory: rank {} plans {} of model state (parameters {}, gradients {}, optimizer state {}), {} at peak "
+      "memory: rank {} plans {} of model state{} (parameters {}, gradients {}, optimizer state {}), {} at "
+      "peak "
       "with the {} the process held before the model; {} rank(s) on this host, {} available",
-      rank, format_bytes(state.total()), format_bytes(state.parameters), format_bytes(state.gradients),
+      rank, format_bytes(state.total()), held, format_bytes(state.parameters), gradients,
       format_bytes(state.optimizer_state), format_bytes(peak()), format_bytes(before_model), ranks_on_host,
       format_bytes(available));
 }

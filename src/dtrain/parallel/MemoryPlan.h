@@ -28,7 +28,9 @@ struct MemoryPlan {
   std::uint64_t peak() const { return before_model + state.total(); }
   // "memory: rank 0 plans 1.02 GB of model state (parameters 400 MB, gradients 200 MB, optimizer state
   // 400 MB), 1.25 GB at peak with the 230 MB the process held before the model; 8 ranks on this host, 20.1
-  // GB available"
+  // GB available"; a strategy whose step holds gradients it frees after also says what stays between
+  // steps ("..., 800 MB of it held between steps (... gradients 400 MB of which 200 MB only while a step
+  // runs ...)").
   std::string describe(int rank) const;
 };
 

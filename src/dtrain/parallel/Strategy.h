@@ -117,7 +117,13 @@ struct MemoryFootprint {
   std::uint64_t parameters = 0;
   std::uint64_t gradients = 0;
   std::uint64_t optimizer_state = 0;
+  // Of `gradients`, what a step holds only while it runs and frees when it ends (a sharded unit's
+  // whole gradient before its reduce-scatter): planned_footprint() counts it, memory_footprint()
+  // between steps finds none.
+  std::uint64_t step_gradients = 0;
   std::uint64_t total() const { return parameters + gradients + optimizer_state; }
+  // What stays between steps: ZeRO's model state per rank.
+  std::uint64_t held() const { return total() - step_gradients; }
 };
 
 // The bytes of these tensors in ZeRO's three kinds, each storage counted once within its kind (a

@@ -174,6 +174,8 @@ TEST(Zero, MemoryFootprintIsZerosAccountingWithPadding) {
         // backward runs (both units here: kGradientBuffers is 2).
         EXPECT_EQ(planned.parameters, parameters) << "stage " << stage;
         EXPECT_EQ(planned.gradients, gradients + (stage == 1 ? 0 : 4 * P)) << "stage " << stage;
+        // What stays between steps is what the step leaves.
+        EXPECT_EQ(planned.held(), parameters + gradients + state_bytes * S) << "stage " << stage;
         EXPECT_EQ(planned.optimizer_state, state_bytes * S) << "stage " << stage << " " << optimizer;
         EXPECT_EQ(f.parameters, parameters) << "stage " << stage << " " << optimizer;
         EXPECT_EQ(f.gradients, gradients) << "stage " << stage << " " << optimizer;

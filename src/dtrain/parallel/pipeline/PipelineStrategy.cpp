@@ -346,7 +346,10 @@ MemoryFootprint PipelineStrategy::planned_footprint() const {
   plan.parameters = optim::unique_storage_bytes(parameters);
   // The stage's whole gradient until the step reduces it, and with dp_shard the shard's beside it.
   plan.gradients = optim::unique_storage_bytes(trainable);
-  if (layout_.shards > 1) plan.gradients += stage_shard_.numel() * stage_shard_.element_size();
+  if (layout_.shards > 1) {
+    plan.step_gradients = plan.gradients;  // freed once the shard's gradient is reduced out of it
+    plan.gradients += stage_shard_.numel() * stage_shard_.element_size();
+  }
   plan.optimizer_state = optim::planned_optimizer_state_bytes(*optimizer_);
   return plan;
 }

@@ -373,8 +373,8 @@ MemoryFootprint ZeroStrategy::planned_footprint() const {
   plan.parameters = sharded_parameters() ? shards : whole;
   // Stage 1 keeps the whole step's gradient (the shard's is a view of it); stages 2 and 3 the
   // shard's and, while a backward runs, up to kGradientBuffers units' whole gradients.
-  plan.gradients =
-      options_.stage == 1 ? whole : shards + std::min<std::uint64_t>(whole, largest * kGradientBuffers);
+  plan.step_gradients = options_.stage == 1 ? 0 : std::min<std::uint64_t>(whole, largest * kGradientBuffers);
+  plan.gradients = options_.stage == 1 ? whole : shards + plan.step_gradients;
   plan.optimizer_state = optim::planned_optimizer_state_bytes(*optimizer_);
   return plan;
 }
