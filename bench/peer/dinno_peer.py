@@ -17,6 +17,8 @@ the nodes' mean top-1 and the average model's top-1 on the first --test-size tes
 the authors' own formulation reaches on this data, to set beside dtrain's.
 
     /usr/bin/python3 bench/peer/dinno_peer.py --alg cadmm --paper --rounds 2000 --eval-every 500
+
+--seed N (default 0) seeds torch, which draws the initial weights and every batch permutation.
 """
 import argparse
 import json
@@ -47,9 +49,10 @@ def main():
     p.add_argument("--paper", action="store_true", help="DiNNO's rho and learning-rate schedules, shuffled batches")
     p.add_argument("--eval-every", type=int, default=0)
     p.add_argument("--test-size", type=int, default=2000)
+    p.add_argument("--seed", type=int, default=0, help="torch's seed: the initial weights and the batch shuffling")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
-    torch.manual_seed(0)
+    torch.manual_seed(a.seed)  # randperm below draws from the same generator
     x, y = load("train")
     per = 10 // a.nodes
     data = [(x[(y >= i * per) & (y < (i + 1) * per)], y[(y >= i * per) & (y < (i + 1) * per)]) for i in range(a.nodes)]
