@@ -2,7 +2,8 @@
 // GPU local_rank modulo the GPUs, the model built on the CPU from the seed and then moved, batches
 // moved per step, metrics counted on the CPU. The GPU tests run only where a GPU is (they skip
 // here): each strategy on two ranks over gloo (GPU tensors staged through host memory, Note
-// [Tensors on another device]) against the same run on the CPU.
+// [Tensors on another device]), and tensor parallelism alone and on a 2-D mesh of four, against the
+// same run on the CPU.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -137,6 +138,9 @@ void PrintTo(const DeviceCase& c, std::ostream* os) {
 
 class DeviceStrategies : public ::testing::TestWithParam<DeviceCase> {};
 
+// A vit of one block over the 8x8 images' four 4x4 patches, two heads for tensor parallelism to split.
+const char* const kSmallVit = "model={name: vit, dim: 16, heads: 2, depth: 1, patch: 4}";
+
 TEST_P(DeviceStrategies, TrainOnTheGpuAsOnTheCpu) {
   const auto& c = GetParam();
   const auto cpu = trained("cpu", c.overrides, c.world);
@@ -154,18 +158,25 @@ TEST_P(DeviceStrategies, TrainOnTheGpuAsOnTheCpu) {
 
 INSTANTIATE_TEST_SUITE_P(
     Strategies, DeviceStrategies,
-    ::testing::Values(DeviceCase{"local", {"parallel.strategy=local"}, 1},
-                      DeviceCase{"local_bf16", {"parallel.strategy=local", "train.precision=bf16"}, 1, 3e-2},
-                      DeviceCase{"data_parallel", {"parallel.strategy=data_parallel"}, 2},
-                      DeviceCase{"dad", {"parallel.strategy=dad"}, 2},
-                      DeviceCase{"rankdad", {"parallel.strategy=rankdad"}, 2},
-                      DeviceCase{"zero3", {"parallel.strategy=zero", "parallel.zero.stage=3"}, 2},
-                      DeviceCase{"pipeline", {"parallel.strategy=pipeline", "parallel.pipeline.stages=2"}, 2},
-                      DeviceCase{"dsgd", {"parallel.strategy=decentralized"}, 2},
-                      DeviceCase{"choco",
-                                 {"parallel.strategy=decentralized", "parallel.decentralized.algorithm=choco",
-                                  "parallel.decentralized.compressor=topk"},
-                                 2}),
+    ::testing::Values(
+        DeviceCase{"local", {"parallel.strategy=local"}, 1},
+        DeviceCase{"local_bf16", {"parallel.strategy=local", "train.precision=bf16"}, 1, 3e-2},
+        DeviceCase{"data_parallel", {"parallel.strategy=data_parallel"}, 2},
+        DeviceCase{"dad", {"parallel.strategy=dad"}, 2},
+        DeviceCase{"rankdad", {"parallel.strategy=rankdad"}, 2},
+        DeviceCase{"zero3", {"parallel.strategy=zero", "parallel.zero.stage=3"}, 2},
+        DeviceCase{"pipeline", {"parallel.strategy=pipeline", "parallel.pipeline.stages=2"}, 2},
+        DeviceCase{"dsgd", {"parallel.strategy=decentralized"}, 2},
+        // Tensor parallelism on a small vit: tp 2 alone, and the 2-D mesh (zero over
+        // dp_shard 2 x tp 2) on four ranks.
+        DeviceCase{"tp2", {kSmallVit, "parallel.strategy=data_parallel", "parallel.mesh.tp=2"}, 2},
+        DeviceCase{"zero_tp_2x2",
+                   {kSmallVit, "parallel.strategy=zero", "parallel.mesh.dp_shard=2", "parallel.mesh.tp=2"},
+                   4},
+        DeviceCase{"choco",
+                   {"parallel.strategy=decentralized", "parallel.decentralized.algorithm=choco",
+                    "parallel.decentralized.compressor=topk"},
+                   2}),
     [](const ::testing::TestParamInfo<DeviceCase>& info) { return info.param.label; });
 
 }  // namespace
