@@ -113,17 +113,7 @@ Run train(const config::RunConfig& cfg, int ranks, const Data& data, int steps, 
 // gradient in exact arithmetic (softmax ignores a constant added to every key's score), so it holds
 // only the rounding of a sum, which the order of a reduction changes, around 1e-16.
 double max_relative(const State& a, const State& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double worst = 0.0;
-  for (const auto& [name, t] : b) {
-    if (!a.count(name)) {
-      ADD_FAILURE() << "missing " << name;
-      continue;
-    }
-    const double scale = std::max(t.abs().max().item<double>(), 1e-6);
-    worst = std::max(worst, (a.at(name) - t).abs().max().item<double>() / scale);
-  }
-  return worst;
+  return testing::max_relative_difference(a, b, 1e-6);
 }
 
 double mean(const std::vector<double>& v, std::size_t first, std::size_t last) {

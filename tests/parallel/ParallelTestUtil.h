@@ -95,6 +95,24 @@ inline double max_relative_difference(const std::vector<torch::Tensor>& a,
   return worst;
 }
 
+// The same over two named states (model_state()): each tensor's difference relative to its largest
+// magnitude, taken as at least `floor`; a name on one side only is a test failure.
+inline double max_relative_difference(const std::map<std::string, torch::Tensor>& a,
+                                      const std::map<std::string, torch::Tensor>& b, double floor = 1e-12) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0.0;
+  for (const auto& [name, t] : b) {
+    const auto it = a.find(name);
+    if (it == a.end()) {
+      ADD_FAILURE() << "missing " << name;
+      continue;
+    }
+    const double scale = std::max(t.abs().max().item<double>(), floor);
+    worst = std::max(worst, (it->second - t).abs().max().item<double>() / scale);
+  }
+  return worst;
+}
+
 // max |a - b| over two named states (model_state(), optimizer states), in float64; a name or
 // shape on one side only is a test failure.
 inline double max_abs_difference(const std::map<std::string, torch::Tensor>& a,

@@ -86,17 +86,7 @@ State train(const config::RunConfig& cfg, int ranks, const Data& data, int first
 }
 
 double max_relative(const State& a, const State& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double worst = 0.0;
-  for (const auto& [name, t] : b) {
-    if (!a.count(name)) {
-      ADD_FAILURE() << "missing " << name;
-      continue;
-    }
-    const double scale = std::max(t.abs().max().item<double>(), 1e-12);
-    worst = std::max(worst, (a.at(name) - t).abs().max().item<double>() / scale);
-  }
-  return worst;
+  return testing::max_relative_difference(a, b);
 }
 
 const std::string kTied = "layers.0.tokens.weight";
