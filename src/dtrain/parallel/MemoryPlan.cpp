@@ -67,9 +67,8 @@ std::string MemoryPlan::describe(int rank) const {
                         ? std::string()
                         : fmt::format(", {} of it held between steps", format_bytes(state.held()));
   return fmt::format(
-      "memory: rank {} plans {} of model state{} (parameters {}, gradients {}, optimizer state {}), {} at "
-      "peak "
-      "with the {} the process held before the model; {} rank(s) on this host, {} available",
+      "memory: rank {} plans {} of model state{} (parameters {}, gradients {}, optimizer state {}), {} "
+      "at peak with the {} the process held before the model; {} rank(s) on this host, {} available",
       rank, format_bytes(state.total()), held, format_bytes(state.parameters), gradients,
       format_bytes(state.optimizer_state), format_bytes(peak()), format_bytes(before_model), ranks_on_host,
       format_bytes(available));
