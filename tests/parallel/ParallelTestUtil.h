@@ -95,28 +95,11 @@ inline double max_relative_difference(const std::vector<torch::Tensor>& a,
   return worst;
 }
 
-// The same over two named states (model_state()): each tensor's difference relative to its largest
-// magnitude, taken as at least `floor`; a name on one side only is a test failure.
-inline double max_relative_difference(const std::map<std::string, torch::Tensor>& a,
-                                      const std::map<std::string, torch::Tensor>& b, double floor = 1e-12) {
-  EXPECT_EQ(a.size(), b.size());
-  double worst = 0.0;
-  for (const auto& [name, t] : b) {
-    const auto it = a.find(name);
-    if (it == a.end()) {
-      ADD_FAILURE() << "missing " << name;
-      continue;
-    }
-    const double scale = std::max(t.abs().max().item<double>(), floor);
-    worst = std::max(worst, (it->second - t).abs().max().item<double>() / scale);
-  }
-  return worst;
-}
-
-// max |a - b| over two named states (model_state(), optimizer states), in float64; a name or
-// shape on one side only is a test failure.
-inline double max_abs_difference(const std::map<std::string, torch::Tensor>& a,
-                                 const std::map<std::string, torch::Tensor>& b) {
+// The largest of difference(a's tensor, b's tensor) over the names of two named states
+// (model_state(), optimizer states); a name or shape on one side only is a test failure.
+inline double worst_named_difference(
+    const std::map<std::string, torch::Tensor>& a, const std::map<std::string, torch::Tensor>& b,
+    const std::function<double(const torch::Tensor&, const torch::Tensor&)>& difference) {
   EXPECT_EQ(a.size(), b.size());
   double worst = 0.0;
   for (const auto& [name, t] : b) {
@@ -126,10 +109,26 @@ inline double max_abs_difference(const std::map<std::string, torch::Tensor>& a,
       continue;
     }
     EXPECT_EQ(it->second.sizes(), t.sizes()) << name;
-    worst =
-        std::max(worst, (it->second.to(torch::kDouble) - t.to(torch::kDouble)).abs().max().item<double>());
+    worst = std::max(worst, difference(it->second, t));
   }
   return worst;
+}
+
+// The same over two named states: each tensor's difference relative to its largest magnitude,
+// taken as at least `floor`.
+inline double max_relative_difference(const std::map<std::string, torch::Tensor>& a,
+                                      const std::map<std::string, torch::Tensor>& b, double floor = 1e-12) {
+  return worst_named_difference(a, b, [floor](const torch::Tensor& x, const torch::Tensor& y) {
+    return (x - y).abs().max().item<double>() / std::max(y.abs().max().item<double>(), floor);
+  });
+}
+
+// max |a - b| over two named states, in float64.
+inline double max_abs_difference(const std::map<std::string, torch::Tensor>& a,
+                                 const std::map<std::string, torch::Tensor>& b) {
+  return worst_named_difference(a, b, [](const torch::Tensor& x, const torch::Tensor& y) {
+    return (x.to(torch::kDouble) - y.to(torch::kDouble)).abs().max().item<double>();
+  });
 }
 
 inline std::vector<torch::Tensor> snapshot(const torch::nn::Module& m) {
