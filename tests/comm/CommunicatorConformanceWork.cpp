@@ -58,6 +58,45 @@ TEST_P(CommunicatorConformance, SendRecvAroundTheRingWithTags) {
   });
 }
 
+// One batch per rank holding the pattern that deadlocks a backend running point-to-point messages
+// in order (nccl) unless it groups them: both receives are posted before either send. Every
+// transfer arrives, each is counted as the send or recv it is, and a batch refused for a bad peer
+// leaves the communicator fit for the next one.
+TEST_P(CommunicatorConformance, ABatchWithItsReceivesBeforeItsSendsCompletes) {
+  const int n = this->n();
+  if (n == 1) GTEST_SKIP() << "no peer to send to";
+  world([&](Communicator& comm) {
+    const int next = (comm.rank() + 1) % n;
+    const int prev = (comm.rank() + n - 1) % n;
+    try {
+      comm.batch_isend_irecv({{comm::P2POp::Kind::Recv, on_device(at::zeros({4})), n, 0}});
+      ADD_FAILURE() << "a receive from rank " << n << " of " << n << " was accepted";
+    } catch (const comm::CommError& e) {
+      EXPECT_NE(std::string(e.what()).find("recv"), std::string::npos) << e.what();
+    }
+    for (std::int64_t numel : {3, 100000}) {
+      comm.reset_stats();
+      at::Tensor from_prev = on_device(at::zeros({numel}));
+      at::Tensor from_next = on_device(at::zeros({numel + 5}));
+      auto works = comm.batch_isend_irecv({
+          {comm::P2POp::Kind::Recv, from_prev, prev, /*tag=*/1},
+          {comm::P2POp::Kind::Recv, from_next, next, /*tag=*/2},
+          {comm::P2POp::Kind::Send, on_device(message(comm.rank(), 1, numel)), next, /*tag=*/1},
+          {comm::P2POp::Kind::Send, on_device(message(comm.rank(), 2, numel + 5)), prev, /*tag=*/2},
+      });
+      ASSERT_EQ(works.size(), 4u);
+      for (auto it = works.rbegin(); it != works.rend(); ++it) (*it)->wait();
+      EXPECT_TRUE(same(from_prev, message(prev, 1, numel))) << numel;
+      EXPECT_TRUE(same(from_next, message(next, 2, numel + 5))) << numel;
+      const auto stats = comm.stats();
+      EXPECT_EQ(stats.ops.at("send").calls, 2u);
+      EXPECT_EQ(stats.ops.at("recv").calls, 2u);
+      EXPECT_EQ(stats.ops.at("recv").bytes, static_cast<std::uint64_t>(2 * numel + 5) * sizeof(float));
+    }
+    EXPECT_TRUE(comm.batch_isend_irecv({}).empty());
+  });
+}
+
 // Many operations in flight at once, of several kinds, waited in reverse order; a blocking call
 // issued behind them is ordered after them on every rank.
 TEST_P(CommunicatorConformance, AsyncOperationsOverlapAndComplete) {

@@ -107,27 +107,29 @@ TEST(StrategyRegistry, BuiltInStrategiesDeclareWhatTheyCanDo) {
   EXPECT_EQ(strategy_info("not_registered"), nullptr);
 }
 
-// Every registered strategy as it declares tagged_point_to_point; pipeline and decentralized do.
-TEST(StrategyRegistry, TaggedPointToPointStrategiesRefuseNcclAndStayOffItOnAGpu) {
-  for (const auto* strategy : {"pipeline", "decentralized"}) {
-    EXPECT_TRUE(find_strategy(strategy).tagged_point_to_point) << strategy;
-  }
-  for (const auto* strategy : {"local", "data_parallel", "dad", "rankdad", "zero"}) {
-    EXPECT_FALSE(find_strategy(strategy).tagged_point_to_point) << strategy;
-  }
+// host_point_to_point as the strategies declare it: pipeline always; decentralized only with
+// asynchronous gossip (a synchronous round is one batch, which nccl groups). Those refuse nccl and
+// stay on a host transport on a GPU; every other strategy hands the GPU's tensors to nccl.
+TEST(StrategyRegistry, PointToPointNcclCannotCarryIsRefusedAndStaysOffItOnAGpu) {
+  const auto synchronous = config_with({"parallel.strategy=decentralized"});
+  const auto asynchronous =
+      config_with({"parallel.strategy=decentralized", "parallel.decentralized.asynchronous=true"});
+  const auto pipeline = config_with({"parallel.strategy=pipeline"});
+  EXPECT_TRUE(collectives_on_gpu(config::Device::Cuda, synchronous.parallel));
+  EXPECT_FALSE(collectives_on_gpu(config::Device::Cuda, asynchronous.parallel));
+  EXPECT_FALSE(collectives_on_gpu(config::Device::Cuda, pipeline.parallel));
   for (const auto& info : registered_strategies()) {
-    const auto& strategy = info.name;
-    if (!info.tagged_point_to_point) {
-      EXPECT_TRUE(collectives_on_gpu(config::Device::Cuda, strategy)) << strategy;
-      EXPECT_FALSE(collectives_on_gpu(config::Device::Cpu, strategy)) << strategy;
-      continue;
-    }
-    EXPECT_FALSE(collectives_on_gpu(config::Device::Cuda, strategy)) << strategy;
+    const auto cfg = config_with({"parallel.strategy=" + info.name});
+    EXPECT_FALSE(collectives_on_gpu(config::Device::Cpu, cfg.parallel)) << info.name;
+    if (info.name == "pipeline" || info.name == "decentralized") continue;
+    EXPECT_FALSE(info.host_point_to_point) << info.name;
+    EXPECT_TRUE(collectives_on_gpu(config::Device::Cuda, cfg.parallel)) << info.name;
+  }
+  for (const auto* cfg : {&pipeline, &asynchronous}) {
     auto hub = std::make_shared<dtrain::testing::Hub>(2);
-    const auto cfg = config_with({"parallel.strategy=" + strategy});
     try {
-      make(cfg, mlp(cfg, 1), std::make_shared<CallsItselfNccl>(hub, 0));
-      FAIL() << strategy << " accepted nccl";
+      make(*cfg, mlp(*cfg, 1), std::make_shared<CallsItselfNccl>(hub, 0));
+      FAIL() << cfg->parallel.strategy << " accepted nccl";
     } catch (const std::invalid_argument& e) {
       EXPECT_NE(std::string(e.what()).find("use parallel.backend: gloo or mpi"), std::string::npos)
           << e.what();

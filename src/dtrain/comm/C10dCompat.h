@@ -54,8 +54,30 @@ using WorkHandle = c10::intrusive_ptr<::c10d::Work>;
 //     2.14:        (context, outputs, opType, seq, timeout, profilingTitle, inputs), and every
 //                  subclass names its input and output tensors (pure virtual getters)
 //   GlooWork<AsyncWork> takes all of these and passes on what this version's constructor takes.
+// - Grouped point-to-point (startCoalescing, endCoalescing): 1.13's endCoalescing takes the Works
+//   send and recv returned inside the group and completes them; 2.x's takes nothing and returns the
+//   one Work of the group (null in some 2.x when the group was empty). end_coalescing().
 // - C++20: LibTorch 2.14 refuses to compile as C++17 (ATen.h checks __cplusplus; 2.11 does not); the
 //   top-level CMakeLists.txt reads that check and raises the standard, so our code compiles as both.
+
+template <typename G, typename = void>
+struct EndCoalescingReturnsWork : std::false_type {};
+template <typename G>
+struct EndCoalescingReturnsWork<G, std::void_t<decltype(std::declval<G&>().endCoalescing())>>
+    : std::true_type {};
+
+// Issues the group opened by group.startCoalescing(). `issued`: the Works its sends and receives
+// returned. Returns the Work of the whole group where this LibTorch makes one (2.x), else null, and
+// the Works in `issued` are the ones to wait on (1.13).
+template <typename G>
+WorkHandle end_coalescing(G& group, std::vector<WorkHandle>& issued) {
+  if constexpr (EndCoalescingReturnsWork<G>::value) {
+    return group.endCoalescing();
+  } else {
+    group.endCoalescing(issued);
+    return {};
+  }
+}
 
 template <typename S, typename = void>
 struct StoreHasClone : std::false_type {};

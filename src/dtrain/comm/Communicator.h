@@ -36,6 +36,15 @@ namespace dtrain::comm {
 // fingerprint between ranks first (Note [Collective checks] in Communicator.cpp).
 enum class DebugMode { Off, Detail };
 
+// One transfer of Communicator::batch_isend_irecv (torch.distributed.P2POp).
+struct P2POp {
+  enum class Kind { Send, Recv };
+  Kind kind = Kind::Send;
+  at::Tensor tensor;
+  int peer = 0;
+  int tag = 0;
+};
+
 class Communicator {
  public:
   virtual ~Communicator();
@@ -63,6 +72,12 @@ class Communicator {
   WorkPtr send(const at::Tensor& tensor, int dst, int tag = 0, bool async_op = false);
   WorkPtr recv(const at::Tensor& tensor, int src, int tag = 0, bool async_op = false);
   WorkPtr barrier(bool async_op = false);
+  // Posts every transfer of `ops` together and returns their Works in the same order, as
+  // torch.distributed.batch_isend_irecv. A backend that runs point-to-point messages in the order
+  // they are posted (nccl) issues the batch as one group, so that ranks which each post their
+  // receives before their sends do not wait on one another; the others post them one by one.
+  // Each transfer is validated, counted and recorded as the send or recv it is.
+  std::vector<WorkPtr> batch_isend_irecv(const std::vector<P2POp>& ops);
 
   // A communicator over a subset of this one's ranks (sorted, distinct, each in [0, size())),
   // numbered by their position in `ranks`. Collective: every rank of this communicator calls it
@@ -102,6 +117,12 @@ class Communicator {
   virtual WorkPtr do_send(const at::Tensor& tensor, int dst, int tag, bool async_op) = 0;
   virtual WorkPtr do_recv(const at::Tensor& tensor, int src, int tag, bool async_op) = 0;
   virtual WorkPtr do_barrier(bool async_op) = 0;
+  // Around the do_send and do_recv calls of one batch_isend_irecv (size() > 1, at least one
+  // transfer). A backend that groups point-to-point messages opens the group in begin and issues
+  // it in end; the Works do_send and do_recv returned in between complete with the group. end is
+  // called even when a transfer of the batch threw.
+  virtual void begin_p2p_batch() {}
+  virtual void end_p2p_batch() {}
   // Called on every rank; `ranks` is validated. Returns nullptr where rank() is not in ranks.
   virtual std::unique_ptr<Communicator> do_split(const std::vector<int>& ranks) = 0;
   // The bytes this rank puts on the wire for `call` under the algorithm the backend runs for it

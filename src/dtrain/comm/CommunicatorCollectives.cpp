@@ -213,6 +213,31 @@ WorkPtr Communicator::recv(const at::Tensor& tensor, int src, int tag, bool asyn
                });
 }
 
+std::vector<WorkPtr> Communicator::batch_isend_irecv(const std::vector<P2POp>& ops) {
+  std::vector<WorkPtr> works;
+  works.reserve(ops.size());
+  if (ops.empty()) return works;
+  const bool grouped = size_ > 1;
+  if (grouped) begin_p2p_batch();
+  try {
+    for (const auto& op : ops) {
+      works.push_back(op.kind == P2POp::Kind::Send ? send(op.tensor, op.peer, op.tag, /*async_op=*/true)
+                                                   : recv(op.tensor, op.peer, op.tag, /*async_op=*/true));
+    }
+  } catch (...) {
+    // The transfer's own error is the one to report; ending the group only closes it.
+    if (grouped) {
+      try {
+        end_p2p_batch();
+      } catch (...) {
+      }
+    }
+    throw;
+  }
+  if (grouped) end_p2p_batch();
+  return works;
+}
+
 WorkPtr Communicator::barrier(bool async_op) {
   if (size_ == 1) return completed_work();
   WireCall call;

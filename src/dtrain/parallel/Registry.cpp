@@ -74,8 +74,10 @@ std::string strategies_that(const std::function<bool(const StrategyInfo&)>& has)
   return text;
 }
 
-bool collectives_on_gpu(config::Device device, const std::string& strategy) {
-  return device == config::Device::Cuda && !find_strategy(strategy).tagged_point_to_point;
+bool collectives_on_gpu(config::Device device, const config::ParallelConfig& parallel) {
+  if (device != config::Device::Cuda) return false;
+  const auto& info = find_strategy(parallel.strategy);
+  return !info.host_point_to_point || !info.host_point_to_point(parallel);
 }
 
 int data_holders(const config::ParallelConfig& parallel, int world) {

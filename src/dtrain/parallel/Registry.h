@@ -66,10 +66,12 @@ struct StrategyInfo {
   // rank; decentralized strategies: one per graph node. Throws std::invalid_argument when the
   // holders cannot be spread evenly over the ranks.
   std::function<int(const config::ParallelConfig&, int world)> data_holders{};
-  // Exchanges tagged point-to-point messages, received ahead of need or posted before sends
-  // (pipeline, decentralized): NCCL matches them by order, not tag, and refuses them; on a GPU
-  // parallel.backend: auto picks a host transport (collectives_on_gpu).
-  bool tagged_point_to_point = false;
+  // Whether, with the options of `parallel`, it exchanges point-to-point messages that NCCL, which
+  // matches them by their order and not their tag, cannot carry: pipeline's, tagged and received
+  // ahead of need; asynchronous gossip's, receives left posted from one step to the next. It then
+  // refuses nccl, and on a GPU parallel.backend: auto picks a host transport (collectives_on_gpu).
+  // Null: never (synchronous gossip posts each round as one batch, which NCCL groups).
+  std::function<bool(const config::ParallelConfig&)> host_point_to_point{};
   StrategyCapabilities capabilities{};
   // The parallel.mesh dimensions it takes, and the mesh it runs without one (Note [The device mesh]).
   MeshUse mesh{};
@@ -104,10 +106,11 @@ const StrategyInfo* strategy_info(const std::string& name);
 // "data_parallel or zero", "a, b or c"; "no strategy" when there is none.
 std::string strategies_that(const std::function<bool(const StrategyInfo&)>& has);
 
-// Whether a job on `device` (train.device) running `strategy` hands its communicator CUDA tensors
-// for NCCL, where built (comm::BackendLayout::cuda): on a GPU, unless the strategy exchanges tagged
-// point-to-point messages; those cross through host memory over gloo or mpi.
-bool collectives_on_gpu(config::Device device, const std::string& strategy);
+// Whether a job on `device` (train.device) running parallel.strategy hands its communicator CUDA
+// tensors for NCCL, where built (comm::BackendLayout::cuda): on a GPU, unless the strategy exchanges
+// point-to-point messages NCCL cannot carry with these options (StrategyInfo::host_point_to_point);
+// those cross through host memory over gloo or mpi.
+bool collectives_on_gpu(config::Device device, const config::ParallelConfig& parallel);
 
 // The data holders of parallel.strategy for `world` ranks (StrategyInfo::data_holders), after
 // checking parallel.mesh against them (resolve_mesh).

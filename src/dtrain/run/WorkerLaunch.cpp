@@ -16,9 +16,9 @@ launch::LaunchOptions worker_launch(const config::RunConfig& cfg, int nproc,
   launch::LaunchOptions options;
   options.nproc_per_node = nproc;
   // The launcher and comm/ name backends by text, comm's own names, which parallel.backend's are.
-  options.backend = launch::start_method_for(
-      config::kBackendNames.name(cfg.parallel.backend), nproc,
-      parallel::collectives_on_gpu(cfg.train.device, cfg.parallel.strategy), environment);
+  options.backend =
+      launch::start_method_for(config::kBackendNames.name(cfg.parallel.backend), nproc,
+                               parallel::collectives_on_gpu(cfg.train.device, cfg.parallel), environment);
   options.threads = cfg.train.threads;
   options.log_dir = (run_dir / "launch").string();
   options.rendezvous_timeout = rendezvous_timeout(cfg);
@@ -44,9 +44,9 @@ comm::CommunicatorPtr connect_worker(const config::RunConfig& cfg, const comm::R
   }
   comm::BackendOptions backend;
   // See Note [Choosing a backend].
-  backend.name = comm::resolve_backend(config::kBackendNames.name(cfg.parallel.backend), rendezvous,
-                                       parallel::collectives_on_gpu(cfg.train.device, cfg.parallel.strategy),
-                                       backend_line);
+  backend.name =
+      comm::resolve_backend(config::kBackendNames.name(cfg.parallel.backend), rendezvous,
+                            parallel::collectives_on_gpu(cfg.train.device, cfg.parallel), backend_line);
   backend.timeout = rendezvous_timeout(cfg);
   backend.poll_wait = std::chrono::microseconds(cfg.parallel.poll_wait_us);
   backend.gloo_threads = cfg.parallel.gloo_threads;

@@ -249,6 +249,50 @@ class C10dWork final : public Work {
 
 }  // namespace
 
+// Note [Grouped point-to-point]
+// NCCL runs the point-to-point messages of a communicator in the order they are posted: a rank
+// that posts a receive from a neighbour and then a send to it waits in the receive for the
+// neighbour's send, which that neighbour posts only after its own receive, so two ranks gossiping
+// this way wait on each other for ever. Grouped (ncclGroupStart ... ncclGroupEnd, which c10d opens
+// with startCoalescing and issues with endCoalescing), the messages of a batch are matched as one
+// operation, whatever their order; torch.distributed.batch_isend_irecv does the same, and so does
+// BlueFog's neighbor_allreduce on NCCL. A grouped transfer's Work is that of the whole group: a
+// rank cannot use one message of a batch before the others have arrived, which the gossip, which
+// waits for every neighbour anyway, does not need.
+struct C10dP2PGroup {
+  std::vector<compat::WorkHandle> issued;  // what c10d's send and recv returned inside the group
+  WorkPtr whole;                           // the group's Work, where c10d makes one
+  std::vector<WorkPtr> each;               // else each transfer's own, by position (1.13)
+  bool ended = false;
+};
+
+namespace {
+
+// A transfer of a group: completes with the group (Note [Grouped point-to-point]).
+class GroupedWork final : public Work {
+ public:
+  GroupedWork(std::shared_ptr<C10dP2PGroup> group, std::size_t index)
+      : group_(std::move(group)), index_(index) {}
+  bool completed() override { return target().completed(); }
+  void wait() override { target().wait(); }
+  bool poll() override { return target().poll(); }
+
+ private:
+  Work& target() {
+    // Communicator::batch_isend_irecv ends the group before it returns the Works.
+    TORCH_INTERNAL_ASSERT(group_->ended, "a grouped transfer was waited on before its group was issued");
+    if (group_->whole) return *group_->whole;
+    const auto& own = group_->each[index_];
+    if (!own) return *completed_work();
+    return *own;
+  }
+
+  std::shared_ptr<C10dP2PGroup> group_;
+  std::size_t index_;
+};
+
+}  // namespace
+
 C10dCommunicator::C10dCommunicator(std::string backend, int rank, int size, std::chrono::milliseconds timeout,
                                    compat::StorePtr store, compat::GroupPtr group, GroupFactory factory,
                                    C10dCapabilities capabilities)
@@ -423,13 +467,42 @@ WorkPtr C10dCommunicator::do_alltoall(const at::Tensor& input, const at::Tensor&
 WorkPtr C10dCommunicator::do_send(const at::Tensor& tensor, int dst, int tag, bool async_op) {
   if (tensor.numel() == 0) return completed_work();
   std::vector<at::Tensor> tensors{as_bytes(tensor)};
+  if (p2p_group_) return batched(call_c10d([&] { return group_->send(tensors, dst, tag); }));
   return wrap(call_c10d([&] { return group_->send(tensors, dst, tag); }), {}, async_op);
 }
 
 WorkPtr C10dCommunicator::do_recv(const at::Tensor& tensor, int src, int tag, bool async_op) {
   if (tensor.numel() == 0) return completed_work();
   std::vector<at::Tensor> tensors{as_bytes(tensor)};
+  if (p2p_group_) return batched(call_c10d([&] { return group_->recv(tensors, src, tag); }));
   return wrap(call_c10d([&] { return group_->recv(tensors, src, tag); }), {}, async_op);
+}
+
+// See Note [Grouped point-to-point].
+void C10dCommunicator::begin_p2p_batch() {
+  if (!capabilities_.groups_p2p) return;
+  TORCH_INTERNAL_ASSERT(!p2p_group_, "point-to-point batches do not nest");
+  call_c10d([&] { group_->startCoalescing(); });
+  p2p_group_ = std::make_shared<C10dP2PGroup>();
+}
+
+void C10dCommunicator::end_p2p_batch() {
+  if (!p2p_group_) return;
+  auto group = std::move(p2p_group_);
+  p2p_group_.reset();
+  auto whole = call_c10d([&] { return compat::end_coalescing(*group_, group->issued); });
+  if (whole) {
+    group->whole = wrap(std::move(whole), {}, /*p2p=*/true);
+  } else {
+    for (auto& work : group->issued) group->each.push_back(work ? wrap(work, {}, /*p2p=*/true) : WorkPtr());
+  }
+  group->issued.clear();
+  group->ended = true;
+}
+
+WorkPtr C10dCommunicator::batched(compat::WorkHandle work) {
+  p2p_group_->issued.push_back(std::move(work));
+  return std::make_shared<GroupedWork>(p2p_group_, p2p_group_->issued.size() - 1);
 }
 
 WorkPtr C10dCommunicator::do_barrier(bool async_op) {

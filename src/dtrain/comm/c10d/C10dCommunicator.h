@@ -39,6 +39,10 @@ struct C10dCapabilities {
   // Reduces float16 natively; otherwise as bfloat16 above (ProcessGroupGloo of LibTorch 2.x built
   // against a Gloo without torch's types: gloo_reduces_float16()).
   bool reduces_float16 = true;
+  // Runs point-to-point messages in the order they are posted, so that two ranks which each
+  // receive before they send wait on each other (NCCL): batch_isend_irecv issues its transfers as
+  // one group (startCoalescing ... endCoalescing, NCCL's ncclGroupStart ... ncclGroupEnd).
+  bool groups_p2p = false;
   // How long Work::wait() polls isCompleted(), yielding the core between polls, before it blocks.
   // See Note [Polling before blocking] in C10dCommunicator.cpp.
   std::chrono::microseconds poll_wait{0};
@@ -78,6 +82,8 @@ class C10dCommunicator final : public Communicator {
   WorkPtr do_send(const at::Tensor& tensor, int dst, int tag, bool async_op) override;
   WorkPtr do_recv(const at::Tensor& tensor, int src, int tag, bool async_op) override;
   WorkPtr do_barrier(bool async_op) override;
+  void begin_p2p_batch() override;
+  void end_p2p_batch() override;
   std::unique_ptr<Communicator> do_split(const std::vector<int>& ranks) override;
   std::uint64_t wire_bytes(const WireCall& call) const override;
   // Through the store the group was made from (Note [Flight recorder]).
@@ -87,6 +93,8 @@ class C10dCommunicator final : public Communicator {
  private:
   WorkPtr wrap(compat::WorkHandle work, std::function<void()> finish = {}, bool p2p = false);
   void check_reducible(const at::Tensor& tensor, ReduceOp op, const char* what) const;
+  // A send or recv inside a batch (groups_p2p): its c10d Work, kept until the group is issued.
+  WorkPtr batched(compat::WorkHandle work);
   // See Note [bfloat16 on Gloo].
   WorkPtr allreduce_by_exchange(const at::Tensor& tensor, ReduceOp op);
 
@@ -95,6 +103,9 @@ class C10dCommunicator final : public Communicator {
   compat::GroupPtr group_;
   GroupFactory factory_;
   C10dCapabilities capabilities_;
+  // The group of point-to-point transfers being posted (groups_p2p), between begin_p2p_batch and
+  // end_p2p_batch; null otherwise.
+  std::shared_ptr<struct C10dP2PGroup> p2p_group_;
   // Every rank counts its splits, members or not, so the n-th split has the same store keys everywhere.
   std::uint64_t splits_ = 0;
   // Failure reports exchanged so far: the n-th report of every rank has its own keys.

@@ -53,6 +53,7 @@ std::unique_ptr<Communicator> connect_nccl(const BackendOptions& options, const 
   capabilities.poll_wait = options.poll_wait;
   capabilities.flat_collectives = true;  // _allgather_base and _reduce_scatter_base are native
   capabilities.p2p_completes_without_wait = true;
+  capabilities.groups_p2p = true;  // Note [Grouped point-to-point] in c10d/C10dCommunicator.cpp
   capabilities.wire_bytes = nccl_wire_estimate;
   // Host tensors (metric sums, batch sizes, headers) are carried through this GPU.
   capabilities.device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(rendezvous.local_rank));

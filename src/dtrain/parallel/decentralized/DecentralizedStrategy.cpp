@@ -170,18 +170,24 @@ DecentralizedStrategy::DecentralizedStrategy(StrategyContext context)
       precision_(context_.precision, context_.comm) {
   options_.check();
   check_graph(graph_options_);
-  if (context_.comm && context_.comm->backend() == "nccl" && context_.comm->size() > 1) {
+  const bool nccl = context_.comm && context_.comm->backend() == "nccl" && context_.comm->size() > 1;
+  if (nccl && options_.asynchronous) {
     throw std::invalid_argument(
-        "parallel.strategy: decentralized strategies gossip with point-to-point messages that every rank "
-        "posts before it sends, and NCCL runs point-to-point messages in order, which deadlocks that "
-        "pattern; "
-        "use parallel.backend: gloo or mpi (tensors on a GPU cross through host memory)");
+        "parallel.decentralized.asynchronous: gossip without a round barrier leaves a receive posted for "
+        "every neighbour from one step to the next, and NCCL runs point-to-point messages in the order "
+        "they are posted, so a send would wait behind a receive that no neighbour has answered; "
+        "use parallel.backend: gloo or mpi (tensors on a GPU cross through host memory), or "
+        "asynchronous: false");
   }
   check_graph_for(options_, graph_options_);
   check_compressor(options_);
   check_adapt_with_combine(options_, context_.precision);
   check_asynchronous_for(options_, graph_options_, world_of(context_.comm));
   check_asynchronous_precision(options_, context_.precision);
+  // NCCL makes the communicator for grouped point-to-point messages on their first use, which
+  // every rank must then join; a rank whose nodes all live on it sends nothing, so the world's
+  // communicator is made here, where every rank builds its strategy.
+  if (nccl) context_.comm->barrier();
   if (options_.hierarchical) hierarchy_ = make_hierarchy(options_, context_);
   for (const auto& p : context_.model->named_parameters(/*recurse=*/true)) {
     // Nodes mix whole flat parameter vectors with their neighbours: a frozen parameter would still
@@ -565,7 +571,11 @@ StrategyInfo decentralized_info() {
       check_first_graphs(options.algorithm, graph, gossip_nodes, 0);
     return layout.nodes();
   };
-  info.tagged_point_to_point = true;  // gossip: every receive posted before the sends
+  // Asynchronous gossip leaves receives posted from one step to the next; a synchronous round is
+  // one batch, which NCCL groups (Note [Grouped point-to-point] in comm/c10d/C10dCommunicator.cpp).
+  info.host_point_to_point = [](const config::ParallelConfig& parallel) {
+    return parallel.options.get<DecentralizedOptions>("decentralized").asynchronous;
+  };
   auto& can = info.capabilities;
   can.fixed_because = "each member holds its own graph nodes";
   can.fp16 = true;

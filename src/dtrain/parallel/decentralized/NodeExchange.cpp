@@ -35,19 +35,22 @@ NodeExchange::Pending NodeExchange::post(const std::vector<torch::Tensor>& messa
   const auto& first = messages.front();
   const auto n = first.numel();
   const int base = layout_.first(comm_->rank());
-  // Receives first, then sends: every transfer of the round is posted before any is waited on.
+  // Receives first, then sends, posted as one batch: every transfer of the round is in flight
+  // before any is waited on (on nccl, one group: Note [Grouped point-to-point] in comm/).
+  std::vector<comm::P2POp> ops;
   for (const auto& peer : peers_) {
     p.inbox.push_back(torch::empty({static_cast<std::int64_t>(peer.recv.size()) * n}, first.options()));
     if (peer.recv.empty()) continue;  // a directed graph may send to a rank it hears nothing from
-    p.works.push_back(comm_->recv(p.inbox.back(), peer.rank, /*tag=*/0, /*async_op=*/true));
+    ops.push_back({comm::P2POp::Kind::Recv, p.inbox.back(), peer.rank, /*tag=*/0});
   }
   for (const auto& peer : peers_) {
     if (peer.send.empty()) continue;
     std::vector<torch::Tensor> parts;
     for (int node : peer.send) parts.push_back(messages[static_cast<std::size_t>(node - base)].reshape({-1}));
     p.outbox.push_back(torch::cat(parts));
-    p.works.push_back(comm_->send(p.outbox.back(), peer.rank, /*tag=*/0, /*async_op=*/true));
+    ops.push_back({comm::P2POp::Kind::Send, p.outbox.back(), peer.rank, /*tag=*/0});
   }
+  p.works = comm_->batch_isend_irecv(ops);
   return p;
 }
 

@@ -370,8 +370,9 @@ StrategyInfo pipeline_info() {
     check_options(parallel.options.get<PipelineOptions>("pipeline"), world);
     return world;
   };
-  info.tagged_point_to_point = true;  // activations and gradients by tag, received ahead
-  info.materializes_stages = true;    // its stage's layers only
+  // Activations and gradients by tag, received ahead of need.
+  info.host_point_to_point = [](const config::ParallelConfig&) { return true; };
+  info.materializes_stages = true;  // its stage's layers only
   auto& can = info.capabilities;
   can.fixed_because = "each member holds its own stages, which another number of members splits otherwise";
   can.fp16 = true;
