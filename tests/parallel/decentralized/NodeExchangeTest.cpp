@@ -1,6 +1,7 @@
 // NodeExchange over gloo, through a communicator that notes whether each send and receive came
 // inside a batch_isend_irecv: a gossip round is one batch (which nccl issues as one group, Note
 // [Grouped point-to-point] in comm/c10d/C10dCommunicator.cpp) and every node hears its in-neighbours.
+// Then over the in-order test group (support/InOrderGroup.h), which runs messages as NCCL does.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -13,6 +14,7 @@
 #include "dtrain/parallel/decentralized/Graph.h"
 #include "dtrain/parallel/decentralized/NodeExchange.h"
 #include "dtrain/parallel/decentralized/NodeLayout.h"
+#include "support/InOrderGroup.h"
 #include "support/ThreadWorld.h"
 
 namespace dtrain::parallel {
@@ -111,6 +113,35 @@ TEST(NodeExchange, ARoundOnACycleIsOneBatchOfEveryTransfer) {
 // A directed ring of six nodes on three ranks: each rank sends to one rank and hears another.
 TEST(NodeExchange, ARoundOnADirectedRingIsOneBatchOfEveryTransfer) {
   expect_one_batch_per_round(Graph::directed(6, {{0, 1}, {1, 2}, {2, 3}, {3, 4}, {4, 5}, {5, 0}}), 3);
+}
+
+// Gossip rounds on messages run in order, as NCCL runs them, every rank posting its receives before
+// its sends: each round completes as one group, and every node hears its in-neighbours.
+void expect_rounds_on_in_order_messages(const Graph& graph, int world) {
+  const NodeLayout layout(graph.size(), world);
+  auto fabric = std::make_shared<dtrain::testing::InOrderFabric>(world);
+  dtrain::testing::run_threads(world, [&](int rank) {
+    auto comm = dtrain::testing::in_order_communicator(fabric, rank, /*grouped=*/true);
+    const NodeExchange exchange(comm.get(), layout, graph);
+    std::vector<torch::Tensor> mine;
+    for (int node : layout.local(rank)) mine.push_back(message_of(node));
+    for (int k = 0; k < 3; ++k) {
+      const auto heard = exchange.exchange(mine);
+      for (int node : layout.local(rank)) {
+        for (int from : graph.in_neighbours(node)) {
+          const auto it = heard.find(from);
+          EXPECT_TRUE(it != heard.end() && torch::equal(it->second, message_of(from)))
+              << "node " << node << " did not hear node " << from << " in round " << k;
+        }
+      }
+    }
+  });
+}
+
+TEST(NodeExchange, RoundsCompleteOnMessagesRunInOrderAsNcclRunsThem) {
+  expect_rounds_on_in_order_messages(Graph(6, {{0, 1}, {1, 2}, {2, 3}, {3, 4}, {4, 5}, {5, 0}}), 3);
+  expect_rounds_on_in_order_messages(Graph::directed(4, {{0, 1}, {1, 2}, {2, 3}, {3, 0}}), 4);
+  expect_rounds_on_in_order_messages(Graph(4, {{0, 1}, {0, 2}, {0, 3}, {1, 2}, {1, 3}, {2, 3}}), 2);
 }
 
 }  // namespace
