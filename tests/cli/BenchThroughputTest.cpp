@@ -88,6 +88,24 @@ TEST(BenchThroughput, EachBadOptionIsRefusedNamingItsFlag) {
 }
 
 // Unknown strategies are refused with the registry's names: whatever is registered, none hard-coded.
+// --set's model keys reach the points whose model reads them; one that no point's model reads is
+// refused naming the key.
+TEST(BenchThroughput, ModelKeysOfSetApplyToThePointsWhoseModelReadsThem) {
+  auto o = tiny();
+  o.models = "mlp,lenet5";
+  o.set = {"model.hidden=[16]"};
+  const auto points = expand_points(o);
+  ASSERT_EQ(points.size(), 2u);
+  EXPECT_EQ(point_config(o, points[0]).model.hidden, std::vector<int>{16});
+  config::GridModelKeys keys;
+  EXPECT_EQ(point_config(o, points[1], &keys).model.name, "lenet5");
+  EXPECT_EQ(keys.left_out, std::vector<std::string>{"model.hidden"});
+  o.set = {"model.patch=7"};
+  const auto refused = refusal(o);
+  EXPECT_NE(refused.find("--set model.patch: model mlp does not read it (vit does)"), std::string::npos)
+      << refused;
+}
+
 TEST(BenchThroughput, UnknownStrategyListsTheRegisteredOnes) {
   auto o = tiny();
   o.strategies = "local,warp_drive";

@@ -53,8 +53,8 @@ void flatten(const YAML::Node& node, const std::string& prefix, std::map<std::st
 }
 
 // The default of every key as config.yaml writes it: a strategy's own options appear under that
-// strategy only, so each registered strategy is asked in turn; a model's own (model.albert.*) under
-// that model only.
+// strategy only, so each registered strategy is asked in turn; a model's own keys (model.hidden,
+// model.albert.*) under the models that read them, so each registered model is too.
 std::map<std::string, std::string> written_defaults() {
   std::map<std::string, std::string> defaults;
   flatten(dtrain::config::to_yaml_node(dtrain::config::RunConfig{}), "", defaults);
@@ -66,11 +66,13 @@ std::map<std::string, std::string> written_defaults() {
       if (key != dtrain::config::kStrategyKey) defaults.emplace(key, value);
     }
   }
-  std::map<std::string, std::string> with_albert;
-  flatten(dtrain::config::to_yaml_node(dtrain::config::parse_run_config("model: {name: albert}\n")), "",
-          with_albert);
-  for (const auto& [key, value] : with_albert) {
-    if (key.rfind("model.albert.", 0) == 0) defaults.emplace(key, value);
+  for (const auto& name : dtrain::config::registered_choices(dtrain::config::kModelKey).names()) {
+    std::map<std::string, std::string> with_model;
+    flatten(dtrain::config::to_yaml_node(dtrain::config::parse_run_config("model: {name: " + name + "}\n")),
+            "", with_model);
+    for (const auto& [key, value] : with_model) {
+      if (key.rfind("model.", 0) == 0 && key != dtrain::config::kModelKey) defaults.emplace(key, value);
+    }
   }
   return defaults;
 }

@@ -169,7 +169,12 @@ TEST(DadFlags, UnknownModeOrModelListsTheRegisteredNames) {
 }
 
 TEST(DadFlags, ModelKwargsArePythonDictsOfModelOptions) {
-  EXPECT_EQ(config_of({"--model-kwargs", "{\"patch\": 7, 'heads': 2}"}).model.patch, 7);
+  EXPECT_EQ(config_of({"--model", "vit", "--model-kwargs", "{\"patch\": 7, 'heads': 2}"}).model.patch, 7);
+  // A key the model does not read is refused as in a configuration file.
+  const auto unread = error_of({"--model-kwargs", "{'patch': 7}"});
+  EXPECT_NE(unread.find("model.patch: model " + config::ModelConfig{}.name + " does not read it (vit does)"),
+            std::string::npos)
+      << unread;
   EXPECT_EQ(config_of({"--model-kwargs", "{}"}).model.hidden, config::ModelConfig{}.hidden);
   const auto typo = error_of({"--model-kwargs", "{'hiden': [8]}"});
   EXPECT_EQ(typo, "--model-kwargs {'hiden': [8]}: unknown key model.hiden; did you mean model.hidden?");

@@ -271,7 +271,7 @@ TEST_F(TrainCommand, DataErrorIsOneMessageNamingTheFileOnStderrAndInTheRankLogs)
   }
   const auto cfg = write_config("e2e.yaml", synthetic_config());
   const auto out = run("train " + cfg.string() + " data.dataset=mnist data.root=" + data.string() +
-                           " data.batch_size=1 model.name=lenet5",
+                           " data.batch_size=1 ~model.hidden model.name=lenet5",
                        dir_.path());
   EXPECT_EQ(out.exit_code, 2) << out.err;  // a bad data file: a usage error (Note [Exit codes])
   const auto label_file = (data / "train-labels-idx1-ubyte").string();

@@ -71,10 +71,10 @@ TEST(RunConfigYaml, RoundTripIsIdentical) {
   // large integers, strings that look like other types.
   c.optim.lr = 0.1 + 0.2;
   c.optim.eps = 1e-12;
+  c.model.name = "vit";
   c.model.mlp_ratio = 3.0;
   c.data.root = "";
   c.data.text_path = "a path/with: colon";
-  c.model.hidden = {};
   c.data.synthetic_shape = {3, 32, 32};
   c.train.seed = 1234567890123ull;
   c.parallel.options.get<parallel::DataParallelStrategyOptions>("data_parallel").compression =
@@ -118,11 +118,68 @@ TEST(RunConfigYaml, AlbertSettings) {
   EXPECT_EQ(to_yaml(parse_run_config("model:\n  name: vit\n")).find("albert:"), std::string::npos);
 }
 
+// A key of model.* the chosen model does not read is refused by name, from a file or an override,
+// never trained as if it applied; one it reads is kept, and config.yaml writes only those.
+TEST(RunConfigYaml, AModelKeyTheModelDoesNotReadIsRefused) {
+  const auto from_file = error_of_text("model:\n  name: lenet5\n  hidden: [64]\n");
+  EXPECT_EQ(from_file.key(), "model.hidden");
+  EXPECT_NE(std::string(from_file.what()).find("model lenet5 does not read it (mlp does)"), std::string::npos)
+      << from_file.what();
+  try {
+    parse_run_config("model: {name: mlp}\n", "x.yaml", {"model.name=vit", "model.stem=imagenet"});
+    FAIL() << "model.stem was accepted with vit";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.key(), "model.stem");
+    EXPECT_NE(std::string(e.what()).find("model.stem=imagenet"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("resnet18 and resnet50 do"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(error_of_text("model: {name: mlp, patch: 8}\n").key(), "model.patch");
+  EXPECT_EQ(error_of_text("model: {name: vit, tie_embeddings: false}\n").key(), "model.tie_embeddings");
+  // What each reads, kept and written back.
+  const auto vit = parse_run_config("model: {name: vit, patch: 7, dim: 32, dropout: 0.1}\n");
+  EXPECT_EQ(vit.model.patch, 7);
+  EXPECT_EQ(parse_run_config(to_yaml(vit)), vit);
+  const auto written = to_yaml(vit);
+  EXPECT_NE(written.find("patch: 7"), std::string::npos) << written;
+  EXPECT_EQ(written.find("hidden:"), std::string::npos) << written;
+  EXPECT_EQ(to_json(vit).at("model").count("hidden"), 0u);
+  // Made in code: refused as reading it would be, unless the key holds its default.
+  RunConfig code;
+  code.model.name = "lenet5";
+  EXPECT_NO_THROW(check_model_keys_read(code, "code"));
+  code.model.hidden = {64};
+  try {
+    check_model_keys_read(code, "code");
+    ADD_FAILURE() << "model.hidden was accepted with lenet5";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.key(), "model.hidden");
+  }
+  code.model.name = "mlp";
+  EXPECT_NO_THROW(check_model_keys_read(code, "code"));
+  const auto mlp = parse_run_config("model: {name: mlp, hidden: [8], activation: tanh}\n");
+  EXPECT_EQ(mlp.model.hidden, std::vector<int>{8});
+  EXPECT_NE(to_yaml(mlp).find("hidden:"), std::string::npos);
+  EXPECT_EQ(parse_run_config(to_yaml(mlp)), mlp);
+}
+
+// An experiment's runs of several models under shared model keys: each run takes the keys its
+// model reads, and says which it was left without.
+TEST(RunConfigYaml, AGridRunLeavesOutTheModelKeysItsModelDoesNotRead) {
+  GridModelKeys keys;
+  const auto lenet = parse_grid_run_config("model: {name: mlp, hidden: [8]}\n", "x.yaml",
+                                           {"model.name=lenet5", "model.dropout=0.25"}, keys);
+  EXPECT_EQ(lenet.model.name, "lenet5");
+  EXPECT_EQ(lenet.model.hidden, RunConfig{}.model.hidden);
+  EXPECT_DOUBLE_EQ(lenet.model.dropout, 0.25);
+  EXPECT_EQ(keys.left_out, std::vector<std::string>{"model.hidden"});
+  EXPECT_EQ(keys.kept, std::vector<std::string>{"model.dropout"});
+}
+
 TEST(RunConfigYaml, OverridesApplyAndValidate) {
   const RunConfig c =
       load_run_config(kExample, {"optim.lr=0.01", "parallel.strategy=local", "parallel.data_parallel=null",
                                  "data.synthetic_shape=[3,32,32]", "optim.scheduler.name=cosine",
-                                 "train.epochs=7", "name=other", "model.hidden=[64]"});
+                                 "train.epochs=7", "name=other", "model.name=mlp", "model.hidden=[64]"});
   EXPECT_DOUBLE_EQ(c.optim.lr, 0.01);
   EXPECT_EQ(c.parallel.strategy, "local");
   EXPECT_EQ(c.data.synthetic_shape, (std::vector<std::int64_t>{3, 32, 32}));
@@ -369,6 +426,8 @@ TEST(RunConfigYaml, KeyHelpListsEveryOptionWithTheDefaultConfigYamlWrites) {
     // config.yaml writes only the chosen strategy's section, and the chosen model's.
     if (k.key.rfind("parallel.", 0) == 0 && std::count(k.key.begin(), k.key.end(), '.') > 1) continue;
     if (k.key.rfind("model.albert.", 0) == 0) continue;
+    if (k.key.rfind("model.", 0) == 0 && !model_key_unused(RunConfig{}.model.name, k.key.substr(6)).empty())
+      continue;
     YAML::Emitter value;
     value << YAML::Flow << value_at(written, k.key);
     EXPECT_EQ(k.default_text, value.c_str()) << k.key;

@@ -192,6 +192,25 @@ TEST_F(ExperimentTest, RunsOfTheSameDataSeedAndWorkersMustSplitItTheSameWay) {
       << error;
 }
 
+// Runs of two models share the base file's model.hidden (mlp's): lenet5's run goes without it. A
+// model key that no run's model reads is refused before any run starts, naming the first run given it.
+TEST_F(ExperimentTest, AModelKeyNoRunsModelReadsFailsBeforeAnyRunStarts) {
+  const auto spec = load_experiment(write("e.yaml", "base: base.yaml\nout_dir: " + (dir_ / "out").string() +
+                                                        "\noverrides: [model.patch=7]\n"
+                                                        "sweep:\n  model.name: [mlp, lenet5]\n"));
+  const auto options = this->options();
+  try {
+    run_experiment(spec, options);
+    FAIL() << "accepted model.patch with mlp and lenet5";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("run 'base__model.name=mlp': model.patch: model mlp does not read it"),
+        std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "out"));
+}
+
 TEST_F(ExperimentTest, BadOverrideFailsBeforeAnyRunStarts) {
   const auto spec = load_experiment(write("e.yaml", "base: base.yaml\nout_dir: " + (dir_ / "out").string() +
                                                         "\nruns:\n  - {name: ok}\n"

@@ -168,7 +168,8 @@ config::RunConfig config_of(const std::string& strategy, const std::vector<std::
   if (c.optimizer == "sgd") overrides.insert(overrides.end(), {"optim.lr=0.05", "optim.momentum=0.9"});
   if (c.optimizer == "adam") overrides.push_back("optim.lr=0.001");
   if (c.optimizer == "lbfgs") overrides.insert(overrides.end(), {"optim.lr=0.5", "optim.lbfgs_max_iter=5"});
-  overrides.insert(overrides.end(), {"model.name=" + c.model, "model.hidden=[32]"});
+  overrides.push_back("model.name=" + c.model);
+  if (c.model == "mlp") overrides.push_back("model.hidden=[32]");
   return config::parse_run_config("", "<equivalence test>", overrides);
 }
 

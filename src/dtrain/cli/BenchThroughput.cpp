@@ -15,9 +15,11 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 
@@ -27,6 +29,7 @@
 #include "dtrain/config/Overrides.h"
 #include "dtrain/config/Registry.h"
 #include "dtrain/config/RunConfigYaml.h"
+#include "dtrain/config/Schema.h"
 #include "dtrain/experiment/Experiment.h"
 #include "dtrain/experiment/ScratchFolder.h"
 #include "dtrain/io/JsonFile.h"
@@ -216,6 +219,28 @@ std::vector<int> parse_count_list(const std::string& flag, const std::string& li
   return counts;
 }
 
+namespace {
+
+// Every point's configuration reads, so that a bad --set stops the sweep before its first run; so
+// does a model key that no point's model reads.
+void check_points_read(const BenchThroughputOptions& o, const std::vector<ThroughputPoint>& points) {
+  std::set<std::string> kept;
+  std::map<std::string, std::string> left_out;  // key -> the model of the first point without it
+  for (const auto& p : points) {
+    config::GridModelKeys keys;
+    point_config(o, p, &keys);
+    kept.insert(keys.kept.begin(), keys.kept.end());
+    for (const auto& key : keys.left_out) left_out.emplace(key, p.model);
+  }
+  for (const auto& [key, model] : left_out) {
+    if (kept.count(key)) continue;
+    throw std::invalid_argument(fmt::format("--set {}: {}; no model of the sweep reads it", key,
+                                            config::model_key_unused(model, key.substr(6))));
+  }
+}
+
+}  // namespace
+
 std::vector<ThroughputPoint> expand_points(const BenchThroughputOptions& o) {
   if (o.steps < 1) throw std::invalid_argument(fmt::format("--steps must be at least 1; found {}", o.steps));
   if (o.warmup < 0)
@@ -288,8 +313,7 @@ std::vector<ThroughputPoint> expand_points(const BenchThroughputOptions& o) {
       }
     }
   }
-  // Every point's configuration reads, so that a bad --set stops the sweep before its first run.
-  for (const auto& p : points) point_config(o, p);
+  check_points_read(o, points);
   return points;
 }
 
@@ -317,7 +341,8 @@ std::vector<std::string> point_overrides(const BenchThroughputOptions& o, const 
   if (!sets_key(user, "optim.name"))
     overrides.insert(overrides.end(), {"optim.name=sgd", "optim.momentum=0.9"});
   overrides.insert(overrides.end(), user.begin(), user.end());
-  const auto cfg = config::parse_run_config("", kSource, overrides);
+  config::GridModelKeys model_keys;  // --set's model keys apply to the points whose model reads them
+  const auto cfg = config::parse_grid_run_config("", kSource, overrides, model_keys);
   if (cfg.data.dataset == "synthetic" && !sets_key(user, "data.synthetic_size")) {
     // One epoch holds every step on each data holder (ranks, or graph nodes), so no epoch end
     // falls between timed steps; at least 5 batches, since the test set is a fifth of it.
@@ -333,8 +358,11 @@ std::vector<std::string> point_overrides(const BenchThroughputOptions& o, const 
   return overrides;
 }
 
-config::RunConfig point_config(const BenchThroughputOptions& o, const ThroughputPoint& p) {
-  return config::parse_run_config("", kSource, point_overrides(o, p));
+// --set's model keys apply to the points whose model reads them; `model_keys` says which were kept.
+config::RunConfig point_config(const BenchThroughputOptions& o, const ThroughputPoint& p,
+                               config::GridModelKeys* model_keys) {
+  config::GridModelKeys keys;
+  return config::parse_grid_run_config("", kSource, point_overrides(o, p), model_keys ? *model_keys : keys);
 }
 
 experiment::ExperimentSpec sweep_experiment(const BenchThroughputOptions& o,

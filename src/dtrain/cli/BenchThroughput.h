@@ -12,6 +12,10 @@
 #include "dtrain/config/RunConfig.h"
 #include "dtrain/experiment/Experiment.h"
 
+namespace dtrain::config {
+struct GridModelKeys;
+}
+
 namespace CLI {
 class App;
 }
@@ -83,9 +87,12 @@ std::vector<ThroughputPoint> expand_points(const BenchThroughputOptions& options
 // resnet, vit and transformer, 1x28x28 otherwise), enough of it for warm-up and timed steps in one
 // epoch, SGD with momentum 0.9, no evaluation or checkpoints between steps, then --set on top.
 // point_overrides are its dotted overrides (no base file), point_config the configuration they
-// make. Throws ConfigError naming the override where one is not valid.
+// make. A --set key of model.* that a point's model does not read is left out of that point, and
+// named in `model_keys` (config::load_grid_run_config). Throws ConfigError naming the override where
+// one is not valid.
 std::vector<std::string> point_overrides(const BenchThroughputOptions& options, const ThroughputPoint& point);
-config::RunConfig point_config(const BenchThroughputOptions& options, const ThroughputPoint& point);
+config::RunConfig point_config(const BenchThroughputOptions& options, const ThroughputPoint& point,
+                               config::GridModelKeys* model_keys = nullptr);
 
 // The sweep as an experiment: no base file, one run per point in sweep order, named point000,
 // point001, ..., its overrides point_overrides.

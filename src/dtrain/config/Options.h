@@ -57,6 +57,10 @@ struct Choice {
   // The option sections beside the choice that apply when it is chosen (a strategy's
   // parallel.<section>.*); the others must be left out.
   std::vector<std::string> sections;
+  // The keys beside the choice that only some choices read, and which this one reads (a built-in
+  // model's: mlp reads model.hidden and model.activation); set, the others must be left out. Unset:
+  // the choice may read any of them (a program's own model).
+  std::optional<std::vector<std::string>> reads{};
 };
 
 // A closed set of names. Matching ignores case and accepts aliases, and a match stands for the
@@ -135,6 +139,10 @@ class OptionVisitor {
   // it says why not ("options of strategy data_parallel, but parallel.strategy is local"):
   // readers refuse the section with that reason when it is given, writers leave it out.
   virtual void section(const char* key, const std::function<void()>& body, const char* unused = nullptr) = 0;
+  // Said after `key` of the current section was visited: the key does not apply to this
+  // configuration, and `why` says why ("model lenet5 does not read it (mlp does); ..."). Readers
+  // refuse it when it is given, writers leave it out; the other visitors take it as any key.
+  virtual void inapplicable(const char* key, const char* why) {}
 };
 
 // One registered section's values, whatever their struct (see TypedSection).

@@ -49,7 +49,8 @@ class YamlWriter final : public TreeWriter {
  public:
   YAML::Node root{YAML::NodeType::Map};
 
-  YamlWriter() { stack_.push_back(root); }
+  // `every_key`: keys that do not apply are written too (to compare values, never to be read).
+  explicit YamlWriter(bool every_key = false) : every_key_(every_key) { stack_.push_back(root); }
 
   void number(const char* key, double& value, Range, const char*) override {
     set(key, YAML::Node(detail::format_double(value)));
@@ -63,6 +64,9 @@ class YamlWriter final : public TreeWriter {
   }
   void text_list(const char* key, std::vector<std::string>& values, const char*) override {
     list(key, values);
+  }
+  void inapplicable(const char* key, const char*) override {
+    if (!every_key_) stack_.back().remove(key);
   }
   void section(const char* key, const std::function<void()>& body, const char* unused) override {
     if (unused) return;
@@ -87,6 +91,7 @@ class YamlWriter final : public TreeWriter {
     set(key, node);
   }
   void set(const char* key, const YAML::Node& value) { stack_.back()[key] = value; }
+  bool every_key_;
   std::vector<YAML::Node> stack_;
 };
 
@@ -107,6 +112,7 @@ class JsonWriter final : public TreeWriter {
   void text_list(const char* key, std::vector<std::string>& values, const char*) override {
     (*stack_.back())[key] = values;
   }
+  void inapplicable(const char* key, const char*) override { stack_.back()->erase(key); }
   void section(const char* key, const std::function<void()>& body, const char* unused) override {
     if (unused) return;
     nlohmann::json& child = (*stack_.back())[key] = nlohmann::json::object();
@@ -281,10 +287,58 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
   return run_config_from_file(path, parse_overrides(overrides));
 }
 
+void leave_out_unread_model_keys(YAML::Node& root, GridModelKeys& keys) {
+  const YAML::Node& document = root;
+  if (!document.IsMap() || !document["model"] || !document["model"].IsMap()) return;
+  YAML::Node model = root["model"];
+  const YAML::Node& section = model;
+  std::string name = ModelConfig{}.name;
+  if (section["name"] && section["name"].IsScalar()) name = section["name"].as<std::string>();
+  for (const auto& key : model_specific_keys()) {
+    if (!section[key]) continue;
+    if (model_key_unused(name, key).empty()) {
+      keys.kept.push_back("model." + key);
+    } else {
+      model.remove(key);
+      keys.left_out.push_back("model." + key);
+    }
+  }
+}
+
+RunConfig load_grid_run_config(const std::string& path, const std::vector<std::string>& overrides,
+                               GridModelKeys& keys) {
+  const auto parsed = parse_overrides(overrides);
+  YAML::Node root = load_yaml_file(path);
+  apply_overrides(root, parsed);
+  leave_out_unread_model_keys(root, keys);
+  return run_config_from_yaml(root, path, parsed);
+}
+
+RunConfig parse_grid_run_config(const std::string& yaml_text, const std::string& source,
+                                const std::vector<std::string>& overrides, GridModelKeys& keys) {
+  const auto parsed = parse_overrides(overrides);
+  YAML::Node root = parse_yaml(yaml_text, source);
+  apply_overrides(root, parsed);
+  leave_out_unread_model_keys(root, keys);
+  return run_config_from_yaml(root, source, parsed);
+}
+
 RunConfig run_config_from_file(const std::string& path, const std::vector<Override>& overrides) {
   YAML::Node root = load_yaml_file(path);
   apply_overrides(root, overrides);
   return run_config_from_yaml(root, path, overrides);
+}
+
+void check_model_keys_read(const RunConfig& config, const std::string& where) {
+  YamlWriter given(/*every_key=*/true), defaults(/*every_key=*/true);
+  describe_run(given, for_reading(config));
+  describe_run(defaults, for_reading(RunConfig{}));
+  for (const auto& key : model_specific_keys()) {
+    const auto why = model_key_unused(config.model.name, key);
+    if (why.empty()) continue;
+    if (YAML::Dump(given.root["model"][key]) != YAML::Dump(defaults.root["model"][key]))
+      throw ConfigError(where, "model." + key, "model." + key + ": " + why);
+  }
 }
 
 YAML::Node to_yaml_node(const RunConfig& config) {

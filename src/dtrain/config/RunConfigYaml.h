@@ -22,6 +22,28 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
 RunConfig parse_run_config(const std::string& yaml_text, const std::string& source = "<string>",
                            const std::vector<std::string>& overrides = {});
 
+// What load_grid_run_config did with the keys of model.* that only some models read: the dotted
+// keys it took out (this run's model does not read them) and those it kept.
+struct GridModelKeys {
+  std::vector<std::string> left_out, kept;
+};
+// As load_run_config, for one run of an experiment whose runs differ in model.name under shared
+// model keys (dad.yaml's sweep of mlp and vit with model.hidden and model.patch): a key of model.*
+// that this run's model does not read is taken out before the document is read, instead of
+// refused, and named in `keys`. The experiment refuses a key that no run's model reads.
+RunConfig load_grid_run_config(const std::string& path, const std::vector<std::string>& overrides,
+                               GridModelKeys& keys);
+// The same from YAML text (a sweep without a base file: `dtrain bench throughput`'s points).
+RunConfig parse_grid_run_config(const std::string& yaml_text, const std::string& source,
+                                const std::vector<std::string>& overrides, GridModelKeys& keys);
+// What both do to the document before reading it.
+void leave_out_unread_model_keys(YAML::Node& root, GridModelKeys& keys);
+
+// A configuration made in code: throws ConfigError (naming `where`) for a key of model.* that the
+// chosen model does not read and that holds other than its default, as reading it would refuse it;
+// to_yaml leaves such keys out.
+void check_model_keys_read(const RunConfig& config, const std::string& where);
+
 // The same two with the overrides parsed already: command-line flags that stand for keys among
 // them (Override::flag), applied in order, later ones winning.
 RunConfig run_config_from_file(const std::string& path, const std::vector<Override>& overrides);

@@ -88,6 +88,36 @@ void describe_albert(OptionVisitor& v, AlbertConfig& a) {
   v.number("layer_norm_eps", a.layer_norm_eps, kPositive, "LayerNorm's epsilon");
 }
 
+}  // namespace
+
+const std::vector<std::string>& model_specific_keys() {
+  static const std::vector<std::string> keys{"hidden",       "activation", "stem",          "patch",
+                                             "dim",          "depth",      "heads",         "mlp_ratio",
+                                             "dropout",      "task",       "num_filters",   "kernel_size",
+                                             "linear_width", "size",       "tie_embeddings"};
+  return keys;
+}
+
+std::string model_key_unused(const std::string& model_name, const std::string& key) {
+  const ChoiceSet& models = registered_choices(kModelKey);
+  const Choice* chosen = models.find(model_name);
+  if (!chosen || !chosen->reads) return "";
+  const auto& reads = *chosen->reads;
+  if (std::find(reads.begin(), reads.end(), key) != reads.end()) return "";
+  std::vector<std::string> readers;
+  for (const auto& choice : models.choices()) {
+    if (choice.reads && std::find(choice.reads->begin(), choice.reads->end(), key) != choice.reads->end())
+      readers.push_back(choice.name);
+  }
+  std::string names;
+  for (std::size_t i = 0; i < readers.size(); ++i)
+    names += (i == 0 ? "" : i + 1 == readers.size() ? " and " : ", ") + readers[i];
+  return "model " + chosen->name + " does not read it (" + names + (readers.size() == 1 ? " does" : " do") +
+         "); remove model." + key + " or set model.name to a model that reads it";
+}
+
+namespace {
+
 void describe_model(OptionVisitor& v, ModelConfig& m) {
   v.choice("name", m.name, registered(kModelKey), "The model (Models below)");
   v.int_list("hidden", m.hidden, 1, /*allow_empty=*/true, "mlp: widths of the hidden layers");
@@ -98,7 +128,8 @@ void describe_model(OptionVisitor& v, ModelConfig& m) {
   v.integer("depth", m.depth, at_least(1), "vit, transformer: number of blocks");
   v.integer("heads", m.heads, at_least(1), "vit, transformer: attention heads");
   v.number("mlp_ratio", m.mlp_ratio, kPositive, "vit, transformer: MLP width as a multiple of dim");
-  v.number("dropout", m.dropout, kUnitOpen, "Dropout probability");
+  v.number("dropout", m.dropout, kUnitOpen,
+           "Dropout probability (mlp, lenet5, resnet, vit, transformer, gpt, albert)");
   v.choice("task", m.task, kTaskNames, "transformer: classifier, or lm (next-character prediction)");
   v.integer("num_filters", m.num_filters, at_least(1), "dinnocnn: filters of its convolution");
   v.integer("kernel_size", m.kernel_size, at_least(1), "dinnocnn: kernel size of its convolution");
@@ -123,6 +154,12 @@ void describe_model(OptionVisitor& v, ModelConfig& m) {
             "vit, transformer: each rank builds only the stages and shards it keeps (the same weights)");
   v.boolean("tie_embeddings", m.tie_embeddings,
             "gpt: the output layer computes with the token embedding's weight (false: its own weight)");
+  // A key the chosen model does not read is refused, not ignored; said after every key is visited,
+  // so that writers take out what they wrote.
+  for (const auto& key : model_specific_keys()) {
+    const auto why = model_key_unused(m.name, key);
+    if (!why.empty()) v.inapplicable(key.c_str(), why.c_str());
+  }
 }
 
 void describe_scheduler(OptionVisitor& v, SchedulerConfig& s) {

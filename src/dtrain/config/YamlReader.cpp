@@ -175,6 +175,11 @@ void YamlReader::section(const char* key, const std::function<void()>& body, con
   frames_.pop_back();
 }
 
+void YamlReader::inapplicable(const char* key, const char* why) {
+  const auto node = value(key);
+  if (node && !node->IsNull()) fail(key_node(key).value_or(*node), key, why);
+}
+
 void YamlReader::finish(const std::string& top_keys) {
   const YAML::Node& root = frames_.back().node;
   if (root.IsDefined() && !root.IsNull() && !root.IsMap()) {

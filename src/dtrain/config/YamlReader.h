@@ -45,6 +45,7 @@ class YamlReader final : public OptionVisitor {
   }
   void text_list(const char* key, std::vector<std::string>& value, const char*) override;
   void section(const char* key, const std::function<void()>& body, const char* unused) override;
+  void inapplicable(const char* key, const char* why) override;
 
   // Checks the root's own keys; sections check theirs when they close. `top_keys` lists them for
   // the message when the document is not a mapping at all.

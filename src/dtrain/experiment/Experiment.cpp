@@ -10,10 +10,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
+#include <set>
 #include <stdexcept>
 
 #include "dtrain/config/Environment.h"
 #include "dtrain/config/RunConfigYaml.h"
+#include "dtrain/config/Schema.h"
 #include "dtrain/experiment/DinnoExperiment.h"
 #include "dtrain/experiment/ExperimentChecks.h"
 #include "dtrain/experiment/ScratchFolder.h"
@@ -39,16 +42,38 @@ bool finished(const fs::path& run_dir) {
 }
 
 // Every run's configuration, loaded before the first one starts; an error names the run.
-std::vector<config::RunConfig> load_configs(const ExperimentSpec& spec, const std::vector<RunSpec>& runs) {
+// A key of model.* that a run's model does not read is left out of that run, so that runs of
+// several models can share their model keys (config::load_grid_run_config): the run's overrides
+// gain its removal (`~model.patch`), which its workers read as the experiment did. A key that no
+// run's model reads is refused, naming the first run given it.
+std::vector<config::RunConfig> load_configs(const ExperimentSpec& spec, std::vector<RunSpec>& runs) {
   std::vector<config::RunConfig> configs;
-  for (const auto& run : runs) {
+  std::set<std::string> kept;
+  std::map<std::string, std::string> left_out;  // key -> the first run it was left out of
+  for (auto& run : runs) {
     try {
       // Without a base file (DiNNO's form) the overrides alone make the configuration.
-      configs.push_back(spec.base.empty() ? config::parse_run_config("{}", "(no base file)", run.overrides)
-                                          : config::load_run_config(spec.base.string(), run.overrides));
+      config::GridModelKeys keys;
+      configs.push_back(spec.base.empty()
+                            ? config::parse_grid_run_config("{}", "(no base file)", run.overrides, keys)
+                            : config::load_grid_run_config(spec.base.string(), run.overrides, keys));
+      kept.insert(keys.kept.begin(), keys.kept.end());
+      for (const auto& key : keys.left_out) {
+        left_out.emplace(key, run.name);
+        run.overrides.push_back("~" + key);
+      }
     } catch (const std::exception& e) {
       throw std::invalid_argument(fmt::format("experiment run '{}': {}", run.name, e.what()));
     }
+  }
+  for (const auto& [key, run] : left_out) {
+    if (kept.count(key)) continue;
+    const auto& cfg = configs[static_cast<std::size_t>(
+        std::find_if(runs.begin(), runs.end(), [&](const RunSpec& r) { return r.name == run; }) -
+        runs.begin())];
+    throw std::invalid_argument(
+        fmt::format("experiment run '{}': {}: {}; no run of the experiment has a model that reads it", run,
+                    key, config::model_key_unused(cfg.model.name, key.substr(std::string("model.").size()))));
   }
   return configs;
 }
@@ -227,7 +252,7 @@ std::vector<std::string> worker_overrides(const RunSpec& run, const fs::path& ex
 
 nlohmann::json run_experiment(const ExperimentSpec& spec, const ExperimentOptions& options) {
   // Every run's configuration is checked before anything is made.
-  const auto runs = expand_runs(spec);
+  auto runs = expand_runs(spec);
   const auto configs = load_configs(spec, runs);
   for (std::size_t i = 0; i < runs.size(); ++i) {
     try {

@@ -23,38 +23,62 @@ struct ModelEntry {
 
 // Every model, written once: its name (matched without regard to case), its help line, and its
 // builder. config/ validates model.name against this list.
+// `choice` with the keys of model.* it reads among those only some models read
+// (config::model_specific_keys): the others are refused for it by name.
+config::Choice reading(config::Choice choice, std::vector<std::string> keys) {
+  choice.reads = std::move(keys);
+  return choice;
+}
+
 std::vector<ModelEntry> builtin_models() {
+  const std::vector<std::string> transformer_keys{"dim", "depth", "heads", "mlp_ratio", "dropout"};
+  auto with = [](std::vector<std::string> keys, std::initializer_list<const char*> more) {
+    keys.insert(keys.end(), more.begin(), more.end());
+    return keys;
+  };
   return {
-      {{"mlp", "multi-layer perceptron: model.hidden layers with model.activation"}, detail::build_mlp},
-      {{"mnistnet", "Catalyst dAD's MNIST network: two convolutions, dropout, two linear layers"},
+      {reading({"mlp", "multi-layer perceptron: model.hidden layers with model.activation"},
+               {"hidden", "activation", "dropout"}),
+       detail::build_mlp},
+      {reading({"mnistnet", "Catalyst dAD's MNIST network: two convolutions, dropout, two linear layers"},
+               {}),
        detail::build_mnistnet},
-      {{"dinnocnn",
-        "DiNNO's CNN: one ReLU convolution (model.num_filters, model.kernel_size), max pool, two linear "
-        "layers (model.linear_width)",
-        {"MNISTConvNet"}},
+      {reading({"dinnocnn",
+                "DiNNO's CNN: one ReLU convolution (model.num_filters, model.kernel_size), max pool, two "
+                "linear layers (model.linear_width)",
+                {"MNISTConvNet"}},
+               {"num_filters", "kernel_size", "linear_width"}),
        detail::build_dinnocnn},
-      {{"lenet5", "LeNet-5: two convolutions with max pooling, three linear layers", {"lenet"}},
+      {reading({"lenet5", "LeNet-5: two convolutions with max pooling, three linear layers", {"lenet"}},
+               {"dropout"}),
        detail::build_lenet5},
-      {{"resnet18", "ResNet-18, basic blocks; model.stem cifar (3x3) or imagenet (7x7 + max pool)"},
+      {reading({"resnet18", "ResNet-18, basic blocks; model.stem cifar (3x3) or imagenet (7x7 + max pool)"},
+               {"stem", "dropout"}),
        [](const config::ModelConfig& c, const InputSpec& i) { return detail::build_resnet(c, i, 18); }},
-      {{"resnet50", "ResNet-50, bottleneck blocks; model.stem cifar or imagenet"},
+      {reading({"resnet50", "ResNet-50, bottleneck blocks; model.stem cifar or imagenet"},
+               {"stem", "dropout"}),
        [](const config::ModelConfig& c, const InputSpec& i) { return detail::build_resnet(c, i, 50); }},
-      {{"vit", "vision transformer: model.patch, dim, depth, heads, mlp_ratio"}, detail::build_vit},
-      {{"transformer", "transformer encoder on token sequences; model.task classifier or lm"},
+      {reading({"vit", "vision transformer: model.patch, dim, depth, heads, mlp_ratio"},
+               with(transformer_keys, {"patch"})),
+       detail::build_vit},
+      {reading({"transformer", "transformer encoder on token sequences; model.task classifier or lm"},
+               with(transformer_keys, {"task"})),
        detail::build_transformer},
-      {{"gpt",
-        "GPT-2-style decoder language model: causal pre-norm blocks, learned positions, output layer tied "
-        "to the token embedding (model.tie_embeddings); model.dim, depth, heads, mlp_ratio"},
+      {reading({"gpt",
+                "GPT-2-style decoder language model: causal pre-norm blocks, learned positions, output layer "
+                "tied to the token embedding (model.tie_embeddings); model.dim, depth, heads, mlp_ratio"},
+               with(transformer_keys, {"tie_embeddings"})),
        [](const config::ModelConfig& c, const InputSpec& i) {
          return detail::build_gpt(c, i, c.tie_embeddings);
        }},
-      {{"albert",
-        "ALBERT (Lan et al. 2020) sequence classifier: factorized embedding, one layer shared by all; "
-        "model.size tiny|base|large, model.albert.*",
-        {},
-        {"albert"}},
-       detail::build_albert,
-       import_albert},
+      {reading(
+           {"albert",
+            "ALBERT (Lan et al. 2020) sequence classifier: factorized embedding, one layer shared by all; "
+            "model.size tiny|base|large, model.albert.*",
+            {},
+            {"albert"}},
+           {"size", "dropout"}),
+       detail::build_albert, import_albert},
   };
 }
 

@@ -398,8 +398,10 @@ int train(const config::RunConfig& config, const TrainOptions& options, comm::Co
     JobOptions job;
     static_cast<TrainOptions&>(job) = options;
     // A configuration made in code passes the checks a YAML file's does: through the same reader.
-    const auto cfg = checking_inputs(
-        [&] { return config::parse_run_config(config::to_yaml(config), "the program's configuration"); });
+    const auto cfg = checking_inputs([&] {
+      config::check_model_keys_read(config, "the program's configuration");
+      return config::parse_run_config(config::to_yaml(config), "the program's configuration");
+    });
     const auto env = config::process_environment();
     if (communicator) return train_with(job, cfg, std::move(communicator), env);
     checking_inputs([&] {

@@ -246,8 +246,7 @@ TEST(PipelineOptions, ModelsAndSettingsAPipelineCannotHonourAreRefused) {
 
   // A transformer classifier on padded sentences: its stages share the padding mask (Note [Padding
   // beside the activations]).
-  const auto classifier =
-      config_of("pipeline", "sgd", {"model.name=transformer", "model.dim=8", "model.heads=2"});
+  const auto classifier = config_of("pipeline", "sgd", {"model={name: transformer, dim: 8, heads: 2}"});
   auto sentences = models::InputSpec::tokens(10, 6, 2);
   sentences.pad_id = 0;
   torch::manual_seed(1);
