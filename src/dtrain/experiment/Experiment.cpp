@@ -49,7 +49,10 @@ bool finished(const fs::path& run_dir) {
 std::vector<config::RunConfig> load_configs(const ExperimentSpec& spec, std::vector<RunSpec>& runs) {
   std::vector<config::RunConfig> configs;
   std::set<std::string> kept;
-  std::map<std::string, std::string> left_out;  // key -> the first run it was left out of
+  struct LeftOut {
+    std::string run, model;  // the first run it was left out of, and that run's model
+  };
+  std::map<std::string, LeftOut> left_out;
   for (auto& run : runs) {
     try {
       // Without a base file (DiNNO's form) the overrides alone make the configuration.
@@ -59,21 +62,18 @@ std::vector<config::RunConfig> load_configs(const ExperimentSpec& spec, std::vec
                             : config::load_grid_run_config(spec.base.string(), run.overrides, keys));
       kept.insert(keys.kept.begin(), keys.kept.end());
       for (const auto& key : keys.left_out) {
-        left_out.emplace(key, run.name);
+        left_out.emplace(key, LeftOut{run.name, configs.back().model.name});
         run.overrides.push_back("~" + key);
       }
     } catch (const std::exception& e) {
       throw std::invalid_argument(fmt::format("experiment run '{}': {}", run.name, e.what()));
     }
   }
-  for (const auto& [key, run] : left_out) {
+  for (const auto& [key, first] : left_out) {
     if (kept.count(key)) continue;
-    const auto& cfg = configs[static_cast<std::size_t>(
-        std::find_if(runs.begin(), runs.end(), [&](const RunSpec& r) { return r.name == run; }) -
-        runs.begin())];
-    throw std::invalid_argument(
-        fmt::format("experiment run '{}': {}: {}; no run of the experiment has a model that reads it", run,
-                    key, config::model_key_unused(cfg.model.name, key.substr(std::string("model.").size()))));
+    throw std::invalid_argument(fmt::format(
+        "experiment run '{}': {}: {}; no run of the experiment has a model that reads it", first.run, key,
+        config::model_key_unused(first.model, key.substr(std::string("model.").size()))));
   }
   return configs;
 }
