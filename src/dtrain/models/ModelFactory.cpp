@@ -21,8 +21,6 @@ struct ModelEntry {
   HuggingFaceImport import_hugging_face = nullptr;  // null: the model reads no Hugging Face checkpoint
 };
 
-// Every model, written once: its name (matched without regard to case), its help line, and its
-// builder. config/ validates model.name against this list.
 // `choice` with the keys of model.* it reads among those only some models read
 // (config::model_specific_keys): the others are refused for it by name.
 config::Choice reading(config::Choice choice, std::vector<std::string> keys) {
@@ -30,6 +28,9 @@ config::Choice reading(config::Choice choice, std::vector<std::string> keys) {
   return choice;
 }
 
+// Every model, written once: its name (matched without regard to case), its help line, and its
+// builder. config/ validates model.name against this list, and each model's other keys against
+// what it declares it reads (Choice::reads).
 std::vector<ModelEntry> builtin_models() {
   const std::vector<std::string> transformer_keys{"dim", "depth", "heads", "mlp_ratio", "dropout"};
   auto with = [](std::vector<std::string> keys, std::initializer_list<const char*> more) {
